@@ -1,0 +1,58 @@
+"""occupy: stop concurrent writers from clobbering each other.
+
+    import occupy
+
+    with occupy.lock("book:1", ttl=30, timeout=5) as lease:
+        ...
+
+Locks with expiry, reentrancy, fencing tokens and fair waiting, on a database, Redis,
+any Django cache or a directory, behind one API; see the README.
+"""
+
+from occupy.api import (
+    DEFAULT,
+    aacquire,
+    acquire,
+    aholder,
+    arelease,
+    holder,
+    lock,
+    lock_many,
+    release,
+)
+from occupy.exceptions import (
+    ConflictError,
+    FencedOut,
+    InvalidBackendError,
+    LeaseLost,
+    LockTimeout,
+    Occupied,
+    OccupyError,
+    VersionConflict,
+)
+from occupy.leases import Holder, Lease
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT",
+    "ConflictError",
+    "FencedOut",
+    "Holder",
+    "InvalidBackendError",
+    "Lease",
+    "LeaseLost",
+    "LockTimeout",
+    "Occupied",
+    "OccupyError",
+    "VersionConflict",
+    "__version__",
+    "aacquire",
+    "acquire",
+    "aholder",
+    "arelease",
+    "holder",
+    "lock",
+    "lock_many",
+    "release",
+]

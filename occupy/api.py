@@ -1,0 +1,327 @@
+"""The public lock API: ``lock``, ``acquire``, ``release``, ``holder``, ``lock_many`` and
+their async twins. Arguments are checked here, before any backend writes anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import string
+import time
+from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from types import TracebackType
+from typing import Any, TypeVar
+
+from occupy import signals
+from occupy.backends import get_backend
+from occupy.backends.base import BaseBackend
+from occupy.conf import occupy_settings
+from occupy.exceptions import LeaseLost, OccupyError
+from occupy.leases import Holder, Lease, default_owner
+from occupy.validation import check_key, check_owner, check_timeout, check_ttl
+from occupy.watchdog import watchdog
+
+__all__ = [
+    "DEFAULT",
+    "aacquire",
+    "acquire",
+    "aholder",
+    "arelease",
+    "holder",
+    "lock",
+    "lock_many",
+    "release",
+]
+
+logger = logging.getLogger("occupy.api")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Default:
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+#: Stands for "the value in ``settings.OCCUPY``" (``TTL``, ``TIMEOUT``).
+DEFAULT: Any = _Default()
+
+
+def _prepare(
+    key: Any, owner: Any, ttl: Any, timeout: Any, using: Any
+) -> tuple[BaseBackend, str, str, float, float | None]:
+    key = check_key(key)
+    owner = default_owner() if owner is None else check_owner(owner)
+    ttl = occupy_settings.TTL if ttl is DEFAULT else check_ttl(ttl)
+    timeout = occupy_settings.TIMEOUT if timeout is DEFAULT else check_timeout(timeout)
+    return get_backend(using), key, owner, ttl, timeout
+
+
+def _granted(backend: BaseBackend, lease: Lease, renew: bool) -> Lease:
+    lease.renew = renew
+    if renew:
+        watchdog.watch(lease)
+    signals.lease_acquired.send(sender=type(backend), lease=lease)
+    return lease
+
+
+def acquire(
+    key: str,
+    *,
+    owner: str | None = None,
+    ttl: float = DEFAULT,
+    timeout: float | None = DEFAULT,
+    renew: bool = False,
+    using: str = "default",
+) -> Lease:
+    """Take the lock on ``key`` and return its :class:`~occupy.Lease`.
+
+    ``ttl`` is how long the lease lives unless extended, ``timeout`` how long to wait
+    for another holder (``0``: do not wait, ``None``: forever); both default to the
+    ``OCCUPY`` settings. The same ``owner`` taking the key again re-enters it. With
+    ``renew=True`` a watchdog thread keeps the lease alive until it is released.
+    Raise :class:`~occupy.Occupied` (``timeout=0``) or :class:`~occupy.LockTimeout`.
+    """
+    backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
+    lease = backend.acquire(key, owner=owner, ttl=ttl, timeout=timeout)
+    return _granted(backend, lease, renew)
+
+
+async def aacquire(
+    key: str,
+    *,
+    owner: str | None = None,
+    ttl: float = DEFAULT,
+    timeout: float | None = DEFAULT,
+    renew: bool = False,
+    using: str = "default",
+) -> Lease:
+    """Async twin of :func:`acquire`; cancelling it while it waits leaves no claim."""
+    backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
+    lease = await backend.aacquire(key, owner=owner, ttl=ttl, timeout=timeout)
+    return _granted(backend, lease, renew)
+
+
+def _releasable(lease: Any) -> Lease:
+    if not isinstance(lease, Lease):
+        raise TypeError(f"release() takes a Lease, not {type(lease).__name__}.")
+    if lease.pid != os.getpid():
+        raise OccupyError(
+            f"The lease on {lease.key!r} belongs to process {lease.pid}; a forked child "
+            "must not release or renew its parent's leases.",
+            key=lease.key,
+        )
+    watchdog.unwatch(lease)
+    if lease.lost:
+        raise LeaseLost(f"The lease on {lease.key!r} was lost before release.", key=lease.key)
+    return lease
+
+
+def release(lease: Lease) -> None:
+    """Release one level of ``lease``; raise :class:`~occupy.LeaseLost` if it was no
+    longer held (it expired or was taken over: nobody else's claim is touched)."""
+    lease = _releasable(lease)
+    backend = lease._backend()
+    backend.release(lease)
+    signals.lease_released.send(sender=type(backend), lease=lease)
+
+
+async def arelease(lease: Lease) -> None:
+    """Async twin of :func:`release`."""
+    lease = _releasable(lease)
+    backend = lease._backend()
+    await backend.arelease(lease)
+    signals.lease_released.send(sender=type(backend), lease=lease)
+
+
+def holder(key: str, *, using: str = "default") -> Holder | None:
+    """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""
+    return get_backend(using).holder(check_key(key))
+
+
+async def aholder(key: str, *, using: str = "default") -> Holder | None:
+    """Async twin of :func:`holder`."""
+    return await get_backend(using).aholder(check_key(key))
+
+
+def _template_fields(template: str) -> set[str]:
+    names = set()
+    for _text, field, _spec, _conv in string.Formatter().parse(template):
+        if field is not None:
+            names.add(field.split(".", 1)[0].split("[", 1)[0])
+    return names
+
+
+class lock(AbstractContextManager, AbstractAsyncContextManager):  # noqa: N801 - used like a function
+    """Hold ``key`` for the duration of a ``with`` / ``async with`` block, or of every
+    call of a decorated function (sync or async).
+
+    Takes the arguments of :func:`acquire`. As a decorator, ``key`` may be a template
+    formatted with the call's arguments: ``@lock("config:{config_id}")``. Leaving the
+    block releases the lease and raises :class:`~occupy.LeaseLost` if it was lost
+    meanwhile (unless the block is already raising).
+    """
+
+    def __init__(
+        self,
+        key: str,
+        *,
+        owner: str | None = None,
+        ttl: float = DEFAULT,
+        timeout: float | None = DEFAULT,
+        renew: bool = False,
+        using: str = "default",
+    ) -> None:
+        if not isinstance(key, str):
+            check_key(key)
+        self.key = key
+        self.kwargs: dict[str, Any] = {
+            "owner": None if owner is None else check_owner(owner),
+            "ttl": ttl if ttl is DEFAULT else check_ttl(ttl),
+            "timeout": timeout if timeout is DEFAULT else check_timeout(timeout),
+            "renew": bool(renew),
+            "using": using,
+        }
+        self._leases: list[Lease] = []
+
+    def __enter__(self) -> Lease:
+        lease = acquire(self.key, **self.kwargs)
+        self._leases.append(lease)
+        return lease
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        lease = self._leases.pop()
+        try:
+            release(lease)
+        except LeaseLost:
+            _lost_on_exit(lease, exc)
+
+    async def __aenter__(self) -> Lease:
+        lease = await aacquire(self.key, **self.kwargs)
+        self._leases.append(lease)
+        return lease
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        lease = self._leases.pop()
+        try:
+            await arelease(lease)
+        except LeaseLost:
+            _lost_on_exit(lease, exc)
+
+    def __call__(self, func: F) -> F:
+        """Decorate ``func`` so that each call holds the (formatted) key."""
+        fields = _template_fields(self.key)
+        signature = inspect.signature(func)
+        missing = fields - set(signature.parameters)
+        if missing:
+            raise ValueError(
+                f"lock key template {self.key!r} names {sorted(missing)}, which "
+                f"{func.__qualname__}() has no parameter for."
+            )
+
+        def bound_lock(args: tuple[Any, ...], kwargs: dict[str, Any]) -> lock:
+            key = self.key
+            if fields:
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                key = self.key.format_map(bound.arguments)
+            return lock(key, **self.kwargs)
+
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                async with bound_lock(args, kwargs):
+                    return await func(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with bound_lock(args, kwargs):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+def _lost_on_exit(lease: Lease, exc: BaseException | None) -> None:
+    """Re-raise the ``LeaseLost`` being handled, unless the block is already raising."""
+    if exc is None:
+        raise  # noqa: PLE0704 - called from an except block
+    logger.warning("lease on %r was lost while the block raised %r", lease.key, exc)
+
+
+class lock_many(AbstractContextManager):  # noqa: N801 - used like a function
+    """Hold several keys at once, all or nothing.
+
+    Keys are taken in sorted order, so two callers locking the same keys in different
+    orders cannot deadlock; ``timeout`` bounds the whole wait. If one key cannot be
+    had, the ones already taken are released and the error is raised. Takes the other
+    arguments of :func:`acquire`; yields the leases in sorted key order.
+    """
+
+    def __init__(
+        self,
+        keys: Iterable[str],
+        *,
+        owner: str | None = None,
+        ttl: float = DEFAULT,
+        timeout: float | None = DEFAULT,
+        renew: bool = False,
+        using: str = "default",
+    ) -> None:
+        if isinstance(keys, str):
+            raise TypeError("lock_many() takes an iterable of keys, not one str.")
+        self.keys = sorted({check_key(key) for key in keys})
+        if not self.keys:
+            raise ValueError("lock_many() needs at least one key.")
+        self.owner = owner
+        self.ttl = ttl
+        self.timeout = timeout if timeout is DEFAULT else check_timeout(timeout)
+        self.renew = renew
+        self.using = using
+        self.leases: list[Lease] = []
+
+    def __enter__(self) -> list[Lease]:
+        timeout = occupy_settings.TIMEOUT if self.timeout is DEFAULT else self.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        owner = default_owner() if self.owner is None else self.owner
+        try:
+            for key in self.keys:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                self.leases.append(acquire(key, owner=owner, ttl=self.ttl, timeout=left,
+                                           renew=self.renew, using=self.using))
+        except BaseException:
+            self._release_all(raise_lost=False)
+            raise
+        return list(self.leases)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._release_all(raise_lost=exc is None)
+
+    def _release_all(self, *, raise_lost: bool) -> None:
+        lost: LeaseLost | None = None
+        while self.leases:
+            try:
+                release(self.leases.pop())
+            except LeaseLost as e:
+                lost = lost or e
+        if lost is not None and raise_lost:
+            raise lost

@@ -1,0 +1,271 @@
+"""The contract every occupy backend implements, and the generic work around it.
+
+A backend is built once per alias from ``OCCUPY["BACKENDS"][alias]``. It writes the
+methods in the block marked *the contract*; everything else (the waiting loop, its
+async twin, cancellation, the errors) is done here, once, for every backend.
+
+Taking a lock is an :class:`Attempt`: one caller's try at one key with one token.
+``BaseBackend.acquire`` asks the attempt to ``try_acquire()`` (the fast path), and if
+the key is held and the caller may wait, to ``enqueue()`` (join the queue, for
+first-come-first-served order), then alternates ``wait()`` (block until woken or a
+short poll passes) and ``try_acquire()`` until it is granted or the deadline passes.
+Whatever fails, ``cancel()`` removes every trace of the attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from occupy.exceptions import LockTimeout, Occupied
+from occupy.leases import Holder, Lease, new_token
+
+__all__ = ["Attempt", "BaseBackend", "Claim"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One row of ``list_locks``: a live claim on a key, without its token."""
+
+    key: str
+    owner: str
+    state: str
+    since: datetime | None
+    expires_at: datetime
+    fence: int | None
+
+
+class Attempt:
+    """One caller's try to take ``key``; built by :meth:`BaseBackend.attempt`.
+
+    Backends override :meth:`try_acquire` and :meth:`cancel`, and where they can do
+    better than polling, :meth:`enqueue` and :meth:`wait`. Calls on one attempt are
+    serialized, so a cancellation never overtakes a grant that is still in flight
+    (an async caller cancelled while its worker thread is mid-statement).
+    """
+
+    #: First and largest pause between two tries while waiting, in seconds.
+    first_delay = 0.002
+    max_delay = 0.05
+    #: Set by ``aacquire``: the attempt's calls run on pool threads between awaits, so a
+    #: backend must not park per-connection state (a LISTEN) it cannot see again.
+    asynchronous = False
+
+    def __init__(self, backend: BaseBackend, key: str, owner: str, ttl: float) -> None:
+        self.backend = backend
+        self.key = key
+        self.owner = owner
+        self.ttl = ttl
+        self.token = new_token()
+        self.mutex = threading.Lock()
+        self._tries = 0
+
+    # --- what a backend writes -------------------------------------------------
+    def try_acquire(self) -> Lease | None:
+        """Take the key now if the caller may have it; return ``None`` if not."""
+        raise NotImplementedError("subclasses of Attempt must provide a try_acquire() method")
+
+    def cancel(self) -> None:
+        """Remove every claim this attempt made (queued or granted)."""
+        raise NotImplementedError("subclasses of Attempt must provide a cancel() method")
+
+    def enqueue(self) -> None:
+        """Join the key's queue of waiters, so they are served in arrival order."""
+
+    def current_holder(self) -> tuple[Holder | None, float | None]:
+        """Return the key's holder and the seconds left on its lease, for the error."""
+        return self.backend.holder(self.key), None
+
+    def next_delay(self) -> float:
+        """Return the next pause: capped exponential backoff with jitter."""
+        delay = min(self.max_delay, self.first_delay * (2 ** min(self._tries, 16)))
+        self._tries += 1
+        return delay * random.uniform(0.5, 1.0)
+
+    def wait(self, seconds: float) -> None:
+        """Block until the key may be free or ``seconds`` pass (default: sleep)."""
+        time.sleep(seconds)
+
+    async def await_wake(self, seconds: float) -> None:
+        """Async twin of :meth:`wait` (default: ``asyncio.sleep``)."""
+        await asyncio.sleep(seconds)
+
+    # --- serialized entry points used by BaseBackend ------------------------------
+    def _locked(self, method: str) -> Any:
+        with self.mutex:
+            return getattr(self, method)()
+
+
+class BaseBackend:
+    """Base class of the lock stores. Subclasses write the contract block."""
+
+    #: Whether :meth:`sweep` has anything to do (stores that expire keys themselves: no).
+    sweeps = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        self.alias = alias
+        self.params = params
+        self.options: dict[str, Any] = dict(params.get("OPTIONS") or {})
+        self.location = params.get("LOCATION")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} alias={self.alias!r}>"
+
+    # --- the contract: each backend writes these ------------------------------------
+    def attempt(self, key: str, owner: str, ttl: float) -> Attempt:
+        """Return an :class:`Attempt` to take ``key`` for ``owner`` for ``ttl`` seconds."""
+        raise NotImplementedError("subclasses of BaseBackend must provide an attempt() method")
+
+    def release(self, lease: Lease) -> None:
+        """Undo one level of ``lease``; raise ``LeaseLost`` if it was no longer held.
+
+        A late release never touches another holder's claim.
+        """
+        raise NotImplementedError("subclasses of BaseBackend must provide a release() method")
+
+    def extend(self, lease: Lease, ttl: float) -> None:
+        """Set ``lease`` to expire ``ttl`` seconds after the store's now, and update
+        ``lease.expires_at``; raise ``LeaseLost`` if it was no longer held."""
+        raise NotImplementedError("subclasses of BaseBackend must provide an extend() method")
+
+    def holder(self, key: str) -> Holder | None:
+        """Return who holds ``key`` now, or ``None``."""
+        raise NotImplementedError("subclasses of BaseBackend must provide a holder() method")
+
+    def is_held(self, lease: Lease) -> bool:
+        """Return whether the store still grants ``lease`` (its token, unexpired)."""
+        raise NotImplementedError("subclasses of BaseBackend must provide an is_held() method")
+
+    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
+        """Delete expired claims in batches and return how many (or would be, if dry)."""
+        raise NotImplementedError("subclasses of BaseBackend must provide a sweep() method")
+
+    def claims(self) -> Iterable[Claim]:
+        """Yield the live claims, for ``list_locks``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list its claims.")
+
+    def close(self) -> None:
+        """Release connections and threads this backend holds (on settings reload)."""
+
+    # --- generic work ----------------------------------------------------------------
+    def acquire(self, key: str, *, owner: str, ttl: float, timeout: float | None) -> Lease:
+        """Take ``key``, waiting at most ``timeout`` seconds (``None``: forever)."""
+        attempt = self.attempt(key, owner, ttl)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        granted = False
+        try:
+            lease = attempt._locked("try_acquire")
+            if lease is None and timeout != 0:
+                attempt._locked("enqueue")
+                for remaining in _remaining(deadline):
+                    attempt.wait(_pause(attempt, remaining))
+                    lease = attempt._locked("try_acquire")
+                    if lease is not None:
+                        break
+            if lease is None:
+                raise self._occupied(attempt, waited=timeout)
+            granted = True
+            return lease
+        finally:
+            if not granted:
+                attempt._locked("cancel")
+
+    async def aacquire(
+        self, key: str, *, owner: str, ttl: float, timeout: float | None
+    ) -> Lease:
+        """Async twin of :meth:`acquire`; cancelling it leaves no claim behind."""
+        attempt = self.attempt(key, owner, ttl)
+        attempt.asynchronous = True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        granted = False
+        run = _in_thread(attempt)
+        try:
+            lease = await run("try_acquire")
+            if lease is None and timeout != 0:
+                await run("enqueue")
+                for remaining in _remaining(deadline):
+                    await attempt.await_wake(_pause(attempt, remaining))
+                    lease = await run("try_acquire")
+                    if lease is not None:
+                        break
+            if lease is None:
+                raise await sync_to_async(self._occupied, thread_sensitive=False)(
+                    attempt, waited=timeout
+                )
+            granted = True
+            return lease
+        finally:
+            if not granted:
+                # Shielded: a cancelled caller must still remove its claim; the mutex
+                # makes this wait for a try that is still running in its thread.
+                await asyncio.shield(run("cancel"))
+
+    def _occupied(self, attempt: Attempt, *, waited: float | None) -> Occupied:
+        holder, remaining = attempt.current_holder()
+        retry_after = None if remaining is None else max(1, math.ceil(remaining))
+        who = f" by {holder.owner!r}" if holder else ""
+        if waited:
+            return LockTimeout(
+                f"{attempt.key!r} is still held{who} after waiting {waited:g} s; "
+                "someone else is working on it, try again later.",
+                key=attempt.key,
+                holder=holder,
+                retry_after=retry_after,
+            )
+        return Occupied(
+            f"{attempt.key!r} is held{who}; someone else is working on it, try again later.",
+            key=attempt.key,
+            holder=holder,
+            retry_after=retry_after,
+        )
+
+    async def arelease(self, lease: Lease) -> None:
+        """Async twin of :meth:`release`."""
+        await sync_to_async(self.release, thread_sensitive=False)(lease)
+
+    async def aextend(self, lease: Lease, ttl: float) -> None:
+        """Async twin of :meth:`extend`."""
+        await sync_to_async(self.extend, thread_sensitive=False)(lease, ttl)
+
+    async def aholder(self, key: str) -> Holder | None:
+        """Async twin of :meth:`holder`."""
+        return await sync_to_async(self.holder, thread_sensitive=False)(key)
+
+    async def ais_held(self, lease: Lease) -> bool:
+        """Async twin of :meth:`is_held`."""
+        return await sync_to_async(self.is_held, thread_sensitive=False)(lease)
+
+    async def asweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
+        """Async twin of :meth:`sweep`."""
+        return await sync_to_async(self.sweep, thread_sensitive=False)(
+            batch_size=batch_size, dry_run=dry_run
+        )
+
+
+def _remaining(deadline: float | None) -> Iterator[float]:
+    """Yield the seconds left before ``deadline`` (forever when ``None``) until it passes."""
+    while True:
+        remaining = math.inf if deadline is None else deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        yield remaining
+
+
+def _pause(attempt: Attempt, remaining: float) -> float:
+    return min(attempt.next_delay(), remaining)
+
+
+def _in_thread(attempt: Attempt) -> Any:
+    def call(method: str) -> Any:
+        return sync_to_async(attempt._locked, thread_sensitive=False)(method)
+
+    return call

@@ -1,0 +1,251 @@
+"""The SQL of the database backend, per vendor.
+
+Hot paths are single hand-written statements, because the ORM would need several
+round trips for what one ``INSERT … SELECT … WHERE NOT EXISTS`` does atomically. Every
+time is the database's own clock; nothing here compares app-server clocks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = ["Dialect", "dialect_for"]
+
+TABLE = "occupy_occupation"
+# "key" is reserved in MySQL; {q} is the vendor's identifier quote.
+COLUMNS = (
+    "{q}key{q}, digest, slot, content_type_id, object_id, owner, token, state, fence, depth, "
+    "expires_at, created_at"
+)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between vendors, and the statements built from it."""
+
+    vendor: str
+    #: The store's now.
+    now: str
+    #: The store's now plus ``%s`` (see :meth:`seconds`).
+    later: str
+    #: The store's clock in microseconds since the epoch: the floor of every fence.
+    clock_us: str
+    greatest: str = "GREATEST"
+    insert_ignore: str = "INSERT INTO"
+    on_conflict: str = "ON CONFLICT DO NOTHING"
+    from_dual: str = ""
+    #: Whether ``UPDATE … RETURNING`` exists (MariaDB has it for INSERT and DELETE only).
+    update_returning: bool = True
+    quote: str = '"'
+
+    @property
+    def columns(self) -> str:
+        """Return the insert column list, quoted for the vendor."""
+        return COLUMNS.format(q=self.quote)
+
+    def seconds(self, seconds: float) -> Any:
+        """Return the parameter that :attr:`later` takes for ``seconds``."""
+        if self.vendor == "mysql":
+            return round(seconds * 1_000_000)
+        if self.vendor == "sqlite":
+            return f"+{seconds:.6f} seconds"
+        return seconds
+
+    def to_datetime(self, value: Any) -> datetime:
+        """Return a column or expression value of the store's time as an aware UTC datetime."""
+        if isinstance(value, str):  # SQLite keeps naive UTC text
+            value = datetime.fromisoformat(value)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+    def fence_expr(self) -> str:
+        """Return SQL for the next fence of the key whose digest is the parameter.
+
+        The store's clock in microseconds is the floor, so a fence survives restarts,
+        sweeps and releases (the key's rows are gone, the clock has moved on); one
+        more than the highest fence still recorded for the key covers a clock that
+        stepped back while rows exist.
+        """
+        return (
+            f"{self.greatest}({self.clock_us}, COALESCE((SELECT MAX(f.fence) FROM {TABLE} f "
+            f"WHERE f.digest = %s), 0) + 1)"
+        )
+
+    # --- statements -------------------------------------------------------------
+    def grant_if_free(self) -> str:
+        """Insert a granted claim if the key has no live claim at all (the fast path).
+
+        Parameters: key, digest, digest (the slot), content_type_id, object_id, owner,
+        token, digest, seconds, digest. The claim is born pending and promoted in the same statement
+        (the NOT EXISTS sees no live pending claim and no live using claim); the unique
+        ``slot`` refuses it if a concurrent grant or an expired holder holds the slot.
+        """
+        return (
+            f"{self.insert_ignore} {TABLE} ({self.columns}) "
+            f"SELECT %s, %s, %s, %s, %s, %s, %s, 'using', {self.fence_expr()}, 1, "
+            f"{self.later}, {self.now} {self.from_dual} "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {TABLE} o WHERE o.digest = %s "
+            f"AND o.expires_at > {self.now}) {self.on_conflict} RETURNING fence, expires_at"
+        )
+
+    def enqueue(self) -> str:
+        """Insert a pending claim (the ticket); parameters: key, digest, content_type_id,
+        object_id, owner, token, seconds."""
+        return (
+            f"INSERT INTO {TABLE} ({self.columns}) VALUES (%s, %s, NULL, %s, %s, %s, %s, "
+            f"'pending', NULL, 1, {self.later}, {self.now}) RETURNING id"
+        )
+
+    def promote(self) -> str:
+        """Promote pending claim ``id`` to using if it is the oldest live claim and no
+        live claim is using the key. Parameters: digest, digest, seconds, id, digest, id.
+
+        The seed checks pending claims before the using claim because they are two
+        reads; here both are one NOT EXISTS in the same statement as the write, and
+        ties go to the lowest id (first come, first served) instead of random sleeps.
+        """
+        return (
+            f"UPDATE {TABLE} SET state = 'using', slot = %s, fence = {self.fence_expr()}, "
+            f"expires_at = {self.later} WHERE id = %s AND state = 'pending' "
+            f"AND expires_at > {self.now} AND NOT EXISTS (SELECT 1 FROM {TABLE} o "
+            f"WHERE o.digest = %s AND o.expires_at > {self.now} "
+            f"AND (o.state = 'using' OR o.id < %s))"
+        )
+
+    def heartbeat(self) -> str:
+        """Keep pending claim ``id`` alive while its owner waits; parameters: seconds, id."""
+        return (
+            f"UPDATE {TABLE} SET expires_at = {self.later} WHERE id = %s "
+            f"AND state = 'pending' AND expires_at > {self.now}"
+        )
+
+    def reenter(self) -> str:
+        """Add one level to the live using claim of owner; parameters: seconds, digest,
+        owner."""
+        return (
+            f"UPDATE {TABLE} SET depth = depth + 1, "
+            f"expires_at = {self.greatest}(expires_at, {self.later}) "
+            f"WHERE slot = %s AND owner = %s AND expires_at > {self.now}"
+        )
+
+    def claims_of_key(self) -> str:
+        """All claims on a digest with the store's now: id, owner, token, state, fence,
+        depth, expires_at, now."""
+        return (
+            f"SELECT id, owner, token, state, fence, depth, expires_at, {self.now} "
+            f"FROM {TABLE} WHERE digest = %s ORDER BY id"
+        )
+
+    def purge_expired_of_key(self) -> str:
+        """Delete the expired claims of a digest."""
+        return f"DELETE FROM {TABLE} WHERE digest = %s AND expires_at <= {self.now}"
+
+    def granted(self) -> str:
+        """Fence, expiry and depth of the live using claim with a token; digest, token."""
+        return (
+            f"SELECT fence, expires_at, depth FROM {TABLE} WHERE slot = %s AND token = %s "
+            f"AND expires_at > {self.now}"
+        )
+
+    def release(self) -> str:
+        """Delete the live last level of a lease; digest, token."""
+        return (
+            f"DELETE FROM {TABLE} WHERE slot = %s AND token = %s AND depth = 1 "
+            f"AND expires_at > {self.now}"
+        )
+
+    def unwind(self) -> str:
+        """Remove one of several levels of a live lease; digest, token."""
+        return (
+            f"UPDATE {TABLE} SET depth = depth - 1 WHERE slot = %s AND token = %s "
+            f"AND depth > 1 AND expires_at > {self.now}"
+        )
+
+    def forget(self) -> str:
+        """Delete whatever claim a token still has on a digest (cancel, late release)."""
+        return f"DELETE FROM {TABLE} WHERE digest = %s AND token = %s"
+
+    def extend(self) -> str:
+        """Set a live lease to expire later; seconds, digest, token."""
+        return (
+            f"UPDATE {TABLE} SET expires_at = {self.later} WHERE slot = %s AND token = %s "
+            f"AND expires_at > {self.now}"
+        )
+
+    def holder(self) -> str:
+        """Owner, expiry, fence and now of a digest's live using claim."""
+        return (
+            f"SELECT owner, expires_at, fence, {self.now} FROM {TABLE} "
+            f"WHERE slot = %s AND expires_at > {self.now}"
+        )
+
+    def count_expired(self) -> str:
+        """Count every expired claim."""
+        return f"SELECT COUNT(*) FROM {TABLE} WHERE expires_at <= {self.now}"
+
+    def sweep_batch(self) -> str:
+        """Delete up to ``%s`` expired claims without loading them.
+
+        The outer condition is checked again on each row, so a claim renewed while the
+        batch runs is kept.
+        """
+        if self.vendor == "mysql":
+            return (
+                f"DELETE FROM {TABLE} WHERE expires_at <= {self.now} "
+                f"ORDER BY expires_at LIMIT %s"
+            )
+        return (
+            f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} "
+            f"WHERE expires_at <= {self.now} LIMIT %s) AND expires_at <= {self.now}"
+        )
+
+
+def _sqlite_clock_us() -> int:
+    return time.time_ns() // 1000
+
+
+SQLITE_FUNCTIONS = {"occupy_clock_us": _sqlite_clock_us}
+
+_DIALECTS = {
+    "postgresql": Dialect(
+        vendor="postgresql",
+        now="statement_timestamp()",
+        later="(statement_timestamp() + %s * interval '1 second')",
+        clock_us="(extract(epoch from clock_timestamp()) * 1000000)::bigint",
+    ),
+    "mysql": Dialect(
+        vendor="mysql",
+        now="UTC_TIMESTAMP(6)",
+        later="(UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND)",
+        clock_us="TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))",
+        insert_ignore="INSERT IGNORE INTO",
+        on_conflict="",
+        from_dual="FROM DUAL",
+        quote="`",
+        update_returning=False,
+    ),
+    "sqlite": Dialect(
+        vendor="sqlite",
+        now="strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')",
+        later="strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)",
+        # Called inside the statement, under SQLite's write lock, so two grants of a
+        # key read it in the order they are granted.
+        clock_us="occupy_clock_us()",
+        greatest="MAX",
+    ),
+}
+
+
+def dialect_for(vendor: str) -> Dialect:
+    """Return the dialect for a Django ``connection.vendor``."""
+    try:
+        return _DIALECTS[vendor]
+    except KeyError:
+        raise NotImplementedError(
+            f"occupy's DatabaseBackend supports PostgreSQL, MySQL/MariaDB and SQLite, "
+            f"not {vendor!r}."
+        ) from None

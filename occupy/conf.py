@@ -1,0 +1,114 @@
+"""The one place that reads the ``OCCUPY`` setting.
+
+Like DRF's ``api_settings``: a namespaced dict with defaults, read lazily, cached, and
+reloaded when a test changes it with ``override_settings``.
+
+    OCCUPY = {
+        "BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend"}},
+        "TTL": 60,          # seconds a lease lives unless extended
+        "TIMEOUT": 10,      # seconds to wait for a held key (0: do not wait, None: forever)
+    }
+
+No ``OCCUPY`` at all means the database backend on the ``default`` database.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from occupy.exceptions import InvalidBackendError
+
+__all__ = ["DEFAULTS", "occupy_settings"]
+
+DEFAULT_BACKEND = "occupy.backends.db.DatabaseBackend"
+
+DEFAULTS: dict[str, Any] = {
+    "BACKENDS": {"default": {"BACKEND": DEFAULT_BACKEND}},
+    "TTL": 60,
+    "TIMEOUT": 10,
+}
+
+
+class OccupySettings:
+    """Validated, cached view of ``settings.OCCUPY`` merged over :data:`DEFAULTS`."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {}
+        self._reload_hooks: list[Callable[[], None]] = []
+
+    def on_reload(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` whenever the settings are reloaded (to drop built backends)."""
+        self._reload_hooks.append(hook)
+
+    def reload(self) -> None:
+        """Forget what was read; the next access reads ``settings.OCCUPY`` again."""
+        self._cache.clear()
+        for hook in self._reload_hooks:
+            hook()
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        """Return ``settings.OCCUPY`` as the project wrote it (``{}`` when absent)."""
+        value = getattr(django_settings, "OCCUPY", None) or {}
+        if not isinstance(value, dict):
+            raise InvalidBackendError(
+                f"settings.OCCUPY must be a dict, not {type(value).__name__}."
+            )
+        unknown = set(value) - set(DEFAULTS)
+        if unknown:
+            raise InvalidBackendError(
+                f"settings.OCCUPY has unknown keys {sorted(unknown)}; "
+                f"known keys are {sorted(DEFAULTS)}."
+            )
+        return value
+
+    def _get(self, name: str) -> Any:
+        if name not in self._cache:
+            self._cache[name] = self.user_settings.get(name, DEFAULTS[name])
+        return self._cache[name]
+
+    @property
+    def BACKENDS(self) -> dict[str, dict[str, Any]]:  # noqa: N802 - a setting's name
+        """Return the backend configurations by alias."""
+        backends = self._get("BACKENDS")
+        if not isinstance(backends, dict) or "default" not in backends:
+            raise InvalidBackendError(
+                "settings.OCCUPY['BACKENDS'] must be a dict with a 'default' alias."
+            )
+        return backends
+
+    @property
+    def TTL(self) -> float:  # noqa: N802
+        """Return the default lease lifetime in seconds."""
+        return _positive_seconds("OCCUPY['TTL']", self._get("TTL"))
+
+    @property
+    def TIMEOUT(self) -> float | None:  # noqa: N802
+        """Return the default wait in seconds (``None``: wait forever)."""
+        value = self._get("TIMEOUT")
+        if value is None:
+            return None
+        return _positive_seconds("OCCUPY['TIMEOUT']", value, allow_zero=True)
+
+
+def _positive_seconds(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidBackendError(f"settings.{name} must be a finite number, not {value!r}.")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidBackendError(f"settings.{name} must be positive, not {value!r}.")
+    return float(value)
+
+
+occupy_settings = OccupySettings()
+
+
+@receiver(setting_changed)
+def _reload_on_change(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("OCCUPY", "DATABASES", "CACHES"):
+        occupy_settings.reload()

@@ -1,0 +1,95 @@
+"""The one error hierarchy of occupy, rooted at :class:`OccupyError`.
+
+Every error carries the lock ``key`` it is about (``None`` where it has none) and a
+message that names it, so a log line alone tells what was contended.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+if TYPE_CHECKING:
+    from occupy.leases import Holder
+
+__all__ = [
+    "ConflictError",
+    "FencedOut",
+    "InvalidBackendError",
+    "LeaseLost",
+    "LockTimeout",
+    "Occupied",
+    "OccupyError",
+    "VersionConflict",
+]
+
+
+class OccupyError(Exception):
+    """Base class of every error raised by occupy."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class Occupied(OccupyError):
+    """The key is held by another owner and the caller did not wait for it.
+
+    ``holder`` is the current :class:`~occupy.leases.Holder` (never its token) when it
+    is known, and ``retry_after`` the seconds until its lease expires, rounded up.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str,
+        holder: Holder | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        super().__init__(message, key=key)
+        self.holder = holder
+        self.retry_after = retry_after
+
+
+class LockTimeout(Occupied):
+    """The key stayed held by another owner for the whole ``timeout``."""
+
+
+class LeaseLost(OccupyError):
+    """A lease is no longer held: it expired, was swept, or was taken over."""
+
+
+class ConflictError(OccupyError):
+    """A guarded write was refused; nothing was written.
+
+    ``model`` is the model class, ``pk`` the primary key and ``fields`` the names of
+    the fields the write tried to change.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: type[Any] | None = None,
+        pk: Any = None,
+        fields: tuple[str, ...] = (),
+        key: str | None = None,
+    ) -> None:
+        super().__init__(message, key=key)
+        self.model = model
+        self.pk = pk
+        self.fields = tuple(fields)
+
+
+class VersionConflict(ConflictError):
+    """The row changed since it was loaded (its version moved on)."""
+
+
+class FencedOut(ConflictError):
+    """The row was written under a newer fence than the writer's lease."""
+
+
+class InvalidBackendError(OccupyError, ImproperlyConfigured):
+    """``OCCUPY["BACKENDS"]`` names an alias or class that does not exist or is wrong."""

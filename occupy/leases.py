@@ -1,0 +1,124 @@
+"""What an acquisition hands back: the :class:`Lease`, and the public :class:`Holder`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, NamedTuple
+
+from occupy import signals
+from occupy.exceptions import LeaseLost
+
+if TYPE_CHECKING:
+    from occupy.backends.base import BaseBackend
+
+__all__ = ["Holder", "Lease", "default_owner", "new_token"]
+
+_HOSTNAME = socket.gethostname()
+
+
+def default_owner() -> str:
+    """Return ``host:pid:thread``, with ``:task`` added inside an asyncio task.
+
+    Ownership is never kept in a thread-local: two asyncio tasks on one thread are two
+    owners, so they exclude each other instead of re-entering each other's lock.
+    """
+    owner = f"{_HOSTNAME}:{os.getpid()}:{threading.get_ident()}"
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running event loop in this thread
+        task = None
+    if task is not None:
+        owner = f"{owner}:{id(task):x}"
+    return owner
+
+
+def new_token() -> str:
+    """Return an unguessable token for one acquisition (128 bits, hex)."""
+    return secrets.token_hex(16)
+
+
+class Holder(NamedTuple):
+    """Who holds a key, as anyone may see it: never the token."""
+
+    owner: str
+    expires_at: datetime
+    fence: int
+
+
+@dataclass(eq=False)
+class Lease:
+    """A granted lock on ``key``.
+
+    ``fence`` strictly increases with every grant of the key; pass it to storage that
+    compares it (``save(lease=…)``) so a holder whose lease was lost cannot write.
+    ``expires_at`` comes from the lock store's clock.
+    """
+
+    key: str
+    owner: str
+    token: str = field(repr=False)
+    fence: int
+    expires_at: datetime
+    ttl: float
+    using: str = "default"
+    renew: bool = False
+    depth: int = 1
+    lost: bool = field(default=False, compare=False)
+    #: The process that took the lease: a forked child must not renew or release it.
+    pid: int = field(default_factory=os.getpid, repr=False, compare=False)
+    backend: BaseBackend | None = field(default=None, repr=False, compare=False)
+
+    def _backend(self) -> BaseBackend:
+        if self.backend is None:
+            from occupy.backends import get_backend
+
+            self.backend = get_backend(self.using)
+        return self.backend
+
+    def mark_lost(self, reason: str) -> LeaseLost:
+        """Mark the lease lost, send ``lease_lost`` once, and return the error to raise."""
+        if not self.lost:
+            self.lost = True
+            signals.lease_lost.send(sender=type(self._backend()), lease=self, reason=reason)
+        return LeaseLost(f"The lease on {self.key!r} was lost: {reason}.", key=self.key)
+
+    def extend(self, ttl: float | None = None) -> None:
+        """Push the expiry ``ttl`` seconds (default: the lease's ttl) past the store's now.
+
+        Raise :class:`~occupy.LeaseLost` if the lease is no longer held.
+        """
+        from occupy.validation import check_ttl
+
+        ttl = self.ttl if ttl is None else check_ttl(ttl)
+        if self.lost:
+            raise LeaseLost(f"The lease on {self.key!r} was lost.", key=self.key)
+        self._backend().extend(self, ttl)
+
+    def ensure_held(self) -> None:
+        """Raise :class:`~occupy.LeaseLost` unless the store still grants this lease."""
+        if self.lost:
+            raise LeaseLost(f"The lease on {self.key!r} was lost.", key=self.key)
+        if not self._backend().is_held(self):
+            raise self.mark_lost("it expired or was taken over")
+
+    async def aextend(self, ttl: float | None = None) -> None:
+        """Async twin of :meth:`extend`."""
+        from occupy.validation import check_ttl
+
+        ttl = self.ttl if ttl is None else check_ttl(ttl)
+        if self.lost:
+            raise LeaseLost(f"The lease on {self.key!r} was lost.", key=self.key)
+        await self._backend().aextend(self, ttl)
+
+    async def aensure_held(self) -> None:
+        """Async twin of :meth:`ensure_held`."""
+        if self.lost:
+            raise LeaseLost(f"The lease on {self.key!r} was lost.", key=self.key)
+        if not await self._backend().ais_held(self):
+            raise self.mark_lost("it expired or was taken over")

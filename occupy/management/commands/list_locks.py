@@ -1,0 +1,47 @@
+"""``manage.py list_locks``: show who holds and who waits for which key (never tokens)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from occupy.backends import get_backend
+from occupy.conf import occupy_settings
+from occupy.exceptions import OccupyError
+
+COLUMNS = ("backend", "key", "owner", "state", "since", "expires", "fence")
+
+
+class Command(BaseCommand):
+    help = "List live lock claims: key, owner, state, since, expires, fence."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--using", action="append", metavar="ALIAS",
+                            help="List only this backend alias (repeatable). Default: all.")
+
+    def handle(self, *args: Any, using: list[str] | None, **options: Any) -> None:
+        try:
+            backends = [get_backend(alias) for alias in using or occupy_settings.BACKENDS]
+        except OccupyError as e:
+            raise CommandError(str(e)) from e
+        rows = []
+        for backend in backends:
+            try:
+                claims = list(backend.claims())
+            except NotImplementedError as e:
+                self.stderr.write(f"{backend.alias}: {e}")
+                continue
+            rows += [
+                (backend.alias, c.key, c.owner, c.state,
+                 c.since.isoformat(timespec="seconds") if c.since else "-",
+                 c.expires_at.isoformat(timespec="seconds"),
+                 "-" if c.fence is None else str(c.fence))
+                for c in claims
+            ]
+        if not rows:
+            self.stdout.write("No live claims.")
+            return
+        widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
+        for row in [COLUMNS, *rows]:
+            self.stdout.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())

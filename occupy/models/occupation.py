@@ -1,0 +1,69 @@
+"""The ``Occupation`` model: one row per claim on a key (the seeds' ``BookOccupy``)."""
+
+from __future__ import annotations
+
+import django
+from django.contrib.contenttypes.fields import GenericForeignKey
+from django.contrib.contenttypes.models import ContentType
+from django.db import models
+from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
+
+__all__ = ["Occupation", "check_constraint"]
+
+
+def check_constraint(condition: Q, name: str) -> models.CheckConstraint:
+    """Return a ``CheckConstraint`` on Django 4.2 (``check=``) and 5.1+ (``condition=``)."""
+    if django.VERSION >= (5, 1):
+        return models.CheckConstraint(condition=condition, name=name)
+    return models.CheckConstraint(check=condition, name=name)  # pragma: no cover
+
+
+class Occupation(models.Model):
+    """A claim on a lock key, ``pending`` while its owner queues, ``using`` once granted.
+
+    ``slot`` holds the key's digest for the one granted claim and is NULL for queued
+    ones; its unique index is how the database itself guarantees at most one ``using``
+    claim per key, whatever the protocol above it does. ``digest`` (SHA-256 of the key)
+    is what rows are looked up by, so keys compare byte for byte on every database
+    (MySQL's default collations would fold case and trailing spaces). An expired claim
+    (``expires_at`` in the past by the database's clock) counts as absent everywhere.
+    """
+
+    class State(models.TextChoices):
+        PENDING = "pending", _("pending")
+        USING = "using", _("using")
+
+    id = models.BigAutoField(primary_key=True)
+    key = models.CharField(_("key"), max_length=255)
+    digest = models.CharField(max_length=64, db_index=True, editable=False)
+    slot = models.CharField(max_length=64, null=True, unique=True, editable=False)
+    content_type = models.ForeignKey(
+        ContentType, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    object_id = models.CharField(_("object id"), max_length=255, null=True, blank=True)
+    content_object = GenericForeignKey("content_type", "object_id")
+    owner = models.CharField(_("owner"), max_length=255)
+    token = models.CharField(max_length=64, editable=False)
+    state = models.CharField(_("state"), max_length=8, choices=State.choices)
+    fence = models.BigIntegerField(_("fence"), null=True, blank=True)
+    depth = models.PositiveIntegerField(_("depth"), default=1)
+    expires_at = models.DateTimeField(_("expires at"), db_index=True)
+    created_at = models.DateTimeField(_("created at"))
+
+    class Meta:
+        db_table = "occupy_occupation"
+        verbose_name = _("occupation")
+        verbose_name_plural = _("occupations")
+        ordering = ["key", "id"]
+        permissions = [("force_release_occupation", "Can force-release an occupation")]
+        constraints = [
+            check_constraint(
+                Q(state="using", slot=F("digest"), fence__isnull=False)
+                | Q(state="pending", slot__isnull=True),
+                name="occupy_using_holds_the_slot",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.state} by {self.owner})"

@@ -1,0 +1,75 @@
+"""Argument checks shared by every entry point, run before anything is written.
+
+Each raises ``TypeError`` for a wrong type and ``ValueError`` for a wrong value, with a
+message that names the argument and the value.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["MAX_KEY_LENGTH", "MAX_TTL", "check_key", "check_owner", "check_timeout", "check_ttl"]
+
+#: Longest key, in characters; every backend stores keys of this length.
+MAX_KEY_LENGTH = 255
+#: Longest lease, in seconds (ten years): a longer one is a unit mistake.
+MAX_TTL = 10 * 365 * 24 * 3600
+
+
+def check_key(key: Any, *, name: str = "key") -> str:
+    """Return ``key`` if it is a usable lock key, else raise naming the problem."""
+    if not isinstance(key, str):
+        raise TypeError(f"{name} must be a str, not {type(key).__name__} ({key!r}).")
+    if not key:
+        raise ValueError(f"{name} must not be empty.")
+    if len(key) > MAX_KEY_LENGTH:
+        raise ValueError(
+            f"{name} is {len(key)} characters long; at most {MAX_KEY_LENGTH} are allowed "
+            f"({key[:40]!r}…)."
+        )
+    if "\x00" in key:
+        raise ValueError(f"{name} must not contain NUL characters ({key!r}).")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{name} is not valid Unicode text ({key!r}): {e.reason}.") from e
+    return key
+
+
+def check_owner(owner: Any) -> str:
+    """Return ``owner`` if it is a usable owner name, else raise naming the problem."""
+    return check_key(owner, name="owner")
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__} "
+                        f"({value!r}).")
+    if math.isnan(value):
+        raise ValueError(f"{name} must be a number of seconds, not NaN.")
+    return float(value)
+
+
+def check_ttl(ttl: Any) -> float:
+    """Return ``ttl`` as seconds if it is positive and finite, else raise."""
+    seconds = _number("ttl", ttl)
+    if not math.isfinite(seconds):
+        raise ValueError(f"ttl must be finite, not {ttl!r}; use renew=True for long work.")
+    if seconds <= 0:
+        raise ValueError(f"ttl must be positive, not {ttl!r}.")
+    if seconds > MAX_TTL:
+        raise ValueError(f"ttl must be at most {MAX_TTL} seconds (ten years), not {ttl!r}.")
+    return seconds
+
+
+def check_timeout(timeout: Any) -> float | None:
+    """Return ``timeout`` as seconds (``None`` or infinity: wait forever), else raise."""
+    if timeout is None:
+        return None
+    seconds = _number("timeout", timeout)
+    if seconds < 0:
+        raise ValueError(f"timeout must be 0 or more (or None to wait forever), not {timeout!r}.")
+    if math.isinf(seconds):
+        return None
+    return seconds
