@@ -154,7 +154,7 @@ def _template_fields(template: str) -> set[str]:
     return names
 
 
-class lock(AbstractContextManager, AbstractAsyncContextManager):  # noqa: N801 - used like a function
+class lock(AbstractContextManager, AbstractAsyncContextManager):
     """Hold ``key`` for the duration of a ``with`` / ``async with`` block, or of every
     call of a decorated function (sync or async).
 
@@ -259,11 +259,11 @@ class lock(AbstractContextManager, AbstractAsyncContextManager):  # noqa: N801 -
 def _lost_on_exit(lease: Lease, exc: BaseException | None) -> None:
     """Re-raise the ``LeaseLost`` being handled, unless the block is already raising."""
     if exc is None:
-        raise  # noqa: PLE0704 - called from an except block
+        raise
     logger.warning("lease on %r was lost while the block raised %r", lease.key, exc)
 
 
-class lock_many(AbstractContextManager):  # noqa: N801 - used like a function
+class lock_many(AbstractContextManager):
     """Hold several keys at once, all or nothing.
 
     Keys are taken in sorted order, so two callers locking the same keys in different

@@ -74,7 +74,7 @@ class OccupySettings:
         return self._cache[name]
 
     @property
-    def BACKENDS(self) -> dict[str, dict[str, Any]]:  # noqa: N802 - a setting's name
+    def BACKENDS(self) -> dict[str, dict[str, Any]]:
         """Return the backend configurations by alias."""
         backends = self._get("BACKENDS")
         if not isinstance(backends, dict) or "default" not in backends:
@@ -84,12 +84,12 @@ class OccupySettings:
         return backends
 
     @property
-    def TTL(self) -> float:  # noqa: N802
+    def TTL(self) -> float:
         """Return the default lease lifetime in seconds."""
         return _positive_seconds("OCCUPY['TTL']", self._get("TTL"))
 
     @property
-    def TIMEOUT(self) -> float | None:  # noqa: N802
+    def TIMEOUT(self) -> float | None:
         """Return the default wait in seconds (``None``: wait forever)."""
         value = self._get("TIMEOUT")
         if value is None:

@@ -2,6 +2,8 @@
 
 - ``OCCUPY_TEST_DB``: the ``default`` database: ``sqlite`` (the default), ``postgresql``
   or ``mysql``.
+- ``OCCUPY_TEST_SUFFIX``: appended to the test database names, so that two checkouts
+  can run their suites against the same servers at once.
 - ``OCCUPY_REQUIRE_SERVERS=1``: fail at start-up when PostgreSQL, MariaDB or Redis is
   not reachable (CI and ``make test-all``) instead of skipping the tests that need them.
 
@@ -22,6 +24,7 @@ from django.core.exceptions import ImproperlyConfigured
 HOST = os.environ.get("OCCUPY_TEST_HOST", "127.0.0.1")
 REQUIRE_SERVERS = os.environ.get("OCCUPY_REQUIRE_SERVERS") == "1"
 DEFAULT_DB = os.environ.get("OCCUPY_TEST_DB", "sqlite")
+SUFFIX = os.environ.get("OCCUPY_TEST_SUFFIX", "")
 
 
 def _reachable(port: int) -> bool:
@@ -61,7 +64,7 @@ DATABASE_CONFIGS = {
     "sqlite": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": str(_TMP / f"occupy-{os.getuid()}.sqlite3"),
-        "TEST": {"NAME": str(_TMP / f"occupy-test-{os.getuid()}.sqlite3")},
+        "TEST": {"NAME": str(_TMP / f"occupy-test-{os.getuid()}{SUFFIX}.sqlite3")},
         "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
     },
     "postgresql": {
@@ -70,6 +73,7 @@ DATABASE_CONFIGS = {
         "USER": os.environ.get("OCCUPY_PG_USER", "postgres"),
         "HOST": HOST,
         "PORT": 5432,
+        "TEST": {"NAME": f"test_occupy{SUFFIX}"},
     },
     "mysql": {
         "ENGINE": "django.db.backends.mysql",
@@ -79,7 +83,8 @@ DATABASE_CONFIGS = {
         "HOST": HOST,
         "PORT": 3306,
         "OPTIONS": {"charset": "utf8mb4"},
-        "TEST": {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
+        "TEST": {"NAME": f"test_occupy{SUFFIX}", "CHARSET": "utf8mb4",
+                 "COLLATION": "utf8mb4_unicode_ci"},
     },
 }
 if DEFAULT_DB not in DATABASE_CONFIGS:

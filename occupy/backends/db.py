@@ -27,6 +27,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -36,7 +37,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from occupy.backends.base import Attempt, BaseBackend, Claim
 from occupy.backends.sql import SQLITE_FUNCTIONS, TABLE, Dialect, dialect_for
-from occupy.exceptions import InvalidBackendError, LeaseLost, OccupyError
+from occupy.exceptions import InvalidBackendError, OccupyError
 from occupy.leases import Holder, Lease
 
 __all__ = ["DatabaseBackend"]
@@ -65,13 +66,14 @@ class DatabaseBackend(BaseBackend):
         self.pending_ttl = float(self.options.get("PENDING_TTL", 10))
         self._local = threading.local()
         self._dialect: Dialect | None = None
+        self._opened: weakref.WeakSet[BaseDatabaseWrapper] = weakref.WeakSet()
 
     # --- connection ------------------------------------------------------------------
     def connection(self) -> BaseDatabaseWrapper:
         """Return this thread's own autocommit connection to the database."""
         local = self._local
         conn = getattr(local, "conn", None)
-        if conn is not None and local.pid != os.getpid():
+        if conn is not None and conn._occupy_pid != os.getpid():
             _inherited.append(conn)
             conn = None
         if conn is None:
@@ -81,7 +83,9 @@ class DatabaseBackend(BaseBackend):
                     f"is not in settings.DATABASES ({sorted(connections.settings)})."
                 )
             conn = connections.create_connection(self.database)
-            local.conn, local.pid = conn, os.getpid()
+            conn._occupy_pid = os.getpid()
+            local.conn = conn
+            self._opened.add(conn)
         if conn.connection is None:
             conn.ensure_connection()
             if conn.vendor == "sqlite":
@@ -128,10 +132,14 @@ class DatabaseBackend(BaseBackend):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
-        """Close this thread's connection."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None and self._local.pid == os.getpid():
-            conn.close()
+        """Close the connections this backend opened in this process, in every thread."""
+        pid = os.getpid()
+        for conn in list(self._opened):
+            if conn.connection is not None and conn._occupy_pid == pid:
+                # The raw close: Django's own refuses a connection of another thread.
+                conn.connection.close()
+                conn.connection = None
+        self._opened = weakref.WeakSet()
         self._local = threading.local()
 
     # --- the contract -------------------------------------------------------------

@@ -37,11 +37,16 @@ class Occupation(models.Model):
     id = models.BigAutoField(primary_key=True)
     key = models.CharField(_("key"), max_length=255)
     digest = models.CharField(max_length=64, db_index=True, editable=False)
-    slot = models.CharField(max_length=64, null=True, unique=True, editable=False)
+    # NULL, not "", for queued claims: unique indexes allow many NULLs on every vendor.
+    slot = models.CharField(  # noqa: DJ001
+        max_length=64, null=True, unique=True, editable=False
+    )
     content_type = models.ForeignKey(
         ContentType, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
-    object_id = models.CharField(_("object id"), max_length=255, null=True, blank=True)
+    object_id = models.CharField(  # noqa: DJ001 - NULL with content_type, as Django's own
+        _("object id"), max_length=255, null=True, blank=True
+    )
     content_object = GenericForeignKey("content_type", "object_id")
     owner = models.CharField(_("owner"), max_length=255)
     token = models.CharField(max_length=64, editable=False)

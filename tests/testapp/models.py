@@ -8,3 +8,6 @@ class Counter(models.Model):
 
     name = models.CharField(max_length=50, unique=True)
     value = models.IntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value}"

@@ -44,4 +44,5 @@ class Command(BaseCommand):
             return
         widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
         for row in [COLUMNS, *rows]:
-            self.stdout.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+            cells = (value.ljust(width) for value, width in zip(row, widths, strict=True))
+            self.stdout.write("  ".join(cells).rstrip())

@@ -1,0 +1,320 @@
+"""The lease contract, bound to every backend through the ``using`` fixture."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+import occupy
+from occupy import signals
+from occupy.backends import get_backend
+
+
+def test_acquire_and_release(using: str) -> None:
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    assert (lease.key, lease.owner, lease.using) == ("book:1", "alice", using)
+    assert len(lease.token) >= 32
+    assert isinstance(lease.fence, int)
+    assert lease.expires_at.tzinfo is not None
+    holder = occupy.holder("book:1", using=using)
+    assert holder == occupy.Holder("alice", lease.expires_at, lease.fence)
+    occupy.release(lease)
+    assert occupy.holder("book:1", using=using) is None
+
+
+def test_expiry_comes_from_the_store_clock(using: str) -> None:
+    before = datetime.now(timezone.utc)
+    lease = occupy.acquire("book:1", ttl=30, using=using)
+    # Same machine here, so the store's clock agrees with ours to within a second.
+    assert abs((lease.expires_at - before).total_seconds() - 30) < 1.5
+    occupy.release(lease)
+
+
+def test_occupied_names_the_holder_and_never_its_token(using: str) -> None:
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    with pytest.raises(occupy.Occupied) as info:
+        occupy.acquire("book:1", owner="bob", timeout=0, using=using)
+    error = info.value
+    assert not isinstance(error, occupy.LockTimeout)
+    assert error.key == "book:1"
+    assert error.holder is not None and error.holder.owner == "alice"
+    assert 29 <= error.retry_after <= 30
+    assert "book:1" in str(error) and "alice" in str(error)
+    assert lease.token not in str(error) and lease.token not in repr(error.holder)
+    assert lease.token not in repr(lease)
+    assert not hasattr(error.holder, "token")
+    occupy.release(lease)
+
+
+def test_lock_timeout_honours_the_timeout(using: str) -> None:
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    started = time.monotonic()
+    with pytest.raises(occupy.LockTimeout) as info:
+        occupy.acquire("book:1", owner="bob", timeout=0.5, using=using)
+    waited = time.monotonic() - started
+    assert 0.5 <= waited < 0.9
+    assert info.value.holder.owner == "alice"
+    assert isinstance(info.value, occupy.Occupied)
+    occupy.release(lease)
+    # The timed-out waiter left nothing behind: the key is free at once.
+    occupy.release(occupy.acquire("book:1", owner="carol", timeout=0, using=using))
+
+
+def test_a_waiter_gets_the_key_when_it_is_released(using: str) -> None:
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    timer = threading.Timer(0.3, occupy.release, args=[lease])
+    timer.start()
+    started = time.monotonic()
+    second = occupy.acquire("book:1", owner="bob", timeout=5, using=using)
+    assert 0.25 < time.monotonic() - started < 2
+    assert second.fence > lease.fence
+    occupy.release(second)
+    timer.join()
+
+
+def test_the_same_owner_reenters(using: str) -> None:
+    outer = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    inner = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=using)
+    assert inner.fence == outer.fence and inner.depth == 2
+    occupy.release(inner)
+    assert occupy.holder("book:1", using=using).owner == "alice"
+    with pytest.raises(occupy.Occupied):
+        occupy.acquire("book:1", owner="bob", timeout=0, using=using)
+    occupy.release(outer)
+    assert occupy.holder("book:1", using=using) is None
+
+
+def test_extend_moves_the_expiry(using: str) -> None:
+    lease = occupy.acquire("book:1", ttl=2, using=using)
+    first = lease.expires_at
+    lease.extend(60)
+    assert (lease.expires_at - first).total_seconds() > 50
+    assert occupy.holder("book:1", using=using).expires_at == lease.expires_at
+    lease.ensure_held()
+    occupy.release(lease)
+
+
+def test_an_expired_lease_counts_as_absent(using: str) -> None:
+    lease = occupy.acquire("book:1", owner="alice", ttl=0.3, using=using)
+    time.sleep(0.45)
+    assert occupy.holder("book:1", using=using) is None
+    with pytest.raises(occupy.LeaseLost):
+        lease.ensure_held()
+    bob = occupy.acquire("book:1", owner="bob", timeout=0, using=using)
+    assert bob.fence > lease.fence
+    occupy.release(bob)
+
+
+def test_a_late_release_raises_and_never_frees_the_next_holder(using: str) -> None:
+    lost: list = []
+    signals.lease_lost.connect(lambda **kw: lost.append(kw["lease"]), weak=False,
+                               dispatch_uid="test-late-release")
+    try:
+        alice = occupy.acquire("book:1", owner="alice", ttl=0.3, using=using)
+        time.sleep(0.45)
+        bob = occupy.acquire("book:1", owner="bob", ttl=30, timeout=0, using=using)
+        with pytest.raises(occupy.LeaseLost) as info:
+            occupy.release(alice)
+        assert info.value.key == "book:1"
+        assert lost == [alice] and alice.lost
+        with pytest.raises(occupy.LeaseLost):
+            alice.extend(30)
+        holder = occupy.holder("book:1", using=using)
+        assert holder.owner == "bob" and holder.fence == bob.fence
+        occupy.release(bob)
+    finally:
+        signals.lease_lost.disconnect(dispatch_uid="test-late-release")
+
+
+def test_a_late_extend_raises(using: str) -> None:
+    alice = occupy.acquire("book:1", owner="alice", ttl=0.3, using=using)
+    time.sleep(0.45)
+    with pytest.raises(occupy.LeaseLost):
+        alice.extend(30)
+    assert occupy.holder("book:1", using=using) is None
+
+
+def test_releasing_twice_raises(using: str) -> None:
+    lease = occupy.acquire("book:1", using=using)
+    occupy.release(lease)
+    with pytest.raises(occupy.LeaseLost):
+        occupy.release(lease)
+
+
+def test_fences_rise_across_release_expiry_and_sweep(using: str) -> None:
+    backend = get_backend(using)
+    fences = []
+    lease = occupy.acquire("book:1", ttl=30, using=using)
+    fences.append(lease.fence)
+    occupy.release(lease)
+    lease = occupy.acquire("book:1", ttl=30, using=using)  # after a release
+    fences.append(lease.fence)
+    occupy.release(lease)
+    lease = occupy.acquire("book:1", ttl=0.2, using=using)
+    fences.append(lease.fence)
+    time.sleep(0.3)
+    lease = occupy.acquire("book:1", ttl=0.2, using=using)  # over an expired claim
+    fences.append(lease.fence)
+    time.sleep(0.3)
+    backend.sweep()  # every trace of the key is gone
+    lease = occupy.acquire("book:1", ttl=30, using=using)
+    fences.append(lease.fence)
+    occupy.release(lease)
+    assert fences == sorted(set(fences)), fences
+
+
+def test_fences_are_per_key_and_keys_are_independent(using: str) -> None:
+    a = occupy.acquire("book:1", owner="alice", using=using)
+    b = occupy.acquire("book:2", owner="bob", timeout=0, using=using)
+    assert occupy.holder("book:2", using=using).owner == "bob"
+    occupy.release(a)
+    occupy.release(b)
+
+
+def test_keys_compare_exactly(using: str) -> None:
+    """Case and trailing spaces make different keys (MySQL collations would fold them)."""
+    leases = [occupy.acquire(key, owner=key, timeout=0, using=using)
+              for key in ("Book:1", "book:1", "book:1 ", "bööк:1")]
+    assert [occupy.holder(lease.key, using=using).owner for lease in leases] == [
+        "Book:1", "book:1", "book:1 ", "bööк:1"]
+    for lease in leases:
+        occupy.release(lease)
+
+
+def test_the_with_block_releases_even_when_it_raises(using: str) -> None:
+    with pytest.raises(RuntimeError), occupy.lock("book:1", using=using):
+        assert occupy.holder("book:1", using=using) is not None
+        raise RuntimeError("boom")
+    assert occupy.holder("book:1", using=using) is None
+
+
+def test_leaving_the_block_after_the_lease_expired_raises(using: str) -> None:
+    with pytest.raises(occupy.LeaseLost), occupy.lock("book:1", ttl=0.3, using=using):
+        time.sleep(0.45)
+        occupy.release(occupy.acquire("book:1", owner="bob", timeout=0, using=using))
+
+
+def test_the_decorator_formats_the_key_from_the_call(using: str) -> None:
+    seen = []
+
+    @occupy.lock("config:{config_id}:{user.upper}", timeout=0, using=using)
+    def edit_config(config_id: int, user: str = "ann") -> str:
+        seen.append(occupy.holder(f"config:{config_id}:{user.upper}", using=using))
+        with pytest.raises(occupy.Occupied):
+            occupy.acquire(f"config:{config_id}:{user.upper}", owner="other", timeout=0,
+                           using=using)
+        return "done"
+
+    assert edit_config(7) == "done"
+    assert edit_config(config_id=8, user="bo") == "done"
+    assert [h is not None for h in seen] == [True, True]
+    assert occupy.holder("config:7:" + str("ann".upper), using=using) is None
+
+
+def test_the_decorator_refuses_a_template_the_function_cannot_fill(using: str) -> None:
+    with pytest.raises(ValueError, match="config_id"):
+
+        @occupy.lock("config:{config_id}", using=using)
+        def edit(pk: int) -> None: ...
+
+
+def test_lock_many_takes_all_or_nothing(using: str) -> None:
+    blocker = occupy.acquire("k:3", owner="bob", using=using)
+    with (
+        pytest.raises(occupy.Occupied),
+        occupy.lock_many(["k:2", "k:1", "k:3"], owner="alice", timeout=0, using=using),
+    ):
+        pass
+    assert occupy.holder("k:1", using=using) is None
+    assert occupy.holder("k:2", using=using) is None
+    occupy.release(blocker)
+    with occupy.lock_many(["k:2", "k:1", "k:3"], owner="alice", using=using) as leases:
+        assert [lease.key for lease in leases] == ["k:1", "k:2", "k:3"]
+    assert occupy.holder("k:1", using=using) is None
+
+
+def test_renew_keeps_the_lease_alive(using: str) -> None:
+    with occupy.lock("book:1", ttl=0.6, renew=True, using=using) as lease:
+        time.sleep(1.5)
+        lease.ensure_held()
+        assert occupy.holder("book:1", using=using).owner == lease.owner
+    assert occupy.holder("book:1", using=using) is None
+
+
+def test_renew_marks_the_lease_lost_when_taken_behind_its_back(using: str) -> None:
+    lease = occupy.acquire("book:1", ttl=0.6, renew=True, using=using)
+    backend = get_backend(using)
+    backend.sweep()  # nothing expired: the lease survives a sweep
+    lease.ensure_held()
+    _steal(backend, lease)
+    time.sleep(0.6)  # more than one renewal period (ttl / 3)
+    assert lease.lost
+    with pytest.raises(occupy.LeaseLost):
+        lease.ensure_held()
+    with pytest.raises(occupy.LeaseLost):
+        occupy.release(lease)
+
+
+def _steal(backend, lease) -> None:
+    """Delete the lease's claim behind its back, as an operator or a bug would."""
+    from occupy.backends.db import DatabaseBackend, digest
+
+    assert isinstance(backend, DatabaseBackend)
+    backend.execute("DELETE FROM occupy_occupation WHERE digest = %s", [digest(lease.key)])
+
+
+def test_async_twins(using: str) -> None:
+    async def main() -> None:
+        async with occupy.lock("book:1", owner="alice", ttl=30, using=using) as lease:
+            holder = await occupy.aholder("book:1", using=using)
+            assert holder.owner == "alice"
+            await lease.aextend(60)
+            await lease.aensure_held()
+            with pytest.raises(occupy.Occupied):
+                await occupy.aacquire("book:1", owner="bob", timeout=0, using=using)
+        assert await occupy.aholder("book:1", using=using) is None
+        lease = await occupy.aacquire("book:2", using=using)
+        await occupy.arelease(lease)
+
+    asyncio.run(main())
+
+
+def test_async_tasks_on_one_loop_exclude_each_other(using: str) -> None:
+    inside = []
+    overlaps = []
+
+    async def worker(n: int) -> None:
+        for _ in range(3):
+            async with occupy.lock("book:1", ttl=30, timeout=20, using=using):
+                inside.append(n)
+                if len(inside) > 1:
+                    overlaps.append(list(inside))
+                await asyncio.sleep(0.01)
+                inside.remove(n)
+
+    async def main() -> None:
+        await asyncio.gather(*(worker(n) for n in range(4)))
+
+    asyncio.run(main())
+    assert overlaps == []
+
+
+def test_cancelling_an_async_waiter_leaves_no_claim(using: str) -> None:
+    async def main() -> None:
+        lease = await occupy.aacquire("book:1", owner="alice", ttl=30, using=using)
+        waiter = asyncio.ensure_future(
+            occupy.aacquire("book:1", owner="bob", timeout=30, using=using))
+        await asyncio.sleep(0.3)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        await occupy.arelease(lease)
+        # No queued claim of bob's is left to block carol's immediate acquisition.
+        carol = await occupy.aacquire("book:1", owner="carol", timeout=0, using=using)
+        await occupy.arelease(carol)
+
+    asyncio.run(main())

@@ -1,0 +1,72 @@
+"""Run test workers in several OS processes (spawned, not forked) against the test databases.
+
+Each child sets Django up with the suite's settings, points every alias at the test
+database the parent created, waits on a barrier so all start together, runs the worker
+and sends its result back.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db import connections
+
+_ctx = multiprocessing.get_context("spawn")
+
+
+def _child(target: Callable[..., Any], args: tuple, names: dict[str, str], barrier: Any,
+           results: Any, index: int) -> None:
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    import django
+
+    django.setup()
+    from django.db import connections as child_connections
+
+    for alias, name in names.items():
+        child_connections.settings[alias]["NAME"] = name
+    try:
+        barrier.wait(timeout=60)
+        results.put((index, "ok", target(*args)))
+    except BaseException as e:  # sent to the parent, which fails the test with it
+        results.put((index, "error", f"{e!r}\n{traceback.format_exc()}"))
+
+
+def start(target: Callable[..., Any], args_list: Sequence[tuple]) -> tuple[list, Any]:
+    """Start one process per argument tuple; return the processes and the result queue."""
+    names = {alias: connections[alias].settings_dict["NAME"] for alias in connections}
+    barrier = _ctx.Barrier(len(args_list))
+    results = _ctx.Queue()
+    procs = [
+        _ctx.Process(target=_child, args=(target, args, names, barrier, results, i))
+        for i, args in enumerate(args_list)
+    ]
+    for proc in procs:
+        proc.start()
+    return procs, results
+
+
+def collect(procs: list, results: Any, timeout: float = 240) -> list[Any]:
+    """Wait for every process's result (in start order); raise if any worker failed."""
+    out: dict[int, Any] = {}
+    errors = []
+    for _ in procs:
+        index, status, value = results.get(timeout=timeout)
+        if status == "ok":
+            out[index] = value
+        else:
+            errors.append(value)
+    for proc in procs:
+        proc.join(timeout=30)
+    if errors:
+        raise AssertionError("worker failed:\n" + "\n".join(errors))
+    return [out[i] for i in range(len(procs))]
+
+
+def run(target: Callable[..., Any], args_list: Sequence[tuple], timeout: float = 240) -> list:
+    """Run ``target(*args)`` in one process per tuple, all at once; return the results."""
+    procs, results = start(target, args_list)
+    return collect(procs, results, timeout)
