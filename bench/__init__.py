@@ -1,0 +1,1 @@
+"""occupy's benchmarks: each module measures occupy against its peers in one run."""

@@ -1,0 +1,19 @@
+"""Run every benchmark: ``python -m bench`` (``make bench``), or some: ``python -m bench db``."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+#: Benchmark modules in the order they run; each has a ``main()``.
+MODULES = ["db"]
+
+
+def main(argv: list[str]) -> None:
+    """Run the benchmark modules named in ``argv`` (default: all)."""
+    for name in argv or MODULES:
+        importlib.import_module(f"bench.{name}").main()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

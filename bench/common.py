@@ -1,0 +1,74 @@
+"""What every benchmark shares: Django set-up, alternating rounds, and the report table.
+
+Figures are rates from the median of several rounds; the candidates' rounds alternate
+(A, B, C, A, B, C, …) so that a noisy neighbour slows every candidate alike. Ratios are
+against the first candidate named as the reference.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+__all__ = ["Result", "alternate", "print_table", "setup_django"]
+
+
+def setup_django(database: str = "postgresql") -> None:
+    """Set Django up with the test settings, on the real (non-test) ``occupy`` databases,
+    with the ``default`` database being ``database``; migrate it."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    os.environ.setdefault("OCCUPY_TEST_DB", database)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connections
+
+    for alias in connections:
+        call_command("migrate", database=alias, verbosity=0)
+
+
+class Result:
+    """The rate of one candidate: operations per second, from the median round."""
+
+    def __init__(self, name: str, rates: list[float], unit: str = "ops/s") -> None:
+        self.name = name
+        self.rates = rates
+        self.unit = unit
+
+    @property
+    def rate(self) -> float:
+        """Return the median rate."""
+        return statistics.median(self.rates)
+
+
+def alternate(
+    candidates: dict[str, Callable[[int], None]], *, ops: int, rounds: int = 5,
+    warmup: int = 50,
+) -> list[Result]:
+    """Time ``fn(ops)`` for each candidate, rounds alternating; return their rates."""
+    for fn in candidates.values():
+        fn(warmup)
+    rates: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, fn in candidates.items():
+            started = time.perf_counter()
+            fn(ops)
+            rates[name].append(ops / (time.perf_counter() - started))
+    return [Result(name, rates[name]) for name in candidates]
+
+
+def print_table(title: str, results: list[Result], *, reference: str | None = None,
+                target: str = "") -> None:
+    """Print results with their ratio to ``reference`` (default: the last result)."""
+    ref = next((r for r in results if r.name == reference), results[-1])
+    print(f"\n## {title}")
+    if target:
+        print(f"target: {target}")
+    width = max(len(r.name) for r in results)
+    for r in results:
+        spread = f"{min(r.rates):,.0f}–{max(r.rates):,.0f}"
+        print(f"  {r.name.ljust(width)}  {r.rate:>10,.0f} {r.unit}  "
+              f"({spread})  {r.rate / ref.rate:5.2f}× {ref.name}")
