@@ -62,6 +62,11 @@ class DatabaseBackend(BaseBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.database: str = self.options.get("DATABASE", "default")
+        if self.database not in connections.settings:
+            raise InvalidBackendError(
+                f"occupy backend {alias!r} uses database {self.database!r}, which is not "
+                f"in settings.DATABASES ({sorted(connections.settings)})."
+            )
         self.poll_interval = float(self.options.get("POLL_INTERVAL", 0.05))
         self.pending_ttl = float(self.options.get("PENDING_TTL", 10))
         self._local = threading.local()
@@ -77,11 +82,6 @@ class DatabaseBackend(BaseBackend):
             _inherited.append(conn)
             conn = None
         if conn is None:
-            if self.database not in connections.settings:
-                raise InvalidBackendError(
-                    f"occupy backend {self.alias!r} uses database {self.database!r}, which "
-                    f"is not in settings.DATABASES ({sorted(connections.settings)})."
-                )
             conn = connections.create_connection(self.database)
             conn._occupy_pid = os.getpid()
             local.conn = conn
