@@ -119,9 +119,14 @@ def test_no_occupy_setting_means_the_database_backend_on_default(live_db: None) 
     from django.conf import settings
 
     from occupy.backends.db import DatabaseBackend
+    from occupy.conf import occupy_settings
 
-    with override_settings():
-        del settings.OCCUPY
-        backend = get_backend()
-        assert isinstance(backend, DatabaseBackend) and backend.database == "default"
-        occupy.release(occupy.acquire("book:1"))
+    try:
+        with override_settings():
+            del settings.OCCUPY
+            occupy_settings.reload()  # deleting a setting sends no setting_changed
+            backend = get_backend()
+            assert isinstance(backend, DatabaseBackend) and backend.database == "default"
+            occupy.release(occupy.acquire("book:1"))
+    finally:
+        occupy_settings.reload()

@@ -14,7 +14,7 @@ What the seed gets wrong, and what this does instead:
   makes the database refuse a second ``using`` claim on a key.
 
 OPTIONS: ``DATABASE`` (the database alias, default ``"default"``), ``POLL_INTERVAL``
-(longest pause between two tries while waiting, default 0.05 s; PostgreSQL waiters are
+(longest pause between two tries while waiting, default 0.02 s; PostgreSQL waiters are
 woken by ``NOTIFY`` and poll only as a fallback), ``PENDING_TTL`` (how long a waiter's
 queued claim outlives its last heartbeat, default 10 s).
 """
@@ -67,7 +67,7 @@ class DatabaseBackend(BaseBackend):
                 f"occupy backend {alias!r} uses database {self.database!r}, which is not "
                 f"in settings.DATABASES ({sorted(connections.settings)})."
             )
-        self.poll_interval = float(self.options.get("POLL_INTERVAL", 0.05))
+        self.poll_interval = float(self.options.get("POLL_INTERVAL", 0.02))
         self.pending_ttl = float(self.options.get("PENDING_TTL", 10))
         self._local = threading.local()
         self._dialect: Dialect | None = None
