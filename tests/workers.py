@@ -45,3 +45,10 @@ def try_acquire(using: str, key: str, owner: str) -> str:
     except occupy.Occupied:
         return "occupied"
     return "acquired"
+
+
+def hold_until_killed(using: str, key: str, ttl: float) -> None:
+    """Take ``key`` and never release it; the parent kills this process."""
+    occupy.acquire(key, owner="doomed", ttl=ttl, using=using)
+    print("holding", flush=True)
+    time.sleep(3600)
