@@ -185,6 +185,10 @@ class RedisBackend(BaseBackend):
                 f"(django_redis.cache.RedisCache, default or Sentinel client); cache "
                 f"{self.cache_alias!r} gives no raw Redis client."
             ) from e
+        self.bind(client)
+
+    def bind(self, client: Any) -> None:
+        """Use the raw redis-py ``client`` (normally the cache's; tests bind others)."""
         self._scripts = _Scripts(
             acquire=client.register_script(redis_scripts.ACQUIRE),
             release=client.register_script(redis_scripts.RELEASE),
