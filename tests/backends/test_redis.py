@@ -6,6 +6,7 @@ proven with several OS processes on the real server.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import threading
@@ -280,7 +281,7 @@ def test_processes_exclude_each_other(backend, kind: str) -> None:
                    for s in out)
     read, _write = _counter_store(kind)
     assert read() == procs * sections  # no increment lost
-    for (_e1, exit1, fence1), (enter2, _x2, fence2) in zip(spans, spans[1:], strict=False):
+    for (_e1, exit1, fence1), (enter2, _x2, fence2) in itertools.pairwise(spans):
         assert enter2 >= exit1, "two holders overlapped"
         assert fence2 > fence1, "fences did not rise in grant order"
 
