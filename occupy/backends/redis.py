@@ -19,29 +19,29 @@ OPTIONS: ``CACHE`` (the django-redis cache alias, default ``"default"``), ``PREF
 waiter looks again and refreshes its place, default 0.25 s), ``QUEUE_TTL`` (how long a
 waiter's place outlives its last look, default 3 s), ``FENCE_TTL`` (how long a key's
 fence counter outlives its last grant, default one day; the server's clock floors
-fences anyway). Needs Redis 6 or later (fractional ``BLPOP`` timeouts).
+fences anyway). Needs Redis 6.2 or later.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import os
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
-from functools import lru_cache
 from typing import Any, NamedTuple
 
 from occupy.backends import redis_scripts
 from occupy.backends.base import Attempt, BaseBackend, Claim
-from occupy.exceptions import InvalidBackendError
+from occupy.backends.redis_scripts import RedisKeys, redis_keys
+from occupy.exceptions import InvalidBackendError, OccupyError
 from occupy.leases import Holder, Lease
 
 try:
     from django_redis import get_redis_connection
+    from redis.exceptions import NoScriptError, RedisError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 except ImportError as e:  # pragma: no cover - depends on the installation
     raise InvalidBackendError(
@@ -58,33 +58,28 @@ _OPTIONS = {"CACHE", "PREFIX", "POLL_INTERVAL", "QUEUE_TTL", "FENCE_TTL"}
 _ASYNC_WAIT_THREADS = 64
 
 
+class _Script:
+    """A Lua script called with one key by ``EVALSHA``, through redis-py's script cache
+    (``register_script``), loaded again if the server lost it (a restart, a failover)."""
+
+    __slots__ = ("evalsha", "script")
+
+    def __init__(self, client: Any, text: str) -> None:
+        self.script = client.register_script(text)
+        self.evalsha = client.evalsha
+
+    def __call__(self, key: str, *args: Any) -> Any:
+        try:
+            return self.evalsha(self.script.sha, 1, key, *args)
+        except NoScriptError:
+            return self.script([key], args)
+
+
 class _Scripts(NamedTuple):
-    acquire: Any
-    release: Any
-    extend: Any
-    cancel: Any
-
-
-class RedisKeys(NamedTuple):
-    """The Redis keys of one lock key; one hash tag, so one Redis Cluster slot."""
-
-    lock: str
-    fence: str
-    queue: str
-    waiters: str
-    wake: str
-
-
-@lru_cache(maxsize=4096)
-def redis_keys(prefix: str, key: str) -> RedisKeys:
-    """Return the Redis keys of lock ``key``.
-
-    The hash tag is a digest of the key, so that a key holding ``{`` or ``}`` (or any
-    other text) still puts all its Redis keys in one slot.
-    """
-    base = f"{prefix}{{{hashlib.sha256(key.encode('utf-8')).hexdigest()[:32]}}}:"
-    return RedisKeys(f"{base}lock", f"{base}fence", f"{base}queue", f"{base}waiters",
-                     f"{base}wake:")
+    acquire: _Script
+    release: _Script
+    extend: _Script
+    cancel: _Script
 
 
 def to_datetime(ms: Any) -> datetime:
@@ -97,6 +92,14 @@ def to_ms(ttl: float, name: str = "ttl") -> int:
     if not (isinstance(ttl, int | float) and math.isfinite(ttl) and ttl > 0):
         raise ValueError(f"{name} must be a positive, finite number of seconds, not {ttl!r}.")
     return max(1, math.ceil(ttl * 1000))
+
+
+def failed(key: str | None, error: Exception) -> OccupyError:
+    """Return the error to raise when Redis fails while working on ``key``.
+
+    redis-py has already retried as its client is configured to; nothing was granted.
+    """
+    return OccupyError(f"Redis failed while occupy worked on {key!r}: {error}", key=key)
 
 
 def _text(value: Any) -> str:
@@ -144,9 +147,7 @@ class RedisBackend(BaseBackend):
                 f"{where}['QUEUE_TTL'] ({self.queue_ttl:g} s) must be at least twice "
                 f"POLL_INTERVAL ({self.poll_interval:g} s), or live waiters lose their place."
             )
-        # Script arguments that never change, as Redis takes them.
-        self._queue_ttl_ms = str(to_ms(self.queue_ttl))
-        self._fence_ttl_ms = str(to_ms(self.fence_ttl))
+        self._texts = redis_scripts.scripts_for(to_ms(self.fence_ttl), to_ms(self.queue_ttl))
         self._client: Any = None
         self._scripts: Any = None
         self._longest_block = self.poll_interval
@@ -189,12 +190,8 @@ class RedisBackend(BaseBackend):
 
     def bind(self, client: Any) -> None:
         """Use the raw redis-py ``client`` (normally the cache's; tests bind others)."""
-        self._scripts = _Scripts(
-            acquire=client.register_script(redis_scripts.ACQUIRE),
-            release=client.register_script(redis_scripts.RELEASE),
-            extend=client.register_script(redis_scripts.EXTEND),
-            cancel=client.register_script(redis_scripts.CANCEL),
-        )
+        self._scripts = _Scripts(**{name: _Script(client, text)
+                                    for name, text in self._texts.items()})
         # A BLPOP longer than the socket timeout would end in a TimeoutError.
         pool = getattr(client, "connection_pool", None)
         socket_timeout = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
@@ -230,30 +227,42 @@ class RedisBackend(BaseBackend):
 
     def release(self, lease: Lease) -> None:
         """Undo one level of the lease; on the last, hand the key to the next waiter."""
-        if not self.scripts.release(self.keys(lease.key), [
-            lease.token, lease.key, self._fence_ttl_ms, self._queue_ttl_ms,
-        ]):
+        try:
+            released = self.scripts.release(self.keys(lease.key).lock, lease.token)
+        except RedisError as e:
+            raise failed(lease.key, e) from e
+        if not released:
             raise lease.mark_lost("it expired or was taken over before release")
 
     def extend(self, lease: Lease, ttl: float) -> None:
         """Move the lease's expiry to ``ttl`` seconds after the server's now."""
         ttl_ms = to_ms(ttl)
-        expires = self.scripts.extend(self.keys(lease.key), [lease.token, ttl_ms])
+        try:
+            expires = self.scripts.extend(self.keys(lease.key).lock, lease.token, ttl_ms)
+        except RedisError as e:
+            raise failed(lease.key, e) from e
         if expires is None:
             raise lease.mark_lost("it expired or was taken over before it was extended")
         lease.expires_at = to_datetime(expires)
 
     def holder(self, key: str) -> Holder | None:
         """Return the holder's owner, expiry and fence, or ``None`` (never the token)."""
-        owner, expires, fence = self.client.hmget(self.keys(key).lock,
-                                                  ["owner", "expires", "fence"])
+        try:
+            owner, expires, fence = self.client.hmget(self.keys(key).lock,
+                                                      ["owner", "expires", "fence"])
+        except RedisError as e:
+            raise failed(key, e) from e
         if owner is None:
             return None
         return Holder(_text(owner), to_datetime(expires), int(fence))
 
     def is_held(self, lease: Lease) -> bool:
         """Return whether the lease's token still holds the key."""
-        return _text(self.client.hget(self.keys(lease.key).lock, "token")) == lease.token
+        try:
+            token = self.client.hget(self.keys(lease.key).lock, "token")
+        except RedisError as e:
+            raise failed(lease.key, e) from e
+        return _text(token) == lease.token
 
     def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
         """Return 0: Redis expires claims, queue places and wake-up lists itself."""
@@ -318,15 +327,17 @@ class RedisAttempt(Attempt):
         self.seen: tuple[str, int, int, int] | None = None
 
     def _run(self, mode: str) -> Lease | None:
-        backend = self.backend
-        reply = backend.scripts.acquire(self.rkeys, [
-            self.token, self.owner, self.ttl_ms, mode, self.key, backend._fence_ttl_ms,
-            backend._queue_ttl_ms,
-        ])
-        if reply[0] == 1:
-            return self._lease(_text(reply[1]), reply[2], reply[3], int(reply[4]))
-        self.seen = (_text(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]))
-        return None
+        try:
+            reply = self.backend.scripts.acquire(self.rkeys.lock, self.token, self.owner,
+                                                 self.ttl_ms, mode, self.key)
+        except RedisError as e:
+            raise failed(self.key, e) from e
+        if isinstance(reply, list):
+            owner, fence, expires, now = reply
+            self.seen = (_text(owner), int(fence), int(expires), int(now))
+            return None
+        fence, expires, depth, token = _text(reply).split(" ")
+        return self._lease(token, fence, expires, int(depth))
 
     def _lease(self, token: str, fence: Any, expires: Any, depth: int = 1) -> Lease:
         return Lease(key=self.key, owner=self.owner, token=token, fence=int(fence),
@@ -361,6 +372,8 @@ class RedisAttempt(Attempt):
                                               timeout=round(max(seconds, 0.001), 3))
         except RedisTimeoutError:
             return  # the next try looks again
+        except RedisError as e:
+            raise failed(self.key, e) from e
         if reply:
             fence, expires = _text(reply[1]).split("|")
             self.handed = self._lease(self.token, fence, expires)
@@ -378,9 +391,10 @@ class RedisAttempt(Attempt):
 
     def cancel(self) -> None:
         """Leave the queue, drop the wake-up list, and give back a key handed over."""
-        backend = self.backend
-        backend.scripts.cancel(self.rkeys, [self.token, self.key, backend._fence_ttl_ms,
-                                            backend._queue_ttl_ms])
+        try:
+            self.backend.scripts.cancel(self.rkeys.lock, self.token, self.key)
+        except RedisError as e:
+            raise failed(self.key, e) from e
 
     def current_holder(self) -> tuple[Holder | None, float | None]:
         """Return the holder the last refusal saw and its seconds left, by Redis's clock."""

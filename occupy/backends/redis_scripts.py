@@ -1,6 +1,8 @@
-"""The Lua scripts of :class:`~occupy.backends.redis.RedisBackend`, as named constants.
+"""The Lua scripts of :class:`~occupy.backends.redis.RedisBackend`, as named constants,
+and the layout of Redis keys they share with the Python side (:func:`redis_keys`).
 
-Every script takes the same five keys, all under one hash tag (one Redis Cluster slot):
+Every script is given one key, the lock's, and works on the keys that share its hash
+tag (so one Redis Cluster slot): ``<prefix>{<digest>}:`` followed by
 
 1. ``lock``: a hash ``{token, owner, depth, fence, expires, since, key}`` that Redis
    expires at ``expires`` (``PEXPIREAT``); absent means free.
@@ -12,24 +14,61 @@ Every script takes the same five keys, all under one hash tag (one Redis Cluster
 4. ``waiters``: a hash ``token -> "<deadline ms>|<ttl ms>|<owner>"`` (plus ``key``). A
    waiter refreshes its deadline every time it polls; one that died is dropped when
    its deadline passes, so it never blocks the key for longer than ``QUEUE_TTL``.
-5. ``wake``: the prefix of each waiter's wake-up list (``wake<token>``), on which the
+5. ``wake:<token>``: each waiter's wake-up list, on which the
    waiter blocks with ``BLPOP``. Releasing hands the key straight to the oldest live
    waiter and pushes its fence and expiry there: the waiter needs no further round
    trip, and a process that re-takes the key in a loop cannot overtake the queue.
    A list holds at most one element and expires with ``QUEUE_TTL``.
 
+Redis Cluster routes a script by its declared key and lets it touch undeclared keys of
+the same slot, which the shared hash tag guarantees. Needs Redis 6.2 (``SET … GET``).
+
 Times are the server's: ``TIME`` for now, ``PEXPIREAT`` for expiry. Big integers go
 through ``string.format('%d')`` because Lua numbers are doubles (exact below 2^53;
 fences in microseconds are about 2^51) and their default formatting rounds.
+
+``FENCE_TTL`` and ``QUEUE_TTL`` (milliseconds) are written into the text by
+:func:`scripts_for`, so each call sends only what changes: fewer arguments to encode
+is most of what an uncontended lock can save.
 """
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "CANCEL", "EXTEND", "RELEASE"]
+import hashlib
+from functools import lru_cache
+from typing import NamedTuple
+
+__all__ = ["ACQUIRE", "CANCEL", "EXTEND", "RELEASE", "RedisKeys", "redis_keys", "scripts_for"]
+
+
+class RedisKeys(NamedTuple):
+    """The Redis keys of one lock key; one hash tag, so one Redis Cluster slot."""
+
+    lock: str
+    fence: str
+    queue: str
+    waiters: str
+    wake: str
+
+
+@lru_cache(maxsize=4096)
+def redis_keys(prefix: str, key: str) -> RedisKeys:
+    """Return the Redis keys of lock ``key``.
+
+    The hash tag is a digest of the key, so that a key holding ``{`` or ``}`` (or any
+    other text) still puts all its Redis keys in one slot.
+    """
+    base = f"{prefix}{{{hashlib.sha256(key.encode('utf-8')).hexdigest()[:32]}}}:"
+    return RedisKeys(f"{base}lock", f"{base}fence", f"{base}queue", f"{base}waiters",
+                     f"{base}wake:")
+
 
 _COMMON = """
-if redis.replicate_commands then redis.replicate_commands() end
-local lock, fence_key, queue, waiters, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local FENCE_TTL, QUEUE_TTL = @FENCE_TTL@, @QUEUE_TTL@
+local lock = KEYS[1]
+local base = string.sub(lock, 1, -5)
+local fence_key, queue, waiters, wake = base .. 'fence', base .. 'queue', base .. 'waiters',
+  base .. 'wake:'
 
 local function fmt(n) return string.format('%d', n) end
 
@@ -38,16 +77,17 @@ local function clock()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Never below the server's clock: a restart that lost the counter cannot go back.
-local function next_fence(now_us, fence_ttl)
-  local last = tonumber(redis.call('GET', fence_key) or '0')
-  local fence = math.max(last + 1, now_us)
-  redis.call('SET', fence_key, fmt(fence), 'PX', fence_ttl)
-  return fence
+-- Never below the server's clock: a restart that lost the counter cannot go back. The
+-- clock is almost always ahead of the counter, so one SET ... GET usually does it.
+local function next_fence(now_us)
+  local last = tonumber(redis.call('SET', fence_key, fmt(now_us), 'PX', FENCE_TTL, 'GET') or '0')
+  if last < now_us then return now_us end
+  redis.call('SET', fence_key, fmt(last + 1), 'PX', FENCE_TTL)
+  return last + 1
 end
 
-local function grant(token, owner, ttl, now_us, key, fence_ttl)
-  local fence = next_fence(now_us, fence_ttl)
+local function grant(token, owner, ttl, now_us, key)
+  local fence = next_fence(now_us)
   local now_ms = math.floor(now_us / 1000)
   local expires = now_ms + ttl
   redis.call('HSET', lock, 'token', token, 'owner', owner, 'depth', '1', 'fence', fmt(fence),
@@ -64,7 +104,7 @@ end
 
 -- The key is free: hand it to the oldest waiter whose deadline has not passed, and
 -- push the grant to its wake-up list. Dead waiters met on the way are dropped.
-local function grant_next(now_us, key, fence_ttl, queue_ttl)
+local function grant_next(now_us, key)
   local now_ms = math.floor(now_us / 1000)
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
@@ -77,11 +117,11 @@ local function grant_next(now_us, key, fence_ttl, queue_ttl)
     if info then
       local deadline, ttl, owner = string.match(info, '^(%d+)|(%d+)|(.*)$')
       if tonumber(deadline) > now_ms then
-        local fence, expires = grant(head, owner, tonumber(ttl), now_us, key, fence_ttl)
+        local fence, expires = grant(head, owner, tonumber(ttl), now_us, key)
         local list = wake .. head
         redis.call('DEL', list)
         redis.call('RPUSH', list, fmt(fence) .. '|' .. fmt(expires))
-        redis.call('PEXPIRE', list, queue_ttl)
+        redis.call('PEXPIRE', list, QUEUE_TTL)
         return head
       end
     end
@@ -90,31 +130,34 @@ end
 """
 
 #: Take, re-enter or queue for a key.
-#: ARGV: token, owner, ttl ms, mode, key, fence ttl ms, queue ttl ms. Mode ``try``
+#: ARGV: token, owner, ttl ms, mode, key. Mode ``try``
 #: does not queue; ``enqueue`` joins the queue, ``wait`` keeps the place (re-joining
-#: at the back if the place was lost). Returns ``{1, token, fence, expires ms, depth}``
-#: when granted, else ``{0, owner, fence, expires ms, now ms}`` of the holder.
+#: at the back if the place was lost). A grant is one status line (``"<fence> <expires
+#: ms> <depth> <token>"``, digits and hex only), which a client parses far faster than
+#: an array; a refusal is ``{owner, fence, expires ms, now ms}`` of the holder.
 ACQUIRE = _COMMON + """
 local token, owner, ttl, mode, key = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-local fence_ttl, queue_ttl = tonumber(ARGV[6]), tonumber(ARGV[7])
+local function granted(fence, expires, depth, by)
+  return redis.status_reply(fence .. ' ' .. expires .. ' ' .. depth .. ' ' .. by)
+end
 if not ttl or ttl <= 0 then return redis.error_reply('occupy: ttl must be positive') end
 local now_us = clock()
 local fields = {'token', 'owner', 'fence', 'expires', 'depth'}
 local held = redis.call('HMGET', lock, unpack(fields))
 if not held[1] and redis.call('EXISTS', queue) == 1 then
   -- Free, but others queued first (the holder expired, or a waiter gave up).
-  grant_next(now_us, key, fence_ttl, queue_ttl)
+  grant_next(now_us, key)
   held = redis.call('HMGET', lock, unpack(fields))
 end
 if not held[1] then
-  local fence, expires = grant(token, owner, ttl, now_us, key, fence_ttl)
-  return {1, token, fmt(fence), fmt(expires), 1}
+  local fence, expires = grant(token, owner, ttl, now_us, key)
+  return granted(fmt(fence), fmt(expires), 1, token)
 end
 if held[1] == token then
   -- Handed over on a release; the wake-up it pushed is no longer needed.
   leave_queue(token)
   redis.call('DEL', wake .. token)
-  return {1, token, held[3], held[4], tonumber(held[5])}
+  return granted(held[3], held[4], held[5], token)
 end
 local now_ms = math.floor(now_us / 1000)
 if held[2] == owner then
@@ -126,32 +169,34 @@ if held[2] == owner then
     redis.call('PEXPIREAT', lock, fmt(expires))
   end
   if mode ~= 'try' then leave_queue(token) end
-  return {1, held[1], held[3], fmt(expires), depth}
+  return granted(held[3], fmt(expires), depth, held[1])
 end
 if mode ~= 'try' then
   redis.call('ZADD', queue, 'NX', fmt(now_us), token)
-  redis.call('HSET', waiters, token, fmt(now_ms + queue_ttl) .. '|' .. fmt(ttl) .. '|' .. owner,
+  redis.call('HSET', waiters, token, fmt(now_ms + QUEUE_TTL) .. '|' .. fmt(ttl) .. '|' .. owner,
              'key', key)
-  redis.call('PEXPIRE', queue, queue_ttl)
-  redis.call('PEXPIRE', waiters, queue_ttl)
+  redis.call('PEXPIRE', queue, QUEUE_TTL)
+  redis.call('PEXPIRE', waiters, QUEUE_TTL)
 end
-return {0, held[2], held[3], held[4], fmt(now_ms)}
+return {held[2], held[3], held[4], fmt(now_ms)}
 """
 
 #: Undo one level of a lease; on the last, delete it and hand the key to the next waiter.
-#: ARGV: token, key, fence ttl ms, queue ttl ms. Returns 0 if the token does not hold
-#: the key, 1 when released, 2 when one of several levels was undone.
+#: ARGV: token. Returns 0 if the token does not hold the key, 1 when released, 2 when
+#: one of several levels was undone.
 RELEASE = _COMMON + """
-local token = ARGV[1]
 local held = redis.call('HMGET', lock, 'token', 'depth')
-if held[1] ~= token then return 0 end
-if tonumber(held[2]) > 1 then
+if held[1] ~= ARGV[1] then return 0 end
+if held[2] ~= '1' then
   redis.call('HINCRBY', lock, 'depth', -1)
   return 2
 end
-redis.call('DEL', lock)
 if redis.call('EXISTS', queue) == 1 then
-  grant_next(clock(), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
+  local key = redis.call('HGET', lock, 'key')
+  redis.call('DEL', lock)
+  grant_next(clock(), key)
+else
+  redis.call('DEL', lock)
 end
 return 1
 """
@@ -170,7 +215,7 @@ return fmt(expires)
 
 #: Remove every trace of an attempt that gives up: its place in the queue, its wake-up
 #: list, and the key itself if it was handed over meanwhile (then to the next waiter).
-#: ARGV: token, key, fence ttl ms, queue ttl ms.
+#: ARGV: token, key.
 CANCEL = _COMMON + """
 local token = ARGV[1]
 leave_queue(token)
@@ -181,7 +226,17 @@ if holder == token then
   holder = false
 end
 if not holder and redis.call('EXISTS', queue) == 1 then
-  grant_next(clock(), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
+  grant_next(clock(), ARGV[2])
 end
 return 1
 """
+
+
+def scripts_for(fence_ttl_ms: int, queue_ttl_ms: int) -> dict[str, str]:
+    """Return the four scripts by name, with a backend's TTLs written in."""
+    def fill(text: str) -> str:
+        return text.replace("@FENCE_TTL@", str(int(fence_ttl_ms))).replace(
+            "@QUEUE_TTL@", str(int(queue_ttl_ms)))
+
+    return {"acquire": fill(ACQUIRE), "release": fill(RELEASE), "extend": fill(EXTEND),
+            "cancel": fill(CANCEL)}

@@ -105,10 +105,9 @@ def test_a_ttl_of_zero_or_less_is_refused_in_python_and_in_lua(backend) -> None:
     keys = backend.keys("book:2")
     for ttl_ms in ("0", "-5", "soon"):
         with pytest.raises(ResponseError, match="ttl must be positive"):
-            backend.scripts.acquire(keys, ["t" * 32, "bob", ttl_ms, "try", "book:2",
-                                           "1000", "1000"])
+            backend.scripts.acquire(keys.lock, "t" * 32, "bob", ttl_ms, "try", "book:2")
         with pytest.raises(ResponseError, match="ttl must be positive"):
-            backend.scripts.extend(backend.keys("book:1"), [lease.token, ttl_ms])
+            backend.scripts.extend(backend.keys("book:1").lock, lease.token, ttl_ms)
     assert backend.client.exists(*keys) == 0  # nothing was written for the refused ttl
     occupy.release(lease)
 
@@ -358,3 +357,22 @@ def _run_pair(done) -> tuple[list, list]:
     waits = multiproc.collect(patient, timeout=60)[0]
     starts = multiproc.collect(busy, timeout=60)[0]
     return starts, waits
+
+
+def test_a_redis_failure_is_an_occupy_error_naming_the_key(live_db: None) -> None:
+    import socket
+
+    import redis
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nobody listens here once the socket is closed
+    brisk = _brisk()
+    brisk.bind(redis.Redis(port=port, socket_connect_timeout=0.2, retry_on_error=[],
+                           retry=None))
+    with pytest.raises(occupy.OccupyError, match="book:1") as info:
+        brisk.acquire("book:1", owner="alice", ttl=30, timeout=0)
+    assert info.value.key == "book:1"
+    assert isinstance(info.value.__cause__, redis.ConnectionError)
+    with pytest.raises(occupy.OccupyError, match="book:1"):
+        brisk.holder("book:1")
