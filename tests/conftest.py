@@ -40,11 +40,24 @@ def django_db_setup(django_test_environment: None, django_db_blocker) -> Iterato
 
 
 def wipe() -> None:
-    """Delete every claim and test row in every test database."""
+    """Delete every claim and test row in every test database, and the tests' Redis keys."""
     for alias in connections:
         with connections[alias].cursor() as cursor:
             cursor.execute("DELETE FROM occupy_occupation")
             cursor.execute("DELETE FROM testapp_counter")
+    wipe_redis()
+
+
+def wipe_redis() -> None:
+    """Delete the Redis keys under the tests' prefix, in the tests' Redis database only."""
+    if "redis" not in settings.CACHES:
+        return
+    from django_redis import get_redis_connection
+
+    client = get_redis_connection("redis")
+    names = list(client.scan_iter(match=f"{settings.REDIS_PREFIX}*", count=1000))
+    if names:
+        client.delete(*names)
 
 
 @pytest.fixture
@@ -67,7 +80,7 @@ def backend_params(aliases: list[str]) -> list:
 
 
 #: Every lock backend the contract suite is bound to.
-CONTRACT_BACKENDS = ["default", "db-postgresql", "db-mysql"]
+CONTRACT_BACKENDS = ["default", "db-postgresql", "db-mysql", "redis"]
 
 
 @pytest.fixture(params=backend_params(CONTRACT_BACKENDS))

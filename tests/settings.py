@@ -4,11 +4,14 @@
   or ``mysql``.
 - ``OCCUPY_TEST_SUFFIX``: appended to the test database names, so that two checkouts
   can run their suites against the same servers at once.
+- ``OCCUPY_TEST_REDIS_DB``: the Redis database number the tests use (default 0); every
+  Redis key they create starts with :data:`REDIS_PREFIX`, so only those are wiped.
 - ``OCCUPY_REQUIRE_SERVERS=1``: fail at start-up when PostgreSQL, MariaDB or Redis is
   not reachable (CI and ``make test-all``) instead of skipping the tests that need them.
 
 Besides ``default``, every reachable server gets an alias of its own (``postgresql``,
-``mysql``), so that the multiprocess tests run on each of them in one session.
+``mysql``, and the ``redis`` cache and lock backend), so that the multiprocess tests run
+on each of them in one session.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ HOST = os.environ.get("OCCUPY_TEST_HOST", "127.0.0.1")
 REQUIRE_SERVERS = os.environ.get("OCCUPY_REQUIRE_SERVERS") == "1"
 DEFAULT_DB = os.environ.get("OCCUPY_TEST_DB", "sqlite")
 SUFFIX = os.environ.get("OCCUPY_TEST_SUFFIX", "")
+REDIS_DB = int(os.environ.get("OCCUPY_TEST_REDIS_DB", "0"))
+#: Prefix of every Redis key the tests create ("t-redis:" for OCCUPY_TEST_SUFFIX=_redis).
+REDIS_PREFIX = f"t-{SUFFIX.lstrip('_') or 'occupy'}:"
 
 
 def _reachable(port: int) -> bool:
@@ -110,6 +116,18 @@ OCCUPY = {
     "TTL": 60,
     "TIMEOUT": 10,
 }
+
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+if "redis" not in SKIPS:
+    CACHES["redis"] = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": f"redis://{HOST}:6379/{REDIS_DB}",
+        "KEY_PREFIX": REDIS_PREFIX.rstrip(":"),
+    }
+    OCCUPY["BACKENDS"]["redis"] = {
+        "BACKEND": "occupy.backends.redis.RedisBackend",
+        "OPTIONS": {"CACHE": "redis", "PREFIX": f"{REDIS_PREFIX}occupy:"},
+    }
 
 SECRET_KEY = "occupy-tests"
 USE_TZ = True

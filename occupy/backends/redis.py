@@ -1,0 +1,404 @@
+"""``RedisBackend``: locks in Redis, through the raw client of a django-redis cache.
+
+Each call is one round trip to one Redis primary: a Lua script (``redis_scripts``)
+takes the key with its fence, re-entry and queue in one step, and releases and extends
+compare the token on the server. Redis expires claims itself, so nothing needs sweeping.
+
+What seed 004 gets wrong, and what this does instead: ``SETNX`` then ``EXPIRE`` is two
+steps (a crash in between leaves a lock that never expires): here the claim and its
+expiry are written by one script. The ``INCR`` variant force-unlocks by count: here
+only the token's owner may release, and a lost lease is fenced out by its fence.
+
+Waiting is first come, first served: a waiter joins the key's queue and blocks with
+``BLPOP`` on its own wake-up list; a release hands the key to the oldest live waiter
+and wakes it with the grant. A wake-up that never comes (the holder died, a failover)
+costs at most ``POLL_INTERVAL``, or less when the holder's lease expires sooner.
+
+OPTIONS: ``CACHE`` (the django-redis cache alias, default ``"default"``), ``PREFIX``
+(of every Redis key, default ``"occupy:"``), ``POLL_INTERVAL`` (longest block before a
+waiter looks again and refreshes its place, default 0.25 s), ``QUEUE_TTL`` (how long a
+waiter's place outlives its last look, default 3 s), ``FENCE_TTL`` (how long a key's
+fence counter outlives its last grant, default one day; the server's clock floors
+fences anyway). Needs Redis 6.2 or later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from typing import Any, NamedTuple
+
+from occupy.backends import redis_scripts
+from occupy.backends.base import Attempt, BaseBackend, Claim
+from occupy.backends.redis_scripts import RedisKeys, redis_keys
+from occupy.exceptions import InvalidBackendError, OccupyError
+from occupy.leases import Holder, Lease
+
+try:
+    from django_redis import get_redis_connection
+    from redis.exceptions import NoScriptError, RedisError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+except ImportError as e:  # pragma: no cover - depends on the installation
+    raise InvalidBackendError(
+        "occupy.backends.redis.RedisBackend needs django-redis: "
+        "pip install 'django-occupy[redis]'."
+    ) from e
+
+__all__ = ["RedisBackend", "RedisKeys"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_OPTIONS = {"CACHE", "PREFIX", "POLL_INTERVAL", "QUEUE_TTL", "FENCE_TTL"}
+#: Async waiters block in threads of their own pool, never in the event loop's default
+#: executor (which a few long ``BLPOP`` calls would starve).
+_ASYNC_WAIT_THREADS = 64
+
+
+class _Script:
+    """A Lua script called with one key by ``EVALSHA``, through redis-py's script cache
+    (``register_script``), loaded again if the server lost it (a restart, a failover)."""
+
+    __slots__ = ("evalsha", "script")
+
+    def __init__(self, client: Any, text: str) -> None:
+        self.script = client.register_script(text)
+        self.evalsha = client.evalsha
+
+    def __call__(self, key: str, *args: Any) -> Any:
+        try:
+            return self.evalsha(self.script.sha, 1, key, *args)
+        except NoScriptError:
+            return self.script([key], args)
+
+
+class _Scripts(NamedTuple):
+    acquire: _Script
+    release: _Script
+    extend: _Script
+    cancel: _Script
+
+
+def to_datetime(ms: Any) -> datetime:
+    """Return a server time in milliseconds as an aware UTC datetime."""
+    return _EPOCH + timedelta(milliseconds=int(ms))
+
+
+def to_ms(ttl: float, name: str = "ttl") -> int:
+    """Return positive, finite seconds as whole milliseconds (at least one), else raise."""
+    if not (isinstance(ttl, int | float) and math.isfinite(ttl) and ttl > 0):
+        raise ValueError(f"{name} must be a positive, finite number of seconds, not {ttl!r}.")
+    return max(1, math.ceil(ttl * 1000))
+
+
+def failed(key: str | None, error: Exception) -> OccupyError:
+    """Return the error to raise when Redis fails while working on ``key``.
+
+    redis-py has already retried as its client is configured to; nothing was granted.
+    """
+    return OccupyError(f"Redis failed while occupy worked on {key!r}: {error}", key=key)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _seconds_option(options: dict[str, Any], name: str, default: float, alias: str) -> float:
+    value = options.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+        math.isfinite(value) and value > 0
+    ):
+        raise InvalidBackendError(
+            f"OCCUPY['BACKENDS'][{alias!r}]['OPTIONS'][{name!r}] must be a positive number "
+            f"of seconds, not {value!r}."
+        )
+    return float(value)
+
+
+class RedisBackend(BaseBackend):
+    """Locks in Redis; see the module docstring for the keys, options and guarantees."""
+
+    sweeps = False
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        where = f"OCCUPY['BACKENDS'][{alias!r}]['OPTIONS']"
+        unknown = set(self.options) - _OPTIONS
+        if unknown:
+            raise InvalidBackendError(
+                f"{where} has unknown keys {sorted(unknown)}; known keys are {sorted(_OPTIONS)}."
+            )
+        self.cache_alias = self.options.get("CACHE", "default")
+        self.prefix = self.options.get("PREFIX", "occupy:")
+        if not isinstance(self.cache_alias, str) or not self.cache_alias:
+            raise InvalidBackendError(f"{where}['CACHE'] must name a cache alias, "
+                                      f"not {self.cache_alias!r}.")
+        if not isinstance(self.prefix, str) or "{" in self.prefix or "}" in self.prefix:
+            raise InvalidBackendError(f"{where}['PREFIX'] must be a str without braces (they "
+                                      f"would pick the Redis Cluster slot), not {self.prefix!r}.")
+        self.poll_interval = _seconds_option(self.options, "POLL_INTERVAL", 0.25, alias)
+        self.queue_ttl = _seconds_option(self.options, "QUEUE_TTL", 3, alias)
+        self.fence_ttl = _seconds_option(self.options, "FENCE_TTL", 86400, alias)
+        if self.queue_ttl < 2 * self.poll_interval:
+            raise InvalidBackendError(
+                f"{where}['QUEUE_TTL'] ({self.queue_ttl:g} s) must be at least twice "
+                f"POLL_INTERVAL ({self.poll_interval:g} s), or live waiters lose their place."
+            )
+        self._texts = redis_scripts.scripts_for(to_ms(self.fence_ttl), to_ms(self.queue_ttl))
+        self._client: Any = None
+        self._scripts: Any = None
+        self._longest_block = self.poll_interval
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_pid = 0
+        self._executor_lock = threading.Lock()
+
+    # --- connection ------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        """Return the raw redis-py client of the django-redis cache (built on first use)."""
+        if self._client is None:
+            self._connect()
+        return self._client
+
+    @property
+    def scripts(self) -> _Scripts:
+        """Return the Lua scripts, registered with the client (EVALSHA, loaded on demand)."""
+        if self._scripts is None:
+            self._connect()
+        return self._scripts
+
+    def _connect(self) -> None:
+        from django.core.cache import InvalidCacheBackendError
+
+        try:
+            client = get_redis_connection(self.cache_alias, write=True)
+        except InvalidCacheBackendError as e:
+            raise InvalidBackendError(
+                f"occupy backend {self.alias!r} uses cache {self.cache_alias!r}, which is not "
+                f"in settings.CACHES: {e}"
+            ) from e
+        except NotImplementedError as e:
+            raise InvalidBackendError(
+                f"occupy backend {self.alias!r} needs a django-redis cache with one primary "
+                f"(django_redis.cache.RedisCache, default or Sentinel client); cache "
+                f"{self.cache_alias!r} gives no raw Redis client."
+            ) from e
+        self.bind(client)
+
+    def bind(self, client: Any) -> None:
+        """Use the raw redis-py ``client`` (normally the cache's; tests bind others)."""
+        self._scripts = _Scripts(**{name: _Script(client, text)
+                                    for name, text in self._texts.items()})
+        # A BLPOP longer than the socket timeout would end in a TimeoutError.
+        pool = getattr(client, "connection_pool", None)
+        socket_timeout = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
+        if socket_timeout:
+            self._longest_block = min(self.poll_interval, socket_timeout / 2)
+        self._client = client
+
+    def keys(self, key: str) -> RedisKeys:
+        """Return the Redis keys that hold lock ``key``."""
+        return redis_keys(self.prefix, key)
+
+    def wait_executor(self) -> ThreadPoolExecutor:
+        """Return this process's pool of threads for async waiters' blocking ``BLPOP``."""
+        with self._executor_lock:
+            if self._executor is None or self._executor_pid != os.getpid():
+                self._executor = ThreadPoolExecutor(_ASYNC_WAIT_THREADS,
+                                                    thread_name_prefix="occupy-redis-wait")
+                self._executor_pid = os.getpid()
+            return self._executor
+
+    def close(self) -> None:
+        """Stop the async waiters' threads; the connection pool belongs to django-redis."""
+        with self._executor_lock:
+            if self._executor is not None and self._executor_pid == os.getpid():
+                self._executor.shutdown(wait=False)
+            self._executor = None
+        self._client = self._scripts = None
+
+    # --- the contract -------------------------------------------------------------
+    def attempt(self, key: str, owner: str, ttl: float) -> RedisAttempt:
+        """Return an attempt to take ``key`` (see :class:`RedisAttempt`)."""
+        return RedisAttempt(self, key, owner, ttl)
+
+    def release(self, lease: Lease) -> None:
+        """Undo one level of the lease; on the last, hand the key to the next waiter."""
+        try:
+            released = self.scripts.release(self.keys(lease.key).lock, lease.token)
+        except RedisError as e:
+            raise failed(lease.key, e) from e
+        if not released:
+            raise lease.mark_lost("it expired or was taken over before release")
+
+    def extend(self, lease: Lease, ttl: float) -> None:
+        """Move the lease's expiry to ``ttl`` seconds after the server's now."""
+        ttl_ms = to_ms(ttl)
+        try:
+            expires = self.scripts.extend(self.keys(lease.key).lock, lease.token, ttl_ms)
+        except RedisError as e:
+            raise failed(lease.key, e) from e
+        if expires is None:
+            raise lease.mark_lost("it expired or was taken over before it was extended")
+        lease.expires_at = to_datetime(expires)
+
+    def holder(self, key: str) -> Holder | None:
+        """Return the holder's owner, expiry and fence, or ``None`` (never the token)."""
+        try:
+            owner, expires, fence = self.client.hmget(self.keys(key).lock,
+                                                      ["owner", "expires", "fence"])
+        except RedisError as e:
+            raise failed(key, e) from e
+        if owner is None:
+            return None
+        return Holder(_text(owner), to_datetime(expires), int(fence))
+
+    def is_held(self, lease: Lease) -> bool:
+        """Return whether the lease's token still holds the key."""
+        try:
+            token = self.client.hget(self.keys(lease.key).lock, "token")
+        except RedisError as e:
+            raise failed(lease.key, e) from e
+        return _text(token) == lease.token
+
+    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
+        """Return 0: Redis expires claims, queue places and wake-up lists itself."""
+        return 0
+
+    def claims(self) -> Iterable[Claim]:
+        """Yield holders (``using``) and live waiters (``pending``) by key, never tokens."""
+        client = self.client
+        pattern = _glob_escape(self.prefix) + "{*}:"
+        found: list[Claim] = []
+        for name in client.scan_iter(match=pattern + "lock", count=1000):
+            fields = client.hmget(name, ["key", "owner", "since", "expires", "fence"])
+            if fields[0] is not None:
+                key, owner, since, expires, fence = fields
+                found.append(Claim(_text(key), _text(owner), "using", to_datetime(since),
+                                   to_datetime(expires), int(fence)))
+        now_ms = _server_ms(client)
+        for name in client.scan_iter(match=pattern + "waiters", count=1000):
+            found.extend(_waiting_claims(client, _text(name), now_ms))
+        found.sort(key=lambda c: (c.key, c.state != "using", c.since or _EPOCH))
+        return found
+
+
+def _waiting_claims(client: Any, waiters: str, now_ms: int) -> list[Claim]:
+    entries = {_text(k): _text(v) for k, v in client.hgetall(waiters).items()}
+    key = entries.pop("key", None)
+    if key is None:
+        return []
+    arrivals = dict(client.zrange(waiters.removesuffix("waiters") + "queue", 0, -1,
+                                  withscores=True))
+    claims = []
+    for token, info in entries.items():
+        deadline, _ttl, owner = info.split("|", 2)
+        arrival = arrivals.get(token.encode()) or arrivals.get(token)
+        if int(deadline) > now_ms and arrival is not None:
+            claims.append(Claim(key, owner, "pending", to_datetime(arrival // 1000),
+                                to_datetime(deadline), None))
+    return claims
+
+
+def _server_ms(client: Any) -> int:
+    seconds, micros = client.time()
+    return seconds * 1000 + micros // 1000
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class RedisAttempt(Attempt):
+    """One try at a key: one script per try; waiting blocks on the attempt's wake list."""
+
+    def __init__(self, backend: RedisBackend, key: str, owner: str, ttl: float) -> None:
+        super().__init__(backend, key, owner, ttl)
+        self.backend: RedisBackend = backend
+        self.rkeys = backend.keys(key)
+        self.ttl_ms = to_ms(ttl)
+        #: A grant handed over by a release, read from the wake-up list.
+        self.handed: Lease | None = None
+        self.queued = False
+        #: The holder as the last refusal saw it: owner, fence, expires ms, server now ms.
+        self.seen: tuple[str, int, int, int] | None = None
+
+    def _run(self, mode: str) -> Lease | None:
+        try:
+            reply = self.backend.scripts.acquire(self.rkeys.lock, self.token, self.owner,
+                                                 self.ttl_ms, mode, self.key)
+        except RedisError as e:
+            raise failed(self.key, e) from e
+        if isinstance(reply, list):
+            owner, fence, expires, now = reply
+            self.seen = (_text(owner), int(fence), int(expires), int(now))
+            return None
+        fence, expires, depth, token = _text(reply).split(" ")
+        return self._lease(token, fence, expires, int(depth))
+
+    def _lease(self, token: str, fence: Any, expires: Any, depth: int = 1) -> Lease:
+        return Lease(key=self.key, owner=self.owner, token=token, fence=int(fence),
+                     expires_at=to_datetime(expires), ttl=self.ttl, using=self.backend.alias,
+                     depth=depth, backend=self.backend)
+
+    def try_acquire(self) -> Lease | None:
+        """Grant, re-enter, or (once queued) keep this attempt's place in the queue."""
+        if self.handed is not None:
+            return self.handed
+        return self._run("wait" if self.queued else "try")
+
+    def enqueue(self) -> None:
+        """Join the queue; if the key came free meanwhile, take it at once."""
+        self.queued = True
+        self.handed = self._run("enqueue")
+
+    def next_delay(self) -> float:
+        """Return how long to block: the poll interval, or until the holder expires."""
+        longest = self.backend._longest_block
+        if self.seen is None:
+            return longest
+        _owner, _fence, expires, now = self.seen
+        return min(longest, max(0.001, (expires - now) / 1000 + 0.002))
+
+    def wait(self, seconds: float) -> None:
+        """Block on this attempt's wake-up list until a release hands it the key."""
+        if self.handed is not None:
+            return
+        try:
+            reply = self.backend.client.blpop([self.rkeys.wake + self.token],
+                                              timeout=round(max(seconds, 0.001), 3))
+        except RedisTimeoutError:
+            return  # the next try looks again
+        except RedisError as e:
+            raise failed(self.key, e) from e
+        if reply:
+            fence, expires = _text(reply[1]).split("|")
+            self.handed = self._lease(self.token, fence, expires)
+
+    async def await_wake(self, seconds: float) -> None:
+        """Async twin of :meth:`wait`: block in the backend's own thread pool.
+
+        A cancelled waiter's thread finishes its short ``BLPOP`` on its own; the
+        cancellation has already removed everything it could be woken for.
+        """
+        if self.handed is not None:
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.backend.wait_executor(), self.wait, seconds)
+
+    def cancel(self) -> None:
+        """Leave the queue, drop the wake-up list, and give back a key handed over."""
+        try:
+            self.backend.scripts.cancel(self.rkeys.lock, self.token, self.key)
+        except RedisError as e:
+            raise failed(self.key, e) from e
+
+    def current_holder(self) -> tuple[Holder | None, float | None]:
+        """Return the holder the last refusal saw and its seconds left, by Redis's clock."""
+        if self.seen is None:
+            return None, None
+        owner, fence, expires, now = self.seen
+        return Holder(owner, to_datetime(expires), fence), (expires - now) / 1000

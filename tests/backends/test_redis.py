@@ -1,0 +1,378 @@
+"""What the Redis backend adds to the contract: one slot per lock, refusals made in Lua,
+first-come-first-served waiting with hand-over, nothing left behind, and mutual exclusion
+proven with several OS processes on the real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import threading
+import time
+from io import StringIO
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+
+import occupy
+from occupy.backends import get_backend
+from occupy.exceptions import InvalidBackendError
+from tests import multiproc
+from tests.conftest import server_skip
+
+pytestmark = pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or "")
+
+ALIAS = "redis"
+
+
+@pytest.fixture
+def backend(live_db: None):
+    """The configured Redis backend, on clean keys."""
+    return get_backend(ALIAS)
+
+
+def _names(backend, pattern: str = "*") -> list[str]:
+    """Return the backend's Redis keys that exist now, sorted."""
+    return sorted(name.decode() for name in
+                  backend.client.scan_iter(match=f"{backend.prefix}{pattern}", count=1000))
+
+
+def _brisk(**options):
+    """Return a Redis backend on the tests' cache with short waiting settings."""
+    from occupy.backends.redis import RedisBackend
+
+    return RedisBackend("brisk", {"OPTIONS": {
+        "CACHE": "redis", "PREFIX": f"{settings.REDIS_PREFIX}occupy:", **options}})
+
+
+def _queued(backend, key: str, count: int) -> None:
+    """Wait (bounded) until ``count`` attempts queue for ``key``."""
+    for _ in range(200):
+        if backend.client.zcard(backend.keys(key).queue) == count:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{count} waiters never queued for {key!r}")
+
+
+# --- keys, options, refusals ----------------------------------------------------------
+@pytest.mark.parametrize("key", ["book:1", "{", "}", "a{b}c", "{}", "}{x}{", "bööк:{1}",
+                                 "k" * 255, 'quote"\'{tag}'])
+def test_every_redis_key_of_a_lock_is_in_one_slot(backend, key: str) -> None:
+    from redis.crc import key_slot
+
+    names = [*backend.keys(key), backend.keys(key).wake + "0" * 32]
+    slots = {key_slot(name.encode()) for name in names}
+    assert len(slots) == 1, (key, names)
+    assert backend.keys(key) != backend.keys(key + " ")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"CACHE": "redis", "SPEED": 1}, "unknown keys"),
+    ({"CACHE": "redis", "PREFIX": "app{1}:"}, "PREFIX"),
+    ({"CACHE": "redis", "POLL_INTERVAL": 0}, "POLL_INTERVAL"),
+    ({"CACHE": "redis", "QUEUE_TTL": "3"}, "QUEUE_TTL"),
+    ({"CACHE": "redis", "POLL_INTERVAL": 1, "QUEUE_TTL": 1}, "twice"),
+    ({"CACHE": ""}, "CACHE"),
+])
+def test_bad_options_are_refused_naming_them(options: dict, message: str) -> None:
+    from occupy.backends.redis import RedisBackend
+
+    with pytest.raises(InvalidBackendError, match=message):
+        RedisBackend("bad", {"OPTIONS": options})
+
+
+@pytest.mark.parametrize(("cache", "message"), [("default", "django-redis"),
+                                                ("nowhere", "not in settings.CACHES")])
+def test_a_cache_without_a_raw_redis_client_is_refused(cache: str, message: str) -> None:
+    from occupy.backends.redis import RedisBackend
+
+    with pytest.raises(InvalidBackendError, match=message):
+        RedisBackend("bad", {"OPTIONS": {"CACHE": cache}}).client  # noqa: B018
+
+
+def test_a_ttl_of_zero_or_less_is_refused_in_python_and_in_lua(backend) -> None:
+    from redis.exceptions import ResponseError
+
+    for ttl in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="ttl"):
+            backend.acquire("book:1", owner="alice", ttl=ttl, timeout=0)
+    lease = occupy.acquire("book:1", ttl=30, using=ALIAS)
+    with pytest.raises(ValueError, match="ttl"):
+        backend.extend(lease, 0)
+    keys = backend.keys("book:2")
+    for ttl_ms in ("0", "-5", "soon"):
+        with pytest.raises(ResponseError, match="ttl must be positive"):
+            backend.scripts.acquire(keys.lock, "t" * 32, "bob", ttl_ms, "try", "book:2")
+        with pytest.raises(ResponseError, match="ttl must be positive"):
+            backend.scripts.extend(backend.keys("book:1").lock, lease.token, ttl_ms)
+    assert backend.client.exists(*keys) == 0  # nothing was written for the refused ttl
+    occupy.release(lease)
+
+
+# --- re-entry, claims, cleanliness -------------------------------------------------------
+def test_reentry_returns_the_same_token_and_fence(backend) -> None:
+    outer = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
+    inner = occupy.acquire("book:1", owner="alice", ttl=5, using=ALIAS)
+    assert (inner.token, inner.fence, inner.depth) == (outer.token, outer.fence, 2)
+    assert inner.expires_at == outer.expires_at  # a shorter ttl never shortens the lease
+    occupy.release(inner)
+    occupy.release(outer)
+    with pytest.raises(occupy.LeaseLost):
+        occupy.release(outer)
+
+
+def test_claims_show_the_holder_and_the_waiters_never_tokens(backend) -> None:
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(
+        occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, using=ALIAS)))
+    waiter.start()
+    _queued(backend, "book:1", 1)
+    claims = list(backend.claims())
+    assert [(c.key, c.owner, c.state) for c in claims] == [
+        ("book:1", "alice", "using"), ("book:1", "bob", "pending")]
+    assert claims[0].fence == alice.fence and claims[1].fence is None
+    assert claims[0].since <= claims[1].since
+    out = StringIO()
+    call_command("list_locks", using=[ALIAS], stdout=out)
+    assert "alice" in out.getvalue() and "bob" in out.getvalue()
+    assert alice.token not in repr(claims) + out.getvalue()
+    occupy.release(alice)
+    waiter.join(10)
+    assert got and got[0].owner == "bob" and got[0].fence > alice.fence
+    occupy.release(got[0])
+
+
+def test_waiting_leaves_nothing_behind_but_the_fence(backend) -> None:
+    """Queue places, wake-up lists and claims all go; only the fence counter stays."""
+    holder = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
+    with pytest.raises(occupy.LockTimeout):
+        occupy.acquire("book:1", owner="bob", timeout=0.3, using=ALIAS)
+    leases = []
+    waiters = [threading.Thread(target=lambda n=n: leases.append(occupy.acquire(
+        "book:1", owner=f"w{n}", ttl=30, timeout=10, using=ALIAS))) for n in range(3)]
+    for thread in waiters:
+        thread.start()
+    _queued(backend, "book:1", 3)
+    occupy.release(holder)
+    for _ in range(3):
+        for _ in range(500):
+            if leases:
+                break
+            time.sleep(0.01)
+        occupy.release(leases.pop())
+    for thread in waiters:
+        thread.join(10)
+    assert _names(backend) == [backend.keys("book:1").fence]
+    assert backend.sweep() == 0 and not backend.sweeps
+
+
+def test_cancelling_an_async_waiter_leaves_no_trace(backend) -> None:
+    async def main() -> None:
+        lease = await occupy.aacquire("book:1", owner="alice", ttl=30, using=ALIAS)
+        waiter = asyncio.ensure_future(
+            occupy.aacquire("book:1", owner="bob", timeout=30, using=ALIAS))
+        await asyncio.sleep(0.2)
+        assert backend.client.zcard(backend.keys("book:1").queue) == 1
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert backend.client.exists(backend.keys("book:1").queue) == 0
+        await occupy.arelease(lease)
+
+    asyncio.run(main())
+    assert _names(backend) == [backend.keys("book:1").fence]
+
+
+def test_a_waiter_that_gives_up_after_being_handed_the_key_passes_it_on(backend) -> None:
+    """Cancel removes a grant that a release handed over before the waiter saw it."""
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
+    bob = backend.attempt("book:1", "bob", 30)
+    assert bob.try_acquire() is None
+    bob.enqueue()
+    occupy.release(alice)  # hands the key to bob, who is not looking
+    assert occupy.holder("book:1", using=ALIAS).owner == "bob"
+    bob.cancel()
+    assert occupy.holder("book:1", using=ALIAS) is None
+    assert _names(backend) == [backend.keys("book:1").fence]
+
+
+def test_a_dead_waiter_blocks_the_queue_only_until_its_place_expires(live_db: None) -> None:
+    brisk = _brisk(POLL_INTERVAL=0.1, QUEUE_TTL=0.5)
+    alice = brisk.acquire("book:1", owner="alice", ttl=30, timeout=0)
+    dead = brisk.attempt("book:1", "dead", 30)
+    assert dead.try_acquire() is None
+    dead.enqueue()  # and never looks again, as if killed
+    got = []
+    carol = threading.Thread(target=lambda: got.append(
+        brisk.acquire("book:1", owner="carol", ttl=30, timeout=5)))
+    carol.start()
+    _queued(brisk, "book:1", 2)
+    time.sleep(0.6)  # the dead waiter's place expires; carol's is kept alive by her polls
+    occupy.release(alice)
+    carol.join(5)
+    assert got and got[0].owner == "carol"
+    occupy.release(got[0])
+    assert not _names(brisk, "*wake*")
+
+
+def test_expiry_of_the_holder_wakes_the_waiter_without_a_release(backend) -> None:
+    brisk = _brisk(POLL_INTERVAL=5, QUEUE_TTL=10)  # a poll would come far too late
+    alice = brisk.acquire("book:1", owner="alice", ttl=0.4, timeout=0)
+    started = time.monotonic()
+    bob = brisk.acquire("book:1", owner="bob", ttl=30, timeout=5)
+    assert 0.3 < time.monotonic() - started < 1.2
+    assert bob.fence > alice.fence
+    occupy.release(bob)
+
+
+def test_fences_never_fall_below_the_counter_when_the_clock_is_behind(backend) -> None:
+    """A counter ahead of the server's clock (a clock stepped back) still rises by one."""
+    ahead = (int(time.time()) + 3600) * 1_000_000
+    backend.client.set(backend.keys("book:1").fence, ahead)
+    lease = occupy.acquire("book:1", using=ALIAS)
+    assert lease.fence == ahead + 1
+    occupy.release(lease)
+    assert occupy.acquire("book:1", using=ALIAS).fence == ahead + 2
+
+
+# --- several OS processes ---------------------------------------------------------------
+def _counter_store(kind: str):
+    """Return ``(read, write)`` of the shared counter in the Redis or the default DB."""
+    if kind == "redis":
+        from django_redis import get_redis_connection
+
+        client = get_redis_connection("redis")
+        name = f"{settings.REDIS_PREFIX}counter"
+        return (lambda: int(client.get(name) or 0)), (lambda v: client.set(name, v))
+    from tests.testapp.models import Counter
+
+    return ((lambda: Counter.objects.get(name="c").value),
+            (lambda v: Counter.objects.filter(name="c").update(value=v)))
+
+
+def _count(alias: str, kind: str, sections: int, hold: float) -> list:
+    """Increment the counter ``sections`` times, slowly, under the lock; return the
+    (enter, exit, fence) of each section."""
+    read, write = _counter_store(kind)
+    spans = []
+    for _ in range(sections):
+        with occupy.lock("counter", ttl=30, timeout=60, using=alias) as lease:
+            enter = time.monotonic()
+            value = read()
+            time.sleep(hold)  # widen the window a lost update needs
+            write(value + 1)
+            spans.append((enter, time.monotonic(), lease.fence))
+    return spans
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("kind", ["redis", "db"])
+def test_processes_exclude_each_other(backend, kind: str) -> None:
+    from tests.testapp.models import Counter
+
+    Counter.objects.create(name="c")
+    procs, sections = 4, 12
+    spans = sorted(s for out in multiproc.run(_count, [(ALIAS, kind, sections, 0.003)] * procs)
+                   for s in out)
+    read, _write = _counter_store(kind)
+    assert read() == procs * sections  # no increment lost
+    for (_e1, exit1, fence1), (enter2, _x2, fence2) in itertools.pairwise(spans):
+        assert enter2 >= exit1, "two holders overlapped"
+        assert fence2 > fence1, "fences did not rise in grant order"
+
+
+def _hold_and_hang(alias: str, ttl: float, granted) -> None:
+    lease = occupy.acquire("victim", owner="doomed", ttl=ttl, timeout=5, using=alias)
+    granted.put((time.monotonic(), lease.fence))
+    time.sleep(60)  # killed long before this
+
+
+@pytest.mark.multiprocess
+def test_a_killed_holder_frees_the_key_within_its_ttl(backend) -> None:
+    ttl = 1.5
+    granted = multiproc._ctx.Queue()
+    workers = multiproc.start(_hold_and_hang, [(ALIAS, ttl, granted)])
+    try:
+        granted_at, fence = granted.get(timeout=60)
+        os.kill(workers.procs[0].pid, signal.SIGKILL)
+        lease = occupy.acquire("victim", owner="next", ttl=30, timeout=ttl + 1, using=ALIAS)
+        waited = time.monotonic() - granted_at
+        assert waited <= ttl + 1
+        assert waited >= ttl - 0.1  # it was held, by a dead process, until it expired
+        assert lease.fence > fence
+        occupy.release(lease)
+    finally:
+        for proc in workers.procs:
+            proc.kill()
+            proc.join(10)
+
+
+def _busy(alias: str, done, hold: float) -> list:
+    """Re-take the key in a tight loop until the patient process is done (≤ 20 s)."""
+    starts = []
+    deadline = time.monotonic() + 20
+    while not done.is_set() and time.monotonic() < deadline:
+        with occupy.lock("busy", owner="busy", ttl=30, timeout=30, using=alias):
+            starts.append(time.monotonic())
+            time.sleep(hold)
+    return starts
+
+
+def _patient(alias: str, done, rounds: int) -> list:
+    """Ask for the key ``rounds`` times while the busy process loops; return (asked, got)."""
+    waits = []
+    try:
+        # Connect and load the scripts first: only the wait itself is measured.
+        occupy.release(occupy.acquire("warm-up", owner="patient", using=alias))
+        time.sleep(0.3)  # the busy loop is running
+        for _ in range(rounds):
+            asked = time.monotonic()
+            with occupy.lock("busy", owner="patient", ttl=30, timeout=10, using=alias):
+                waits.append((asked, time.monotonic()))
+            time.sleep(0.02)
+    finally:
+        done.set()
+    return waits
+
+
+@pytest.mark.multiprocess
+def test_a_waiter_is_served_before_a_process_that_retakes_the_key_in_a_loop(backend) -> None:
+    done = multiproc._ctx.Event()
+    starts, waits = _run_pair(done)
+    assert len(waits) == 10
+    for asked, got in waits:
+        overtaking = [s for s in starts if asked < s < got]
+        # At most the section that began as it asked, and one begun before it queued.
+        assert len(overtaking) <= 2, (len(overtaking), got - asked)
+    assert len(starts) > 20  # the busy process really was looping
+
+
+def _run_pair(done) -> tuple[list, list]:
+    busy = multiproc.start(_busy, [(ALIAS, done, 0.002)])
+    patient = multiproc.start(_patient, [(ALIAS, done, 10)])
+    waits = multiproc.collect(patient, timeout=60)[0]
+    starts = multiproc.collect(busy, timeout=60)[0]
+    return starts, waits
+
+
+def test_a_redis_failure_is_an_occupy_error_naming_the_key(live_db: None) -> None:
+    import socket
+
+    import redis
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nobody listens here once the socket is closed
+    brisk = _brisk()
+    brisk.bind(redis.Redis(port=port, socket_connect_timeout=0.2, retry_on_error=[],
+                           retry=None))
+    with pytest.raises(occupy.OccupyError, match="book:1") as info:
+        brisk.acquire("book:1", owner="alice", ttl=30, timeout=0)
+    assert info.value.key == "book:1"
+    assert isinstance(info.value.__cause__, redis.ConnectionError)
+    with pytest.raises(occupy.OccupyError, match="book:1"):
+        brisk.holder("book:1")

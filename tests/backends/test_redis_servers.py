@@ -1,0 +1,140 @@
+"""The Redis backend on Redis servers the tests start themselves, on spare ports: a restart
+without persistence, and Redis Cluster (which refuses a script touching two slots)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+import occupy
+from tests.conftest import server_skip
+
+REDIS_SERVER = shutil.which("redis-server")
+pytestmark = [
+    pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or ""),
+    pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not on PATH"),
+]
+
+
+def _spare_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def redis_server(port: int, directory: Path, *options: str) -> Iterator[None]:
+    """Run ``redis-server`` on ``port`` without persistence until the block ends."""
+    import redis
+
+    proc = subprocess.Popen(
+        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(directory), *options],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        probe = redis.Redis(port=port, socket_timeout=1)
+        for _ in range(100):
+            try:
+                probe.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        else:
+            raise AssertionError(f"redis-server did not start on port {port}")
+        probe.close()
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _backend(cache: str):
+    from occupy.backends.redis import RedisBackend
+
+    return RedisBackend(cache, {"OPTIONS": {"CACHE": cache,
+                                            "PREFIX": f"{settings.REDIS_PREFIX}occupy:"}})
+
+
+def test_fences_rise_across_a_restart_without_persistence(tmp_path: Path) -> None:
+    port = _spare_port()
+    caches = {**settings.CACHES, "spare": {
+        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/0"}}
+    with override_settings(CACHES=caches):
+        backend = _backend("spare")
+        fences = []
+        with redis_server(port, tmp_path):
+            for _ in range(3):
+                lease = backend.acquire("book:1", owner="alice", ttl=30, timeout=0)
+                fences.append(lease.fence)
+                occupy.release(lease)
+            assert backend.client.exists(backend.keys("book:1").fence)
+        with redis_server(port, tmp_path):
+            backend.client.connection_pool.disconnect()  # the old sockets died with it
+            assert backend.client.dbsize() == 0  # the counter is gone: only the clock is left
+            lease = backend.acquire("book:1", owner="alice", ttl=30, timeout=0)
+            fences.append(lease.fence)
+            occupy.release(lease)
+        backend.client.connection_pool.disconnect()
+    assert fences == sorted(set(fences)), fences
+
+
+def test_every_script_stays_in_one_cluster_slot(tmp_path: Path) -> None:
+    """Redis Cluster refuses a script whose keys span slots (CROSSSLOT), even with one
+    node: take, queue, hand over, cancel, extend and release all pass there."""
+    import redis
+    from redis.cluster import RedisCluster
+
+    port = _spare_port()
+    with redis_server(port, tmp_path, "--cluster-enabled", "yes",
+                      "--cluster-config-file", str(tmp_path / "nodes.conf")):
+        node = redis.Redis(port=port)
+        node.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        for _ in range(100):
+            if b"cluster_state:ok" in node.execute_command("CLUSTER", "INFO"):
+                break
+            time.sleep(0.05)
+        node.close()
+        cluster = RedisCluster(host="127.0.0.1", port=port)
+        try:
+            backend = _backend("cluster")
+            backend.bind(cluster)
+            for key in ("book:1", "a{b}c", "}{"):
+                _exercise(backend, key)
+            assert [c.owner for c in backend.claims()] == []
+        finally:
+            cluster.close()
+
+
+def _exercise(backend, key: str) -> None:
+    alice = backend.acquire(key, owner="alice", ttl=30, timeout=0)
+    again = backend.acquire(key, owner="alice", ttl=30, timeout=0)
+    occupy.release(again)
+    with pytest.raises(occupy.LockTimeout):
+        backend.acquire(key, owner="carol", ttl=30, timeout=0.2)  # queued, then cancelled
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(
+        backend.acquire(key, owner="bob", ttl=30, timeout=10)))
+    waiter.start()
+    for _ in range(200):
+        if backend.client.zcard(backend.keys(key).queue):
+            break
+        time.sleep(0.01)
+    assert [(c.owner, c.state) for c in backend.claims()] == [("alice", "using"),
+                                                             ("bob", "pending")]
+    alice.extend(60)
+    occupy.release(alice)  # hands the key to bob, woken through his list
+    waiter.join(10)
+    assert got and got[0].fence > alice.fence
+    occupy.release(got[0])
+    assert backend.holder(key) is None
