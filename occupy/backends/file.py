@@ -1,0 +1,535 @@
+"""``FileBackend``: locks as files under ``LOCATION``, seed 000's filesystem variant.
+
+The seed keeps two directories, ``pending`` and ``using``: a claimant writes a pending
+file, looks for other pending files, then for a file in ``using``, and moves on from
+there. Layout here, under ``LOCATION``::
+
+    using/<digest>              the granted claim of a key (at most one)
+    pending/<digest>/<ticket>   queued claims, served in ticket (arrival) order
+    fences/<digest>             the key's last retired claim: its fence outlives it
+    locks/<xx>                  256 lock files: each step on a key holds one (flock)
+    tmp/                        rewrites are written here, then renamed into place
+
+What the seed gets wrong, and what this does instead:
+
+- Its checks and writes are separate steps, so two claimants can both see nothing and
+  both move in. Here each step on a key (grant, release, extend, expiry) holds an
+  exclusive ``flock`` on the key's lock file for a few system calls; the kernel drops it
+  if the process dies. POSIX has no compare-and-delete, so without it a late release
+  could delete the next holder's claim. The granted claim is still created with
+  ``O_CREAT | O_EXCL``, so even a filesystem whose ``flock`` is not shared can never
+  hold two claims of one key; rewrites go through a temporary file and ``rename``.
+- Ties are broken by random sleeps, which can livelock. Here waiters queue as pending
+  files named by ticket; the oldest live one is served first, and a newcomer is not
+  granted while any live claim is pending (the pending check comes before the using
+  check, as in the seed).
+- No expiry, so a crashed holder blocks the key forever. Here every claim carries its
+  expiry (written into the granted claim; a pending claim's expiry is its mtime, pushed
+  forward by its waiter's heartbeat), and an expired claim counts as absent.
+
+Every time is this host's clock (there is no server clock): hosts sharing the
+directory over a network filesystem must keep their clocks in step. The fence is
+``max(last fence + 1, clock in µs)``, the last fence being read from ``fences/``, so it
+rises across releases, expiry, sweeps and restarts. Nothing is fsynced: after a power
+cut a key may have no holder, and fences fall back to the clock floor.
+
+OPTIONS: ``POLL_INTERVAL`` (longest pause between two tries while waiting, default
+0.05 s), ``PENDING_TTL`` (how long a waiter's queued claim outlives its last heartbeat,
+default 10 s). POSIX only (``fcntl``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from occupy.backends.base import Attempt, BaseBackend, Claim
+from occupy.backends.records import Entry, digest, from_us, now_us
+from occupy.exceptions import InvalidBackendError
+from occupy.leases import Holder, Lease
+
+__all__ = ["FileBackend"]
+
+_MAGIC = "occupy-claim-1"
+#: What an unreadable claim file counts as: expired, fence 0 (the clock floor decides).
+_DEAD = Entry("", "", 0, 0, 0, 0, "")
+#: How long sweep keeps a key's fence file after its fence fell behind the clock.
+FENCE_MEMORY_US = 3600 * 1_000_000
+_DIRS = ("using", "pending", "fences", "locks", "tmp")
+
+
+def _dump(entry: Entry) -> bytes:
+    # Keys and owners cannot contain NUL (occupy.validation), so it separates fields.
+    return "\0".join((_MAGIC, entry.token, str(entry.fence), str(entry.depth),
+                      str(entry.expires_us), str(entry.since_us), entry.owner,
+                      entry.key)).encode("utf-8")
+
+
+def _load(data: bytes) -> Entry:
+    fields = data.decode("utf-8", "replace").split("\0")
+    if len(fields) != 8 or fields[0] != _MAGIC:
+        return _DEAD  # a half-written or foreign file: as good as expired
+    _, token, fence, depth, expires, since, owner, key = fields
+    return Entry(token, owner, int(fence), int(depth), int(expires), int(since), key)
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        return os.read(fd, 65536)
+    finally:
+        os.close(fd)
+
+
+def _create(path: str, data: bytes) -> bool:
+    """Create ``path`` holding ``data`` unless it exists; return whether it did."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _unlink(path: str) -> bool:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+class _KeyLocks:
+    """Exclusive ``flock`` on one of 256 lock files, chosen by a key's digest.
+
+    flock belongs to an open file description, which the threads of a process share,
+    so a thread lock per file keeps this process's threads apart as well. A forked
+    child opens its own files (an inherited description is shared with the parent).
+    A lock file replaced behind our back (a cleaner removed it) is noticed by comparing
+    inodes after locking, and opened again.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._pid = -1
+        self._fds: dict[str, int] = {}
+        self._mutexes: dict[str, threading.Lock] = {}
+        self._setup = threading.Lock()
+
+    def _reset(self) -> None:
+        for fd in self._fds.values():  # inherited from the parent: ours to close only
+            os.close(fd)
+        self._fds = {}
+        self._mutexes = {f"{i:02x}": threading.Lock() for i in range(256)}
+        self._pid = os.getpid()
+
+    @contextmanager
+    def hold(self, d: str) -> Iterator[None]:
+        """Hold the lock of the key whose digest is ``d``."""
+        if self._pid != os.getpid():
+            with self._setup:
+                if self._pid != os.getpid():
+                    self._reset()
+        shard = d[:2]
+        with self._mutexes[shard]:
+            fd = self._lock(shard)
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _lock(self, shard: str) -> int:
+        path = f"{self.directory}/{shard}"
+        while True:
+            fd = self._fds.get(shard)
+            if fd is None:
+                try:
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                except FileNotFoundError:
+                    os.makedirs(self.directory, exist_ok=True)
+                    continue
+                self._fds[shard] = fd
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                st = os.stat(path)
+                mine = os.fstat(fd)
+                if (st.st_ino, st.st_dev) == (mine.st_ino, mine.st_dev):
+                    return fd
+            except FileNotFoundError:
+                pass
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            del self._fds[shard]
+
+    def close(self) -> None:
+        """Close the lock files (a forked child closes only its copies)."""
+        with self._setup:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds = {}
+            self._pid = -1
+
+
+class FileBackend(BaseBackend):
+    """Locks stored as files in a directory (see the module docstring)."""
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        if not isinstance(self.location, str | os.PathLike) or not str(self.location):
+            raise InvalidBackendError(
+                f"occupy backend {alias!r} (FileBackend) needs LOCATION, the directory "
+                f"its lock files live in, not {self.location!r}."
+            )
+        self.root = os.path.abspath(os.fspath(self.location))
+        self.poll_interval = float(self.options.get("POLL_INTERVAL", 0.05))
+        self.pending_ttl = float(self.options.get("PENDING_TTL", 10))
+        self.locks = _KeyLocks(f"{self.root}/locks")
+
+    def __repr__(self) -> str:
+        return f"<FileBackend alias={self.alias!r} location={self.root!r}>"
+
+    # --- paths and files --------------------------------------------------------------
+    def using_path(self, key: str) -> str:
+        """Return the path of ``key``'s granted claim."""
+        return f"{self.root}/using/{digest(key)}"
+
+    def _claim(self, d: str) -> Entry | None:
+        data = _read(f"{self.root}/using/{d}")
+        return None if data is None else _load(data)
+
+    def _last_fence(self, d: str) -> int:
+        data = _read(f"{self.root}/fences/{d}")
+        return 0 if data is None else _load(data).fence
+
+    def _retire(self, d: str) -> None:
+        """Move the key's claim to ``fences/``, where its fence outlives it."""
+        try:
+            os.replace(f"{self.root}/using/{d}", f"{self.root}/fences/{d}")
+        except FileNotFoundError:
+            self._make_dirs()
+            with suppress(FileNotFoundError):
+                os.replace(f"{self.root}/using/{d}", f"{self.root}/fences/{d}")
+
+    def _rewrite(self, d: str, entry: Entry) -> None:
+        """Replace the key's claim with ``entry`` (held under the key's lock)."""
+        tmp = f"{self.root}/tmp/{d}.{os.getpid()}.{threading.get_ident()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, _dump(entry))
+        finally:
+            os.close(fd)
+        os.replace(tmp, f"{self.root}/using/{d}")
+
+    def _make_dirs(self) -> None:
+        for name in _DIRS:
+            os.makedirs(f"{self.root}/{name}", exist_ok=True)
+
+    def _lease(self, key: str, owner: str, ttl: float, entry: Entry) -> Lease:
+        return Lease(key=key, owner=owner, token=entry.token, fence=entry.fence,
+                     expires_at=from_us(entry.expires_us), ttl=ttl, using=self.alias,
+                     depth=entry.depth, backend=self)
+
+    def close(self) -> None:
+        """Close this process's lock files."""
+        self.locks.close()
+
+    # --- the contract -------------------------------------------------------------
+    def attempt(self, key: str, owner: str, ttl: float) -> FileAttempt:
+        """Return an attempt to take ``key`` (see :class:`FileAttempt`)."""
+        return FileAttempt(self, key, owner, ttl)
+
+    def release(self, lease: Lease) -> None:
+        """Retire the lease's claim (or undo one level of it); never another's claim."""
+        d = digest(lease.key)
+        with self.locks.hold(d):
+            claim = self._claim(d)
+            if claim is None or claim.token != lease.token:
+                raise lease.mark_lost("it expired or was taken over before release")
+            if not claim.live(now_us()):
+                self._retire(d)
+                raise lease.mark_lost("it expired before release")
+            if claim.depth > 1:
+                self._rewrite(d, claim._replace(depth=claim.depth - 1))
+            else:
+                self._retire(d)
+
+    def extend(self, lease: Lease, ttl: float) -> None:
+        """Move the lease's expiry to ``ttl`` seconds after this host's now."""
+        d = digest(lease.key)
+        with self.locks.hold(d):
+            claim = self._claim(d)
+            now = now_us()
+            if claim is None or claim.token != lease.token or not claim.live(now):
+                raise lease.mark_lost("it expired or was taken over before it was extended")
+            claim = claim._replace(expires_us=now + round(ttl * 1e6))
+            self._rewrite(d, claim)
+        lease.expires_at = from_us(claim.expires_us)
+
+    def holder(self, key: str) -> Holder | None:
+        """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""
+        d = digest(key)
+        with self.locks.hold(d):
+            claim = self._claim(d)
+        if claim is None or not claim.live(now_us()):
+            return None
+        return Holder(owner=claim.owner, expires_at=from_us(claim.expires_us),
+                      fence=claim.fence)
+
+    def is_held(self, lease: Lease) -> bool:
+        """Return whether the lease's token still holds an unexpired claim."""
+        d = digest(lease.key)
+        with self.locks.hold(d):
+            claim = self._claim(d)
+        return claim is not None and claim.token == lease.token and claim.live(now_us())
+
+    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
+        """Remove expired claims and return how many (or would be, if ``dry_run``).
+
+        Directories are streamed (``os.scandir``), so memory stays flat whatever their
+        size; ``batch_size`` is accepted for the contract. Each claim is checked again
+        under its key's lock, so a claim renewed meanwhile is kept. Fence files whose
+        fence fell an hour behind the clock (the clock floor covers them) and stray
+        temporary files go too, uncounted.
+        """
+        now = now_us()
+        count = 0
+        for d in _names(f"{self.root}/using"):
+            with self.locks.hold(d):
+                claim = self._claim(d)
+                if claim is not None and not claim.live(now):
+                    count += 1
+                    if not dry_run:
+                        self._retire(d)
+        for d in _names(f"{self.root}/pending"):
+            with self.locks.hold(d):
+                for name in _names(f"{self.root}/pending/{d}"):
+                    path = f"{self.root}/pending/{d}/{name}"
+                    if _expires_ns(path) <= now * 1000:
+                        count += 1
+                        if not dry_run:
+                            _unlink(path)
+                if not dry_run:
+                    _rmdir(f"{self.root}/pending/{d}")
+        if not dry_run:
+            self._sweep_leftovers(now)
+        return count
+
+    def _sweep_leftovers(self, now: int) -> None:
+        for d in _names(f"{self.root}/fences"):
+            with self.locks.hold(d):
+                if self._last_fence(d) < now - FENCE_MEMORY_US:
+                    _unlink(f"{self.root}/fences/{d}")
+        for name in _names(f"{self.root}/tmp"):
+            path = f"{self.root}/tmp/{name}"
+            try:
+                if os.stat(path).st_mtime_ns < (now - 60_000_000) * 1000:
+                    _unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def claims(self) -> Iterable[Claim]:
+        """Yield every live claim, granted and queued, ordered by key."""
+        now = now_us()
+        found = []
+        for d in _names(f"{self.root}/using"):
+            with self.locks.hold(d):
+                claim = self._claim(d)
+            if claim is not None and claim.live(now):
+                found.append(Claim(claim.key, claim.owner, "using", from_us(claim.since_us),
+                                   from_us(claim.expires_us), claim.fence))
+        for d in _names(f"{self.root}/pending"):
+            with self.locks.hold(d):
+                for name in sorted(_names(f"{self.root}/pending/{d}")):
+                    path = f"{self.root}/pending/{d}/{name}"
+                    expires_ns = _expires_ns(path)
+                    data = _read(path)
+                    if data is None or expires_ns <= now * 1000:
+                        continue
+                    owner, key, since = data.decode("utf-8").split("\0")
+                    found.append(Claim(key, owner, "pending", from_us(int(since)),
+                                       from_us(expires_ns // 1000), None))
+        found.sort(key=lambda c: (c.key, c.state != "using"))
+        return found
+
+
+def _names(directory: str) -> Iterator[str]:
+    """Yield the names in ``directory`` (nothing if it does not exist)."""
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                if not entry.name.startswith("."):
+                    yield entry.name
+    except FileNotFoundError:
+        return
+
+
+def _expires_ns(path: str) -> int:
+    """Return a pending claim's expiry (its mtime), or 0 if it is gone."""
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return 0
+
+
+def _rmdir(path: str) -> None:
+    with suppress(OSError):  # not empty, or already gone
+        os.rmdir(path)
+
+
+class FileAttempt(Attempt):
+    """One try at a key: the fast path, then a pending claim that waits its turn."""
+
+    def __init__(self, backend: FileBackend, key: str, owner: str, ttl: float) -> None:
+        super().__init__(backend, key, owner, ttl)
+        self.backend: FileBackend = backend
+        self.max_delay = backend.poll_interval
+        self.digest = digest(key)
+        self.ticket: str | None = None  # our pending file's name, once queued
+        self.beat_at = 0.0
+        self.seen: Entry | None = None
+        self.in_doubt = False
+
+    @property
+    def queue(self) -> str:
+        return f"{self.backend.root}/pending/{self.digest}"
+
+    def try_acquire(self) -> Lease | None:
+        """Grant the key if no live claim is ahead of us and none is using it; re-enter
+        it if the owner holds it; else return ``None``."""
+        self.in_doubt = True
+        with self.backend.locks.hold(self.digest):
+            lease = self._try(now_us())
+        self.in_doubt = False
+        return lease
+
+    def _try(self, now: int) -> Lease | None:
+        # The seed's order: pending claims first, then the using claim. Under the key's
+        # lock both reads are one step; the order still decides who is served.
+        ahead = self._pending_ahead(now)
+        claim = self.backend._claim(self.digest)
+        self.seen = claim
+        if claim is not None and claim.live(now):
+            if claim.owner == self.owner:
+                return self._reenter(claim, now)
+            self._heartbeat()
+            return None
+        if ahead:
+            self._heartbeat()
+            return None
+        if claim is not None:
+            self.backend._retire(self.digest)  # expired: its fence goes to fences/
+        return self._grant(now)
+
+    def _pending_ahead(self, now: int) -> bool:
+        """Return whether a live pending claim is ahead of ours (of any, if we are not
+        queued); remove the expired ones passed on the way."""
+        try:
+            names = sorted(os.listdir(self.queue))
+        except FileNotFoundError:
+            names = []
+        if self.ticket is not None and self.ticket not in names:
+            # Our claim expired while we stalled and was removed: queue again, last.
+            self._enqueue(names)
+            names = sorted(os.listdir(self.queue))
+        for name in names:
+            if name == self.ticket:
+                return False
+            path = f"{self.queue}/{name}"
+            if _expires_ns(path) > now * 1000:
+                return True
+            _unlink(path)
+        return False
+
+    def _grant(self, now: int) -> Lease | None:
+        b = self.backend
+        fence = max(b._last_fence(self.digest) + 1, now)
+        entry = Entry(self.token, self.owner, fence, 1, now + round(self.ttl * 1e6), now,
+                      self.key)
+        path = f"{b.root}/using/{self.digest}"
+        try:
+            created = _create(path, _dump(entry))
+        except FileNotFoundError:
+            b._make_dirs()
+            created = _create(path, _dump(entry))
+        if not created:  # only if flock is not shared on this filesystem
+            return None
+        self._dequeue()
+        return b._lease(self.key, self.owner, self.ttl, entry)
+
+    def _reenter(self, claim: Entry, now: int) -> Lease:
+        claim = claim._replace(depth=claim.depth + 1,
+                               expires_us=max(claim.expires_us, now + round(self.ttl * 1e6)))
+        self.backend._rewrite(self.digest, claim)
+        self._dequeue()
+        return self.backend._lease(self.key, self.owner, self.ttl, claim)
+
+    def enqueue(self) -> None:
+        """Write the pending claim that holds this caller's place in the queue."""
+        with self.backend.locks.hold(self.digest):
+            try:
+                names = os.listdir(self.queue)
+            except FileNotFoundError:
+                names = []
+            self._enqueue(names)
+
+    def _enqueue(self, names: list[str]) -> None:
+        # Tickets rise under the key's lock: after the newest queued one, and the clock.
+        last = max((int(name.split("-", 1)[0]) for name in names), default=0)
+        ticket = f"{max(time.time_ns(), last + 1):020d}-{secrets.token_hex(4)}"
+        data = "\0".join((self.owner, self.key, str(now_us()))).encode("utf-8")
+        path = f"{self.queue}/{ticket}"
+        try:
+            _create(path, data)
+        except FileNotFoundError:
+            os.makedirs(self.queue, exist_ok=True)
+            _create(path, data)
+        self.ticket = ticket
+        self._heartbeat(force=True)
+
+    def _heartbeat(self, force: bool = False) -> None:
+        """Push our pending claim's expiry (its mtime) ``PENDING_TTL`` past now."""
+        pending_ttl = self.backend.pending_ttl
+        if self.ticket is None or (not force and time.monotonic() - self.beat_at
+                                   < pending_ttl / 3):
+            return
+        expires = time.time_ns() + round(pending_ttl * 1e9)
+        with suppress(FileNotFoundError):  # removed as expired: the next try queues again
+            os.utime(f"{self.queue}/{self.ticket}", ns=(expires, expires))
+        self.beat_at = time.monotonic()
+
+    def _dequeue(self) -> None:
+        if self.ticket is not None:
+            _unlink(f"{self.queue}/{self.ticket}")
+            _rmdir(self.queue)
+            self.ticket = None
+
+    def cancel(self) -> None:
+        """Remove our pending claim, and a grant we may have made without hearing of it."""
+        with self.backend.locks.hold(self.digest):
+            self._dequeue()
+            if self.in_doubt:
+                claim = self.backend._claim(self.digest)
+                if claim is not None and claim.token == self.token:
+                    self.backend._retire(self.digest)
+
+    def current_holder(self) -> tuple[Holder | None, float | None]:
+        """Return the holder the last try saw and its seconds left, for the error."""
+        claim = self.seen
+        now = now_us()
+        if claim is None or not claim.live(now):
+            return None, None
+        holder = Holder(owner=claim.owner, expires_at=from_us(claim.expires_us),
+                        fence=claim.fence)
+        return holder, (claim.expires_us - now) / 1e6
