@@ -20,38 +20,39 @@ from occupy.backends.records import Entry, digest
 
 __all__ = ["LuaStore", "Names", "Outcome"]
 
-#: KEYS: entry, fence counter. ARGV: token, owner, ttl ms, key, fence counter ttl ms.
-#: Returns {1, token, fence, depth, expires ms} when granted or re-entered, else
-#: {0, owner, fence, expires ms, now ms}.
+#: How long a key's fence counter outlives its last grant. Fences are floored by the
+#: clock, so a counter that expired only matters if the clock steps back meanwhile.
+FENCE_MEMORY_MS = 24 * 3600 * 1000
+
+#: KEYS: entry, fence counter. ARGV: token, owner, ttl ms, key.
+#: Returns one NUL-separated string (one bulk reply parses faster than an array):
+#: ``g fence expires`` (granted), ``r fence expires depth token`` (re-entered) or
+#: ``h fence expires now owner`` (held by another owner); times in ms.
 ACQUIRE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cur = redis.call('HMGET', KEYS[1], 'token', 'owner', 'fence', 'depth', 'expires')
 if cur[1] then
   if cur[2] ~= ARGV[2] then
-    return {0, cur[2], cur[3], cur[5], now}
+    return 'h\\0' .. cur[3] .. '\\0' .. cur[5] .. '\\0' .. string.format('%d', now)
+           .. '\\0' .. cur[2]
   end
   local depth = tonumber(cur[4]) + 1
   local expires = math.max(tonumber(cur[5]), now + tonumber(ARGV[3]))
   local at = string.format('%d', expires)
   redis.call('HSET', KEYS[1], 'depth', depth, 'expires', at)
   redis.call('PEXPIREAT', KEYS[1], at)
-  return {1, cur[1], cur[3], depth, at}
+  return 'r\\0' .. cur[3] .. '\\0' .. at .. '\\0' .. depth .. '\\0' .. cur[1]
 end
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local fence = redis.call('INCR', KEYS[2])
-if fence < floor then
-  fence = floor
-  redis.call('SET', KEYS[2], string.format('%d', fence))
-end
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
+local f = string.format('%d', math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, floor))
+redis.call('SET', KEYS[2], f, 'PX', FENCE_MEMORY_MS)
 local at = string.format('%d', now + tonumber(ARGV[3]))
-local f = string.format('%d', fence)
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'owner', ARGV[2], 'fence', f, 'depth', 1,
            'expires', at, 'since', string.format('%d', now), 'key', ARGV[4])
 redis.call('PEXPIREAT', KEYS[1], at)
-return {1, ARGV[1], f, 1, at}
-"""
+return 'g\\0' .. f .. '\\0' .. at
+""".replace("FENCE_MEMORY_MS", str(FENCE_MEMORY_MS))
 
 #: KEYS: entry. ARGV: token. Returns -1 (not held), 0 (released) or the depth left.
 RELEASE = """
@@ -99,11 +100,6 @@ end
 return 0
 """
 
-#: How long a key's fence counter outlives its last grant. Fences are floored by the
-#: clock, so a counter that expired only matters if the clock steps back meanwhile.
-FENCE_MEMORY_MS = 24 * 3600 * 1000
-
-
 class Names(NamedTuple):
     """The cache names of a key's entry and of its fence counter."""
 
@@ -143,22 +139,32 @@ class LuaStore:
         self._extend = client.register_script(EXTEND)
         self._holder = client.register_script(HOLDER)
         self._forget = client.register_script(FORGET)
+        self._keys: dict[str, list[str]] = {}
 
     def keys(self, key: str) -> list[str]:
         """Return the raw Redis keys of ``key``'s entry and fence counter."""
-        entry, fence = names(key)
-        return [str(self.make_key(entry)), str(self.make_key(fence))]
+        keys = self._keys.get(key)
+        if keys is None:
+            entry, fence = names(key)
+            keys = [str(self.make_key(entry)), str(self.make_key(fence))]
+            if len(self._keys) >= 4096:  # a bound, not an LRU: hot keys come back at once
+                self._keys.clear()
+            self._keys[key] = keys
+        return keys
 
     def grant(self, key: str, owner: str, token: str, ttl: float) -> Outcome:
         """Grant ``key`` if it is free, re-enter it if ``owner`` holds it, else report."""
-        reply = self._acquire(self.keys(key), [token, owner, _ms(ttl), key, FENCE_MEMORY_MS])
-        if reply[0] == 1:
-            _, token_, fence, depth, expires = reply
-            entry = Entry(_text(token_), owner, int(fence), int(depth), int(expires) * 1000, 0,
-                          key)
-            return Outcome(entry, None, 0)
-        _, holder, fence, expires, now = reply
-        entry = Entry("", _text(holder), int(fence), 0, int(expires) * 1000, 0, key)
+        reply = self._acquire(self.keys(key), [token, owner, _ms(ttl), key])
+        kind, fence, expires, *rest = reply.split(b"\0", 4)
+        if kind == b"g":
+            return Outcome(Entry(token, owner, int(fence), 1, int(expires) * 1000, 0, key),
+                           None, 0)
+        if kind == b"r":
+            depth, token_ = rest
+            return Outcome(Entry(token_.decode(), owner, int(fence), int(depth),
+                                 int(expires) * 1000, 0, key), None, 0)
+        now, holder = rest
+        entry = Entry("", holder.decode("utf-8"), int(fence), 0, int(expires) * 1000, 0, key)
         return Outcome(None, entry, int(now) * 1000)
 
     def release(self, key: str, token: str, ttl: float) -> int:

@@ -16,9 +16,11 @@ What the seed gets wrong, and what this does instead:
   both move in. Here each step on a key (grant, release, extend, expiry) holds an
   exclusive ``flock`` on the key's lock file for a few system calls; the kernel drops it
   if the process dies. POSIX has no compare-and-delete, so without it a late release
-  could delete the next holder's claim. The granted claim is still created with
-  ``O_CREAT | O_EXCL``, so even a filesystem whose ``flock`` is not shared can never
-  hold two claims of one key; rewrites go through a temporary file and ``rename``.
+  could delete the next holder's claim. A key's claim file is created once, with
+  ``O_CREAT | O_EXCL``; release renames it into ``fences/`` and the next grant rewrites
+  it there and renames it back, so no file is created or deleted per grant (creating
+  one costs more than the rest of a grant on ext4). Extend and re-entry write a
+  temporary file and ``rename`` it over the claim.
 - Ties are broken by random sleeps, which can livelock. Here waiters queue as pending
   files named by ticket; the oldest live one is served first, and a newcomer is not
   granted while any live claim is pending (the pending check comes before the using
@@ -40,15 +42,15 @@ default 10 s). POSIX only (``fcntl``).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterable
+from contextlib import suppress
 from typing import Any
 
+from occupy.backends import file_io as fio
 from occupy.backends.base import Attempt, BaseBackend, Claim
 from occupy.backends.records import Entry, digest, from_us, now_us
 from occupy.exceptions import InvalidBackendError
@@ -56,130 +58,9 @@ from occupy.leases import Holder, Lease
 
 __all__ = ["FileBackend"]
 
-_MAGIC = "occupy-claim-1"
-#: What an unreadable claim file counts as: expired, fence 0 (the clock floor decides).
-_DEAD = Entry("", "", 0, 0, 0, 0, "")
 #: How long sweep keeps a key's fence file after its fence fell behind the clock.
 FENCE_MEMORY_US = 3600 * 1_000_000
 _DIRS = ("using", "pending", "fences", "locks", "tmp")
-
-
-def _dump(entry: Entry) -> bytes:
-    # Keys and owners cannot contain NUL (occupy.validation), so it separates fields.
-    return "\0".join((_MAGIC, entry.token, str(entry.fence), str(entry.depth),
-                      str(entry.expires_us), str(entry.since_us), entry.owner,
-                      entry.key)).encode("utf-8")
-
-
-def _load(data: bytes) -> Entry:
-    fields = data.decode("utf-8", "replace").split("\0")
-    if len(fields) != 8 or fields[0] != _MAGIC:
-        return _DEAD  # a half-written or foreign file: as good as expired
-    _, token, fence, depth, expires, since, owner, key = fields
-    return Entry(token, owner, int(fence), int(depth), int(expires), int(since), key)
-
-
-def _read(path: str) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        return os.read(fd, 65536)
-    finally:
-        os.close(fd)
-
-
-def _create(path: str, data: bytes) -> bool:
-    """Create ``path`` holding ``data`` unless it exists; return whether it did."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    return True
-
-
-def _unlink(path: str) -> bool:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-class _KeyLocks:
-    """Exclusive ``flock`` on one of 256 lock files, chosen by a key's digest.
-
-    flock belongs to an open file description, which the threads of a process share,
-    so a thread lock per file keeps this process's threads apart as well. A forked
-    child opens its own files (an inherited description is shared with the parent).
-    A lock file replaced behind our back (a cleaner removed it) is noticed by comparing
-    inodes after locking, and opened again.
-    """
-
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-        self._pid = -1
-        self._fds: dict[str, int] = {}
-        self._mutexes: dict[str, threading.Lock] = {}
-        self._setup = threading.Lock()
-
-    def _reset(self) -> None:
-        for fd in self._fds.values():  # inherited from the parent: ours to close only
-            os.close(fd)
-        self._fds = {}
-        self._mutexes = {f"{i:02x}": threading.Lock() for i in range(256)}
-        self._pid = os.getpid()
-
-    @contextmanager
-    def hold(self, d: str) -> Iterator[None]:
-        """Hold the lock of the key whose digest is ``d``."""
-        if self._pid != os.getpid():
-            with self._setup:
-                if self._pid != os.getpid():
-                    self._reset()
-        shard = d[:2]
-        with self._mutexes[shard]:
-            fd = self._lock(shard)
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def _lock(self, shard: str) -> int:
-        path = f"{self.directory}/{shard}"
-        while True:
-            fd = self._fds.get(shard)
-            if fd is None:
-                try:
-                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-                except FileNotFoundError:
-                    os.makedirs(self.directory, exist_ok=True)
-                    continue
-                self._fds[shard] = fd
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                st = os.stat(path)
-                mine = os.fstat(fd)
-                if (st.st_ino, st.st_dev) == (mine.st_ino, mine.st_dev):
-                    return fd
-            except FileNotFoundError:
-                pass
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-            del self._fds[shard]
-
-    def close(self) -> None:
-        """Close the lock files (a forked child closes only its copies)."""
-        with self._setup:
-            for fd in self._fds.values():
-                os.close(fd)
-            self._fds = {}
-            self._pid = -1
 
 
 class FileBackend(BaseBackend):
@@ -195,7 +76,7 @@ class FileBackend(BaseBackend):
         self.root = os.path.abspath(os.fspath(self.location))
         self.poll_interval = float(self.options.get("POLL_INTERVAL", 0.05))
         self.pending_ttl = float(self.options.get("PENDING_TTL", 10))
-        self.locks = _KeyLocks(f"{self.root}/locks")
+        self.locks = fio.KeyLocks(f"{self.root}/locks")
 
     def __repr__(self) -> str:
         return f"<FileBackend alias={self.alias!r} location={self.root!r}>"
@@ -206,12 +87,12 @@ class FileBackend(BaseBackend):
         return f"{self.root}/using/{digest(key)}"
 
     def _claim(self, d: str) -> Entry | None:
-        data = _read(f"{self.root}/using/{d}")
-        return None if data is None else _load(data)
+        data = fio.read(f"{self.root}/using/{d}")
+        return None if data is None else fio.load(data)
 
     def _last_fence(self, d: str) -> int:
-        data = _read(f"{self.root}/fences/{d}")
-        return 0 if data is None else _load(data).fence
+        data = fio.read(f"{self.root}/fences/{d}")
+        return 0 if data is None else fio.load(data).fence
 
     def _retire(self, d: str) -> None:
         """Move the key's claim to ``fences/``, where its fence outlives it."""
@@ -227,7 +108,7 @@ class FileBackend(BaseBackend):
         tmp = f"{self.root}/tmp/{d}.{os.getpid()}.{threading.get_ident()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, _dump(entry))
+            os.write(fd, fio.dump(entry))
         finally:
             os.close(fd)
         os.replace(tmp, f"{self.root}/using/{d}")
@@ -305,37 +186,37 @@ class FileBackend(BaseBackend):
         """
         now = now_us()
         count = 0
-        for d in _names(f"{self.root}/using"):
+        for d in fio.names(f"{self.root}/using"):
             with self.locks.hold(d):
                 claim = self._claim(d)
                 if claim is not None and not claim.live(now):
                     count += 1
                     if not dry_run:
                         self._retire(d)
-        for d in _names(f"{self.root}/pending"):
+        for d in fio.names(f"{self.root}/pending"):
             with self.locks.hold(d):
-                for name in _names(f"{self.root}/pending/{d}"):
+                for name in fio.names(f"{self.root}/pending/{d}"):
                     path = f"{self.root}/pending/{d}/{name}"
-                    if _expires_ns(path) <= now * 1000:
+                    if fio.expires_ns(path) <= now * 1000:
                         count += 1
                         if not dry_run:
-                            _unlink(path)
+                            fio.unlink(path)
                 if not dry_run:
-                    _rmdir(f"{self.root}/pending/{d}")
+                    fio.rmdir(f"{self.root}/pending/{d}")
         if not dry_run:
             self._sweep_leftovers(now)
         return count
 
     def _sweep_leftovers(self, now: int) -> None:
-        for d in _names(f"{self.root}/fences"):
+        for d in fio.names(f"{self.root}/fences"):
             with self.locks.hold(d):
                 if self._last_fence(d) < now - FENCE_MEMORY_US:
-                    _unlink(f"{self.root}/fences/{d}")
-        for name in _names(f"{self.root}/tmp"):
+                    fio.unlink(f"{self.root}/fences/{d}")
+        for name in fio.names(f"{self.root}/tmp"):
             path = f"{self.root}/tmp/{name}"
             try:
                 if os.stat(path).st_mtime_ns < (now - 60_000_000) * 1000:
-                    _unlink(path)
+                    fio.unlink(path)
             except FileNotFoundError:
                 pass
 
@@ -343,49 +224,25 @@ class FileBackend(BaseBackend):
         """Yield every live claim, granted and queued, ordered by key."""
         now = now_us()
         found = []
-        for d in _names(f"{self.root}/using"):
+        for d in fio.names(f"{self.root}/using"):
             with self.locks.hold(d):
                 claim = self._claim(d)
             if claim is not None and claim.live(now):
                 found.append(Claim(claim.key, claim.owner, "using", from_us(claim.since_us),
                                    from_us(claim.expires_us), claim.fence))
-        for d in _names(f"{self.root}/pending"):
+        for d in fio.names(f"{self.root}/pending"):
             with self.locks.hold(d):
-                for name in sorted(_names(f"{self.root}/pending/{d}")):
+                for name in sorted(fio.names(f"{self.root}/pending/{d}")):
                     path = f"{self.root}/pending/{d}/{name}"
-                    expires_ns = _expires_ns(path)
-                    data = _read(path)
-                    if data is None or expires_ns <= now * 1000:
+                    expires = fio.expires_ns(path)
+                    data = fio.read(path)
+                    if data is None or expires <= now * 1000:
                         continue
                     owner, key, since = data.decode("utf-8").split("\0")
                     found.append(Claim(key, owner, "pending", from_us(int(since)),
-                                       from_us(expires_ns // 1000), None))
+                                       from_us(expires // 1000), None))
         found.sort(key=lambda c: (c.key, c.state != "using"))
         return found
-
-
-def _names(directory: str) -> Iterator[str]:
-    """Yield the names in ``directory`` (nothing if it does not exist)."""
-    try:
-        with os.scandir(directory) as it:
-            for entry in it:
-                if not entry.name.startswith("."):
-                    yield entry.name
-    except FileNotFoundError:
-        return
-
-
-def _expires_ns(path: str) -> int:
-    """Return a pending claim's expiry (its mtime), or 0 if it is gone."""
-    try:
-        return os.stat(path).st_mtime_ns
-    except FileNotFoundError:
-        return 0
-
-
-def _rmdir(path: str) -> None:
-    with suppress(OSError):  # not empty, or already gone
-        os.rmdir(path)
 
 
 class FileAttempt(Attempt):
@@ -447,24 +304,43 @@ class FileAttempt(Attempt):
             if name == self.ticket:
                 return False
             path = f"{self.queue}/{name}"
-            if _expires_ns(path) > now * 1000:
+            if fio.expires_ns(path) > now * 1000:
                 return True
-            _unlink(path)
+            fio.unlink(path)
         return False
 
     def _grant(self, now: int) -> Lease | None:
+        """Write our claim into ``using/`` (no claim is there: we checked, under the lock).
+
+        The key's last claim, kept in ``fences/``, is rewritten in place and renamed
+        back into ``using/``; only a key without one gets a new file (``O_EXCL``).
+        Creating a file is the slowest step on a journaling filesystem, so a key
+        reuses one file for ever.
+        """
         b = self.backend
-        fence = max(b._last_fence(self.digest) + 1, now)
-        entry = Entry(self.token, self.owner, fence, 1, now + round(self.ttl * 1e6), now,
-                      self.key)
-        path = f"{b.root}/using/{self.digest}"
+        fences = f"{b.root}/fences/{self.digest}"
+        using = f"{b.root}/using/{self.digest}"
+        expires = now + round(self.ttl * 1e6)
         try:
-            created = _create(path, _dump(entry))
+            fd = os.open(fences, os.O_RDWR)
         except FileNotFoundError:
-            b._make_dirs()
-            created = _create(path, _dump(entry))
-        if not created:  # only if flock is not shared on this filesystem
-            return None
+            entry = Entry(self.token, self.owner, now, 1, expires, now, self.key)
+            try:
+                created = fio.create(using, fio.dump(entry))
+            except FileNotFoundError:
+                b._make_dirs()
+                created = fio.create(using, fio.dump(entry))
+            if not created:  # only if flock is not shared on this filesystem
+                return None
+        else:
+            try:
+                last = fio.load(os.pread(fd, 65536, 0)).fence
+                entry = Entry(self.token, self.owner, max(last + 1, now), 1, expires, now,
+                              self.key)
+                os.pwrite(fd, fio.dump(entry), 0)
+            finally:
+                os.close(fd)
+            os.rename(fences, using)
         self._dequeue()
         return b._lease(self.key, self.owner, self.ttl, entry)
 
@@ -491,10 +367,10 @@ class FileAttempt(Attempt):
         data = "\0".join((self.owner, self.key, str(now_us()))).encode("utf-8")
         path = f"{self.queue}/{ticket}"
         try:
-            _create(path, data)
+            fio.create(path, data)
         except FileNotFoundError:
             os.makedirs(self.queue, exist_ok=True)
-            _create(path, data)
+            fio.create(path, data)
         self.ticket = ticket
         self._heartbeat(force=True)
 
@@ -511,8 +387,8 @@ class FileAttempt(Attempt):
 
     def _dequeue(self) -> None:
         if self.ticket is not None:
-            _unlink(f"{self.queue}/{self.ticket}")
-            _rmdir(self.queue)
+            fio.unlink(f"{self.queue}/{self.ticket}")
+            fio.rmdir(self.queue)
             self.ticket = None
 
     def cancel(self) -> None:
