@@ -106,7 +106,11 @@ class FileBackend(BaseBackend):
     def _rewrite(self, d: str, entry: Entry) -> None:
         """Replace the key's claim with ``entry`` (held under the key's lock)."""
         tmp = f"{self.root}/tmp/{d}.{os.getpid()}.{threading.get_ident()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except FileNotFoundError:
+            self._make_dirs()
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, fio.dump(entry))
         finally:
@@ -134,17 +138,20 @@ class FileBackend(BaseBackend):
     def release(self, lease: Lease) -> None:
         """Retire the lease's claim (or undo one level of it); never another's claim."""
         d = digest(lease.key)
+        lost = None
         with self.locks.hold(d):
             claim = self._claim(d)
             if claim is None or claim.token != lease.token:
-                raise lease.mark_lost("it expired or was taken over before release")
-            if not claim.live(now_us()):
+                lost = "it expired or was taken over before release"
+            elif not claim.live(now_us()):
                 self._retire(d)
-                raise lease.mark_lost("it expired before release")
-            if claim.depth > 1:
+                lost = "it expired before release"
+            elif claim.depth > 1:
                 self._rewrite(d, claim._replace(depth=claim.depth - 1))
             else:
                 self._retire(d)
+        if lost:  # outside the key's lock: lease_lost receivers may lock keys themselves
+            raise lease.mark_lost(lost)
 
     def extend(self, lease: Lease, ttl: float) -> None:
         """Move the lease's expiry to ``ttl`` seconds after this host's now."""
@@ -152,10 +159,12 @@ class FileBackend(BaseBackend):
         with self.locks.hold(d):
             claim = self._claim(d)
             now = now_us()
-            if claim is None or claim.token != lease.token or not claim.live(now):
-                raise lease.mark_lost("it expired or was taken over before it was extended")
-            claim = claim._replace(expires_us=now + round(ttl * 1e6))
-            self._rewrite(d, claim)
+            held = claim is not None and claim.token == lease.token and claim.live(now)
+            if held:
+                claim = claim._replace(expires_us=now + round(ttl * 1e6))
+                self._rewrite(d, claim)
+        if not held:
+            raise lease.mark_lost("it expired or was taken over before it was extended")
         lease.expires_at = from_us(claim.expires_us)
 
     def holder(self, key: str) -> Holder | None:

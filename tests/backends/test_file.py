@@ -173,3 +173,22 @@ def test_checks(tmp_path) -> None:
     not_a_directory.write_text("")
     with override_settings(**_file_setup(str(not_a_directory / "locks"))):
         assert [m.id for m in check_file_backends()] == ["occupy.W003"]
+
+
+@pytest.mark.timeout(20)
+def test_a_lease_lost_receiver_may_use_the_same_key(live_db: None) -> None:
+    """The signal is sent outside the key's lock, so a receiver locking it cannot hang."""
+    from occupy import signals
+
+    seen = []
+    signals.lease_lost.connect(
+        lambda lease, **kw: seen.append(occupy.holder(lease.key, using=USING)), weak=False,
+        dispatch_uid="test-file-lost-receiver")
+    try:
+        lease = occupy.acquire("book:1", owner="alice", ttl=0.1, using=USING)
+        time.sleep(0.2)
+        with pytest.raises(occupy.LeaseLost):
+            lease.extend(30)
+        assert seen == [None]
+    finally:
+        signals.lease_lost.disconnect(dispatch_uid="test-file-lost-receiver")
