@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import suppress
 
@@ -111,29 +112,39 @@ class KeyLocks:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-        self._pid = -1
         self._shards: dict[str, _Shard] = {}
         self._setup = threading.Lock()
+        _instances.add(self)
 
     def hold(self, d: str) -> _Shard:
         """Return a context manager that holds the lock of the key whose digest is ``d``."""
-        if self._pid != os.getpid():
+        shards = self._shards
+        if not shards:
             with self._setup:
-                if self._pid != os.getpid():
-                    for shard in self._shards.values():  # inherited: closing our copies
-                        shard.close()
+                if not self._shards:
                     self._shards = {f"{i:02x}": _Shard(f"{self.directory}/{i:02x}")
                                     for i in range(256)}
-                    self._pid = os.getpid()
-        return self._shards[d[:2]]
+                shards = self._shards
+        return shards[d[:2]]
 
     def close(self) -> None:
-        """Close the lock files (a forked child closes only its copies)."""
+        """Close the lock files (in a forked child: its copies of the parent's)."""
         with self._setup:
             for shard in self._shards.values():
                 shard.close()
             self._shards = {}
-            self._pid = -1
+
+    def _after_fork(self) -> None:
+        # The child's thread locks may have been copied locked, and its lock files share
+        # their open file descriptions (and so their flocks) with the parent's.
+        self._setup = threading.Lock()
+        for shard in self._shards.values():
+            shard.close()
+        self._shards = {}
+
+
+_instances: weakref.WeakSet[KeyLocks] = weakref.WeakSet()
+os.register_at_fork(after_in_child=lambda: [locks._after_fork() for locks in _instances])
 
 
 class _Shard:

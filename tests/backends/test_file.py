@@ -192,3 +192,25 @@ def test_a_lease_lost_receiver_may_use_the_same_key(live_db: None) -> None:
         assert seen == [None]
     finally:
         signals.lease_lost.disconnect(dispatch_uid="test-file-lost-receiver")
+
+
+@pytest.mark.timeout(20)
+def test_a_forked_child_does_not_share_the_parents_key_locks(live_db: None) -> None:
+    """A child inherits the parent's open lock files, and with them the parent's flocks,
+    and its thread locks as they were (maybe held): it must start afresh, so that it
+    waits while the parent is inside a step on a key, and gets in once it is done."""
+    backend = get_backend(USING)
+    occupy.release(occupy.acquire("book:1", using=USING))  # the lock files are open
+    d = backend.attempt("book:1", "x", 1).digest
+    with backend.locks.hold(d):
+        pid = os.fork()
+        if pid == 0:  # the child
+            done = threading.Event()
+            threading.Thread(target=lambda: (backend.holder("book:1"), done.set()),
+                             daemon=True).start()
+            if done.wait(0.5):
+                os._exit(1)  # got in while the parent held the key's lock
+            os._exit(0 if done.wait(10) else 2)  # 2: never got in (a copied held lock)
+        time.sleep(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
