@@ -7,20 +7,32 @@
   ``occupy_occupation`` table is missing (dropped, or a router sends it elsewhere); a
   database check (``check --database``). Before the first ``migrate``, Django's own
   "unapplied migrations" notice already says what to do, so this stays quiet.
+- ``occupy.E004``: a ``CacheBackend`` names a cache that is not in ``settings.CACHES``,
+  or a ``FileBackend`` has no ``LOCATION``.
+- ``occupy.E005``: a ``CacheBackend`` is on a cache that cannot lock across processes:
+  ``DummyCache`` (stores nothing) always, ``LocMemCache`` unless its
+  ``OPTIONS["SINGLE_PROCESS"]`` says the deployment is one process.
+- ``occupy.W002``: a ``CacheBackend`` is on the file or database cache, whose ``add``
+  is a read then a write: two processes can both take a free key.
+- ``occupy.W003``: a ``FileBackend``'s ``LOCATION`` is a relative path (processes
+  started in different directories would lock in different places) or not writable.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from django.core.checks import Error, Tags, Warning, register
+from django.core.cache import caches
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 
 from occupy.backends import load_backend_class
 from occupy.conf import occupy_settings
 from occupy.exceptions import InvalidBackendError
 
-__all__ = ["check_backends", "check_occupation_table"]
+__all__ = ["check_backends", "check_cache_backends", "check_file_backends",
+           "check_occupation_table"]
 
 
 def _configured() -> tuple[dict[str, Any], list[Error]]:
@@ -28,6 +40,21 @@ def _configured() -> tuple[dict[str, Any], list[Error]]:
         return occupy_settings.BACKENDS, []
     except InvalidBackendError as e:
         return {}, [Error(str(e), hint="See OCCUPY in occupy's README.", id="occupy.E002")]
+
+
+def _backends_of(kind: type) -> dict[str, dict[str, Any]]:
+    """Return ``{alias: config}`` of the configured backends that are ``kind``."""
+    found = {}
+    for alias, config in _configured()[0].items():
+        if not isinstance(config, dict):
+            continue
+        try:
+            cls = load_backend_class(config.get("BACKEND"), alias=alias)
+        except InvalidBackendError:
+            continue
+        if issubclass(cls, kind):
+            found[alias] = config
+    return found
 
 
 def _database_backends() -> dict[str, str]:
@@ -108,3 +135,93 @@ def check_occupation_table(
                 id="occupy.W001",
             ))
     return warnings
+
+
+@register(Tags.caches)
+def check_cache_backends(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Check that every ``CacheBackend`` is on a cache that can hold its locks."""
+    from occupy.backends.cache import NO_STORE, ONE_PROCESS, RACY_ADD, CacheBackend, cache_safety
+
+    messages: list[CheckMessage] = []
+    for alias, config in _backends_of(CacheBackend).items():
+        options = config.get("OPTIONS") or {}
+        cache = options.get("CACHE", "default")
+        where = f"OCCUPY['BACKENDS'][{alias!r}]"
+        if cache not in caches.settings:
+            messages.append(Error(
+                f"occupy backend {alias!r} uses cache {cache!r}, which is not in "
+                "settings.CACHES.",
+                hint=f"Set OPTIONS['CACHE'] to one of {sorted(caches.settings)}.",
+                obj=where, id="occupy.E004",
+            ))
+            continue
+        path = caches.settings[cache].get("BACKEND", "")
+        try:
+            kind = cache_safety(path)
+        except ImportError:
+            continue  # Django's own cache checks report an unimportable cache
+        if kind == NO_STORE:
+            messages.append(Error(
+                f"occupy backend {alias!r} uses cache {cache!r} ({path}), which stores "
+                "nothing, so it cannot lock at all, not even within one process.",
+                hint="Put the locks on a Redis or memcached cache, or use "
+                "occupy.backends.db.DatabaseBackend.",
+                obj=where, id="occupy.E005",
+            ))
+        elif kind == ONE_PROCESS and not options.get("SINGLE_PROCESS"):
+            messages.append(Error(
+                f"occupy backend {alias!r} uses cache {cache!r} ({path}), which lives in "
+                "one process's memory: other processes (workers, servers) never see its "
+                "locks.",
+                hint="Put the locks on a shared cache (Redis, memcached), or set "
+                "OPTIONS['SINGLE_PROCESS'] = True if this deployment is one process.",
+                obj=where, id="occupy.E005",
+            ))
+        elif kind == RACY_ADD:
+            messages.append(Warning(
+                f"occupy backend {alias!r} uses cache {cache!r} ({path}), whose add() is a "
+                "read then a write: two processes can both take a free key.",
+                hint="Put the locks on a Redis or memcached cache, or use "
+                "occupy.backends.db.DatabaseBackend or occupy.backends.file.FileBackend.",
+                obj=where, id="occupy.W002",
+            ))
+    return messages
+
+
+@register(Tags.compatibility)
+def check_file_backends(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Check that every ``FileBackend`` has a usable ``LOCATION``."""
+    from occupy.backends.file import FileBackend
+
+    messages: list[CheckMessage] = []
+    for alias, config in _backends_of(FileBackend).items():
+        location = config.get("LOCATION")
+        where = f"OCCUPY['BACKENDS'][{alias!r}]"
+        if not isinstance(location, str | os.PathLike) or not os.fspath(location):
+            messages.append(Error(
+                f"occupy backend {alias!r} (FileBackend) has no LOCATION.",
+                hint="Set LOCATION to an absolute path of a directory every process of "
+                "the site can write, e.g. '/var/lib/mysite/locks'.",
+                obj=where, id="occupy.E004",
+            ))
+            continue
+        location = os.fspath(location)
+        if not os.path.isabs(location):
+            messages.append(Warning(
+                f"occupy backend {alias!r} has the relative LOCATION {location!r}: "
+                "processes started in different directories would not see each other's "
+                "locks.",
+                hint=f"Use an absolute path, e.g. {os.path.abspath(location)!r}.",
+                obj=where, id="occupy.W003",
+            ))
+        existing = os.path.abspath(location)  # the directory, or its nearest ancestor
+        while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+            existing = os.path.dirname(existing)
+        if not (os.path.isdir(existing) and os.access(existing, os.W_OK | os.X_OK)):
+            messages.append(Warning(
+                f"occupy backend {alias!r} cannot write its LOCATION {location!r} "
+                f"({existing!r} is not a directory this process can write).",
+                hint="Create the directory and let the site's user write it.",
+                obj=where, id="occupy.W003",
+            ))
+    return messages

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 
 import pytest
 from django.conf import settings
+from django.core.cache import caches
 from django.db import connections
 
 from occupy.backends import reset_backends
 
 #: Which server each backend alias needs (to skip with the server's reason).
-SERVER_OF = {"db-postgresql": "postgresql", "db-mysql": "mysql"}
+SERVER_OF = {"db-postgresql": "postgresql", "db-mysql": "mysql", "cache": "redis",
+             "cache-django": "redis", "cache-addonly": "redis"}
 
 
 def server_skip(alias: str) -> str | None:
@@ -40,24 +43,32 @@ def django_db_setup(django_test_environment: None, django_db_blocker) -> Iterato
 
 
 def wipe() -> None:
-    """Delete every claim and test row in every test database, and the tests' Redis keys."""
+    """Delete every claim and test row in every test database, cache and lock directory."""
     for alias in connections:
         with connections[alias].cursor() as cursor:
             cursor.execute("DELETE FROM occupy_occupation")
             cursor.execute("DELETE FROM testapp_counter")
-    wipe_redis()
+    wipe_stores()
 
 
-def wipe_redis() -> None:
-    """Delete the Redis keys under the tests' prefix, in the tests' Redis database only."""
-    if "redis" not in settings.CACHES:
-        return
-    from django_redis import get_redis_connection
+def wipe_stores() -> None:
+    """Delete the suite's Redis keys (by prefix), the locmem cache and the lock files."""
+    caches["locmem"].clear()
+    shutil.rmtree(settings.FILES_LOCATION, ignore_errors=True)
+    if "redis" in settings.CACHES:
+        from django_redis import get_redis_connection
 
-    client = get_redis_connection("redis")
-    names = list(client.scan_iter(match=f"{settings.REDIS_PREFIX}*", count=1000))
-    if names:
-        client.delete(*names)
+        client = get_redis_connection("redis")
+        names = list(client.scan_iter(match=f"{settings.REDIS_PREFIX}*", count=1000))
+        if names:
+            client.delete(*names)
+    if "locks" in settings.CACHES:
+        from django_redis import get_redis_connection
+
+        client = get_redis_connection("locks")
+        names = list(client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}:*", count=1000))
+        if names:
+            client.delete(*names)
 
 
 @pytest.fixture
@@ -80,7 +91,8 @@ def backend_params(aliases: list[str]) -> list:
 
 
 #: Every lock backend the contract suite is bound to.
-CONTRACT_BACKENDS = ["default", "db-postgresql", "db-mysql", "redis"]
+CONTRACT_BACKENDS = ["default", "db-postgresql", "db-mysql", "redis", "cache", "cache-django",
+                     "cache-addonly", "cache-locmem", "files"]
 
 
 @pytest.fixture(params=backend_params(CONTRACT_BACKENDS))

@@ -56,6 +56,9 @@ def start(target: Callable[..., Any], args_list: Sequence[tuple]) -> Workers:
         for i, args in enumerate(args_list)
     ]
     for proc in procs:
+        # Process.start() drops its args, and a spawn-context semaphore is unlinked when
+        # its last reference goes: keep the barrier alive until every child has it.
+        proc.barrier = barrier
         proc.start()
     return Workers(procs, results, barrier)
 

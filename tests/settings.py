@@ -8,6 +8,9 @@
   Redis key they create starts with :data:`REDIS_PREFIX`, so only those are wiped.
 - ``OCCUPY_REQUIRE_SERVERS=1``: fail at start-up when PostgreSQL, MariaDB or Redis is
   not reachable (CI and ``make test-all``) instead of skipping the tests that need them.
+- ``OCCUPY_TEST_REDIS_DB_CACHE``: the Redis database number of the ``locks`` and
+  ``locks-django`` caches the cache backend runs on (default 1). Every key the suite
+  writes there starts with :data:`REDIS_KEY_PREFIX` and is deleted between tests.
 
 Besides ``default``, every reachable server gets an alias of its own (``postgresql``,
 ``mysql``, and the ``redis`` cache and lock backend), so that the multiprocess tests run
@@ -100,6 +103,41 @@ if DEFAULT_DB in SKIPS:
 DATABASES = {"default": dict(DATABASE_CONFIGS[DEFAULT_DB])}
 DATABASES.update({alias: dict(c) for alias, c in DATABASE_CONFIGS.items() if alias not in SKIPS})
 
+#: The Redis database and key prefix of the caches the cache backend is tested on.
+REDIS_DB_CACHE = int(os.environ.get("OCCUPY_TEST_REDIS_DB_CACHE", "1"))
+REDIS_KEY_PREFIX = f"t{SUFFIX.replace('_', '-')}" if SUFFIX else "occupy-test"
+#: Where the file backend keeps its locks (the same path in every spawned process).
+FILES_LOCATION = str(_HERE / f".occupy{SUFFIX}-files")
+
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+               "LOCATION": "occupy-locks"},
+}
+if "redis" not in SKIPS:
+    _REDIS_URL = f"redis://{HOST}:6379/{REDIS_DB_CACHE}"
+    CACHES["locks"] = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": _REDIS_URL,
+                       "KEY_PREFIX": REDIS_KEY_PREFIX}
+    # Django's own Redis cache; VERSION keeps its keys apart from the django-redis ones.
+    CACHES["locks-django"] = {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                              "LOCATION": _REDIS_URL, "KEY_PREFIX": REDIS_KEY_PREFIX,
+                              "VERSION": 2}
+
+_CACHE_BACKEND = "occupy.backends.cache.CacheBackend"
+#: The cache and file backends, on every cache reachable here.
+STORE_BACKENDS = {
+    "cache-locmem": {"BACKEND": _CACHE_BACKEND,
+                     "OPTIONS": {"CACHE": "locmem", "SINGLE_PROCESS": True}},
+    "files": {"BACKEND": "occupy.backends.file.FileBackend", "LOCATION": FILES_LOCATION},
+}
+if "redis" not in SKIPS:
+    STORE_BACKENDS["cache"] = {"BACKEND": _CACHE_BACKEND, "OPTIONS": {"CACHE": "locks"}}
+    STORE_BACKENDS["cache-django"] = {"BACKEND": _CACHE_BACKEND,
+                                      "OPTIONS": {"CACHE": "locks-django"}}
+    # The add/get/set path memcached-like caches take, on a cache other processes share.
+    STORE_BACKENDS["cache-addonly"] = {"BACKEND": "tests.backends.stores.AddOnlyCacheBackend",
+                                       "OPTIONS": {"CACHE": "locks"}}
+
 #: One database backend per database alias, so every server runs the same tests.
 OCCUPY = {
     "BACKENDS": {
@@ -112,12 +150,12 @@ OCCUPY = {
             for alias in DATABASES
             if alias != "default"
         },
+        **STORE_BACKENDS,
     },
     "TTL": 60,
     "TIMEOUT": 10,
 }
 
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 if "redis" not in SKIPS:
     CACHES["redis"] = {
         "BACKEND": "django_redis.cache.RedisCache",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from datetime import datetime, timezone
@@ -261,15 +262,23 @@ def test_renew_marks_the_lease_lost_when_taken_behind_its_back(using: str) -> No
 
 def _steal(backend, lease) -> None:
     """Delete the lease's claim behind its back, as an operator or a bug would."""
+    from django.core.cache import caches
+
+    from occupy.backends.cache import CacheBackend
     from occupy.backends.db import DatabaseBackend, digest
+    from occupy.backends.file import FileBackend
+    from occupy.backends.redis import RedisBackend
 
     if isinstance(backend, DatabaseBackend):
         backend.execute("DELETE FROM occupy_occupation WHERE digest = %s", [digest(lease.key)])
-        return
-    from occupy.backends.redis import RedisBackend
-
-    assert isinstance(backend, RedisBackend), f"no way to steal from {backend!r}"
-    assert backend.client.delete(backend.keys(lease.key).lock) == 1
+    elif isinstance(backend, CacheBackend):
+        assert caches[backend.cache_alias].delete(backend.lock_name(lease.key))
+    elif isinstance(backend, RedisBackend):
+        assert backend.client.delete(backend.keys(lease.key).lock) == 1
+    elif isinstance(backend, FileBackend):
+        os.unlink(backend.using_path(lease.key))
+    else:
+        raise AssertionError(f"the contract cannot steal a claim from {backend!r}")
 
 
 def test_async_twins(using: str) -> None:

@@ -1,0 +1,47 @@
+"""What the cache and file backends store for a granted key, and their clock helpers.
+
+Times are integer microseconds since the epoch, so that an expiry written by one call
+and read back by another converts to the very same ``datetime``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
+
+__all__ = ["Entry", "digest", "from_us", "now_us"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class Entry(NamedTuple):
+    """A granted claim: who holds ``key``, with which token and fence, until when."""
+
+    token: str
+    owner: str
+    fence: int
+    depth: int
+    expires_us: int
+    since_us: int
+    key: str
+
+    def live(self, now: int) -> bool:
+        """Return whether the claim is unexpired at ``now`` (microseconds)."""
+        return self.expires_us > now
+
+
+def digest(key: str) -> str:
+    """Return the SHA-256 hex digest a key is stored under (safe in file and cache names)."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def now_us() -> int:
+    """Return this host's clock in microseconds since the epoch."""
+    return time.time_ns() // 1000
+
+
+def from_us(us: int) -> datetime:
+    """Return microseconds since the epoch as an aware UTC ``datetime``, exactly."""
+    return _EPOCH + timedelta(microseconds=us)

@@ -1,0 +1,82 @@
+"""Workers and assertions for the multiprocess tests of a lock backend.
+
+Workers run in spawned processes (tests/multiproc.py), so they live at module level
+and import what they need inside.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+
+from tests import multiproc
+
+__all__ = ["assert_exclusive", "count_under_lock", "hold_until_killed", "taken_over_after_kill"]
+
+
+def count_under_lock(using: str, key: str, rounds: int, hold: float) -> list[tuple]:
+    """Increment the ``key`` Counter row ``rounds`` times, each a slow read-modify-write
+    inside the lock; return ``(entered, left, fence)`` per round (monotonic clock, which
+    every process of the host shares)."""
+    import occupy
+    from tests.testapp.models import Counter
+
+    spans = []
+    for _ in range(rounds):
+        with occupy.lock(key, ttl=30, timeout=120, using=using) as lease:
+            entered = time.monotonic()
+            counter = Counter.objects.get(name=key)
+            time.sleep(hold)  # widen the window a lost update would need
+            counter.value += 1
+            counter.save()
+            left = time.monotonic()
+        spans.append((entered, left, lease.fence))
+    return spans
+
+
+def assert_exclusive(results: list[list[tuple]], key: str) -> None:
+    """Assert no two holders overlapped, no increment was lost, and fences rose in the
+    order the lock was granted."""
+    from tests.testapp.models import Counter
+
+    spans = sorted(span for worker in results for span in worker)
+    for (_, left, fence), (entered, _, next_fence) in itertools.pairwise(spans):
+        assert entered >= left, f"two holders overlapped: {spans}"
+        assert next_fence > fence, f"a fence did not rise in grant order: {spans}"
+    assert Counter.objects.get(name=key).value == len(spans)
+
+
+def hold_until_killed(using: str, key: str, ttl: float) -> None:
+    """Take ``key`` and sleep until the parent kills this process."""
+    import occupy
+
+    occupy.acquire(key, owner=f"doomed:{os.getpid()}", ttl=ttl, timeout=10, using=using)
+    time.sleep(120)
+
+
+def taken_over_after_kill(using: str, key: str, ttl: float) -> float:
+    """Have a spawned process take ``key``, SIGKILL it, take the key here; return how
+    many seconds after the kill the key was granted (it must be within ``ttl`` + 1)."""
+    import occupy
+
+    workers = multiproc.start(hold_until_killed, [(using, key, ttl)])
+    proc = workers.procs[0]
+    try:
+        deadline = time.monotonic() + 60
+        while occupy.holder(key, using=using) is None:
+            assert proc.is_alive() and time.monotonic() < deadline, "the holder never held"
+            time.sleep(0.02)
+        assert occupy.holder(key, using=using).owner == f"doomed:{proc.pid}"
+        os.kill(proc.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        proc.join(timeout=10)
+        lease = occupy.acquire(key, owner="survivor", ttl=5, timeout=ttl + 1, using=using)
+        waited = time.monotonic() - killed_at
+        occupy.release(lease)
+        return waited
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=10)

@@ -1,0 +1,220 @@
+"""``CacheBackend`` beyond the contract: several processes, a killed holder, the caches
+it refuses, its system checks, and the documented limit of caches without
+compare-and-set."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.core.cache import caches
+from django.core.management import call_command
+from django.test import override_settings
+
+import occupy
+from occupy.backends import get_backend
+from occupy.backends.cache import CacheBackend, CacheStore
+from occupy.backends.cache_scripts import LuaStore
+from occupy.checks import check_cache_backends
+from occupy.exceptions import InvalidBackendError
+from tests import multiproc
+from tests.backends.exclusion import assert_exclusive, count_under_lock, taken_over_after_kill
+from tests.conftest import backend_params
+from tests.testapp.models import Counter
+
+#: The cache backends several processes can share here.
+SHARED = backend_params(["cache", "cache-django", "cache-addonly"])
+
+LOCMEM = "django.core.cache.backends.locmem.LocMemCache"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("using", SHARED)
+def test_processes_exclude_each_other(using: str, live_db: None) -> None:
+    Counter.objects.create(name="cache")
+    results = multiproc.run(count_under_lock, [(using, "cache", 5, 0.01)] * 4)
+    assert_exclusive(results, "cache")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("using", SHARED)
+def test_a_killed_holder_frees_the_key_after_its_ttl(using: str, live_db: None) -> None:
+    assert taken_over_after_kill(using, "cache:killed", ttl=2) <= 3
+
+
+@pytest.mark.parametrize("using", backend_params(["cache", "cache-django"]))
+def test_redis_caches_run_the_scripts(using: str, live_db: None) -> None:
+    backend = get_backend(using)
+    assert isinstance(backend.store, LuaStore) and backend.store.atomic
+    assert backend.sweeps is False and backend.sweep() == 0
+
+
+def test_other_caches_take_the_add_path(live_db: None) -> None:
+    store = get_backend("cache-locmem").store
+    assert isinstance(store, CacheStore) and not store.atomic
+
+
+@pytest.mark.parametrize("using", backend_params(["cache", "cache-django"]))
+def test_list_locks_on_a_redis_cache(using: str, live_db: None, capsys) -> None:
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    claims = list(get_backend(using).claims())
+    assert [(c.key, c.owner, c.state, c.fence) for c in claims] == [
+        ("book:1", "alice", "using", lease.fence)]
+    call_command("list_locks", using=[using])
+    out = capsys.readouterr().out
+    assert "book:1" in out and "alice" in out and lease.token not in out
+    occupy.release(lease)
+    assert list(get_backend(using).claims()) == []
+
+
+def test_list_locks_says_why_a_plain_cache_cannot_list(live_db: None, capsys) -> None:
+    with pytest.raises(NotImplementedError, match="cannot enumerate keys"):
+        list(get_backend("cache-locmem").claims())
+    call_command("list_locks", using=["cache-locmem"])
+    assert "cannot enumerate keys" in capsys.readouterr().err
+
+
+# --- refusals and system checks ------------------------------------------------------
+def _cache_setup(cache_backend: str, **options) -> dict:
+    return {
+        "CACHES": {"default": {"BACKEND": LOCMEM},
+                   "locks": {"BACKEND": cache_backend, "LOCATION": "/tmp/occupy-cachefile-x"}},
+        "OCCUPY": {"BACKENDS": {
+            "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+            "cache": {"BACKEND": "occupy.backends.cache.CacheBackend",
+                      "OPTIONS": {"CACHE": "locks", **options}},
+        }},
+    }
+
+
+def _ids() -> list[str]:
+    return [m.id for m in check_cache_backends()]
+
+
+@pytest.mark.parametrize("single_process", [False, True])
+def test_dummy_cache_is_refused_always(single_process: bool) -> None:
+    with override_settings(**_cache_setup("django.core.cache.backends.dummy.DummyCache",
+                                          SINGLE_PROCESS=single_process)):
+        assert _ids() == ["occupy.E005"]
+        with pytest.raises(InvalidBackendError, match="stores nothing"):
+            get_backend("cache")
+
+
+def test_locmem_is_refused_unless_single_process() -> None:
+    with override_settings(**_cache_setup(LOCMEM)):
+        messages = check_cache_backends()
+        assert [m.id for m in messages] == ["occupy.E005"]
+        assert "SINGLE_PROCESS" in messages[0].hint
+        with pytest.raises(InvalidBackendError, match="SINGLE_PROCESS"):
+            get_backend("cache")
+    with override_settings(**_cache_setup(LOCMEM, SINGLE_PROCESS=True)):
+        assert _ids() == []
+        assert isinstance(get_backend("cache"), CacheBackend)
+
+
+@pytest.mark.parametrize("cache_backend", [
+    "django.core.cache.backends.filebased.FileBasedCache",
+    "django.core.cache.backends.db.DatabaseCache",
+])
+def test_file_and_database_caches_warn(cache_backend: str) -> None:
+    with override_settings(**_cache_setup(cache_backend)):
+        messages = check_cache_backends()
+        assert [m.id for m in messages] == ["occupy.W002"]
+        assert "not atomic" in messages[0].msg or "read then a write" in messages[0].msg
+
+
+@pytest.mark.parametrize("cache_backend", [
+    "django_redis.cache.RedisCache",
+    "django.core.cache.backends.redis.RedisCache",
+    "django.core.cache.backends.memcached.PyMemcacheCache",
+])
+def test_shared_caches_pass_the_checks(cache_backend: str) -> None:
+    with override_settings(**_cache_setup(cache_backend)):
+        assert _ids() == []
+
+
+def test_a_missing_cache_alias_is_an_error() -> None:
+    setup = _cache_setup(LOCMEM)
+    setup["OCCUPY"]["BACKENDS"]["cache"]["OPTIONS"]["CACHE"] = "nope"
+    with override_settings(**setup):
+        assert _ids() == ["occupy.E004"]
+        with pytest.raises(InvalidBackendError, match="'nope'"):
+            get_backend("cache")
+
+
+# --- the documented limit of caches without compare-and-set ----------------------------
+def test_plain_caches_compare_the_token_before_deleting(live_db: None) -> None:
+    """A late release or extend on the add path never touches the next holder."""
+    alice = occupy.acquire("book:1", owner="alice", ttl=0.3, using="cache-locmem")
+    time.sleep(0.4)
+    bob = occupy.acquire("book:1", owner="bob", ttl=30, timeout=0, using="cache-locmem")
+    with pytest.raises(occupy.LeaseLost):
+        occupy.release(alice)
+    assert occupy.holder("book:1", using="cache-locmem").fence == bob.fence
+    occupy.release(bob)
+
+
+def test_a_release_within_the_margin_lets_the_entry_expire(live_db: None) -> None:
+    """Too close to its expiry to delete safely: the entry is left to expire (the key
+    stays taken for at most the margin), never deleted after it could be another's."""
+    lease = occupy.acquire("book:1", owner="alice", ttl=0.4, using="cache-locmem")
+    time.sleep(0.4 - 0.06)  # inside the margin: min(0.1, ttl / 4) = 0.1 s
+    occupy.release(lease)
+    assert occupy.holder("book:1", using="cache-locmem").owner == "alice"
+    time.sleep(0.1)
+    assert occupy.holder("book:1", using="cache-locmem") is None
+
+
+def test_an_extend_within_the_margin_reports_the_lease_lost(live_db: None) -> None:
+    lease = occupy.acquire("book:1", owner="alice", ttl=0.4, using="cache-locmem")
+    time.sleep(0.4 - 0.06)
+    with pytest.raises(occupy.LeaseLost):
+        lease.extend(30)
+
+
+def test_a_stall_between_check_and_delete_frees_the_next_holder(
+    live_db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What can still go wrong without compare-and-set (memcached, locmem, file and
+    database caches): a releaser that stalls after its check for longer than the lease
+    has left deletes whoever took the key meanwhile. The Redis scripts cannot be
+    interrupted between the two, see the next test."""
+    cache = caches["locmem"]
+    alice = occupy.acquire("book:1", owner="alice", ttl=0.5, using="cache-locmem")
+    taken = []
+    real_delete = cache.delete
+
+    def stalled_delete(name, *args, **kwargs):
+        time.sleep(0.6)  # the lease expires while the releaser is paused
+        taken.append(occupy.acquire("book:1", owner="bob", ttl=30, timeout=0,
+                                    using="cache-locmem"))
+        return real_delete(name, *args, **kwargs)
+
+    monkeypatch.setattr(cache, "delete", stalled_delete)
+    occupy.release(alice)
+    monkeypatch.undo()
+    assert taken and taken[0].owner == "bob"
+    assert occupy.holder("book:1", using="cache-locmem") is None  # bob's entry is gone
+
+
+@pytest.mark.parametrize("using", backend_params(["cache", "cache-django"]))
+def test_redis_release_is_one_atomic_compare_and_delete(using: str, live_db: None) -> None:
+    """On Redis the release script compares and deletes on the server: a release that
+    arrives after the lease expired finds the next holder's token and deletes nothing."""
+    alice = occupy.acquire("book:1", owner="alice", ttl=0.2, using=using)
+    time.sleep(0.3)
+    bob = occupy.acquire("book:1", owner="bob", ttl=30, timeout=0, using=using)
+    with pytest.raises(occupy.LeaseLost):
+        get_backend(using).release(alice)
+    assert occupy.holder("book:1", using=using).owner == "bob"
+    occupy.release(bob)
+
+
+def test_fences_survive_a_lost_counter(live_db: None) -> None:
+    """The counter is only a cache entry: evicted, the clock floor keeps fences rising."""
+    first = occupy.acquire("book:1", using="cache-locmem")
+    occupy.release(first)
+    caches["locmem"].clear()
+    second = occupy.acquire("book:1", using="cache-locmem")
+    occupy.release(second)
+    assert second.fence > first.fence

@@ -1,0 +1,216 @@
+"""``FileBackend`` beyond the contract: several processes, a killed holder, the queue
+order, fences across restarts and clock steps, sweeping, listing, and its checks."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.test import override_settings
+
+import occupy
+from occupy.backends import get_backend
+from occupy.backends.file import FileBackend
+from occupy.checks import check_file_backends
+from occupy.exceptions import InvalidBackendError
+from tests import multiproc
+from tests.backends.exclusion import assert_exclusive, count_under_lock, taken_over_after_kill
+from tests.testapp.models import Counter
+
+USING = "files"
+
+
+def _files(*parts: str) -> list[str]:
+    path = os.path.join(settings.FILES_LOCATION, *parts)
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+@pytest.mark.multiprocess
+def test_processes_exclude_each_other(live_db: None) -> None:
+    Counter.objects.create(name="files")
+    results = multiproc.run(count_under_lock, [(USING, "files", 5, 0.01)] * 4)
+    assert_exclusive(results, "files")
+    assert _files("using") == [] and _files("pending") == []
+
+
+@pytest.mark.multiprocess
+def test_a_killed_holder_frees_the_key_after_its_ttl(live_db: None) -> None:
+    assert taken_over_after_kill(USING, "files:killed", ttl=2) <= 3
+
+
+def test_waiters_are_served_in_arrival_order(live_db: None) -> None:
+    first = occupy.acquire("book:1", owner="first", ttl=30, using=USING)
+    served: list[str] = []
+
+    def wait(owner: str) -> None:
+        lease = occupy.acquire("book:1", owner=owner, ttl=30, timeout=20, using=USING)
+        served.append(owner)
+        time.sleep(0.05)
+        occupy.release(lease)
+
+    threads = []
+    for owner in ("a", "b", "c", "d"):
+        thread = threading.Thread(target=wait, args=(owner,))
+        thread.start()
+        threads.append(thread)
+        deadline = time.monotonic() + 5
+        while len(_queued()) < len(threads):  # each has queued before the next arrives
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+    # A newcomer does not jump the queue, even while the key is between two holders.
+    with pytest.raises(occupy.Occupied):
+        occupy.acquire("book:1", owner="newcomer", timeout=0, using=USING)
+    occupy.release(first)
+    for thread in threads:
+        thread.join(timeout=20)
+    assert served == ["a", "b", "c", "d"]
+
+
+def _queued() -> list[str]:
+    return [c.owner for c in get_backend(USING).claims() if c.state == "pending"]
+
+
+def test_fences_survive_a_restart_and_a_clock_step_back(
+    live_db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lease = occupy.acquire("book:1", ttl=30, using=USING)
+    occupy.release(lease)
+    restarted = FileBackend("files", settings.OCCUPY["BACKENDS"][USING])
+    # The clock is an hour behind: only the fence file can keep the fence rising.
+    behind = lease.fence - 3600 * 1_000_000
+    monkeypatch.setattr("occupy.backends.file.now_us", lambda: behind)
+    again = restarted.acquire("book:1", owner="x", ttl=30, timeout=0)
+    assert again.fence == lease.fence + 1
+    restarted.release(again)
+    restarted.close()
+
+
+def test_sweep_removes_stale_claims_only(live_db: None) -> None:
+    backend = get_backend(USING)
+    stale = occupy.acquire("book:1", owner="gone", ttl=0.1, using=USING)
+    live = occupy.acquire("book:2", owner="here", ttl=30, using=USING)
+    attempt = backend.attempt("book:2", "waiter", 30)  # a waiter that crashed while queued
+    attempt.enqueue()
+    queued = os.path.join(settings.FILES_LOCATION, "pending", attempt.digest, attempt.ticket)
+    os.utime(queued, ns=(1, 1))  # its heartbeat ran out long ago
+    time.sleep(0.15)
+    assert backend.sweep(dry_run=True) == 2
+    assert len(_files("using")) == 2
+    assert backend.sweep() == 2
+    assert _files("using") == [os.path.basename(backend.using_path("book:2"))]
+    assert _files("pending") == []
+    assert backend.sweep() == 0
+    live.ensure_held()
+    with pytest.raises(occupy.LeaseLost):
+        occupy.release(stale)
+    occupy.release(live)
+
+
+def test_list_locks_shows_holders_and_waiters_without_tokens(live_db: None, capsys) -> None:
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=USING)
+    attempt = get_backend(USING).attempt("book:1", "bob", 30)
+    attempt.enqueue()
+    claims = list(get_backend(USING).claims())
+    assert [(c.key, c.owner, c.state, c.fence) for c in claims] == [
+        ("book:1", "alice", "using", lease.fence), ("book:1", "bob", "pending", None)]
+    call_command("list_locks", using=[USING])
+    out = capsys.readouterr().out
+    assert "alice" in out and "bob" in out and "pending" in out
+    assert lease.token not in out and attempt.token not in out
+    attempt.cancel()
+    occupy.release(lease)
+
+
+def test_keys_become_safe_file_names(live_db: None) -> None:
+    keys = ["../../etc/passwd", "a/b", "dir\\file", ".", "x" * 255, "bööк:1 "]
+    leases = [occupy.acquire(key, owner="o", timeout=0, using=USING) for key in keys]
+    names = _files("using")
+    assert len(names) == len(keys)
+    assert all(len(name) == 64 and set(name) <= set("0123456789abcdef") for name in names)
+    assert sorted(c.key for c in get_backend(USING).claims()) == sorted(keys)
+    for lease in leases:
+        occupy.release(lease)
+
+
+def test_the_directory_may_be_removed_behind_its_back(live_db: None) -> None:
+    """A cleaner emptying LOCATION: the backend makes its directories and lock files
+    again, and never keeps locking a lock file that is no longer there."""
+    occupy.release(occupy.acquire("book:1", using=USING))
+    import shutil
+
+    shutil.rmtree(settings.FILES_LOCATION)
+    lease = occupy.acquire("book:1", owner="a", using=USING)
+    with pytest.raises(occupy.Occupied):
+        occupy.acquire("book:1", owner="b", timeout=0, using=USING)
+    occupy.release(lease)
+
+
+def test_location_is_required() -> None:
+    with pytest.raises(InvalidBackendError, match="LOCATION"):
+        FileBackend("files", {"BACKEND": "occupy.backends.file.FileBackend"})
+
+
+def _file_setup(location: object) -> dict:
+    config = {"BACKEND": "occupy.backends.file.FileBackend"}
+    if location is not None:
+        config["LOCATION"] = location
+    return {"OCCUPY": {"BACKENDS": {
+        "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"}, "files": config}}}
+
+
+def test_checks(tmp_path) -> None:
+    with override_settings(**_file_setup(str(tmp_path / "locks"))):
+        assert check_file_backends() == []
+    with override_settings(**_file_setup(None)):
+        assert [m.id for m in check_file_backends()] == ["occupy.E004"]
+    with override_settings(**_file_setup("relative/locks")):
+        assert [m.id for m in check_file_backends()] == ["occupy.W003"]
+    not_a_directory = tmp_path / "file.txt"  # unusable even for root
+    not_a_directory.write_text("")
+    with override_settings(**_file_setup(str(not_a_directory / "locks"))):
+        assert [m.id for m in check_file_backends()] == ["occupy.W003"]
+
+
+@pytest.mark.timeout(20)
+def test_a_lease_lost_receiver_may_use_the_same_key(live_db: None) -> None:
+    """The signal is sent outside the key's lock, so a receiver locking it cannot hang."""
+    from occupy import signals
+
+    seen = []
+    signals.lease_lost.connect(
+        lambda lease, **kw: seen.append(occupy.holder(lease.key, using=USING)), weak=False,
+        dispatch_uid="test-file-lost-receiver")
+    try:
+        lease = occupy.acquire("book:1", owner="alice", ttl=0.1, using=USING)
+        time.sleep(0.2)
+        with pytest.raises(occupy.LeaseLost):
+            lease.extend(30)
+        assert seen == [None]
+    finally:
+        signals.lease_lost.disconnect(dispatch_uid="test-file-lost-receiver")
+
+
+@pytest.mark.timeout(20)
+def test_a_forked_child_does_not_share_the_parents_key_locks(live_db: None) -> None:
+    """A child inherits the parent's open lock files, and with them the parent's flocks,
+    and its thread locks as they were (maybe held): it must start afresh, so that it
+    waits while the parent is inside a step on a key, and gets in once it is done."""
+    backend = get_backend(USING)
+    occupy.release(occupy.acquire("book:1", using=USING))  # the lock files are open
+    d = backend.attempt("book:1", "x", 1).digest
+    with backend.locks.hold(d):
+        pid = os.fork()
+        if pid == 0:  # the child
+            done = threading.Event()
+            threading.Thread(target=lambda: (backend.holder("book:1"), done.set()),
+                             daemon=True).start()
+            if done.wait(0.5):
+                os._exit(1)  # got in while the parent held the key's lock
+            os._exit(0 if done.wait(10) else 2)  # 2: never got in (a copied held lock)
+        time.sleep(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
