@@ -1,13 +1,16 @@
 """Settings of the example project: a library site on SQLite, no server needed.
 
-``OCCUPY`` is left out on purpose: no setting means the database backend on the
-``default`` database, the embedded default. ``EXAMPLE_DB=postgresql`` runs the same site
-on the local PostgreSQL; ``EXAMPLE_SQLITE`` moves the SQLite file.
+The ``default`` lock backend is the database one (what no ``OCCUPY`` setting at all
+would give); a file backend sits beside it, and a Redis and a cache backend when a Redis
+server answers on 127.0.0.1:6379 (``race_demo`` then shows rows for them too;
+``EXAMPLE_REDIS=off`` leaves them out). ``EXAMPLE_DB=postgresql`` runs the same site on
+the local PostgreSQL; ``EXAMPLE_SQLITE`` moves the SQLite file.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent
@@ -66,6 +69,30 @@ else:
             "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
         }
     }
+
+def _redis_is_up() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 6379), timeout=0.3):
+            return True
+    except OSError:
+        return False
+
+
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+OCCUPY = {
+    "BACKENDS": {
+        "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+        "files": {"BACKEND": "occupy.backends.file.FileBackend",
+                  "LOCATION": str(VAR / "locks")},
+    },
+}
+if os.environ.get("EXAMPLE_REDIS", "auto") != "off" and _redis_is_up():
+    CACHES["locks"] = {"BACKEND": "django_redis.cache.RedisCache",
+                       "LOCATION": "redis://127.0.0.1:6379/5", "KEY_PREFIX": "library"}
+    OCCUPY["BACKENDS"]["redis"] = {"BACKEND": "occupy.backends.redis.RedisBackend",
+                                   "OPTIONS": {"CACHE": "locks"}}
+    OCCUPY["BACKENDS"]["cache"] = {"BACKEND": "occupy.backends.cache.CacheBackend",
+                                   "OPTIONS": {"CACHE": "locks"}}
 
 USE_TZ = True
 TIME_ZONE = "UTC"

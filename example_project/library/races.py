@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import occupy
+from occupy.conf import occupy_settings
 
 #: How each process guards its read-modify-write of a book: given the book's pk.
 Guard = Callable[[int], contextlib.AbstractContextManager[Any]]
@@ -151,3 +152,11 @@ ROWS = [
     Row("occupy.lock (database)", "borrow counter (seed 002)",
         lambda: borrow_counter(OccupyLock("default"))),
 ]
+
+#: The other lock backends on the same race, where the settings configure them (the
+#: Redis and cache backends only when a Redis server answers).
+OTHER_BACKENDS = {"files": "file", "redis": "Redis", "cache": "cache on Redis"}
+for _alias, _label in OTHER_BACKENDS.items():
+    if _alias in occupy_settings.BACKENDS:
+        ROWS.append(Row(f"occupy.lock ({_label})", "borrow counter (seed 002)",
+                        lambda alias=_alias: borrow_counter(OccupyLock(alias))))
