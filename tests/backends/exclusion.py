@@ -13,30 +13,50 @@ import time
 
 from tests import multiproc
 
-__all__ = ["assert_exclusive", "count_under_lock", "hold_until_killed", "taken_over_after_kill"]
+__all__ = [
+    "assert_exclusive",
+    "count_under_lock",
+    "database_of",
+    "hold_until_killed",
+    "taken_over_after_kill",
+    "try_acquire",
+]
 
 
-def count_under_lock(using: str, key: str, rounds: int, hold: float) -> list[tuple]:
+def database_of(using: str) -> str:
+    """Return the database a database backend alias keeps its claims in (else default)."""
+    from django.conf import settings
+
+    options = settings.OCCUPY["BACKENDS"][using].get("OPTIONS") or {}
+    return options.get("DATABASE", "default")
+
+
+def count_under_lock(using: str | None, key: str, rounds: int, hold: float,
+                     database: str = "default") -> list[tuple]:
     """Increment the ``key`` Counter row ``rounds`` times, each a slow read-modify-write
-    inside the lock; return ``(entered, left, fence)`` per round (monotonic clock, which
-    every process of the host shares)."""
+    inside the lock (none when ``using`` is ``None``); return ``(entered, left, fence)``
+    per round (monotonic clock, which every process of the host shares)."""
+    import contextlib
+
     import occupy
     from tests.testapp.models import Counter
 
+    counters = Counter.objects.using(database)
     spans = []
     for _ in range(rounds):
-        with occupy.lock(key, ttl=30, timeout=120, using=using) as lease:
+        guard = occupy.lock(key, ttl=30, timeout=120, using=using) if using else None
+        with guard or contextlib.nullcontext() as lease:
             entered = time.monotonic()
-            counter = Counter.objects.get(name=key)
+            counter = counters.get(name=key)
             time.sleep(hold)  # widen the window a lost update would need
             counter.value += 1
             counter.save()
             left = time.monotonic()
-        spans.append((entered, left, lease.fence))
+        spans.append((entered, left, lease.fence if lease else 0))
     return spans
 
 
-def assert_exclusive(results: list[list[tuple]], key: str) -> None:
+def assert_exclusive(results: list[list[tuple]], key: str, database: str = "default") -> None:
     """Assert no two holders overlapped, no increment was lost, and fences rose in the
     order the lock was granted."""
     from tests.testapp.models import Counter
@@ -45,7 +65,18 @@ def assert_exclusive(results: list[list[tuple]], key: str) -> None:
     for (_, left, fence), (entered, _, next_fence) in itertools.pairwise(spans):
         assert entered >= left, f"two holders overlapped: {spans}"
         assert next_fence > fence, f"a fence did not rise in grant order: {spans}"
-    assert Counter.objects.get(name=key).value == len(spans)
+    assert Counter.objects.using(database).get(name=key).value == len(spans)
+
+
+def try_acquire(using: str, key: str, owner: str) -> str:
+    """Try ``key`` once without waiting; return ``"acquired"`` or ``"occupied"``."""
+    import occupy
+
+    try:
+        occupy.release(occupy.acquire(key, owner=owner, timeout=0, using=using))
+    except occupy.Occupied:
+        return "occupied"
+    return "acquired"
 
 
 def hold_until_killed(using: str, key: str, ttl: float) -> None:
