@@ -13,10 +13,19 @@ What the seed gets wrong, and what this does instead:
 - Mutual exclusion rests on the protocol alone. Here the unique ``slot`` column also
   makes the database refuse a second ``using`` claim on a key.
 
+Waiting on PostgreSQL: each queued claim listens on a channel of its own
+(``occupy_<id>``), and a release or a cancelled waiter notifies only the next claim in
+line, so one release wakes one waiter instead of the whole queue. A release that was
+already running when a claim was queued may have looked for waiters before that claim
+was committed and so woken nobody: a newly queued claim therefore tries once at once,
+and its first pause is short; after that, polling only notices a holder or waiter that
+vanished without a word.
+
 OPTIONS: ``DATABASE`` (the database alias, default ``"default"``), ``POLL_INTERVAL``
 (longest pause between two tries while waiting, default 0.05 s; PostgreSQL waiters are
-woken by ``NOTIFY`` and poll only as a fallback), ``PENDING_TTL`` (how long a waiter's
-queued claim outlives its last heartbeat, default 10 s).
+woken by ``NOTIFY`` and poll only as a fallback, every 4 intervals after the first),
+``PENDING_TTL`` (how long a waiter's queued claim outlives its last heartbeat, default
+10 s).
 """
 
 from __future__ import annotations
@@ -100,6 +109,18 @@ class DatabaseBackend(BaseBackend):
             self._dialect = dialect_for(connections[self.database].vendor)
         return self._dialect
 
+    def forget_listen(self) -> None:
+        """Stop listening on the channel a claim granted in this thread listened on.
+
+        Left for after the release, so that a waiter's grant costs no extra round trip
+        before its holder starts work; a stale channel is never notified (its claim is
+        granted, and only queued claims are woken).
+        """
+        channel = getattr(self._local, "stale_channel", None)
+        if channel is not None:
+            self._local.stale_channel = None
+            self.execute(f"UNLISTEN {channel}", [])
+
     def execute(self, sql: str, params: Sequence[Any], *, key: str | None = None) -> Any:
         """Run one autocommit statement; return ``(rowcount, rows)``.
 
@@ -153,6 +174,7 @@ class DatabaseBackend(BaseBackend):
         sql = self.dialect
         if self.dialect.vendor == "postgresql":
             count = self.execute(_PG_RELEASE_AND_WAKE, [d, lease.token], key=lease.key)[1][0][0]
+            self.forget_listen()
         else:
             count = self.execute(sql.release(), [d, lease.token], key=lease.key)[0]
         if count:
@@ -235,14 +257,24 @@ class DatabaseBackend(BaseBackend):
         return content_type.pk, object_id
 
 
-# PostgreSQL: release and, if anyone queues for the key, wake them, in one statement.
+# PostgreSQL: the oldest live queued claim on a digest: the one to wake.
+_PG_NEXT_IN_LINE = (
+    f"SELECT o.id FROM {TABLE} o WHERE o.digest = {{digest}} AND o.state = 'pending' "
+    "AND o.expires_at > statement_timestamp() ORDER BY o.id LIMIT 1"
+)
+# PostgreSQL: release and wake the next claim in line, if any, in one statement.
 _PG_RELEASE_AND_WAKE = (
     f"WITH gone AS (DELETE FROM {TABLE} WHERE slot = %s AND token = %s AND depth = 1 "
     "AND expires_at > statement_timestamp() RETURNING digest), "
-    "woken AS (SELECT pg_notify('occupy_' || left(g.digest, 32), '') FROM gone g "
-    f"WHERE EXISTS (SELECT 1 FROM {TABLE} o WHERE o.digest = g.digest "
-    "AND o.state = 'pending')) "
-    "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)"
+    "woken AS (SELECT pg_notify('occupy_' || n.id, '') FROM ("
+    + _PG_NEXT_IN_LINE.format(digest="(SELECT digest FROM gone)")
+    + ") n) SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)"
+)
+# PostgreSQL: wake the next claim in line (after a queued claim left).
+_PG_WAKE_NEXT = (
+    "SELECT count(*) FROM (SELECT pg_notify('occupy_' || n.id, '') FROM ("
+    + _PG_NEXT_IN_LINE.format(digest="%s")
+    + ") n) w"
 )
 
 
@@ -256,7 +288,11 @@ class DatabaseAttempt(Attempt):
         self.digest = digest(key)
         self.pending_id: int | None = None
         self.beat_at = 0.0
-        self.listening = False
+        #: The channel this attempt listens on (PostgreSQL, while queued), or None.
+        self.listening: str | None = None
+        #: Just queued: the next pause is skipped (see the module docstring).
+        self.fresh = False
+        self.pauses = 0
         self.content_type_id, self.object_id = backend.object_of(key)
 
     @property
@@ -317,39 +353,47 @@ class DatabaseAttempt(Attempt):
         return self.lease(token, *rows[0]) if rows else None
 
     def enqueue(self) -> None:
-        """Insert the pending claim that holds this caller's place in the queue."""
+        """Insert the pending claim that holds this caller's place in the queue, and on
+        PostgreSQL listen on its channel."""
         self.pending_id = int(self.run(self.sql.enqueue(), [
             self.key, self.digest, self.content_type_id, self.object_id, self.owner,
             self.token, self.sql.seconds(self.backend.pending_ttl),
         ])[1][0][0])
         self.beat_at = time.monotonic()
-        if self.sql.vendor == "postgresql" and not self.listening and not self.asynchronous:
-            self.run(f"LISTEN {self.channel}", [])
-            self.listening = True
-
-    @property
-    def channel(self) -> str:
-        return f"occupy_{self.digest[:32]}"
+        self.fresh = True
+        self.pauses = 0
+        if self.sql.vendor == "postgresql" and not self.asynchronous:
+            self._unlisten()  # queued again under a new id: listen on the new channel
+            self.backend.forget_listen()
+            self.listening = f"occupy_{self.pending_id}"
+            self.run(f"LISTEN {self.listening}", [])
 
     def _promote(self) -> Lease | None:
         assert self.pending_id is not None
-        try:
-            count = self.run(self.sql.promote(), [
-                self.digest, self.digest, self.sql.seconds(self.ttl), self.pending_id,
-                self.digest, self.pending_id,
-            ])[0]
-        except IntegrityError:
-            # An expired holder still has the slot: clear it, try on the next turn.
-            self.run(self.sql.purge_expired_of_key(), [self.digest])
+        for _ in range(2):
+            try:
+                count, rows = self.run(self.sql.promote(), [
+                    self.digest, self.digest, self.sql.seconds(self.ttl), self.pending_id,
+                    self.digest, self.pending_id,
+                ])
+                break
+            except IntegrityError:
+                # An expired holder still has the slot: clear it and try again at once
+                # (nobody will notify: an expired holder never releases).
+                self.run(self.sql.purge_expired_of_key(), [self.digest])
+        else:
             return None
-        if count:
+        if not (rows if self.sql.update_returning else count):
+            self._keep_queued()
+            return None
+        if not self.sql.update_returning:
             rows = self.run(self.sql.granted(), [self.digest, self.token])[1]
-            if rows:
-                self._unlisten()
-                return self.lease(self.token, *rows[0])
-            return None
-        self._keep_queued()
-        return None
+            if not rows:
+                return None
+        if self.listening:
+            # UNLISTEN waits for the release (forget_listen): the holder starts work now.
+            self.backend._local.stale_channel, self.listening = self.listening, None
+        return self.lease(self.token, *rows[0][:2])
 
     def _keep_queued(self) -> None:
         """Heartbeat the pending claim; if it expired meanwhile, queue again."""
@@ -364,34 +408,41 @@ class DatabaseAttempt(Attempt):
             self.enqueue()
 
     def wait(self, seconds: float) -> None:
-        """Sleep, or on PostgreSQL wait for a release's ``NOTIFY`` (polling as fallback)."""
-        if not self.listening:
+        """Sleep, or on PostgreSQL wait for this claim's ``NOTIFY`` (polling as fallback)."""
+        if not self.listening or seconds <= 0:
             time.sleep(seconds)
             return
         raw = self.backend.connection().connection
         try:
-            for _ in raw.notifies(timeout=seconds, stop_after=1):
-                pass
+            # Notifications for channels this connection listened on before are stale.
+            for note in raw.notifies(timeout=seconds):
+                if note.channel == self.listening:
+                    break
         except TypeError:  # psycopg older than 3.2, or psycopg2: poll instead
             time.sleep(seconds)
 
     def next_delay(self) -> float:
-        """Return the next pause; on PostgreSQL the fallback poll for a lost wake-up."""
+        """Return the next pause: none right after queueing; then on PostgreSQL the
+        fallback poll for a lost wake-up, elsewhere capped exponential backoff."""
+        if self.fresh:
+            self.fresh = False
+            return 0.0
         if self.listening:
-            return self.max_delay * 4
+            self.pauses += 1
+            return self.max_delay if self.pauses == 1 else self.max_delay * 4
         return super().next_delay()
 
     def cancel(self) -> None:
         """Delete this attempt's claim, queued or granted, and wake the next waiter."""
         self.run(self.sql.forget(), [self.digest, self.token])
         if self.pending_id is not None and self.sql.vendor == "postgresql":
-            self.run("SELECT pg_notify(%s, '')", [self.channel])
+            self.run(_PG_WAKE_NEXT, [self.digest])
         self._unlisten()
 
     def _unlisten(self) -> None:
         if self.listening:
-            self.listening = False
-            self.run(f"UNLISTEN {self.channel}", [])
+            channel, self.listening = self.listening, None
+            self.run(f"UNLISTEN {channel}", [])
 
     def current_holder(self) -> tuple[Holder | None, float | None]:
         """Return the holder and its remaining seconds, by the database's clock."""
