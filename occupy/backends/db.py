@@ -25,7 +25,17 @@ OPTIONS: ``DATABASE`` (the database alias, default ``"default"``), ``POLL_INTERV
 (longest pause between two tries while waiting, default 0.05 s; PostgreSQL waiters are
 woken by ``NOTIFY`` and poll only as a fallback, every 4 intervals after the first),
 ``PENDING_TTL`` (how long a waiter's queued claim outlives its last heartbeat, default
-10 s).
+10 s), ``PREPARE`` (PostgreSQL with psycopg 3: bind parameters on the server and prepare
+each statement the second time it runs on a connection, default True; see below).
+
+Prepared statements: on PostgreSQL, planning a statement costs more than running it
+(the lock statements are small but reach the table three times), and Django plans every
+statement afresh by default. The backend's connections are its own, never the app's, so
+preparing them changes nothing for the app. Set ``PREPARE`` to False behind a pooler that
+cannot keep prepared statements (PgBouncer in transaction mode before 1.21; there,
+``LISTEN`` is lost too, and waiters fall back to polling). With Django's own connection
+pool (``OPTIONS["pool"]`` in ``DATABASES``) nothing is prepared: the pool is shared
+with the app.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from typing import Any
 from django.apps import apps
 from django.db import DatabaseError, IntegrityError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.utils import load_backend
 
 from occupy.backends.base import Attempt, BaseBackend, Claim
 from occupy.backends.sql import SQLITE_FUNCTIONS, TABLE, Dialect, dialect_for
@@ -73,6 +84,7 @@ class DatabaseBackend(BaseBackend):
         self.database: str = self.options.get("DATABASE", "default")
         self.poll_interval = float(self.options.get("POLL_INTERVAL", 0.05))
         self.pending_ttl = float(self.options.get("PENDING_TTL", 10))
+        self.prepare = bool(self.options.get("PREPARE", True))
         self._local = threading.local()
         self._dialect: Dialect | None = None
         self._opened: weakref.WeakSet[BaseDatabaseWrapper] = weakref.WeakSet()
@@ -91,7 +103,7 @@ class DatabaseBackend(BaseBackend):
                     f"occupy backend {self.alias!r} uses database {self.database!r}, which "
                     f"is not in settings.DATABASES ({sorted(connections.settings)})."
                 )
-            conn = connections.create_connection(self.database)
+            conn = self._new_connection()
             conn._occupy_pid = os.getpid()
             local.conn = conn
             self._opened.add(conn)
@@ -100,7 +112,28 @@ class DatabaseBackend(BaseBackend):
             if conn.vendor == "sqlite":
                 for name, func in SQLITE_FUNCTIONS.items():
                     conn.connection.create_function(name, 0, func)
+            elif conn.vendor == "postgresql":
+                with conn.cursor() as cursor:
+                    cursor.execute(_PG_SESSION)
         return conn
+
+    def _new_connection(self) -> BaseDatabaseWrapper:
+        """Return a new wrapper for the database: as configured, but on PostgreSQL with
+        psycopg 3 binding on the server and preparing statements (``PREPARE``)."""
+        settings_dict = connections.settings[self.database]
+        wrapper = load_backend(settings_dict["ENGINE"]).DatabaseWrapper
+        options = settings_dict.get("OPTIONS") or {}
+        if self.prepare and wrapper.vendor == "postgresql" and "pool" not in options:
+            from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+            if is_psycopg3:
+                # Threshold 1: prepared from the second run, so one-off statements
+                # (LISTEN on a claim's own channel) are never prepared.
+                options = {**options, "server_side_binding": True, "prepare_threshold": 1}
+                conn = wrapper({**settings_dict, "OPTIONS": options}, self.database)
+                conn._occupy_prepares = True
+                return conn
+        return wrapper(settings_dict, self.database)
 
     @property
     def dialect(self) -> Dialect:
@@ -121,9 +154,12 @@ class DatabaseBackend(BaseBackend):
             self._local.stale_channel = None
             self.execute(f"UNLISTEN {channel}", [])
 
-    def execute(self, sql: str, params: Sequence[Any], *, key: str | None = None) -> Any:
+    def execute(self, sql: str, params: Sequence[Any], *, key: str | None = None,
+                prepare: bool = True) -> Any:
         """Run one autocommit statement; return ``(rowcount, rows)``.
 
+        ``prepare=False`` plans the statement afresh even where statements are prepared
+        (``PREPARE``): for sweeps, whose best plan depends on how many rows expired.
         Deadlocks, lock-wait timeouts, SQLite's "database is locked" and a dropped
         connection are retried a few times (a failed statement did nothing); after
         that the error is raised as an :class:`OccupyError` that names the key.
@@ -132,7 +168,11 @@ class DatabaseBackend(BaseBackend):
             conn = self.connection()
             try:
                 with conn.cursor() as cursor:
-                    cursor.execute(sql, params)
+                    if prepare or not getattr(conn, "_occupy_prepares", False):
+                        cursor.execute(sql, params)
+                    else:
+                        with conn.wrap_database_errors:
+                            cursor.cursor.execute(sql, params, prepare=False)
                     rows = cursor.fetchall() if cursor.description else []
                     return cursor.rowcount, rows
             except IntegrityError:
@@ -218,10 +258,10 @@ class DatabaseBackend(BaseBackend):
     def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
         """Delete expired claims ``batch_size`` at a time; return how many."""
         if dry_run:
-            return int(self.execute(self.dialect.count_expired(), [])[1][0][0])
+            return int(self.execute(self.dialect.count_expired(), [], prepare=False)[1][0][0])
         total = 0
         while True:
-            deleted = self.execute(self.dialect.sweep_batch(), [batch_size])[0]
+            deleted = self.execute(self.dialect.sweep_batch(), [batch_size], prepare=False)[0]
             total += deleted
             if deleted < batch_size:
                 return total
@@ -257,10 +297,19 @@ class DatabaseBackend(BaseBackend):
         return content_type.pk, object_id
 
 
-# PostgreSQL: the oldest live queued claim on a digest: the one to wake.
+# PostgreSQL, on the backend's own connections: every statement finds its rows through an
+# index (a key's digest or slot, an id, the expiry for sweeps). A lock table is small and
+# churns, so its statistics often say "empty"; a plan made then (and kept, when prepared)
+# would scan the whole table on every lock once it has grown.
+_PG_SESSION = "SET enable_seqscan = off"
+# PostgreSQL: the oldest live queued claim on a digest: the one to wake. The key's claims
+# are gathered first (MATERIALIZED: through the digest index), because "ORDER BY id
+# LIMIT 1" over the table could be planned, and the plan kept, as a walk of the primary
+# key through every older claim of every key.
 _PG_NEXT_IN_LINE = (
-    f"SELECT o.id FROM {TABLE} o WHERE o.digest = {{digest}} AND o.state = 'pending' "
-    "AND o.expires_at > statement_timestamp() ORDER BY o.id LIMIT 1"
+    f"WITH queued AS MATERIALIZED (SELECT o.id FROM {TABLE} o WHERE o.digest = {{digest}} "
+    "AND o.state = 'pending' AND o.expires_at > statement_timestamp()) "
+    "SELECT min(id) AS id FROM queued"
 )
 # PostgreSQL: release and wake the next claim in line, if any, in one statement.
 _PG_RELEASE_AND_WAKE = (
@@ -268,13 +317,14 @@ _PG_RELEASE_AND_WAKE = (
     "AND expires_at > statement_timestamp() RETURNING digest), "
     "woken AS (SELECT pg_notify('occupy_' || n.id, '') FROM ("
     + _PG_NEXT_IN_LINE.format(digest="(SELECT digest FROM gone)")
-    + ") n) SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)"
+    + ") n WHERE n.id IS NOT NULL) "
+    "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)"
 )
 # PostgreSQL: wake the next claim in line (after a queued claim left).
 _PG_WAKE_NEXT = (
     "SELECT count(*) FROM (SELECT pg_notify('occupy_' || n.id, '') FROM ("
     + _PG_NEXT_IN_LINE.format(digest="%s")
-    + ") n) w"
+    + ") n WHERE n.id IS NOT NULL) w"
 )
 
 

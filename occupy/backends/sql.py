@@ -139,10 +139,11 @@ class Dialect:
 
     def claims_of_key(self) -> str:
         """All claims on a digest with the store's now: id, owner, token, state, fence,
-        depth, expires_at, now."""
+        depth, expires_at, now; in no particular order (an ORDER BY id could lead a
+        cached plan to walk the primary key through every claim of every key)."""
         return (
             f"SELECT id, owner, token, state, fence, depth, expires_at, {self.now} "
-            f"FROM {TABLE} WHERE digest = %s ORDER BY id"
+            f"FROM {TABLE} WHERE digest = %s"
         )
 
     def purge_expired_of_key(self) -> str:
@@ -204,12 +205,14 @@ class Dialect:
                 f"ORDER BY expires_at LIMIT %s"
             )
         if self.vendor == "postgresql":
-            # ANY(ARRAY(…)) runs the batch's SELECT once and deletes through the primary
-            # key. With ``id IN (SELECT …)`` the planner may instead hash-join the batch
-            # against a scan of every expired row, once per batch: quadratic in the
-            # backlog (measured: 60,000 rows/s instead of 500,000 on 100,000 rows).
+            # ANY(ARRAY(…)) runs the batch's SELECT once, then deletes the batch by row
+            # address (a TID scan: no plan can do otherwise). With ``id IN (SELECT …)``
+            # the planner may hash-join the batch against a scan of every expired row,
+            # once per batch: quadratic in the backlog (measured: 60,000 rows/s instead
+            # of 300,000 on 100,000 rows). A row renewed meanwhile has a new address and
+            # a later expiry: the expiry, checked again on the row's latest version, keeps it.
             return (
-                f"DELETE FROM {TABLE} WHERE id = ANY(ARRAY(SELECT id FROM {TABLE} "
+                f"DELETE FROM {TABLE} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {TABLE} "
                 f"WHERE expires_at <= {self.now} LIMIT %s)) AND expires_at <= {self.now}"
             )
         return (
