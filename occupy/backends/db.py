@@ -374,7 +374,7 @@ class DatabaseAttempt(Attempt):
     def _grant_if_free(self) -> Lease | None:
         rows = self.run(self.sql.grant_if_free(), [
             self.key, self.digest, self.digest, self.content_type_id, self.object_id,
-            self.owner, self.token, self.digest, self.sql.seconds(self.ttl), self.digest,
+            self.owner, self.token, self.sql.seconds(self.ttl), self.digest,
         ])[1]
         return self.lease(self.token, *rows[0]) if rows else None
 

@@ -37,7 +37,6 @@ class Dialect:
     greatest: str = "GREATEST"
     insert_ignore: str = "INSERT INTO"
     on_conflict: str = "ON CONFLICT DO NOTHING"
-    from_dual: str = ""
     #: Whether ``UPDATE … RETURNING`` exists (MariaDB has it for INSERT and DELETE only,
     #: SQLite from 3.35).
     update_returning: bool = True
@@ -82,16 +81,20 @@ class Dialect:
         """Insert a granted claim if the key has no live claim at all (the fast path).
 
         Parameters: key, digest, digest (the slot), content_type_id, object_id, owner,
-        token, digest, seconds, digest. The claim is born pending and promoted in the same statement
-        (the NOT EXISTS sees no live pending claim and no live using claim); the unique
-        ``slot`` refuses it if a concurrent grant or an expired holder holds the slot.
+        token, seconds, digest. One pass over the key's claims (its digest index) finds
+        both whether any is live (pending or using: then nothing is inserted) and the
+        highest fence recorded, the floor of the new one (see :meth:`fence_expr`). The
+        unique ``slot`` refuses the claim if a concurrent grant or an expired holder
+        holds the slot.
         """
         return (
             f"{self.insert_ignore} {TABLE} ({self.columns}) "
-            f"SELECT %s, %s, %s, %s, %s, %s, %s, 'using', {self.fence_expr()}, 1, "
-            f"{self.later}, {self.now} {self.from_dual} "
-            f"WHERE NOT EXISTS (SELECT 1 FROM {TABLE} o WHERE o.digest = %s "
-            f"AND o.expires_at > {self.now}) {self.on_conflict} RETURNING fence, expires_at"
+            f"SELECT %s, %s, %s, %s, %s, %s, %s, 'using', "
+            f"{self.greatest}({self.clock_us}, COALESCE(k.top, 0) + 1), 1, "
+            f"{self.later}, {self.now} FROM (SELECT MAX(fence) AS top, "
+            f"MAX(CASE WHEN expires_at > {self.now} THEN 1 ELSE 0 END) AS live "
+            f"FROM {TABLE} WHERE digest = %s) k WHERE COALESCE(k.live, 0) = 0 "
+            f"{self.on_conflict} RETURNING fence, expires_at"
         )
 
     def enqueue(self) -> str:
@@ -241,7 +244,6 @@ _DIALECTS = {
         clock_us="TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))",
         insert_ignore="INSERT IGNORE INTO",
         on_conflict="",
-        from_dual="FROM DUAL",
         quote="`",
         update_returning=False,
     ),
