@@ -308,13 +308,13 @@ _PG_SESSION = "SET enable_seqscan = off"
 # key through every older claim of every key.
 _PG_NEXT_IN_LINE = (
     f"WITH queued AS MATERIALIZED (SELECT o.id FROM {TABLE} o WHERE o.digest = {{digest}} "
-    "AND o.state = 'pending' AND o.expires_at > statement_timestamp()) "
+    "AND o.state = 'pending' AND (o.expires_at > statement_timestamp()) IS TRUE) "
     "SELECT min(id) AS id FROM queued"
 )
 # PostgreSQL: release and wake the next claim in line, if any, in one statement.
 _PG_RELEASE_AND_WAKE = (
     f"WITH gone AS (DELETE FROM {TABLE} WHERE slot = %s AND token = %s AND depth = 1 "
-    "AND expires_at > statement_timestamp() RETURNING digest), "
+    "AND (expires_at > statement_timestamp()) IS TRUE RETURNING digest), "
     "woken AS (SELECT pg_notify('occupy_' || n.id, '') FROM ("
     + _PG_NEXT_IN_LINE.format(digest="(SELECT digest FROM gone)")
     + ") n WHERE n.id IS NOT NULL) "

@@ -63,6 +63,22 @@ class Dialect:
             return value.replace(tzinfo=timezone.utc)
         return value.astimezone(timezone.utc)
 
+    def live(self, column: str = "expires_at") -> str:
+        """Return SQL that is true while ``column`` is in the future, as a filter on rows
+        found by key, digest or id.
+
+        On PostgreSQL it is written so that it cannot use the expiry index: statements are
+        prepared and their plans cached, and a plan made while the statistics call the
+        table empty could otherwise walk that index through every live claim to find one.
+        """
+        test = f"{column} > {self.now}"
+        return f"({test}) IS TRUE" if self.vendor == "postgresql" else test
+
+    def expired(self, column: str = "expires_at") -> str:
+        """Return SQL that is true once ``column`` has passed (see :meth:`live`)."""
+        test = f"{column} <= {self.now}"
+        return f"({test}) IS TRUE" if self.vendor == "postgresql" else test
+
     def fence_expr(self) -> str:
         """Return SQL for the next fence of the key whose digest is the parameter.
 
@@ -119,8 +135,8 @@ class Dialect:
         return (
             f"UPDATE {TABLE} SET state = 'using', slot = %s, fence = {self.fence_expr()}, "
             f"expires_at = {self.later} WHERE id = %s AND state = 'pending' "
-            f"AND expires_at > {self.now} AND NOT EXISTS (SELECT 1 FROM {TABLE} o "
-            f"WHERE o.digest = %s AND o.expires_at > {self.now} "
+            f"AND {self.live()} AND NOT EXISTS (SELECT 1 FROM {TABLE} o "
+            f"WHERE o.digest = %s AND {self.live('o.expires_at')} "
             f"AND (o.state = 'using' OR o.id < %s)){returning}"
         )
 
@@ -128,7 +144,7 @@ class Dialect:
         """Keep pending claim ``id`` alive while its owner waits; parameters: seconds, id."""
         return (
             f"UPDATE {TABLE} SET expires_at = {self.later} WHERE id = %s "
-            f"AND state = 'pending' AND expires_at > {self.now}"
+            f"AND state = 'pending' AND {self.live()}"
         )
 
     def reenter(self) -> str:
@@ -137,7 +153,7 @@ class Dialect:
         return (
             f"UPDATE {TABLE} SET depth = depth + 1, "
             f"expires_at = {self.greatest}(expires_at, {self.later}) "
-            f"WHERE slot = %s AND owner = %s AND expires_at > {self.now}"
+            f"WHERE slot = %s AND owner = %s AND {self.live()}"
         )
 
     def claims_of_key(self) -> str:
@@ -151,27 +167,27 @@ class Dialect:
 
     def purge_expired_of_key(self) -> str:
         """Delete the expired claims of a digest."""
-        return f"DELETE FROM {TABLE} WHERE digest = %s AND expires_at <= {self.now}"
+        return f"DELETE FROM {TABLE} WHERE digest = %s AND {self.expired()}"
 
     def granted(self) -> str:
         """Fence, expiry and depth of the live using claim with a token; digest, token."""
         return (
             f"SELECT fence, expires_at, depth FROM {TABLE} WHERE slot = %s AND token = %s "
-            f"AND expires_at > {self.now}"
+            f"AND {self.live()}"
         )
 
     def release(self) -> str:
         """Delete the live last level of a lease; digest, token."""
         return (
             f"DELETE FROM {TABLE} WHERE slot = %s AND token = %s AND depth = 1 "
-            f"AND expires_at > {self.now}"
+            f"AND {self.live()}"
         )
 
     def unwind(self) -> str:
         """Remove one of several levels of a live lease; digest, token."""
         return (
             f"UPDATE {TABLE} SET depth = depth - 1 WHERE slot = %s AND token = %s "
-            f"AND depth > 1 AND expires_at > {self.now}"
+            f"AND depth > 1 AND {self.live()}"
         )
 
     def forget(self) -> str:
@@ -182,14 +198,14 @@ class Dialect:
         """Set a live lease to expire later; seconds, digest, token."""
         return (
             f"UPDATE {TABLE} SET expires_at = {self.later} WHERE slot = %s AND token = %s "
-            f"AND expires_at > {self.now}"
+            f"AND {self.live()}"
         )
 
     def holder(self) -> str:
         """Owner, expiry, fence and now of a digest's live using claim."""
         return (
             f"SELECT owner, expires_at, fence, {self.now} FROM {TABLE} "
-            f"WHERE slot = %s AND expires_at > {self.now}"
+            f"WHERE slot = %s AND {self.live()}"
         )
 
     def count_expired(self) -> str:

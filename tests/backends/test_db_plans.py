@@ -1,9 +1,10 @@
 """On PostgreSQL the database backend prepares its statements; their cached plans must
-stay index lookups when the lock table grows after they were made.
+stay lookups by key when the lock table grows after they were made.
 
 A plan is cached from the sixth run of a statement on a connection and kept until the
 table's statistics change. Lock tables are small and churn, so that plan is often made
-on a table the statistics call empty; a sequential scan made then would read every
+on a table the statistics call empty, where every path looks equally cheap; a
+sequential scan, or a range scan of the expiry index, chosen then would read every
 claim of every key on every lock once the table has grown.
 """
 
@@ -43,7 +44,11 @@ def _lock_and_wait(alias: str, key: str) -> None:
 def test_cached_plans_stay_index_lookups_when_the_table_grows(alias: str, live_db: None) -> None:
     backend = get_backend(alias)
     backend.close()  # a fresh connection: nothing prepared yet
-    _analyze()  # the statistics now say: empty
+    # A busy past, then a quiet moment: the indexes keep their size, the statistics
+    # now say the table is empty.
+    insert_claims("postgresql", 20_000, tag="plan-past", expired=True)
+    backend.sweep()
+    _analyze()
     for i in range(8):  # past the sixth run: generic plans are cached now
         _lock_and_wait(alias, f"plan:{i}")
     insert_claims("postgresql", 20_000, tag="plan-live", expired=False)
@@ -61,5 +66,6 @@ def test_cached_plans_stay_index_lookups_when_the_table_grows(alias: str, live_d
         args = ", ".join(f"NULL::{t}" for t in types)
         plan = backend.execute(f"EXPLAIN EXECUTE {name}({args})" if args
                                else f"EXPLAIN EXECUTE {name}", [], prepare=False)[1]
-        scans[name] = [line for (line,) in plan if "Seq Scan" in line]
+        scans[name] = [line for (line,) in plan if "Seq Scan" in line
+                       or ("Index" in line and "expires_at" in line.split(" on ")[0])]
     assert not any(scans.values()), scans
