@@ -256,14 +256,18 @@ class DatabaseBackend(BaseBackend):
                                  key=lease.key)[1])
 
     def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
-        """Delete expired claims ``batch_size`` at a time; return how many."""
+        """Delete expired claims ``batch_size`` at a time; return how many.
+
+        Only a batch that deletes nothing ends the sweep: a short batch may just have
+        met claims renewed while it ran (kept, so not counted), with more expired after.
+        """
         if dry_run:
             return int(self.execute(self.dialect.count_expired(), [], prepare=False)[1][0][0])
         total = 0
         while True:
             deleted = self.execute(self.dialect.sweep_batch(), [batch_size], prepare=False)[0]
             total += deleted
-            if deleted < batch_size:
+            if not deleted:
                 return total
 
     def claims(self) -> Iterable[Claim]:
