@@ -167,14 +167,16 @@ class DatabaseBackend(BaseBackend):
         for attempt in range(6):
             conn = self.connection()
             try:
-                with conn.cursor() as cursor:
-                    if prepare or not getattr(conn, "_occupy_prepares", False):
-                        cursor.execute(sql, params)
-                    else:
-                        with conn.wrap_database_errors:
-                            cursor.cursor.execute(sql, params, prepare=False)
-                    rows = cursor.fetchall() if cursor.description else []
-                    return cursor.rowcount, rows
+                cursor = self._cursor(conn)
+                if prepare or not getattr(conn, "_occupy_prepares", False):
+                    cursor.execute(sql, params)
+                else:
+                    with conn.wrap_database_errors:
+                        cursor.cursor.execute(sql, params, prepare=False)
+                raw = cursor.cursor
+                with conn.wrap_database_errors:
+                    rows = raw.fetchall() if raw.description else []
+                return raw.rowcount, rows
             except IntegrityError:
                 raise
             except DatabaseError as e:
@@ -191,6 +193,15 @@ class DatabaseBackend(BaseBackend):
                 logger.debug("retrying a statement on %r after %s", key, e)
                 time.sleep(0.01 * 2**attempt)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _cursor(self, conn: BaseDatabaseWrapper) -> Any:
+        """Return this thread's cursor on ``conn``, made once per database session: a
+        new cursor per statement costs as much client time as a short statement."""
+        entry = getattr(self._local, "cursor", None)
+        if entry is None or entry[0] is not conn.connection:
+            entry = (conn.connection, conn.cursor())
+            self._local.cursor = entry
+        return entry[1]
 
     def close(self) -> None:
         """Close the connections this backend opened in this process, in every thread."""
