@@ -5,7 +5,11 @@ Three figures, each from one run with rounds alternating (see :mod:`bench.common
 1. **Uncontended** acquire+release in one process: occupy's ``DatabaseBackend`` (through
    ``occupy.acquire``/``occupy.release``) against a plain lock table (``INSERT … ON
    CONFLICT DO NOTHING``, then ``DELETE``) and ``pg_advisory_lock``/``pg_advisory_unlock``.
-   Target: at least 0.8× the plain lock table's rate.
+   Target: at least 0.8× the plain lock table's rate. The plain table runs twice: as
+   Django runs statements by default (planned afresh each time), and prepared, as
+   occupy's own connections run them (``PREPARE``), so that both ratios can be read.
+   Then the CPU each operation costs in this process and in its server process: on a
+   shared machine rates swing with the neighbours' load, CPU per operation hardly does.
 2. **Contention**: 4 spawned processes take one key for a 1 ms critical section, for a
    fixed time; sections per second, and each wait (from asking to being granted): the
    median, the 99th percentile and the worst. Target: no wait above 100 ms. The plain
@@ -16,7 +20,9 @@ Three figures, each from one run with rounds alternating (see :mod:`bench.common
    and memory: the growth of the process's peak RSS and the ``tracemalloc`` peak.
 
 Every candidate talks to the server the same way: its own Django connection in
-autocommit, one statement per round trip, and the same key pattern.
+autocommit, one statement per round trip, and the same key pattern. The lock tables are
+vacuumed before each part (autovacuum may be off on a bench server, and dead rows left by
+one part would slow the next).
 """
 
 from __future__ import annotations
@@ -37,7 +43,9 @@ DATABASE = "postgresql"
 BACKEND = "db-postgresql"
 PLAIN_TABLE = "bench_plain_lock"
 
-UNCONTENDED_OPS = 1000
+UNCONTENDED_OPS = 500
+#: Many short rounds: on a shared machine, the median of many beats a few long ones.
+UNCONTENDED_ROUNDS = 11
 PROCESSES = 4
 CRITICAL_SECTION = 0.001
 CONTENDED_SECONDS = 3.0
@@ -55,6 +63,11 @@ class OccupyLock:
 
     name = "occupy db backend"
 
+    def server_pid(self) -> int:
+        from occupy.backends import get_backend
+
+        return get_backend(BACKEND).execute("SELECT pg_backend_pid()", [])[1][0][0]
+
     def take(self, key: str) -> Any:
         import occupy
 
@@ -67,13 +80,32 @@ class OccupyLock:
 
 
 class _Raw:
-    """A peer with a Django connection of its own, in autocommit like occupy's."""
+    """A peer with a Django connection of its own, in autocommit like occupy's.
+
+    ``prepared``: bind on the server and prepare statements from their second run, as
+    occupy's own connections do (``PREPARE``); else Django's default (neither).
+    """
+
+    prepared = False
 
     def __init__(self) -> None:
         from django.db import connections
 
-        self.connection = connections.create_connection(DATABASE)
+        if self.prepared:
+            from django.db.utils import load_backend
+
+            config = connections.settings[DATABASE]
+            options = {**config["OPTIONS"], "server_side_binding": True, "prepare_threshold": 1}
+            self.connection = load_backend(config["ENGINE"]).DatabaseWrapper(
+                {**config, "OPTIONS": options}, DATABASE)
+        else:
+            self.connection = connections.create_connection(DATABASE)
         self.owner = f"{os.getpid()}"
+
+    def server_pid(self) -> int:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return cursor.fetchone()[0]
 
     def execute(self, sql: str, params: list[Any]) -> int:
         with self.connection.cursor() as cursor:
@@ -102,6 +134,13 @@ class PlainTable(_Raw):
                      [key, self.owner])
 
 
+class PreparedPlainTable(PlainTable):
+    """The plain lock table on a connection that prepares its statements."""
+
+    name = "plain lock table, prepared"
+    prepared = True
+
+
 class AdvisoryLock(_Raw):
     """PostgreSQL's session-level advisory lock on the key's 64-bit hash."""
 
@@ -115,7 +154,8 @@ class AdvisoryLock(_Raw):
         self.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [key])
 
 
-CANDIDATES: list[Callable[[], Any]] = [OccupyLock, PlainTable, AdvisoryLock]
+CANDIDATES: list[Callable[[], Any]] = [OccupyLock, PlainTable, PreparedPlainTable,
+                                       AdvisoryLock]
 
 
 def create_plain_table() -> None:
@@ -148,19 +188,58 @@ def vacuum() -> None:
 def uncontended() -> None:
     """Time acquire+release of fresh keys in this process, candidates alternating."""
     candidates = {}
+    locks = []
     for factory in CANDIDATES:
         lock = factory()
+        locks.append(lock)
 
         def run(ops: int, lock: Any = lock) -> None:
             for i in range(ops):
                 lock.give(lock.take(f"bench:uncontended:{i}"))
 
         candidates[lock.name] = run
-    results = alternate(candidates, ops=UNCONTENDED_OPS, rounds=5)
+    results = alternate(candidates, ops=UNCONTENDED_OPS, rounds=UNCONTENDED_ROUNDS)
     for result in results:
         result.unit = "acquire+release/s"
     print_table("Uncontended acquire+release, one process (PostgreSQL)", results,
                 reference=PlainTable.name, target="occupy ≥ 0.80× plain lock table")
+    cpu_per_op(candidates, locks)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """Return the CPU time (user + system) process ``pid`` of this host has used."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_op(candidates: dict[str, Callable[[int], None]], locks: list[Any]) -> None:
+    """Print the CPU time each acquire+release costs here and in its server process,
+    candidates alternating as for the rates (needs the server on this host)."""
+    try:
+        pids = {lock.name: lock.server_pid() for lock in locks}
+        for pid in pids.values():
+            _cpu_seconds(pid)
+    except OSError:
+        print("  (CPU per operation: the server is not on this host)")
+        return
+    client = dict.fromkeys(candidates, 0.0)
+    server = dict.fromkeys(candidates, 0.0)
+    for _ in range(UNCONTENDED_ROUNDS):
+        for name, run in candidates.items():
+            server_before, client_before = _cpu_seconds(pids[name]), time.process_time()
+            run(UNCONTENDED_OPS)
+            client[name] += time.process_time() - client_before
+            server[name] += _cpu_seconds(pids[name]) - server_before
+    ops = UNCONTENDED_ROUNDS * UNCONTENDED_OPS
+    reference = client[PlainTable.name] + server[PlainTable.name]
+    width = max(map(len, candidates))
+    print(f"  {'CPU per operation'.ljust(width)}    client   server    ratio (inverse of CPU)")
+    for name in candidates:
+        total = client[name] + server[name]
+        here, there = client[name] / ops * 1e6, server[name] / ops * 1e6
+        print(f"  {name.ljust(width)}  {here:6.0f} µs {there:6.0f} µs"
+              f"  {reference / total:5.2f}× plain lock table")
 
 
 # --- 2. contention ------------------------------------------------------------------------
@@ -172,6 +251,9 @@ def _worker(tasks: Any, results: Any, inside: Any, overlaps: Any) -> None:
 
     django.setup()
     locks = {lock.name: lock for lock in (factory() for factory in CANDIDATES)}
+    for lock in locks.values():  # connect and prepare before any round is timed
+        for i in range(3):
+            lock.give(lock.take(f"bench:warm-up:{os.getpid()}:{i}"))
     for name, start_at, stop_at in iter(tasks.get, None):
         lock = locks[name]
         waits = []
