@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 
@@ -17,8 +18,14 @@ SERVER_OF = {"db-postgresql": "postgresql", "db-mysql": "mysql", "cache": "redis
              "cache-django": "redis", "cache-addonly": "redis"}
 
 
+#: The database backends (the ones ``make test-all`` runs again on each default database).
+DATABASE_BACKENDS = ["default", "db-postgresql", "db-mysql"]
+
+
 def server_skip(alias: str) -> str | None:
     """Return why backend ``alias`` cannot run here, or ``None``."""
+    if os.environ.get("OCCUPY_TEST_ONLY_DB") == "1" and alias not in DATABASE_BACKENDS:
+        return "OCCUPY_TEST_ONLY_DB=1: store backends run in make test, not again here"
     if alias == f"db-{settings.DEFAULT_DB}":
         return f"the {settings.DEFAULT_DB} database is 'default' in this run"
     if alias not in settings.OCCUPY["BACKENDS"]:

@@ -13,10 +13,29 @@ What the seed gets wrong, and what this does instead:
 - Mutual exclusion rests on the protocol alone. Here the unique ``slot`` column also
   makes the database refuse a second ``using`` claim on a key.
 
+Waiting on PostgreSQL: each queued claim listens on a channel of its own
+(``occupy_<id>``), and a release or a cancelled waiter notifies only the next claim in
+line, so one release wakes one waiter instead of the whole queue. A release that was
+already running when a claim was queued may have looked for waiters before that claim
+was committed and so woken nobody: a newly queued claim therefore tries once at once,
+and its first pause is short; after that, polling only notices a holder or waiter that
+vanished without a word.
+
 OPTIONS: ``DATABASE`` (the database alias, default ``"default"``), ``POLL_INTERVAL``
 (longest pause between two tries while waiting, default 0.02 s; PostgreSQL waiters are
-woken by ``NOTIFY`` and poll only as a fallback), ``PENDING_TTL`` (how long a waiter's
-queued claim outlives its last heartbeat, default 10 s).
+woken by ``NOTIFY`` and poll only as a fallback, every 4 intervals after the first),
+``PENDING_TTL`` (how long a waiter's queued claim outlives its last heartbeat, default
+10 s), ``PREPARE`` (PostgreSQL with psycopg 3: bind parameters on the server and prepare
+each statement the second time it runs on a connection, default True; see below).
+
+Prepared statements: on PostgreSQL, planning a statement costs more than running it
+(the lock statements are small but reach the table three times), and Django plans every
+statement afresh by default. The backend's connections are its own, never the app's, so
+preparing them changes nothing for the app. Set ``PREPARE`` to False behind a pooler that
+cannot keep prepared statements (PgBouncer in transaction mode before 1.21; there,
+``LISTEN`` is lost too, and waiters fall back to polling). With Django's own connection
+pool (``OPTIONS["pool"]`` in ``DATABASES``) nothing is prepared: the pool is shared
+with the app.
 """
 
 from __future__ import annotations
@@ -34,6 +53,7 @@ from typing import Any
 from django.apps import apps
 from django.db import DatabaseError, IntegrityError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.utils import load_backend
 
 from occupy.backends.base import Attempt, BaseBackend, Claim
 from occupy.backends.sql import SQLITE_FUNCTIONS, TABLE, Dialect, dialect_for
@@ -69,6 +89,7 @@ class DatabaseBackend(BaseBackend):
             )
         self.poll_interval = float(self.options.get("POLL_INTERVAL", 0.02))
         self.pending_ttl = float(self.options.get("PENDING_TTL", 10))
+        self.prepare = bool(self.options.get("PREPARE", True))
         self._local = threading.local()
         self._dialect: Dialect | None = None
         self._opened: weakref.WeakSet[BaseDatabaseWrapper] = weakref.WeakSet()
@@ -82,7 +103,7 @@ class DatabaseBackend(BaseBackend):
             _inherited.append(conn)
             conn = None
         if conn is None:
-            conn = connections.create_connection(self.database)
+            conn = self._new_connection()
             conn._occupy_pid = os.getpid()
             local.conn = conn
             self._opened.add(conn)
@@ -91,7 +112,28 @@ class DatabaseBackend(BaseBackend):
             if conn.vendor == "sqlite":
                 for name, func in SQLITE_FUNCTIONS.items():
                     conn.connection.create_function(name, 0, func)
+            elif conn.vendor == "postgresql":
+                with conn.cursor() as cursor:
+                    cursor.execute(_PG_SESSION)
         return conn
+
+    def _new_connection(self) -> BaseDatabaseWrapper:
+        """Return a new wrapper for the database: as configured, but on PostgreSQL with
+        psycopg 3 binding on the server and preparing statements (``PREPARE``)."""
+        settings_dict = connections.settings[self.database]
+        wrapper = load_backend(settings_dict["ENGINE"]).DatabaseWrapper
+        options = settings_dict.get("OPTIONS") or {}
+        if self.prepare and wrapper.vendor == "postgresql" and "pool" not in options:
+            from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+            if is_psycopg3:
+                # Threshold 1: prepared from the second run, so one-off statements
+                # (LISTEN on a claim's own channel) are never prepared.
+                options = {**options, "server_side_binding": True, "prepare_threshold": 1}
+                conn = wrapper({**settings_dict, "OPTIONS": options}, self.database)
+                conn._occupy_prepares = True
+                return conn
+        return wrapper(settings_dict, self.database)
 
     @property
     def dialect(self) -> Dialect:
@@ -100,9 +142,24 @@ class DatabaseBackend(BaseBackend):
             self._dialect = dialect_for(connections[self.database].vendor)
         return self._dialect
 
-    def execute(self, sql: str, params: Sequence[Any], *, key: str | None = None) -> Any:
+    def forget_listen(self) -> None:
+        """Stop listening on the channel a claim granted in this thread listened on.
+
+        Left for after the release, so that a waiter's grant costs no extra round trip
+        before its holder starts work; a stale channel is never notified (its claim is
+        granted, and only queued claims are woken).
+        """
+        channel = getattr(self._local, "stale_channel", None)
+        if channel is not None:
+            self._local.stale_channel = None
+            self.execute(f"UNLISTEN {channel}", [])
+
+    def execute(self, sql: str, params: Sequence[Any], *, key: str | None = None,
+                prepare: bool = True) -> Any:
         """Run one autocommit statement; return ``(rowcount, rows)``.
 
+        ``prepare=False`` plans the statement afresh even where statements are prepared
+        (``PREPARE``): for sweeps, whose best plan depends on how many rows expired.
         Deadlocks, lock-wait timeouts, SQLite's "database is locked" and a dropped
         connection are retried a few times (a failed statement did nothing); after
         that the error is raised as an :class:`OccupyError` that names the key.
@@ -110,10 +167,16 @@ class DatabaseBackend(BaseBackend):
         for attempt in range(6):
             conn = self.connection()
             try:
-                with conn.cursor() as cursor:
+                cursor = self._cursor(conn)
+                if prepare or not getattr(conn, "_occupy_prepares", False):
                     cursor.execute(sql, params)
-                    rows = cursor.fetchall() if cursor.description else []
-                    return cursor.rowcount, rows
+                else:
+                    with conn.wrap_database_errors:
+                        cursor.cursor.execute(sql, params, prepare=False)
+                raw = cursor.cursor
+                with conn.wrap_database_errors:
+                    rows = raw.fetchall() if raw.description else []
+                return raw.rowcount, rows
             except IntegrityError:
                 raise
             except DatabaseError as e:
@@ -130,6 +193,15 @@ class DatabaseBackend(BaseBackend):
                 logger.debug("retrying a statement on %r after %s", key, e)
                 time.sleep(0.01 * 2**attempt)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _cursor(self, conn: BaseDatabaseWrapper) -> Any:
+        """Return this thread's cursor on ``conn``, made once per database session: a
+        new cursor per statement costs as much client time as a short statement."""
+        entry = getattr(self._local, "cursor", None)
+        if entry is None or entry[0] is not conn.connection:
+            entry = (conn.connection, conn.cursor())
+            self._local.cursor = entry
+        return entry[1]
 
     def close(self) -> None:
         """Close the connections this backend opened in this process, in every thread."""
@@ -153,6 +225,7 @@ class DatabaseBackend(BaseBackend):
         sql = self.dialect
         if self.dialect.vendor == "postgresql":
             count = self.execute(_PG_RELEASE_AND_WAKE, [d, lease.token], key=lease.key)[1][0][0]
+            self.forget_listen()
         else:
             count = self.execute(sql.release(), [d, lease.token], key=lease.key)[0]
         if count:
@@ -194,14 +267,18 @@ class DatabaseBackend(BaseBackend):
                                  key=lease.key)[1])
 
     def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
-        """Delete expired claims ``batch_size`` at a time; return how many."""
+        """Delete expired claims ``batch_size`` at a time; return how many.
+
+        Only a batch that deletes nothing ends the sweep: a short batch may just have
+        met claims renewed while it ran (kept, so not counted), with more expired after.
+        """
         if dry_run:
-            return int(self.execute(self.dialect.count_expired(), [])[1][0][0])
+            return int(self.execute(self.dialect.count_expired(), [], prepare=False)[1][0][0])
         total = 0
         while True:
-            deleted = self.execute(self.dialect.sweep_batch(), [batch_size])[0]
+            deleted = self.execute(self.dialect.sweep_batch(), [batch_size], prepare=False)[0]
             total += deleted
-            if deleted < batch_size:
+            if not deleted:
                 return total
 
     def claims(self) -> Iterable[Claim]:
@@ -235,14 +312,34 @@ class DatabaseBackend(BaseBackend):
         return content_type.pk, object_id
 
 
-# PostgreSQL: release and, if anyone queues for the key, wake them, in one statement.
+# PostgreSQL, on the backend's own connections: every statement finds its rows through an
+# index (a key's digest or slot, an id, the expiry for sweeps). A lock table is small and
+# churns, so its statistics often say "empty"; a plan made then (and kept, when prepared)
+# would scan the whole table on every lock once it has grown.
+_PG_SESSION = "SET enable_seqscan = off"
+# PostgreSQL: the oldest live queued claim on a digest: the one to wake. The key's claims
+# are gathered first (MATERIALIZED: through the digest index), because "ORDER BY id
+# LIMIT 1" over the table could be planned, and the plan kept, as a walk of the primary
+# key through every older claim of every key.
+_PG_NEXT_IN_LINE = (
+    f"WITH queued AS MATERIALIZED (SELECT o.id FROM {TABLE} o WHERE o.digest = {{digest}} "
+    "AND o.state = 'pending' AND (o.expires_at > statement_timestamp()) IS TRUE) "
+    "SELECT min(id) AS id FROM queued"
+)
+# PostgreSQL: release and wake the next claim in line, if any, in one statement.
 _PG_RELEASE_AND_WAKE = (
     f"WITH gone AS (DELETE FROM {TABLE} WHERE slot = %s AND token = %s AND depth = 1 "
-    "AND expires_at > statement_timestamp() RETURNING digest), "
-    "woken AS (SELECT pg_notify('occupy_' || left(g.digest, 32), '') FROM gone g "
-    f"WHERE EXISTS (SELECT 1 FROM {TABLE} o WHERE o.digest = g.digest "
-    "AND o.state = 'pending')) "
+    "AND (expires_at > statement_timestamp()) IS TRUE RETURNING digest), "
+    "woken AS (SELECT pg_notify('occupy_' || n.id, '') FROM ("
+    + _PG_NEXT_IN_LINE.format(digest="(SELECT digest FROM gone)")
+    + ") n WHERE n.id IS NOT NULL) "
     "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)"
+)
+# PostgreSQL: wake the next claim in line (after a queued claim left).
+_PG_WAKE_NEXT = (
+    "SELECT count(*) FROM (SELECT pg_notify('occupy_' || n.id, '') FROM ("
+    + _PG_NEXT_IN_LINE.format(digest="%s")
+    + ") n WHERE n.id IS NOT NULL) w"
 )
 
 
@@ -256,7 +353,11 @@ class DatabaseAttempt(Attempt):
         self.digest = digest(key)
         self.pending_id: int | None = None
         self.beat_at = 0.0
-        self.listening = False
+        #: The channel this attempt listens on (PostgreSQL, while queued), or None.
+        self.listening: str | None = None
+        #: Just queued: the next pause is skipped (see the module docstring).
+        self.fresh = False
+        self.pauses = 0
         self.content_type_id, self.object_id = backend.object_of(key)
 
     @property
@@ -288,7 +389,7 @@ class DatabaseAttempt(Attempt):
     def _grant_if_free(self) -> Lease | None:
         rows = self.run(self.sql.grant_if_free(), [
             self.key, self.digest, self.digest, self.content_type_id, self.object_id,
-            self.owner, self.token, self.digest, self.sql.seconds(self.ttl), self.digest,
+            self.owner, self.token, self.sql.seconds(self.ttl), self.digest,
         ])[1]
         return self.lease(self.token, *rows[0]) if rows else None
 
@@ -317,39 +418,47 @@ class DatabaseAttempt(Attempt):
         return self.lease(token, *rows[0]) if rows else None
 
     def enqueue(self) -> None:
-        """Insert the pending claim that holds this caller's place in the queue."""
+        """Insert the pending claim that holds this caller's place in the queue, and on
+        PostgreSQL listen on its channel."""
         self.pending_id = int(self.run(self.sql.enqueue(), [
             self.key, self.digest, self.content_type_id, self.object_id, self.owner,
             self.token, self.sql.seconds(self.backend.pending_ttl),
         ])[1][0][0])
         self.beat_at = time.monotonic()
-        if self.sql.vendor == "postgresql" and not self.listening and not self.asynchronous:
-            self.run(f"LISTEN {self.channel}", [])
-            self.listening = True
-
-    @property
-    def channel(self) -> str:
-        return f"occupy_{self.digest[:32]}"
+        self.fresh = True
+        self.pauses = 0
+        if self.sql.vendor == "postgresql" and not self.asynchronous:
+            self._unlisten()  # queued again under a new id: listen on the new channel
+            self.backend.forget_listen()
+            self.listening = f"occupy_{self.pending_id}"
+            self.run(f"LISTEN {self.listening}", [])
 
     def _promote(self) -> Lease | None:
         assert self.pending_id is not None
-        try:
-            count = self.run(self.sql.promote(), [
-                self.digest, self.digest, self.sql.seconds(self.ttl), self.pending_id,
-                self.digest, self.pending_id,
-            ])[0]
-        except IntegrityError:
-            # An expired holder still has the slot: clear it, try on the next turn.
-            self.run(self.sql.purge_expired_of_key(), [self.digest])
+        for _ in range(2):
+            try:
+                count, rows = self.run(self.sql.promote(), [
+                    self.digest, self.digest, self.sql.seconds(self.ttl), self.pending_id,
+                    self.digest, self.pending_id,
+                ])
+                break
+            except IntegrityError:
+                # An expired holder still has the slot: clear it and try again at once
+                # (nobody will notify: an expired holder never releases).
+                self.run(self.sql.purge_expired_of_key(), [self.digest])
+        else:
             return None
-        if count:
+        if not (rows if self.sql.update_returning else count):
+            self._keep_queued()
+            return None
+        if not self.sql.update_returning:
             rows = self.run(self.sql.granted(), [self.digest, self.token])[1]
-            if rows:
-                self._unlisten()
-                return self.lease(self.token, *rows[0])
-            return None
-        self._keep_queued()
-        return None
+            if not rows:
+                return None
+        if self.listening:
+            # UNLISTEN waits for the release (forget_listen): the holder starts work now.
+            self.backend._local.stale_channel, self.listening = self.listening, None
+        return self.lease(self.token, *rows[0][:2])
 
     def _keep_queued(self) -> None:
         """Heartbeat the pending claim; if it expired meanwhile, queue again."""
@@ -364,34 +473,41 @@ class DatabaseAttempt(Attempt):
             self.enqueue()
 
     def wait(self, seconds: float) -> None:
-        """Sleep, or on PostgreSQL wait for a release's ``NOTIFY`` (polling as fallback)."""
-        if not self.listening:
+        """Sleep, or on PostgreSQL wait for this claim's ``NOTIFY`` (polling as fallback)."""
+        if not self.listening or seconds <= 0:
             time.sleep(seconds)
             return
         raw = self.backend.connection().connection
         try:
-            for _ in raw.notifies(timeout=seconds, stop_after=1):
-                pass
+            # Notifications for channels this connection listened on before are stale.
+            for note in raw.notifies(timeout=seconds):
+                if note.channel == self.listening:
+                    break
         except TypeError:  # psycopg older than 3.2, or psycopg2: poll instead
             time.sleep(seconds)
 
     def next_delay(self) -> float:
-        """Return the next pause; on PostgreSQL the fallback poll for a lost wake-up."""
+        """Return the next pause: none right after queueing; then on PostgreSQL the
+        fallback poll for a lost wake-up, elsewhere capped exponential backoff."""
+        if self.fresh:
+            self.fresh = False
+            return 0.0
         if self.listening:
-            return self.max_delay * 4
+            self.pauses += 1
+            return self.max_delay if self.pauses == 1 else self.max_delay * 4
         return super().next_delay()
 
     def cancel(self) -> None:
         """Delete this attempt's claim, queued or granted, and wake the next waiter."""
         self.run(self.sql.forget(), [self.digest, self.token])
         if self.pending_id is not None and self.sql.vendor == "postgresql":
-            self.run("SELECT pg_notify(%s, '')", [self.channel])
+            self.run(_PG_WAKE_NEXT, [self.digest])
         self._unlisten()
 
     def _unlisten(self) -> None:
         if self.listening:
-            self.listening = False
-            self.run(f"UNLISTEN {self.channel}", [])
+            channel, self.listening = self.listening, None
+            self.run(f"UNLISTEN {channel}", [])
 
     def current_holder(self) -> tuple[Holder | None, float | None]:
         """Return the holder and its remaining seconds, by the database's clock."""

@@ -1,0 +1,102 @@
+"""The database backend's waiters on PostgreSQL are woken by ``NOTIFY``, next in line first.
+
+The backend under test polls only every 30 s, so a waiter that is not woken by a
+notification gets the key half a minute late: these tests fail on a lost wake-up. (The
+bounds below are 5 s for what takes milliseconds: they tell a notification from a poll,
+they do not measure speed.)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+import occupy
+from occupy.backends import get_backend
+from occupy.models import Occupation
+from tests.conftest import backend_params
+
+SLOW_POLL = "db-postgresql-slow-poll"
+
+
+@pytest.fixture(params=backend_params(["db-postgresql"]))
+def slow_poll(request: pytest.FixtureRequest, live_db: None) -> Iterator[str]:
+    """A PostgreSQL backend that polls every 30 s: only notifications wake its waiters."""
+    backends = {
+        **settings.OCCUPY["BACKENDS"],
+        SLOW_POLL: {
+            "BACKEND": "occupy.backends.db.DatabaseBackend",
+            "OPTIONS": {"DATABASE": "postgresql", "POLL_INTERVAL": 30},
+        },
+    }
+    with override_settings(OCCUPY={**settings.OCCUPY, "BACKENDS": backends}):
+        yield SLOW_POLL
+
+
+def _queued(count: int) -> None:
+    """Wait until ``count`` claims are queued (pending) on the PostgreSQL database."""
+    deadline = time.monotonic() + 10
+    while Occupation.objects.using("postgresql").filter(state="pending").count() < count:
+        assert time.monotonic() < deadline, f"{count} waiters never queued"
+        time.sleep(0.01)
+
+
+def test_waiters_are_woken_one_by_one_in_arrival_order(slow_poll: str) -> None:
+    holder = occupy.acquire("book:1", owner="holder", ttl=30, using=slow_poll)
+    order: list[str] = []
+    errors: list[BaseException] = []
+
+    def wait_for_it(name: str) -> None:
+        try:
+            lease = occupy.acquire("book:1", owner=name, ttl=30, timeout=60, using=slow_poll)
+            order.append(name)
+            occupy.release(lease)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = []
+    for i, name in enumerate(["first", "second", "third"]):
+        thread = threading.Thread(target=wait_for_it, args=(name,))
+        thread.start()
+        threads.append(thread)
+        _queued(i + 1)
+    occupy.release(holder)
+    for thread in threads:
+        thread.join(timeout=5)
+        assert not thread.is_alive(), "a waiter was not woken when its turn came"
+    assert not errors, errors
+    assert order == ["first", "second", "third"]
+
+
+def test_a_waiter_that_leaves_passes_the_turn_to_the_next(slow_poll: str) -> None:
+    holder = occupy.acquire("book:1", owner="holder", ttl=30, using=slow_poll)
+    # The head of the queue is driven by hand: it queues, is woken by the release, and
+    # leaves (as a waiter whose timeout ends then would) without taking the key.
+    head = get_backend(slow_poll).attempt("book:1", "head", 30)
+    assert head.try_acquire() is None
+    head.enqueue()
+    outcome: dict[str, object] = {}
+
+    def wait_for_it() -> None:
+        try:
+            lease = occupy.acquire("book:1", owner="next", ttl=30, timeout=60, using=slow_poll)
+            outcome["next"] = lease.owner
+            occupy.release(lease)
+        except BaseException as e:  # reported by the main thread
+            outcome["next"] = e
+
+    thread = threading.Thread(target=wait_for_it)
+    thread.start()
+    _queued(2)
+    occupy.release(holder)
+    thread.join(timeout=0.3)
+    assert thread.is_alive(), "the second in line overtook the head of the queue"
+    head.cancel()
+    thread.join(timeout=5)
+    assert not thread.is_alive(), "the next in line was not woken when the head left"
+    assert outcome["next"] == "next"

@@ -1,0 +1,205 @@
+"""``manage.py sweep_locks`` and ``manage.py list_locks`` on every database backend.
+
+Claims are inserted in bulk with one raw statement (:mod:`tests.claims`), so that a
+sweep meets 100,000 expired claims in a few seconds.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+import time
+import tracemalloc
+from datetime import datetime, timedelta
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connections
+
+import occupy
+from occupy.backends import get_backend
+from occupy.backends.db import DatabaseBackend, digest
+from tests.claims import count_claims, insert_claims, tokens_of
+from tests.conftest import DATABASE_BACKENDS, backend_params
+
+EXPIRED = 100_000
+LIVE = 1_000
+
+
+@pytest.fixture(params=backend_params(DATABASE_BACKENDS))
+def alias(request: pytest.FixtureRequest, live_db: None) -> str:
+    """A database backend alias; the test runs once per database."""
+    return request.param
+
+
+def _database(alias: str) -> str:
+    backend = get_backend(alias)
+    assert isinstance(backend, DatabaseBackend)
+    return backend.database
+
+
+def sweep(*args: str) -> str:
+    """Run ``sweep_locks`` with command-line ``args``; return what it printed."""
+    out = io.StringIO()
+    call_command("sweep_locks", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_sweep_removes_every_expired_claim_and_keeps_every_live_one(alias: str) -> None:
+    database = _database(alias)
+    insert_claims(database, EXPIRED, tag="expired", expired=True)
+    insert_claims(database, LIVE, tag="live", expired=False)
+    live = tokens_of(database, "live")
+    lease = occupy.acquire("book:1", owner="alice", ttl=60, using=alias)
+    assert len(live) == LIVE and count_claims(database, expired=True) == EXPIRED
+
+    tracemalloc.start()
+    try:
+        output = sweep("--using", alias)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    assert output == f"{alias}: deleted {EXPIRED} expired claims\n"
+    assert count_claims(database, expired=True) == 0
+    assert tokens_of(database, "live") == live
+    assert count_claims(database) == LIVE + 1
+    assert get_backend(alias).is_held(lease)
+    # Flat: loading the rows would take well over 100 bytes each (a tuple, its strings
+    # and datetimes); the sweep may use 20 bytes a row at most, 2 MB in all.
+    assert peak < EXPIRED * 20, f"the sweep allocated {peak:,} bytes at its peak"
+    occupy.release(lease)
+
+
+def test_dry_run_counts_and_deletes_nothing(alias: str) -> None:
+    database = _database(alias)
+    insert_claims(database, 2_500, tag="expired", expired=True)
+    insert_claims(database, 10, tag="live", expired=False)
+    assert sweep("--using", alias, "--dry-run") == f"{alias}: would delete 2500 expired claims\n"
+    assert count_claims(database, expired=True) == 2_500
+    assert count_claims(database) == 2_510
+
+
+@pytest.mark.parametrize(("size", "statements"), [(1000, 4), (500, 6), (5000, 2)])
+def test_batch_size_sets_how_many_rows_each_statement_deletes(
+    alias: str, size: int, statements: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = _database(alias)
+    insert_claims(database, 2_500, tag="expired", expired=True)
+    backend = get_backend(alias)
+    batches: list[int] = []
+    execute = backend.execute
+
+    def counting(sql: str, params: list, **kwargs: object) -> tuple[int, list]:
+        result = execute(sql, params, **kwargs)
+        if sql == backend.dialect.sweep_batch():
+            batches.append(result[0])
+        return result
+
+    monkeypatch.setattr(backend, "execute", counting)
+    assert sweep("--using", alias, f"--batch-size={size}") == (
+        f"{alias}: deleted 2500 expired claims\n"
+    )
+    # Full batches, the rest, then the empty batch that ends the sweep.
+    assert len(batches) == statements
+    assert batches[-1] == 0 and sum(batches) == 2_500
+    assert all(count == size for count in batches[:2_500 // size])
+
+
+@pytest.mark.parametrize("size", ["0", "-5"])
+def test_batch_size_must_be_positive(alias: str, size: str) -> None:
+    database = _database(alias)
+    insert_claims(database, 10, tag="expired", expired=True)
+    with pytest.raises(CommandError, match=rf"--batch-size must be at least 1, not {size}"):
+        sweep("--using", alias, f"--batch-size={size}")
+    assert count_claims(database, expired=True) == 10
+
+
+def test_an_unknown_alias_is_refused_before_anything_is_swept(alias: str) -> None:
+    database = _database(alias)
+    insert_claims(database, 10, tag="expired", expired=True)
+    with pytest.raises(CommandError, match=r"'nowhere'.*configured aliases"):
+        sweep("--using", alias, "--using", "nowhere")
+    assert count_claims(database, expired=True) == 10
+
+
+def test_a_claim_renewed_while_the_sweep_runs_is_kept(alias: str) -> None:
+    """The renewal's transaction is still open when the sweep starts: the sweep sees
+    the claim expired, must wait for the renewal, and then must leave the claim alone."""
+    database = _database(alias)
+    backend = get_backend(alias)
+    sql = backend.dialect
+    insert_claims(database, 2_000, tag="expired", expired=True)
+    lease = occupy.acquire("book:1", owner="alice", ttl=1, using=alias)
+    renewal = connections.create_connection(database)
+    try:
+        renewal.set_autocommit(False)
+        with renewal.cursor() as cursor:
+            cursor.execute(sql.extend(), [sql.seconds(60), digest("book:1"), lease.token])
+            assert cursor.rowcount == 1
+        # Past the committed expiry: the sweep's own view says the claim has expired.
+        time.sleep(max(0.0, (lease.expires_at - _now(alias)).total_seconds()) + 0.2)
+        outcome: list[object] = []
+        thread = threading.Thread(target=lambda: outcome.append(sweep("--using", alias)))
+        thread.start()
+        thread.join(timeout=0.5)
+        assert thread.is_alive(), "the sweep did not wait for the renewal"
+        renewal.commit()
+        thread.join(timeout=30)
+    finally:
+        renewal.close()
+    assert outcome == [f"{alias}: deleted 2000 expired claims\n"]
+    assert backend.is_held(lease)
+    occupy.release(lease)
+
+
+def _now(alias: str) -> datetime:
+    backend = get_backend(alias)
+    rows = backend.execute(f"SELECT {backend.dialect.now}", [])[1]
+    return backend.dialect.to_datetime(rows[0][0])
+
+
+# --- list_locks ---------------------------------------------------------------------------
+def list_locks(*args: str) -> list[list[str]]:
+    """Run ``list_locks``; return its lines split into columns."""
+    out = io.StringIO()
+    call_command("list_locks", *args, stdout=out)
+    return [re.split(r"\s{2,}", line) for line in out.getvalue().splitlines()]
+
+
+def test_list_locks_shows_holders_and_waiters_but_never_a_token(alias: str) -> None:
+    database = _database(alias)
+    insert_claims(database, 3, tag="expired", expired=True)
+    lease = occupy.acquire("book:1", owner="alice", ttl=60, using=alias)
+    waiter = get_backend(alias).attempt("book:1", "bob", 60)
+    assert waiter.try_acquire() is None
+    waiter.enqueue()
+    try:
+        header, *rows = list_locks("--using", alias)
+        assert header == ["backend", "key", "owner", "state", "since", "expires", "fence"]
+        assert [row[:4] for row in rows] == [
+            [alias, "book:1", "alice", "using"],
+            [alias, "book:1", "bob", "pending"],
+        ]
+        (_, _, _, _, since, expires, fence), (*_, pending_fence) = rows
+        assert fence == str(lease.fence) and pending_fence == "-"
+        assert expires == lease.expires_at.isoformat(timespec="seconds")
+        started = _now(alias)
+        assert abs(started - _parse(since)) < timedelta(seconds=5)
+        printed = "\n".join("  ".join(row) for row in rows)
+        assert lease.token not in printed and waiter.token not in printed
+        assert "expired:" not in printed
+    finally:
+        waiter.cancel()
+        occupy.release(lease)
+    assert list_locks("--using", alias) == [["No live claims."]]
+
+
+def _parse(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+def test_list_locks_refuses_an_unknown_alias(live_db: None) -> None:
+    with pytest.raises(CommandError, match=r"'nowhere'"):
+        list_locks("--using", "nowhere")
