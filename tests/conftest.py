@@ -8,7 +8,7 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from occupy.backends import get_backend
+from occupy.backends import reset_backends
 
 #: Which server each backend alias needs (to skip with the server's reason).
 SERVER_OF = {"db-postgresql": "postgresql", "db-mysql": "mysql"}
@@ -16,6 +16,8 @@ SERVER_OF = {"db-postgresql": "postgresql", "db-mysql": "mysql"}
 
 def server_skip(alias: str) -> str | None:
     """Return why backend ``alias`` cannot run here, or ``None``."""
+    if alias == f"db-{settings.DEFAULT_DB}":
+        return f"the {settings.DEFAULT_DB} database is 'default' in this run"
     if alias not in settings.OCCUPY["BACKENDS"]:
         server = SERVER_OF.get(alias, alias.removeprefix("db-"))
         return settings.SKIPS.get(server, f"backend {alias!r} is not configured")
@@ -33,8 +35,7 @@ def django_db_setup(django_test_environment: None, django_db_blocker) -> Iterato
     with django_db_blocker.unblock():
         for alias in connections:
             connections[alias].close()
-        for alias in settings.OCCUPY["BACKENDS"]:
-            get_backend(alias).close()
+        reset_backends()
         teardown_databases(config, verbosity=0)
 
 

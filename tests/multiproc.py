@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,8 +37,17 @@ def _child(target: Callable[..., Any], args: tuple, names: dict[str, str], barri
         results.put((index, "error", f"{e!r}\n{traceback.format_exc()}"))
 
 
-def start(target: Callable[..., Any], args_list: Sequence[tuple]) -> tuple[list, Any]:
-    """Start one process per argument tuple; return the processes and the result queue."""
+class Workers:
+    """Started worker processes, with what must outlive their start (the barrier)."""
+
+    def __init__(self, procs: list, results: Any, barrier: Any) -> None:
+        self.procs = procs
+        self.results = results
+        self.barrier = barrier  # referenced until collected: children unpickle it late
+
+
+def start(target: Callable[..., Any], args_list: Sequence[tuple]) -> Workers:
+    """Start one process per argument tuple, all released together by a barrier."""
     names = {alias: connections[alias].settings_dict["NAME"] for alias in connections}
     barrier = _ctx.Barrier(len(args_list))
     results = _ctx.Queue()
@@ -46,15 +57,29 @@ def start(target: Callable[..., Any], args_list: Sequence[tuple]) -> tuple[list,
     ]
     for proc in procs:
         proc.start()
-    return procs, results
+    return Workers(procs, results, barrier)
 
 
-def collect(procs: list, results: Any, timeout: float = 240) -> list[Any]:
-    """Wait for every process's result (in start order); raise if any worker failed."""
+def collect(workers: Workers, timeout: float = 240) -> list[Any]:
+    """Wait for every process's result (in start order); raise if any worker failed or
+    died without answering."""
+    procs, results = workers.procs, workers.results
     out: dict[int, Any] = {}
     errors = []
-    for _ in procs:
-        index, status, value = results.get(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while len(out) + len(errors) < len(procs):
+        try:
+            index, status, value = results.get(timeout=0.5)
+        except queue.Empty:
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                for proc in procs:
+                    proc.kill()
+                raise AssertionError(
+                    f"workers died or hung (exit codes {[p.exitcode for p in procs]}); "
+                    f"errors so far: {errors}"
+                ) from None
+            continue
         if status == "ok":
             out[index] = value
         else:
@@ -68,5 +93,4 @@ def collect(procs: list, results: Any, timeout: float = 240) -> list[Any]:
 
 def run(target: Callable[..., Any], args_list: Sequence[tuple], timeout: float = 240) -> list:
     """Run ``target(*args)`` in one process per tuple, all at once; return the results."""
-    procs, results = start(target, args_list)
-    return collect(procs, results, timeout)
+    return collect(start(target, args_list), timeout)

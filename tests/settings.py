@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
-import tempfile
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -59,12 +58,12 @@ SKIPS = {
     if why
 }
 
-_TMP = Path(tempfile.gettempdir())
+_HERE = Path(__file__).resolve().parent  # SQLite files stay inside the checkout
 DATABASE_CONFIGS = {
     "sqlite": {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": str(_TMP / f"occupy-{os.getuid()}.sqlite3"),
-        "TEST": {"NAME": str(_TMP / f"occupy-test-{os.getuid()}{SUFFIX}.sqlite3")},
+        "NAME": str(_HERE / f".occupy{SUFFIX}.sqlite3"),
+        "TEST": {"NAME": str(_HERE / f".occupy-test{SUFFIX}.sqlite3")},
         "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
     },
     "postgresql": {

@@ -14,7 +14,7 @@ What the seed gets wrong, and what this does instead:
   makes the database refuse a second ``using`` claim on a key.
 
 OPTIONS: ``DATABASE`` (the database alias, default ``"default"``), ``POLL_INTERVAL``
-(longest pause between two tries while waiting, default 0.05 s; PostgreSQL waiters are
+(longest pause between two tries while waiting, default 0.02 s; PostgreSQL waiters are
 woken by ``NOTIFY`` and poll only as a fallback), ``PENDING_TTL`` (how long a waiter's
 queued claim outlives its last heartbeat, default 10 s).
 """
@@ -62,7 +62,12 @@ class DatabaseBackend(BaseBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.database: str = self.options.get("DATABASE", "default")
-        self.poll_interval = float(self.options.get("POLL_INTERVAL", 0.05))
+        if self.database not in connections.settings:
+            raise InvalidBackendError(
+                f"occupy backend {alias!r} uses database {self.database!r}, which is not "
+                f"in settings.DATABASES ({sorted(connections.settings)})."
+            )
+        self.poll_interval = float(self.options.get("POLL_INTERVAL", 0.02))
         self.pending_ttl = float(self.options.get("PENDING_TTL", 10))
         self._local = threading.local()
         self._dialect: Dialect | None = None
@@ -77,11 +82,6 @@ class DatabaseBackend(BaseBackend):
             _inherited.append(conn)
             conn = None
         if conn is None:
-            if self.database not in connections.settings:
-                raise InvalidBackendError(
-                    f"occupy backend {self.alias!r} uses database {self.database!r}, which "
-                    f"is not in settings.DATABASES ({sorted(connections.settings)})."
-                )
             conn = connections.create_connection(self.database)
             conn._occupy_pid = os.getpid()
             local.conn = conn

@@ -1,0 +1,36 @@
+"""The seeds' models: seed 000's ``Book`` and seed 004's ``Task``."""
+
+from django.db import models
+
+
+class Book(models.Model):
+    """A book students borrow and return (``status``) while admins rename it (``name``)."""
+
+    class Status(models.TextChoices):
+        FREE = "free", "free"
+        IN_USE = "in use", "in use"
+
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.FREE)
+    borrow_count = models.PositiveIntegerField(default=0)
+    stock = models.IntegerField(default=0, help_text="Copies on the shelf (seed 002's stock).")
+    tags = models.CharField(max_length=200, blank=True, default="")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Task(models.Model):
+    """An article in seed 004's task pool, edited by one editor at a time."""
+
+    title = models.CharField(max_length=200)
+    category = models.CharField(max_length=50, blank=True, default="")
+    priority = models.IntegerField(default=0)
+    done = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-priority", "created_at"]
+
+    def __str__(self) -> str:
+        return self.title

@@ -1,0 +1,132 @@
+"""Bad input gets a clear error that names the problem, and nothing is written."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from django.test import override_settings
+
+import occupy
+from occupy.backends import get_backend
+
+
+def claims_in_store() -> int:
+    rows = get_backend("default").execute("SELECT COUNT(*) FROM occupy_occupation", [])[1]
+    return int(rows[0][0])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"key": ""}, ValueError, "key must not be empty"),
+        ({"key": "x" * 256}, ValueError, "256 characters"),
+        ({"key": None}, TypeError, "key must be a str, not NoneType"),
+        ({"key": 17}, TypeError, "key must be a str, not int"),
+        ({"key": b"book:1"}, TypeError, "not bytes"),
+        ({"key": "nul\x00key"}, ValueError, "NUL"),
+        ({"key": "bad\ud800surrogate"}, ValueError, "not valid Unicode"),
+        ({"ttl": 0}, ValueError, "ttl must be positive, not 0"),
+        ({"ttl": -5}, ValueError, "ttl must be positive, not -5"),
+        ({"ttl": math.nan}, ValueError, "ttl must be a number of seconds, not NaN"),
+        ({"ttl": math.inf}, ValueError, "ttl must be finite"),
+        ({"ttl": "30"}, TypeError, "ttl must be a number of seconds, not str"),
+        ({"ttl": True}, TypeError, "not bool"),
+        ({"ttl": 10**12}, ValueError, "at most"),
+        ({"timeout": -1}, ValueError, "timeout must be 0 or more"),
+        ({"timeout": math.nan}, ValueError, "timeout must be a number of seconds, not NaN"),
+        ({"timeout": "5"}, TypeError, "timeout must be a number of seconds, not str"),
+        ({"owner": ""}, ValueError, "owner must not be empty"),
+        ({"owner": 7}, TypeError, "owner must be a str"),
+        ({"using": "nope"}, occupy.InvalidBackendError, "'nope'"),
+        ({"using": None}, TypeError, "using must be a backend alias"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_is_written(
+    live_db: None, kwargs: dict, error: type[Exception], words: str
+) -> None:
+    arguments = {"key": "book:1", **kwargs}
+    with pytest.raises(error) as info:
+        occupy.acquire(**arguments)
+    assert words in str(info.value)
+    with pytest.raises(error):
+        occupy.lock(**arguments).__enter__()
+    assert claims_in_store() == 0
+
+
+def test_the_invalid_backend_error_is_an_improperly_configured_and_an_occupy_error() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    assert issubclass(occupy.InvalidBackendError, ImproperlyConfigured)
+    assert issubclass(occupy.InvalidBackendError, occupy.OccupyError)
+
+
+@pytest.mark.parametrize("bad", [0, -1, math.nan])
+def test_extend_checks_its_ttl(live_db: None, bad: float) -> None:
+    lease = occupy.acquire("book:1")
+    with pytest.raises(ValueError, match="ttl"):
+        lease.extend(bad)
+    occupy.release(lease)
+
+
+def test_release_takes_a_lease(live_db: None) -> None:
+    with pytest.raises(TypeError, match="takes a Lease"):
+        occupy.release("book:1")
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["книга:1", "本:一", "emoji:📚", "quotes:'\";--", "percent:%s%%", "braces:{x}",
+     "spaces: a b ", "back\\slash", "k" * 255, "newline:\n"],
+)
+def test_odd_but_valid_keys_work(using: str, key: str) -> None:
+    lease = occupy.acquire(key, owner="alice", using=using)
+    assert occupy.holder(key, using=using).owner == "alice"
+    with pytest.raises(occupy.Occupied):
+        occupy.acquire(key, owner="bob", timeout=0, using=using)
+    occupy.release(lease)
+    assert occupy.holder(key, using=using) is None
+
+
+@pytest.mark.parametrize(
+    ("setting", "words"),
+    [
+        ({"BACKENDS": {"default": {"BACKEND": "no.such.Backend"}}}, "Could not import"),
+        ({"BACKENDS": {"default": {"BACKEND": "occupy.api.lock"}}}, "not a subclass"),
+        ({"BACKENDS": {"other": {}}}, "'default' alias"),
+        ({"BACKENDS": {"default": {}}}, "dotted class path"),
+        ({"TTL": 0, "BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend"}}},
+         "OCCUPY['TTL'] must be positive"),
+        ({"SURPRISE": 1}, "unknown keys ['SURPRISE']"),
+    ],
+)
+def test_bad_settings_name_the_problem(live_db: None, setting: dict, words: str) -> None:
+    with override_settings(OCCUPY=setting), pytest.raises(occupy.InvalidBackendError) as info:
+        occupy.acquire("book:1")
+    assert words in str(info.value)
+    assert claims_in_store() == 0
+
+
+def test_a_database_backend_on_an_unknown_database_names_it(live_db: None) -> None:
+    setting = {"BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend",
+                                        "OPTIONS": {"DATABASE": "nowhere"}}}}
+    with override_settings(OCCUPY=setting), pytest.raises(occupy.InvalidBackendError,
+                                                           match="'nowhere'"):
+        occupy.acquire("book:1")
+
+
+def test_no_occupy_setting_means_the_database_backend_on_default(live_db: None) -> None:
+    from django.conf import settings
+
+    from occupy.backends.db import DatabaseBackend
+    from occupy.conf import occupy_settings
+
+    try:
+        with override_settings():
+            del settings.OCCUPY
+            occupy_settings.reload()  # deleting a setting sends no setting_changed
+            backend = get_backend()
+            assert isinstance(backend, DatabaseBackend) and backend.database == "default"
+            occupy.release(occupy.acquire("book:1"))
+    finally:
+        occupy_settings.reload()
