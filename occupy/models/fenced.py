@@ -55,20 +55,26 @@ class FencedMixin(GuardedSaveMixin):
     class Meta:
         abstract = True
 
-    def guarded_field_names(self) -> set[str]:
+    def managed_field_names(self) -> set[str]:
         """Add ``fence``, which only the guard writes."""
-        return super().guarded_field_names() | {"fence"}
+        return super().managed_field_names() | {"fence"}
+
+    def clean_save_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Take ``lease=``, the lease under which the row was changed."""
+        lease = options.pop("lease", None)
+        cleaned = super().clean_save_options(options)
+        cleaned["lease"] = None if lease is None else _lease(lease)
+        return cleaned
 
     def prepare_insert(self, options: dict[str, Any]) -> None:
         """Store the fence of ``lease=`` on a new row."""
-        lease = options.pop("lease", None)
-        if lease is not None:
-            self.fence = _lease(lease).fence
+        if options["lease"] is not None:
+            self.fence = options["lease"].fence
         super().prepare_insert(options)
 
     def save_guards(self, fields: list[models.Field], options: dict[str, Any]) -> list[Guard]:
         """Add ``fence <= lease.fence`` to every guard, and set the lease's fence."""
-        lease = options.pop("lease", None)
+        lease = options["lease"]
         guards = super().save_guards(fields, options)
         if lease is None:
             if self.fence_required:
@@ -77,7 +83,7 @@ class FencedMixin(GuardedSaveMixin):
                     "pass the lease under which it was changed."
                 )
             return guards
-        fence = _lease(lease).fence
+        fence = lease.fence
         field = self._meta.get_field("fence")
         check = Check(field, "lte", fence, FencedOut)
         # The fence check goes first, so that a refusal names it before a version.

@@ -15,10 +15,6 @@ the condition that failed is raised.
 
 from __future__ import annotations
 
-import copy
-import datetime
-import decimal
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,31 +26,9 @@ from django.db.models.signals import post_save, pre_save
 
 from occupy.exceptions import ConflictError, VersionConflict
 from occupy.models.keys import object_key
+from occupy.models.tracking import ChangeTrackingMixin, is_concrete_name, is_expression
 
 __all__ = ["Check", "Guard", "GuardedSaveMixin"]
-
-# Values that cannot change in place, so the loaded value is kept as is, not copied.
-_IMMUTABLE = (
-    str, int, float, bytes, decimal.Decimal, datetime.date, datetime.time,
-    datetime.timedelta, uuid.UUID, type(None),
-)
-
-
-def _frozen(value: Any) -> Any:
-    """Return a copy of ``value`` that in-place changes to ``value`` do not reach."""
-    if isinstance(value, _IMMUTABLE):
-        return value
-    if isinstance(value, memoryview):
-        return bytes(value)
-    try:
-        return copy.deepcopy(value)
-    except Exception:  # an uncopyable value: compared by identity then
-        return value
-
-
-def _is_expression(value: Any) -> bool:
-    return hasattr(value, "resolve_expression")
-
 
 @dataclass
 class Check:
@@ -114,13 +88,12 @@ class _Refused(Exception):
     """Raised inside ``atomic`` to roll back a write whose guard matched no row."""
 
 
-class GuardedSaveMixin(models.Model):
+class GuardedSaveMixin(ChangeTrackingMixin):
     """Save existing rows with one guarded ``UPDATE`` of the fields that changed.
 
-    Adds to a model:
+    Adds to a model what :class:`~occupy.models.tracking.ChangeTrackingMixin` adds
+    (``changed_fields()``), and:
 
-    - ``changed_fields()``: the fields assigned since the instance was loaded (or last
-      saved), compared with the loaded values;
     - ``save()`` of an existing row writes only those fields (or ``update_fields``),
       plus ``auto_now`` fields, in an ``UPDATE`` filtered by the guards of
       :meth:`save_guards`; a new instance is inserted as usual;
@@ -147,6 +120,7 @@ class GuardedSaveMixin(models.Model):
         """Insert a new instance, or write the changed fields of an existing row with
         a guarded ``UPDATE``; raise a :class:`~occupy.ConflictError` subclass, having
         written nothing, if the row no longer passes the guards."""
+        options = self.clean_save_options(dict(options))
         using = using or router.db_for_write(type(self), instance=self)
         if update_fields is not None:
             update_fields = list(update_fields)
@@ -166,14 +140,11 @@ class GuardedSaveMixin(models.Model):
                 fields += [f for f in self._meta.concrete_fields
                            if getattr(f, "auto_now", False) and f not in fields]
             elif not force_update:
-                _reject_unknown(options)
                 return
         # Django's own check that no unsaved object is assigned to a relation (called,
         # not overridden: it raises the same ValueError a plain save() raises).
         self._prepare_related_fields_for_save(operation_name="save")
-        guards = self.save_guards(fields, options)
-        _reject_unknown(options)
-        self._update(using, fields, guards)
+        self._update(using, fields, self.save_guards(fields, options))
 
     save.alters_data = True
 
@@ -183,76 +154,23 @@ class GuardedSaveMixin(models.Model):
 
     asave.alters_data = True
 
-    # --- what was loaded -----------------------------------------------------------
-    @classmethod
-    def from_db(cls, db: str | None, field_names: Iterable[str], values: Iterable[Any]) -> Any:
-        """Build the instance as Django does, and remember the loaded values."""
-        instance = super().from_db(db, field_names, values)
-        instance._remember()
-        return instance
-
-    def refresh_from_db(self, using: str | None = None, fields: Any = None, **kwargs: Any) -> None:
-        """Reload as Django does (also when a deferred field is first read), and
-        remember the reloaded values as loaded."""
-        super().refresh_from_db(using=using, fields=fields, **kwargs)
-        if fields is None:
-            self._remember()
-        else:
-            names = {self._meta.get_field(name).attname for name in fields
-                     if _is_concrete_name(self._meta, name)}
-            self._remember(names)
-
-    def _remember(self, attnames: Iterable[str] | None = None) -> None:
-        loaded: dict[str, Any] = self.__dict__.setdefault("_occupy_loaded", {})
-        if attnames is None:
-            loaded.clear()
-            attnames = [f.attname for f in self._meta.concrete_fields]
-        for attname in attnames:
-            value = self.__dict__.get(attname, _MISSING)
-            if value is _MISSING or _is_expression(value):
-                loaded.pop(attname, None)  # deferred, or set by an expression: unknown
-            else:
-                loaded[attname] = _frozen(value)
-
-    def loaded_value(self, name: str) -> Any:
-        """Return the value field ``name`` had when loaded; ``KeyError`` if it was not."""
-        attname = self._meta.get_field(name).attname
-        return self.__dict__.get("_occupy_loaded", {})[attname]
-
-    def changed_fields(self) -> list[str]:
-        """Return the names of the fields assigned a different value since the instance
-        was loaded or last saved (all assigned fields for an instance never loaded)."""
-        return [f.name for f in self._changed()]
-
-    def _changed(self) -> list[models.Field]:
-        loaded = self.__dict__.get("_occupy_loaded", {})
-        managed = self.guarded_field_names()
-        changed = []
-        for f in self._meta.concrete_fields:
-            if f.primary_key or f.generated or f.name in managed:
-                continue
-            value = self.__dict__.get(f.attname, _MISSING)
-            if value is _MISSING:  # deferred and never assigned
-                continue
-            if f.attname not in loaded or _is_expression(value) or _differs(value,
-                                                                            loaded[f.attname]):
-                changed.append(f)
-        return changed
-
     # --- hooks for subclasses ------------------------------------------------------------
-    def guarded_field_names(self) -> set[str]:
-        """Return the fields the guards write themselves (a version, a fence): never
-        counted as changed by the user."""
-        return set()
+    def clean_save_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Take your extra ``save()`` keyword arguments out of ``options`` (``pop``),
+        check them, and add them to the dict the ``super()`` call returns; this base
+        refuses whatever is left with ``TypeError``, as ``save()`` would."""
+        if options:
+            name = next(iter(options))
+            raise TypeError(f"save() got an unexpected keyword argument {name!r}.")
+        return {}
 
     def prepare_insert(self, options: dict[str, Any]) -> None:
-        """Consume the ``save()`` options meant for an insert (``options`` are the extra
-        keyword arguments; take yours out with ``pop``)."""
+        """Apply the cleaned ``save()`` options to a row about to be inserted."""
 
     def save_guards(self, fields: list[models.Field], options: dict[str, Any]) -> list[Guard]:
-        """Return the guards to try in order for writing ``fields`` (take your
-        ``save()`` options out of ``options`` with ``pop``). The first that matches
-        the row is used; none matching refuses the write."""
+        """Return the guards to try in order for writing ``fields`` (``options``: the
+        cleaned ``save()`` options). The first that matches the row is used; none
+        matching refuses the write."""
         return [Guard()]
 
     def loaded_checks(self, fields: Iterable[models.Field],
@@ -265,7 +183,7 @@ class GuardedSaveMixin(models.Model):
         for f in fields:
             if f.attname not in loaded or getattr(f, "auto_now", False):
                 continue
-            if _is_expression(self.__dict__.get(f.attname)):
+            if is_expression(self.__dict__.get(f.attname)):
                 continue
             checks.append(Check(f, "exact", loaded[f.attname], error))
         return checks
@@ -273,7 +191,6 @@ class GuardedSaveMixin(models.Model):
     def _insert(self, using: str, force_insert: Any, force_update: bool,
                 update_fields: list[str] | None, options: dict[str, Any]) -> None:
         self.prepare_insert(options)
-        _reject_unknown(options)
         if self._state.adding and not (force_insert or force_update or update_fields):
             # An instance built in code that names an existing row's pk would otherwise
             # overwrite that row unguarded (Django tries an UPDATE first): insert only.
@@ -283,10 +200,10 @@ class GuardedSaveMixin(models.Model):
         self._remember()
 
     def _resolve(self, names: list[str]) -> list[models.Field]:
-        managed = self.guarded_field_names()
+        managed = self.managed_field_names()
         fields = []
         for name in names:
-            if not _is_concrete_name(self._meta, name):
+            if not is_concrete_name(self._meta, name):
                 raise ValueError(
                     f"update_fields names {name!r}, which is not a concrete field of "
                     f"{self._meta.object_name}."
@@ -392,24 +309,6 @@ class GuardedSaveMixin(models.Model):
         )
 
 
-_MISSING = object()
-
-
-def _differs(value: Any, loaded: Any) -> bool:
-    try:
-        return bool(value != loaded)
-    except Exception:  # values that cannot be compared count as changed
-        return True
-
-
-def _is_concrete_name(meta: Any, name: str) -> bool:
-    try:
-        f = meta.get_field(name)
-    except Exception:
-        return False
-    return bool(getattr(f, "concrete", False)) and not f.many_to_many
-
-
 def _table_of(f: models.Field) -> type[models.Model]:
     return f.model._meta.concrete_model
 
@@ -423,9 +322,3 @@ def _tables(model: type[models.Model]) -> list[type[models.Model]]:
 
 def _pk_name(queryset: models.QuerySet) -> str:
     return queryset.model._meta.pk.attname
-
-
-def _reject_unknown(options: dict[str, Any]) -> None:
-    if options:
-        name = next(iter(options))
-        raise TypeError(f"save() got an unexpected keyword argument {name!r}.")

@@ -80,17 +80,24 @@ class VersionedMixin(GuardedSaveMixin):
         super().__init_subclass__(**kwargs)
         _check_policy(cls.__qualname__, cls.__dict__.get("version_policy", "fields"))
 
-    def guarded_field_names(self) -> set[str]:
+    def managed_field_names(self) -> set[str]:
         """Add ``version``, which only the guard writes."""
-        return super().guarded_field_names() | {"version"}
+        return super().managed_field_names() | {"version"}
+
+    def clean_save_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Take ``version_policy=`` (this save's policy, default the model's)."""
+        policy = options.pop("version_policy", None)
+        cleaned = super().clean_save_options(options)
+        cleaned["version_policy"] = (self.version_policy if policy is None
+                                     else _check_policy("save()", policy))
+        return cleaned
 
     def save_guards(self, fields: list[models.Field], options: dict[str, Any]) -> list[Guard]:
         """Guard the write with the loaded version (``"strict"``), or with the written
         fields' loaded values (``"fields"``: tried with the version first, which is
         one statement when nobody else wrote; then without it, reading the new
         version back)."""
-        policy = options.pop("version_policy", None)
-        policy = _check_policy("save()", policy) if policy is not None else self.version_policy
+        policy = options["version_policy"]
         guards = super().save_guards(fields, options)
         version = self._meta.get_field("version")
         expected = self.__dict__.get(version.attname)
