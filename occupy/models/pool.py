@@ -16,7 +16,7 @@ from django.db.models import Exists, OuterRef, Q, TextField, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Replace
 
-from occupy.api import DEFAULT, acquire
+from occupy.api import DEFAULT, acquire, release
 from occupy.backends import get_backend
 from occupy.backends.db import DatabaseBackend
 from occupy.conf import occupy_settings
@@ -138,7 +138,10 @@ class Pool:
         in a transaction kept open while its lock is taken, so concurrent claimers
         each get a different candidate instead of all trying the first. The lock
         itself (taken on the backend's own connection, committed at once) is what
-        decides; a candidate someone else got first is skipped.
+        decides; a candidate someone else got first is skipped. Once locked, the row is
+        read again: one that left the pool meanwhile (another editor finished it
+        between the candidate query and the lock) is let go and skipped, and the row
+        returned is as it stands under the lock.
         """
         free = self.queryset.exclude(occupation_filter(self.queryset, self.alias))
         skipped: list[Any] = []
@@ -157,8 +160,11 @@ class Pool:
             if item is None:
                 return None
             if lease is not None:
-                item.lease = lease
-                return item
+                fresh = self.queryset.filter(pk=item.pk).first()
+                if fresh is not None:
+                    fresh.lease = lease
+                    return fresh
+                release(lease)
             skipped.append(item.pk)
 
     def _lock(self, item: models.Model) -> Lease | None:

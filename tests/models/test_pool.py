@@ -42,6 +42,19 @@ def test_claimers_never_share_a_task_and_hold_one_each(database: str) -> None:
 
 
 @pytest.mark.multiprocess
+def test_a_task_finished_meanwhile_is_not_handed_out_again(database: str) -> None:
+    """Editors finish tasks (mark them done, release) as fast as they can: a claimer
+    whose candidate was finished between its query and its lock lets it go, so each
+    task is finished exactly once."""
+    using = BACKEND_OF[database]
+    made = make_tasks(database, 30)
+    results = multiproc.run(workers.finish_tasks,
+                            [(database, using, f"editor{n}") for n in range(3)], timeout=120)
+    finished = sorted(pk for result in results for pk in result)
+    assert finished == sorted(task.pk for task in made)
+
+
+@pytest.mark.multiprocess
 def test_one_owner_claiming_from_two_processes_gets_one_task(server: str) -> None:
     """Two requests of the same editor claim at the same moment: both get the same
     task and lease (on PostgreSQL and MariaDB a second claimer would otherwise skip the

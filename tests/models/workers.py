@@ -183,3 +183,19 @@ def lock_many_loop(backend: str, keys: list[str], rounds: int, database: str) ->
             counter.value += 1
             counter.save()
     return rounds
+
+
+def finish_tasks(alias: str, backend: str, me: str) -> list[int]:
+    """Claim open tasks, mark each done and release it, until none is open; return the
+    tasks this editor finished."""
+    import occupy
+    from tests.testapp.models import Task
+
+    pool = Task.objects.using(alias).filter(done=False)
+    finished = []
+    while (task := pool.claim(owner=me, ttl=30, using=backend)) is not None:
+        assert not task.done, task.pk  # the row as it stands under the lock
+        Task.objects.using(alias).filter(pk=task.pk).update(done=True)
+        finished.append(task.pk)
+        occupy.release(task.lease)
+    return finished
