@@ -138,10 +138,10 @@ class Pool:
         in a transaction kept open while its lock is taken, so concurrent claimers
         each get a different candidate instead of all trying the first. The lock
         itself (taken on the backend's own connection, committed at once) is what
-        decides; a candidate someone else got first is skipped. Once locked, the row is
-        read again: one that left the pool meanwhile (another editor finished it
-        between the candidate query and the lock) is let go and skipped, and the row
-        returned is as it stands under the lock.
+        decides; a candidate someone else got first is skipped. The row returned is as
+        it stands under the lock: read in the same statement that locks it, or, where
+        rows cannot be locked, read again once the lease is granted (one that left
+        the pool meanwhile, finished by another editor, is let go and skipped).
         """
         free = self.queryset.exclude(occupation_filter(self.queryset, self.alias))
         skipped: list[Any] = []
@@ -157,15 +157,23 @@ class Pool:
             else:
                 item = candidates.first()
                 lease = None if item is None else self._lock(item)
+                if lease is not None:
+                    item, lease = self._reread(item, lease)
             if item is None:
                 return None
             if lease is not None:
-                fresh = self.queryset.filter(pk=item.pk).first()
-                if fresh is not None:
-                    fresh.lease = lease
-                    return fresh
-                release(lease)
+                item.lease = lease
+                return item
             skipped.append(item.pk)
+
+    def _reread(self, item: models.Model, lease: Lease) -> tuple[models.Model, Lease | None]:
+        """Return the row as it stands under the lease, or let the lease go if the row
+        left the pool before it was locked."""
+        fresh = self.queryset.filter(pk=item.pk).first()
+        if fresh is None:
+            release(lease)
+            return item, None
+        return fresh, lease
 
     def _lock(self, item: models.Model) -> Lease | None:
         try:
@@ -173,3 +181,4 @@ class Pool:
                            timeout=0, using=self.alias)
         except Occupied:
             return None
+

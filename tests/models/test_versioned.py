@@ -218,7 +218,7 @@ def test_deferred_fields(tables: None) -> None:
     assert Book.objects.values_list("name", "status").get() == ("name", "free")
     lazy = Book.objects.defer("note").get()
     assert lazy.note == ""  # the deferred load is remembered as loaded
-    Book.objects.update(note="changed")
+    Book.objects.update_versioned(note="changed")
     lazy.note = "mine"
     with pytest.raises(occupy.VersionConflict, match="note"):
         lazy.save(version_policy="fields")
