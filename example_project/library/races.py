@@ -258,7 +258,7 @@ ROWS = [
         lambda: stock_decrement(locked=False)),
     Row("Book.objects.locked()", "stock decrement (seed 002)",
         lambda: stock_decrement(locked=True)),
-    Row("first task not done", "task pool (seed 004)",
+    Row("plain Django: first task not done", "task pool (seed 004)",
         lambda: task_pool(claim=False)),
     Row("Task.objects.claim()", "task pool (seed 004)",
         lambda: task_pool(claim=True)),
