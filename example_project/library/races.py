@@ -89,6 +89,12 @@ def _in_processes(worker: Callable[..., Any], args: list[tuple]) -> list[Any]:
         return pool.starmap(worker, args)
 
 
+def _start_barrier(parties: int) -> Any:
+    """Return a barrier the workers wait on before they start, so that they race for
+    real instead of the first one finishing before the last one has started."""
+    return multiprocessing.get_context("spawn").Manager().Barrier(parties)
+
+
 @contextlib.contextmanager
 def _timed() -> Iterator[list[float]]:
     elapsed: list[float] = []
@@ -136,7 +142,8 @@ def student_and_admin(guard: Guard, save: Save = whole_row_save, rounds: int = 1
 
 
 # --- seed 002: a counter several processes increment ---------------------------------
-def _borrow(guard: Guard, save: Save, pk: int, times: int, attempts: int) -> int:
+def _borrow(guard: Guard, save: Save, pk: int, times: int, attempts: int,
+            barrier: Any) -> int:
     """Count ``times`` borrowings by a slow read-modify-write; re-run a conflicting one
     up to ``attempts`` times in all (``retry_on_conflict``); return the refused ones."""
     from example_project.library.models import Book
@@ -150,6 +157,7 @@ def _borrow(guard: Guard, save: Save, pk: int, times: int, attempts: int) -> int
             save(book)
 
     refused = 0
+    barrier.wait()
     for _ in range(times):
         try:
             borrow()
@@ -165,7 +173,8 @@ def borrow_counter(guard: Guard, save: Save = whole_row_save, attempts: int = 1,
 
     book = Book.objects.create(name="counter", borrow_count=0)
     with _timed() as elapsed:
-        refused = sum(_in_processes(_borrow, [(guard, save, book.pk, times, attempts)]
+        barrier = _start_barrier(processes)
+        refused = sum(_in_processes(_borrow, [(guard, save, book.pk, times, attempts, barrier)]
                                     * processes))
     book.refresh_from_db()
     expected = processes * times - refused
@@ -173,11 +182,12 @@ def borrow_counter(guard: Guard, save: Save = whole_row_save, attempts: int = 1,
 
 
 # --- seed 002: the stock decrement under a row lock ----------------------------------
-def _sell(locked: bool, pk: int, times: int) -> None:
+def _sell(locked: bool, pk: int, times: int, barrier: Any) -> None:
     """Sell ``times`` copies, each by a slow read-modify-write: inside ``locked()``, or
     with plain Django's load and whole-row ``save()``."""
     from example_project.library.models import Book
 
+    barrier.wait()
     for _ in range(times):
         context = Book.objects.locked(pk=pk) if locked else contextlib.nullcontext()
         with context as book:
@@ -194,25 +204,28 @@ def stock_decrement(locked: bool, processes: int = 4, times: int = 20) -> Outcom
 
     book = Book.objects.create(name="stock", stock=processes * times)
     with _timed() as elapsed:
-        _in_processes(_sell, [(locked, book.pk, times)] * processes)
+        _in_processes(_sell, [(locked, book.pk, times, _start_barrier(processes))]
+                      * processes)
     book.refresh_from_db()
     return Outcome(processes * times, book.stock, 0, elapsed[0])
 
 
 # --- seed 004: editors pulling tasks from a pool ---------------------------------------
-def _edit_tasks(claim: bool, category: str, me: str) -> list[tuple[int, str, float, float]]:
+def _edit_tasks(claim: bool, category: str, me: str,
+                barrier: Any) -> list[tuple[int, str, float, float]]:
     """Take the next task, edit it a moment, mark it done; until none is left. Return
     each edit's (task, editor, start, end) by the machine-wide monotonic clock."""
     from example_project.library.models import Task
 
     pool = Task.objects.filter(category=category, done=False)
     edits = []
+    barrier.wait()
     while True:
         task = pool.claim(owner=me, ttl=30) if claim else pool.first()
         if task is None:
             return edits
         started = time.monotonic()
-        time.sleep(0.005)
+        time.sleep(0.01)
         Task.objects.filter(pk=task.pk).update(done=True)
         edits.append((task.pk, me, started, time.monotonic()))
         if claim:
@@ -230,9 +243,10 @@ def task_pool(claim: bool, editors: int = 4, tasks: int = 24) -> Outcome:
     category = f"race-{uuid.uuid4().hex[:8]}"
     for n in range(tasks):
         Task.objects.create(title=f"article {n}", category=category)
+    barrier = _start_barrier(editors)
     with _timed() as elapsed:
         edits = [e for result in _in_processes(
-            _edit_tasks, [(claim, category, f"editor {n}") for n in range(editors)])
+            _edit_tasks, [(claim, category, f"editor {n}", barrier) for n in range(editors)])
             for e in result]
     collided = {
         (a[0], a[1]) for a in edits for b in edits
