@@ -6,7 +6,7 @@ import importlib
 import sys
 
 #: Benchmark modules in the order they run; each has a ``main()``.
-MODULES = ["db", "redis", "cache", "file"]
+MODULES = ["db", "redis", "cache", "file", "models"]
 
 
 def main(argv: list[str]) -> None:

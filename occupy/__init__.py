@@ -31,6 +31,7 @@ from occupy.exceptions import (
     VersionConflict,
 )
 from occupy.leases import Holder, Lease
+from occupy.retry import retry_on_conflict
 
 __version__ = "0.1.0"
 
@@ -55,4 +56,5 @@ __all__ = [
     "lock",
     "lock_many",
     "release",
+    "retry_on_conflict",
 ]

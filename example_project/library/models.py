@@ -2,9 +2,15 @@
 
 from django.db import models
 
+from occupy.models import OccupiableMixin, VersionedMixin
 
-class Book(models.Model):
-    """A book students borrow and return (``status``) while admins rename it (``name``)."""
+
+class Book(VersionedMixin, OccupiableMixin, models.Model):
+    """A book students borrow and return (``status``) while admins rename it (``name``).
+
+    Versioned: ``save()`` writes only the changed fields, guarded by their loaded
+    values, so the student's and the admin's changes both survive (seed 000).
+    """
 
     class Status(models.TextChoices):
         FREE = "free", "free"
@@ -20,8 +26,9 @@ class Book(models.Model):
         return self.name
 
 
-class Task(models.Model):
-    """An article in seed 004's task pool, edited by one editor at a time."""
+class Task(OccupiableMixin, models.Model):
+    """An article in seed 004's task pool, edited by one editor at a time
+    (``Task.objects.claim(owner=…, ttl=…)``)."""
 
     title = models.CharField(max_length=200)
     category = models.CharField(max_length=50, blank=True, default="")

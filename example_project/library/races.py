@@ -21,6 +21,8 @@ from occupy.conf import occupy_settings
 
 #: How each process guards its read-modify-write of a book: given the book's pk.
 Guard = Callable[[int], contextlib.AbstractContextManager[Any]]
+#: How each process writes the book it changed.
+Save = Callable[[Any], None]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,20 @@ class Row:
 def no_guard(pk: int) -> contextlib.AbstractContextManager[Any]:
     """Plain Django: load, change, ``save()``, with nothing around it."""
     return contextlib.nullcontext()
+
+
+def whole_row_save(book: Any) -> None:
+    """Plain Django's ``save()``: write every column as it was loaded (``Book`` is
+    versioned, so this calls ``Model.save`` itself to show what Django does)."""
+    from django.db import models
+
+    models.Model.save(book)
+
+
+def versioned_save(book: Any) -> None:
+    """``VersionedMixin.save()``: write the changed fields, guarded by their loaded
+    values; ``VersionConflict`` instead of overwriting another writer's change."""
+    book.save()
 
 
 @dataclass(frozen=True)
@@ -74,6 +90,12 @@ def _in_processes(worker: Callable[..., Any], args: list[tuple]) -> list[Any]:
         return pool.starmap(worker, args)
 
 
+def _start_barrier(parties: int) -> Any:
+    """Return a barrier the workers wait on before they start, so that they race for
+    real instead of the first one finishing before the last one has started."""
+    return multiprocessing.get_context("spawn").Manager().Barrier(parties)
+
+
 @contextlib.contextmanager
 def _timed() -> Iterator[list[float]]:
     elapsed: list[float] = []
@@ -86,7 +108,8 @@ def _timed() -> Iterator[list[float]]:
 ROLES = {"student": ("status", "free"), "admin": ("name", "name")}
 
 
-def _student_or_admin(role: str, guard: Guard, pk: int, rounds: int, barrier: Any) -> int:
+def _student_or_admin(role: str, guard: Guard, save: Save, pk: int, rounds: int,
+                      barrier: Any) -> int:
     """Each round: load the book, think, change this role's field, ``save()``."""
     from example_project.library.models import Book
 
@@ -98,7 +121,7 @@ def _student_or_admin(role: str, guard: Guard, pk: int, rounds: int, barrier: An
             book = Book.objects.get(pk=pk)
             time.sleep(0.01)  # both load before either saves, as in the seed
             setattr(book, field, value)
-            book.save()
+            save(book)
         barrier.wait()
         if role == "student":
             book = Book.objects.get(pk=pk)
@@ -107,39 +130,130 @@ def _student_or_admin(role: str, guard: Guard, pk: int, rounds: int, barrier: An
     return lost
 
 
-def student_and_admin(guard: Guard, rounds: int = 15) -> Outcome:
+def student_and_admin(guard: Guard, save: Save = whole_row_save, rounds: int = 15) -> Outcome:
     """Seed 000: a student returns Book 1 while an admin renames it, ``rounds`` times."""
     from example_project.library.models import Book
 
     book = Book.objects.create(name="naem", status="in use")
     barrier = multiprocessing.get_context("spawn").Manager().Barrier(2)
     with _timed() as elapsed:
-        lost = _in_processes(_student_or_admin, [(role, guard, book.pk, rounds, barrier)
+        lost = _in_processes(_student_or_admin, [(role, guard, save, book.pk, rounds, barrier)
                                                  for role in ROLES])
     return Outcome(2 * rounds, sum(lost), 0, elapsed[0])
 
 
 # --- seed 002: a counter several processes increment ---------------------------------
-def _borrow(guard: Guard, pk: int, times: int) -> None:
+def _borrow(guard: Guard, save: Save, pk: int, times: int, attempts: int,
+            barrier: Any) -> int:
+    """Count ``times`` borrowings by a slow read-modify-write; re-run a conflicting one
+    up to ``attempts`` times in all (``retry_on_conflict``); return the refused ones."""
     from example_project.library.models import Book
 
-    for _ in range(times):
+    @occupy.retry_on_conflict(attempts=attempts, backoff=0.005)
+    def borrow() -> None:
         with guard(pk):
             book = Book.objects.get(pk=pk)
             time.sleep(0.002)
             book.borrow_count += 1
-            book.save()
+            save(book)
+
+    refused = 0
+    barrier.wait()
+    for _ in range(times):
+        try:
+            borrow()
+        except occupy.VersionConflict:
+            refused += 1
+    return refused
 
 
-def borrow_counter(guard: Guard, processes: int = 4, times: int = 20) -> Outcome:
+def borrow_counter(guard: Guard, save: Save = whole_row_save, attempts: int = 1,
+                   processes: int = 4, times: int = 20) -> Outcome:
     """Seed 002: ``processes`` readers each count ``times`` borrowings of one book."""
     from example_project.library.models import Book
 
     book = Book.objects.create(name="counter", borrow_count=0)
     with _timed() as elapsed:
-        _in_processes(_borrow, [(guard, book.pk, times)] * processes)
+        barrier = _start_barrier(processes)
+        refused = sum(_in_processes(_borrow, [(guard, save, book.pk, times, attempts, barrier)]
+                                    * processes))
     book.refresh_from_db()
-    return Outcome(processes * times, processes * times - book.borrow_count, 0, elapsed[0])
+    expected = processes * times - refused
+    return Outcome(processes * times, expected - book.borrow_count, refused, elapsed[0])
+
+
+# --- seed 002: the stock decrement under a row lock ----------------------------------
+def _sell(locked: bool, pk: int, times: int, barrier: Any) -> None:
+    """Sell ``times`` copies, each by a slow read-modify-write: inside ``locked()``, or
+    with plain Django's load and whole-row ``save()``."""
+    from example_project.library.models import Book
+
+    barrier.wait()
+    for _ in range(times):
+        context = Book.objects.locked(pk=pk) if locked else contextlib.nullcontext()
+        with context as book:
+            book = book or Book.objects.get(pk=pk)
+            time.sleep(0.002)
+            book.stock -= 1
+            book.save() if locked else whole_row_save(book)
+
+
+def stock_decrement(locked: bool, processes: int = 4, times: int = 20) -> Outcome:
+    """Seed 002: ``processes`` shops each sell ``times`` copies of one book, with a
+    ``select_for_update`` row lock (``Book.objects.locked()``) or without."""
+    from example_project.library.models import Book
+
+    book = Book.objects.create(name="stock", stock=processes * times)
+    with _timed() as elapsed:
+        _in_processes(_sell, [(locked, book.pk, times, _start_barrier(processes))]
+                      * processes)
+    book.refresh_from_db()
+    return Outcome(processes * times, book.stock, 0, elapsed[0])
+
+
+# --- seed 004: editors pulling tasks from a pool ---------------------------------------
+def _edit_tasks(claim: bool, category: str, me: str,
+                barrier: Any) -> list[tuple[int, str, float, float]]:
+    """Take the next task, edit it a moment, mark it done; until none is left. Return
+    each edit's (task, editor, start, end) by the machine-wide monotonic clock."""
+    from example_project.library.models import Task
+
+    pool = Task.objects.filter(category=category, done=False)
+    edits = []
+    barrier.wait()
+    while True:
+        task = pool.claim(owner=me, ttl=30) if claim else pool.first()
+        if task is None:
+            return edits
+        started = time.monotonic()
+        time.sleep(0.01)
+        Task.objects.filter(pk=task.pk).update(done=True)
+        edits.append((task.pk, me, started, time.monotonic()))
+        if claim:
+            occupy.release(task.lease)
+
+
+def task_pool(claim: bool, editors: int = 4, tasks: int = 24) -> Outcome:
+    """Seed 004: ``editors`` take tasks from a pool of ``tasks`` until it is empty, by
+    ``Task.objects.claim()`` or by taking the first task not done. An edit is lost when
+    another editor worked on the same task at the same time."""
+    import uuid
+
+    from example_project.library.models import Task
+
+    category = f"race-{uuid.uuid4().hex[:8]}"
+    for n in range(tasks):
+        Task.objects.create(title=f"article {n}", category=category)
+    barrier = _start_barrier(editors)
+    with _timed() as elapsed:
+        edits = [e for result in _in_processes(
+            _edit_tasks, [(claim, category, f"editor {n}", barrier) for n in range(editors)])
+            for e in result]
+    collided = {
+        (a[0], a[1]) for a in edits for b in edits
+        if a[0] == b[0] and a[1] != b[1] and a[2] < b[3] and b[2] < a[3]
+    }
+    return Outcome(len(edits), len(collided), 0, elapsed[0])
 
 
 ROWS = [
@@ -151,6 +265,18 @@ ROWS = [
         lambda: borrow_counter(no_guard)),
     Row("occupy.lock (database)", "borrow counter (seed 002)",
         lambda: borrow_counter(OccupyLock("default"))),
+    Row("VersionedMixin save()", "student & admin (seed 000)",
+        lambda: student_and_admin(no_guard, versioned_save)),
+    Row("VersionedMixin + retry_on_conflict", "borrow counter (seed 002)",
+        lambda: borrow_counter(no_guard, versioned_save, attempts=25)),
+    Row("plain Django save()", "stock decrement (seed 002)",
+        lambda: stock_decrement(locked=False)),
+    Row("Book.objects.locked()", "stock decrement (seed 002)",
+        lambda: stock_decrement(locked=True)),
+    Row("plain Django: first task not done", "task pool (seed 004)",
+        lambda: task_pool(claim=False)),
+    Row("Task.objects.claim()", "task pool (seed 004)",
+        lambda: task_pool(claim=True)),
 ]
 
 #: The other lock backends on the same race, where the settings configure them (the

@@ -1,6 +1,11 @@
 """Models the tests lock and write."""
 
+import uuid
+
 from django.db import models
+from django.utils import timezone
+
+from occupy.models import FencedMixin, OccupiableMixin, VersionedMixin
 
 
 class Counter(models.Model):
@@ -11,3 +16,104 @@ class Counter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}={self.value}"
+
+
+class Book(VersionedMixin, OccupiableMixin, models.Model):
+    """Seed 000's book: a student changes ``status`` while an admin changes ``name``."""
+
+    name = models.CharField(max_length=100)
+    status = models.CharField(max_length=20, default="use")
+    note = models.CharField(max_length=100, blank=True, default="")
+    tags = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class StrictBook(VersionedMixin, models.Model):
+    """A book whose saves conflict on any concurrent change."""
+
+    version_policy = "strict"
+
+    name = models.CharField(max_length=100)
+    status = models.CharField(max_length=20, default="use")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EBook(Book):
+    """Multi-table inheritance: ``url`` lives in a table of its own."""
+
+    url = models.CharField(max_length=200, blank=True, default="")
+
+
+class ProxyBook(Book):
+    """A proxy: the same rows and key as ``Book``."""
+
+    class Meta:
+        proxy = True
+
+
+class UUIDBook(VersionedMixin, OccupiableMixin, models.Model):
+    """A versioned, occupiable model with a UUID primary key."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    name = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Shelf(OccupiableMixin, models.Model):
+    """An occupiable model with a string primary key."""
+
+    code = models.CharField(primary_key=True, max_length=40)
+    name = models.CharField(max_length=100, blank=True, default="")
+
+    def __str__(self) -> str:
+        return self.code
+
+
+class Goods(OccupiableMixin, models.Model):
+    """Seed 002's stock counter, decremented under a row lock."""
+
+    name = models.CharField(max_length=50)
+    count = models.IntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.count}"
+
+
+class Task(OccupiableMixin, models.Model):
+    """Seed 004's task pool; ``holder`` is where tests record who works on a task."""
+
+    title = models.CharField(max_length=100)
+    priority = models.IntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    done = models.BooleanField(default=False)
+    holder = models.CharField(max_length=100, blank=True, default="")
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Document(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
+    """Fenced and versioned: a holder paused past its lease must not write."""
+
+    body = models.TextField(blank=True, default="")
+
+    def __str__(self) -> str:
+        return self.body[:20]
+
+
+class Page(FencedMixin, models.Model):
+    """Fenced only, and every save must carry a lease."""
+
+    fence_required = True
+
+    body = models.TextField(blank=True, default="")
+
+    def __str__(self) -> str:
+        return self.body[:20]

@@ -1,0 +1,42 @@
+"""The lock key of a model instance: ``"<app_label>.<model_name>:<pk>"``.
+
+The database backend links a claim on such a key to the instance (the ``Occupation``
+row's content type and object id), which is what ``occupied()``, ``free()`` and
+``claim()`` query.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from occupy.validation import check_key
+
+__all__ = ["lock_model", "object_key"]
+
+
+def lock_model(model: type[models.Model]) -> type[models.Model]:
+    """Return the model whose name the lock keys of ``model``'s rows carry.
+
+    A proxy and the children of multi-table inheritance share their rows' primary
+    key with the concrete root model, so they lock on the root's key: locking an
+    ``EBook`` excludes whoever locks the same row as a ``Book``.
+    """
+    concrete = model._meta.concrete_model
+    parents = concrete._meta.get_parent_list()
+    return parents[-1] if parents else concrete
+
+
+def object_key(model: type[models.Model], pk: Any) -> str:
+    """Return the lock key of the row of ``model`` with primary key ``pk``.
+
+    Raise ``ValueError`` when ``pk`` is ``None`` (an unsaved instance has no row to
+    lock) or the key would be longer than a key may be.
+    """
+    if pk is None:
+        raise ValueError(
+            f"This {model._meta.object_name} has no primary key yet: save it before "
+            "locking it."
+        )
+    return check_key(f"{lock_model(model)._meta.label_lower}:{pk}")

@@ -1,0 +1,131 @@
+"""Remember what an instance was loaded with, to tell which fields changed since.
+
+The loaded values are taken in ``from_db`` and ``refresh_from_db`` (the latter also
+runs when a deferred field is first read), both public hooks of ``Model``; a save
+remembers what it wrote.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import decimal
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import models
+
+__all__ = ["ChangeTrackingMixin", "is_concrete_name", "is_expression"]
+
+# Values that cannot change in place, so the loaded value is kept as is, not copied.
+_IMMUTABLE = (
+    str, int, float, bytes, decimal.Decimal, datetime.date, datetime.time,
+    datetime.timedelta, uuid.UUID, type(None),
+)
+
+
+def _frozen(value: Any) -> Any:
+    """Return a copy of ``value`` that in-place changes to ``value`` do not reach."""
+    if isinstance(value, _IMMUTABLE):
+        return value
+    if isinstance(value, memoryview):
+        return bytes(value)
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # an uncopyable value: compared by identity then
+        return value
+
+
+def is_expression(value: Any) -> bool:
+    """Return whether ``value`` is an expression (``F("stock") - 1``), not a value."""
+    return hasattr(value, "resolve_expression")
+
+
+class ChangeTrackingMixin(models.Model):
+    """Tell which fields changed since the instance was loaded or last saved.
+
+    Adds to a model ``changed_fields()`` and ``loaded_value(name)``.
+    """
+
+    class Meta:
+        abstract = True
+
+    @classmethod
+    def from_db(cls, db: str | None, field_names: Iterable[str], values: Iterable[Any]) -> Any:
+        """Build the instance as Django does, and remember the loaded values."""
+        instance = super().from_db(db, field_names, values)
+        instance._remember()
+        return instance
+
+    def refresh_from_db(self, using: str | None = None, fields: Any = None, **kwargs: Any) -> None:
+        """Reload as Django does (also when a deferred field is first read), and
+        remember the reloaded values as loaded."""
+        super().refresh_from_db(using=using, fields=fields, **kwargs)
+        if fields is None:
+            self._remember()
+        else:
+            names = {self._meta.get_field(name).attname for name in fields
+                     if is_concrete_name(self._meta, name)}
+            self._remember(names)
+
+    def _remember(self, attnames: Iterable[str] | None = None) -> None:
+        loaded: dict[str, Any] = self.__dict__.setdefault("_occupy_loaded", {})
+        if attnames is None:
+            loaded.clear()
+            attnames = [f.attname for f in self._meta.concrete_fields]
+        for attname in attnames:
+            value = self.__dict__.get(attname, _MISSING)
+            if value is _MISSING or is_expression(value):
+                loaded.pop(attname, None)  # deferred, or set by an expression: unknown
+            else:
+                loaded[attname] = _frozen(value)
+
+    def loaded_value(self, name: str) -> Any:
+        """Return the value field ``name`` had when loaded; ``KeyError`` if it was not."""
+        attname = self._meta.get_field(name).attname
+        return self.__dict__.get("_occupy_loaded", {})[attname]
+
+    def changed_fields(self) -> list[str]:
+        """Return the names of the fields assigned a different value since the instance
+        was loaded or last saved (all assigned fields for an instance never loaded)."""
+        return [f.name for f in self._changed()]
+
+    def _changed(self) -> list[models.Field]:
+        loaded = self.__dict__.get("_occupy_loaded", {})
+        managed = self.managed_field_names()
+        changed = []
+        for f in self._meta.concrete_fields:
+            if f.primary_key or f.generated or f.name in managed:
+                continue
+            value = self.__dict__.get(f.attname, _MISSING)
+            if value is _MISSING:  # deferred and never assigned
+                continue
+            if f.attname not in loaded or is_expression(value) or _differs(value,
+                                                                            loaded[f.attname]):
+                changed.append(f)
+        return changed
+
+    def managed_field_names(self) -> set[str]:
+        """Return the fields the model writes itself (a version, a fence): never counted
+        as changed."""
+        return set()
+
+
+_MISSING = object()
+
+
+def _differs(value: Any, loaded: Any) -> bool:
+    try:
+        return bool(value != loaded)
+    except Exception:  # values that cannot be compared count as changed
+        return True
+
+
+def is_concrete_name(meta: Any, name: str) -> bool:
+    """Return whether ``name`` (a name or attname) is a concrete, non-m2m field."""
+    try:
+        f = meta.get_field(name)
+    except Exception:
+        return False
+    return bool(getattr(f, "concrete", False)) and not f.many_to_many

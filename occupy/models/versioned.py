@@ -1,0 +1,129 @@
+"""``VersionedMixin``: optimistic concurrency with a ``version`` column (seeds 000, 002).
+
+Two policies, per model (``version_policy``) or per save (``save(version_policy=…)``):
+
+``"fields"`` (the default)
+    A save is refused only when another writer changed one of the fields this save
+    writes: the ``UPDATE`` compares those fields' loaded values. Seed 000's student
+    (``status``) and admin (``name``) both succeed; two writers of ``name`` conflict.
+    This is what a Django developer expects from ``save()`` after ``book.status =
+    "free"``: the change they made is written, nobody else's is lost, and nobody gets
+    an error for a change that did not touch their data.
+``"strict"``
+    A save is refused when the row changed at all since it was loaded (its version
+    moved on): for models whose fields must be read and written together (a price and
+    its currency, start and end dates), where a write computed from a stale row is
+    wrong even if it touches other fields.
+
+Both bump ``version`` on every write, so a version (an ``ETag``) always tells whether
+the row changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import models
+from django.db.models import F
+from django.utils.translation import gettext_lazy as _
+
+from occupy.exceptions import VersionConflict
+from occupy.models.guarded import Check, Guard, GuardedSaveMixin
+from occupy.models.querysets import OccupyManager
+
+__all__ = ["VersionedMixin"]
+
+POLICIES = ("fields", "strict")
+
+
+def _check_policy(owner: str, policy: Any) -> str:
+    if policy not in POLICIES:
+        raise ImproperlyConfigured(
+            f"{owner} version_policy must be one of {POLICIES}, not {policy!r}."
+        )
+    return policy
+
+
+class VersionedMixin(GuardedSaveMixin):
+    """Refuse lost updates with an integer ``version`` column.
+
+    Adds to a model:
+
+    - ``version``: 1 on insert, one more on every save;
+    - ``save()`` writes only the changed fields in one ``UPDATE … WHERE pk = … AND
+      <guard>`` and raises :class:`~occupy.VersionConflict` (writing nothing) when
+      the guard fails: with ``version_policy = "fields"`` (default) the changed
+      fields' loaded values, with ``"strict"`` the loaded version;
+    - ``objects``: an :class:`~occupy.models.OccupyManager`, whose
+      ``update_versioned()`` is the guarded form of ``QuerySet.update()``.
+
+    ``QuerySet.update()`` and ``bulk_update()`` bypass all this: they neither check
+    nor bump the version.
+    """
+
+    STRICT: ClassVar[str] = "strict"
+    FIELDS: ClassVar[str] = "fields"
+
+    version = models.PositiveIntegerField(_("version"), default=1, editable=False)
+
+    #: ``"fields"``: conflict only when the fields a save writes were changed by
+    #: someone else; ``"strict"``: conflict on any change since the row was loaded.
+    version_policy: ClassVar[str] = "fields"
+
+    objects = OccupyManager()
+
+    class Meta:
+        abstract = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _check_policy(cls.__qualname__, cls.__dict__.get("version_policy", "fields"))
+
+    def managed_field_names(self) -> set[str]:
+        """Add ``version``, which only the guard writes."""
+        return super().managed_field_names() | {"version"}
+
+    def clean_save_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Take ``version_policy=`` (this save's policy, default the model's)."""
+        policy = options.pop("version_policy", None)
+        cleaned = super().clean_save_options(options)
+        cleaned["version_policy"] = (self.version_policy if policy is None
+                                     else _check_policy("save()", policy))
+        return cleaned
+
+    def save_guards(self, fields: list[models.Field], options: dict[str, Any]) -> list[Guard]:
+        """Guard the write with the loaded version (``"strict"``), or with the written
+        fields' loaded values (``"fields"``: the version is tried first, one statement
+        when nobody else wrote; if it moved, the fields are compared instead and the
+        new version is read back)."""
+        policy = options["version_policy"]
+        guards = super().save_guards(fields, options)
+        version = self._meta.get_field("version")
+        expected = self.__dict__.get(version.attname)
+        if expected is None and policy == self.STRICT:
+            raise ValueError(
+                f"{self._meta.object_name} {self.pk!r} was loaded without its version "
+                "(defer() or only()), so a strict save cannot be checked; load it with "
+                "'version'."
+            )
+        if expected is not None and (isinstance(expected, bool) or not isinstance(expected,
+                                                                                     int)):
+            raise TypeError(f"version must be an int, not {type(expected).__name__} "
+                            f"({expected!r}).")
+        same_fields = self.loaded_checks(fields, VersionConflict) if policy == self.FIELDS else []
+        out = []
+        for guard in guards:
+            if expected is not None:
+                # The loaded version still there proves no versioned save wrote since the
+                # load, whatever it changed: the fields need comparing only once it moved.
+                out.append(guard.extended(
+                    checks=[Check(version, "exact", expected, VersionConflict)],
+                    sets={version: expected + 1},
+                ))
+            if policy == self.FIELDS:
+                out.append(guard.extended(
+                    checks=same_fields, sets={version: F(version.attname) + 1},
+                    read_back=[version],
+                ))
+        return out

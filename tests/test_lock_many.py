@@ -1,0 +1,25 @@
+"""lock_many across processes: opposite orders cannot deadlock."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import multiproc
+from tests.models import workers
+from tests.models.conftest import BACKEND_OF, SERVERS, database_params
+from tests.testapp.models import Counter
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("server", database_params(SERVERS))
+def test_opposite_orders_both_finish(live_db: None, server: str) -> None:
+    """Two processes lock the same two keys, named in opposite orders, 25 times each:
+    both finish, and the counter they update inside shows no overlap."""
+    Counter.objects.using(server).create(name="many")
+    using = BACKEND_OF[server]
+    done = multiproc.run(workers.lock_many_loop, [
+        (using, ["k:a", "k:b"], 25, server),
+        (using, ["k:b", "k:a"], 25, server),
+    ], timeout=120)
+    assert done == [25, 25]
+    assert Counter.objects.using(server).get(name="many").value == 50
