@@ -113,7 +113,8 @@ def _releasable(lease: Any) -> Lease:
             "must not release or renew its parent's leases.",
             key=lease.key,
         )
-    watchdog.unwatch(lease)
+    if lease.renew:
+        watchdog.unwatch(lease)
     if lease.lost:
         raise LeaseLost(f"The lease on {lease.key!r} was lost before release.", key=lease.key)
     return lease

@@ -18,8 +18,8 @@ OPTIONS: ``CACHE`` (the django-redis cache alias, default ``"default"``), ``PREF
 (of every Redis key, default ``"occupy:"``), ``POLL_INTERVAL`` (longest block before a
 waiter looks again and refreshes its place, default 0.25 s), ``QUEUE_TTL`` (how long a
 waiter's place outlives its last look, default 3 s), ``FENCE_TTL`` (how long a key's
-fence counter outlives its last grant, default one day; the server's clock floors
-fences anyway). Needs Redis 6.2 or later.
+fence counter lives from its first grant, default one day; a new counter starts from
+the server's clock, above every fence before it). Needs Redis 6.2 or later.
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ class _Script:
 
 class _Scripts(NamedTuple):
     acquire: _Script
+    queue: _Script
     release: _Script
     extend: _Script
     cancel: _Script
@@ -104,6 +105,30 @@ def failed(key: str | None, error: Exception) -> OccupyError:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+class _Held(NamedTuple):
+    """A holder's value in Redis (``redis_scripts``), without its token."""
+
+    owner: str
+    fence: int
+    expires: int
+    since: int
+    key: str
+
+    @classmethod
+    def parse(cls, value: Any, *, with_token: bool = True) -> _Held:
+        """Parse ``"[<token> ]<flag><depth> <fence> <expires> <since> <owner>\\0<key>"``."""
+        text = _text(value)
+        if with_token:
+            text = text.split(" ", 1)[1]
+        _depth, fence, expires, since, tail = text.split(" ", 4)
+        owner, key = tail.split("\0", 1)
+        return cls(owner, int(fence), int(expires), int(since), key)
+
+    def holder(self) -> Holder:
+        """Return the public view: owner, expiry, fence."""
+        return Holder(self.owner, to_datetime(self.expires), self.fence)
 
 
 def _seconds_option(options: dict[str, Any], name: str, default: float, alias: str) -> float:
@@ -248,21 +273,18 @@ class RedisBackend(BaseBackend):
     def holder(self, key: str) -> Holder | None:
         """Return the holder's owner, expiry and fence, or ``None`` (never the token)."""
         try:
-            owner, expires, fence = self.client.hmget(self.keys(key).lock,
-                                                      ["owner", "expires", "fence"])
+            value = self.client.get(self.keys(key).lock)
         except RedisError as e:
             raise failed(key, e) from e
-        if owner is None:
-            return None
-        return Holder(_text(owner), to_datetime(expires), int(fence))
+        return None if value is None else _Held.parse(value).holder()
 
     def is_held(self, lease: Lease) -> bool:
         """Return whether the lease's token still holds the key."""
         try:
-            token = self.client.hget(self.keys(lease.key).lock, "token")
+            value = self.client.get(self.keys(lease.key).lock)
         except RedisError as e:
             raise failed(lease.key, e) from e
-        return _text(token) == lease.token
+        return value is not None and _text(value).startswith(lease.token + " ")
 
     def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
         """Return 0: Redis expires claims, queue places and wake-up lists itself."""
@@ -274,11 +296,11 @@ class RedisBackend(BaseBackend):
         pattern = _glob_escape(self.prefix) + "{*}:"
         found: list[Claim] = []
         for name in client.scan_iter(match=pattern + "lock", count=1000):
-            fields = client.hmget(name, ["key", "owner", "since", "expires", "fence"])
-            if fields[0] is not None:
-                key, owner, since, expires, fence = fields
-                found.append(Claim(_text(key), _text(owner), "using", to_datetime(since),
-                                   to_datetime(expires), int(fence)))
+            value = client.get(name)
+            if value is not None:
+                held = _Held.parse(value)
+                found.append(Claim(held.key, held.owner, "using", to_datetime(held.since),
+                                   to_datetime(held.expires), held.fence))
         now_ms = _server_ms(client)
         for name in client.scan_iter(match=pattern + "waiters", count=1000):
             found.extend(_waiting_claims(client, _text(name), now_ms))
@@ -288,14 +310,12 @@ class RedisBackend(BaseBackend):
 
 def _waiting_claims(client: Any, waiters: str, now_ms: int) -> list[Claim]:
     entries = {_text(k): _text(v) for k, v in client.hgetall(waiters).items()}
-    key = entries.pop("key", None)
-    if key is None:
-        return []
     arrivals = dict(client.zrange(waiters.removesuffix("waiters") + "queue", 0, -1,
                                   withscores=True))
     claims = []
     for token, info in entries.items():
-        deadline, _ttl, owner = info.split("|", 2)
+        deadline, _ttl, tail = info.split("|", 2)
+        owner, key = tail.split("\0", 1)
         arrival = arrivals.get(token.encode()) or arrivals.get(token)
         if int(deadline) > now_ms and arrival is not None:
             claims.append(Claim(key, owner, "pending", to_datetime(arrival // 1000),
@@ -320,6 +340,8 @@ class RedisAttempt(Attempt):
         self.backend: RedisBackend = backend
         self.rkeys = backend.keys(key)
         self.ttl_ms = to_ms(ttl)
+        #: Owner and key as the scripts store them, one argument.
+        self.tail = f"{owner}\0{key}"
         #: A grant handed over by a release, read from the wake-up list.
         self.handed: Lease | None = None
         self.queued = False
@@ -327,16 +349,20 @@ class RedisAttempt(Attempt):
         self.seen: tuple[str, int, int, int] | None = None
 
     def _run(self, mode: str) -> Lease | None:
+        scripts = self.backend.scripts
         try:
-            reply = self.backend.scripts.acquire(self.rkeys.lock, self.token, self.owner,
-                                                 self.ttl_ms, mode, self.key)
+            if mode == "try":
+                reply = scripts.acquire(self.rkeys.lock, self.token, self.tail, self.ttl_ms)
+            else:
+                reply = scripts.queue(self.rkeys.lock, self.token, self.tail, self.ttl_ms,
+                                      mode)
         except RedisError as e:
             raise failed(self.key, e) from e
         if isinstance(reply, list):
-            owner, fence, expires, now = reply
-            self.seen = (_text(owner), int(fence), int(expires), int(now))
+            held = _Held.parse(reply[0], with_token=False)
+            self.seen = (held.owner, held.fence, held.expires, int(reply[1]))
             return None
-        fence, expires, depth, token = _text(reply).split(" ")
+        fence, expires, _since, depth, token = _text(reply).split(" ")
         return self._lease(token, fence, expires, int(depth))
 
     def _lease(self, token: str, fence: Any, expires: Any, depth: int = 1) -> Lease:
@@ -375,7 +401,7 @@ class RedisAttempt(Attempt):
         except RedisError as e:
             raise failed(self.key, e) from e
         if reply:
-            fence, expires = _text(reply[1]).split("|")
+            fence, expires, _since = _text(reply[1]).split(" ")
             self.handed = self._lease(self.token, fence, expires)
 
     async def await_wake(self, seconds: float) -> None:
@@ -392,7 +418,7 @@ class RedisAttempt(Attempt):
     def cancel(self) -> None:
         """Leave the queue, drop the wake-up list, and give back a key handed over."""
         try:
-            self.backend.scripts.cancel(self.rkeys.lock, self.token, self.key)
+            self.backend.scripts.cancel(self.rkeys.lock, self.token)
         except RedisError as e:
             raise failed(self.key, e) from e
 

@@ -4,32 +4,39 @@ and the layout of Redis keys they share with the Python side (:func:`redis_keys`
 Every script is given one key, the lock's, and works on the keys that share its hash
 tag (so one Redis Cluster slot): ``<prefix>{<digest>}:`` followed by
 
-1. ``lock``: a hash ``{token, owner, depth, fence, expires, since, key}`` that Redis
-   expires at ``expires`` (``PEXPIREAT``); absent means free.
-2. ``fence``: the last fence handed out for the key. It outlives releases (it expires
-   only ``FENCE_TTL`` after the last grant), and every new fence is at least the
-   server's ``TIME`` in microseconds, so fences rise across restarts without
-   persistence and after the counter itself expired.
+1. ``lock``: a string ``"<token> <flag><depth> <fence> <expires ms> <since ms>
+   <owner>\\0<key>"`` that Redis expires with the lease (``PXAT``); absent means free.
+   ``flag`` is ``q`` once a waiter has queued behind this holder, else ``-``, so a
+   release needs no look at the queue unless someone waits. One string, read with
+   one ``GET`` and written with one ``SET``, costs the server far less than a hash.
+2. ``fence``: the key's fence counter, raised by ``INCR`` on every grant. When it is
+   missing (the first grant, a restart without persistence, ``FENCE_TTL`` after it
+   was made) it starts again from the server's ``TIME`` in microseconds, which is
+   above every fence handed out before: those started from an earlier ``TIME`` and
+   rose by one per grant, and no two grants fit in one microsecond.
 3. ``queue``: a sorted set of waiters' tokens, scored by arrival (``TIME`` µs).
-4. ``waiters``: a hash ``token -> "<deadline ms>|<ttl ms>|<owner>"`` (plus ``key``). A
+4. ``waiters``: a hash ``token -> "<deadline ms>|<ttl ms>|<owner>\\0<key>"``. A
    waiter refreshes its deadline every time it polls; one that died is dropped when
    its deadline passes, so it never blocks the key for longer than ``QUEUE_TTL``.
-5. ``wake:<token>``: each waiter's wake-up list, on which the
-   waiter blocks with ``BLPOP``. Releasing hands the key straight to the oldest live
-   waiter and pushes its fence and expiry there: the waiter needs no further round
-   trip, and a process that re-takes the key in a loop cannot overtake the queue.
-   A list holds at most one element and expires with ``QUEUE_TTL``.
+5. ``wake:<token>``: each waiter's wake-up list, on which the waiter blocks with
+   ``BLPOP``. Releasing hands the key straight to the oldest live waiter and pushes
+   its fence, expiry and start there: the waiter needs no further round trip, and a process
+   that re-takes the key in a loop cannot overtake the queue. A list holds at most
+   one element and expires with ``QUEUE_TTL``.
 
 Redis Cluster routes a script by its declared key and lets it touch undeclared keys of
-the same slot, which the shared hash tag guarantees. Needs Redis 6.2 (``SET … GET``).
+the same slot, which the shared hash tag guarantees. Needs Redis 6.2 (``KEEPTTL``,
+``ZADD … NX`` with scores from ``TIME``).
 
-Times are the server's: ``TIME`` for now, ``PEXPIREAT`` for expiry. Big integers go
-through ``string.format('%d')`` because Lua numbers are doubles (exact below 2^53;
-fences in microseconds are about 2^51) and their default formatting rounds.
+Times are the server's: ``TIME`` for now, ``PXAT`` for expiry. Big integers go through
+``string.format('%d')`` because Lua numbers are doubles (exact below 2^53; fences in
+microseconds are about 2^51) and their default formatting rounds.
 
+The uncontended path is what a lock is mostly asked for, so it is kept short: take is
+``GET``, ``EXISTS``, ``TIME``, ``INCR`` and ``SET``; release is ``GET`` and ``DEL``.
 ``FENCE_TTL`` and ``QUEUE_TTL`` (milliseconds) are written into the text by
-:func:`scripts_for`, so each call sends only what changes: fewer arguments to encode
-is most of what an uncontended lock can save.
+:func:`scripts_for`, and the caller's owner and key travel as one argument, so each
+call sends only what changes.
 """
 
 from __future__ import annotations
@@ -63,38 +70,33 @@ def redis_keys(prefix: str, key: str) -> RedisKeys:
                      f"{base}wake:")
 
 
-_COMMON = """
+#: Names and helpers every script starts with. ``grant`` writes a holder and returns
+#: ``"<fence> <expires ms> <since ms>"``, the start of a grant's reply.
+_PRELUDE = """
 local FENCE_TTL, QUEUE_TTL = @FENCE_TTL@, @QUEUE_TTL@
 local lock = KEYS[1]
 local base = string.sub(lock, 1, -5)
-local fence_key, queue, waiters, wake = base .. 'fence', base .. 'queue', base .. 'waiters',
-  base .. 'wake:'
 
-local function fmt(n) return string.format('%d', n) end
-
-local function clock()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- Never below the server's clock: a restart that lost the counter cannot go back. The
--- clock is almost always ahead of the counter, so one SET ... GET usually does it.
-local function next_fence(now_us)
-  local last = tonumber(redis.call('SET', fence_key, fmt(now_us), 'PX', FENCE_TTL, 'GET') or '0')
-  if last < now_us then return now_us end
-  redis.call('SET', fence_key, fmt(last + 1), 'PX', FENCE_TTL)
-  return last + 1
-end
-
-local function grant(token, owner, ttl, now_us, key)
-  local fence = next_fence(now_us)
-  local now_ms = math.floor(now_us / 1000)
+local function grant(token, flag, ttl, tail, t)
+  local fence = redis.call('INCR', base .. 'fence')
+  if fence == 1 then
+    fence = t[1] * 1000000 + t[2]
+    redis.call('SET', base .. 'fence', string.format('%d', fence), 'PX', FENCE_TTL)
+  end
+  local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
   local expires = now_ms + ttl
-  redis.call('HSET', lock, 'token', token, 'owner', owner, 'depth', '1', 'fence', fmt(fence),
-             'expires', fmt(expires), 'since', fmt(now_ms), 'key', key)
-  redis.call('PEXPIREAT', lock, fmt(expires))
-  return fence, expires
+  local numbers = string.format('%d %d %d', fence, expires, now_ms)
+  -- PXAT: an absolute expiry is stored and replicated as it is, with no rewriting. A
+  -- time in ms has 13 digits, which Lua's own number formatting keeps exact.
+  redis.call('SET', lock, token .. ' ' .. flag .. '1 ' .. numbers .. ' ' .. tail,
+             'PXAT', expires)
+  return numbers
 end
+"""
+
+#: The queue's helpers, for the scripts (or branches) that deal with waiters.
+_QUEUE = """
+local queue, waiters, wake = base .. 'queue', base .. 'waiters', base .. 'wake:'
 
 local function leave_queue(token)
   redis.call('ZREM', queue, token)
@@ -104,8 +106,8 @@ end
 
 -- The key is free: hand it to the oldest waiter whose deadline has not passed, and
 -- push the grant to its wake-up list. Dead waiters met on the way are dropped.
-local function grant_next(now_us, key)
-  local now_ms = math.floor(now_us / 1000)
+local function grant_next(t)
+  local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then
@@ -115,12 +117,14 @@ local function grant_next(now_us, key)
     local info = redis.call('HGET', waiters, head)
     leave_queue(head)
     if info then
-      local deadline, ttl, owner = string.match(info, '^(%d+)|(%d+)|(.*)$')
+      local deadline, ttl, tail = string.match(info, '^(%d+)|(%d+)|(.*)$')
       if tonumber(deadline) > now_ms then
-        local fence, expires = grant(head, owner, tonumber(ttl), now_us, key)
+        local flag = '-'
+        if redis.call('EXISTS', queue) == 1 then flag = 'q' end
+        local numbers = grant(head, flag, tonumber(ttl), tail, t)
         local list = wake .. head
         redis.call('DEL', list)
-        redis.call('RPUSH', list, fmt(fence) .. '|' .. fmt(expires))
+        redis.call('RPUSH', list, numbers)
         redis.call('PEXPIRE', list, QUEUE_TTL)
         return head
       end
@@ -129,114 +133,159 @@ local function grant_next(now_us, key)
 end
 """
 
-#: Take, re-enter or queue for a key.
-#: ARGV: token, owner, ttl ms, mode, key. Mode ``try``
-#: does not queue; ``enqueue`` joins the queue, ``wait`` keeps the place (re-joining
-#: at the back if the place was lost). A grant is one status line (``"<fence> <expires
-#: ms> <depth> <token>"``, digits and hex only), which a client parses far faster than
-#: an array; a refusal is ``{owner, fence, expires ms, now ms}`` of the holder.
-ACQUIRE = _COMMON + """
-local token, owner, ttl, mode, key = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-local function granted(fence, expires, depth, by)
-  return redis.status_reply(fence .. ' ' .. expires .. ' ' .. depth .. ' ' .. by)
-end
+#: Take, re-enter or queue for a key. ARGV: token, ``"<owner>\\0<key>"``, ttl ms, and
+#: for the queueing variant the mode: ``enqueue`` joins the queue, ``wait`` keeps the
+#: place (re-joining at the back if the place was lost). A grant is one bulk string
+#: ``"<fence> <expires ms> <since ms> <depth> <token>"``; a refusal is
+#: ``{holder's value without its token, now ms}``.
+_TAKE = """
+local token, tail, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not ttl or ttl <= 0 then return redis.error_reply('occupy: ttl must be positive') end
-local now_us = clock()
-local fields = {'token', 'owner', 'fence', 'expires', 'depth'}
-local held = redis.call('HMGET', lock, unpack(fields))
-if not held[1] and redis.call('EXISTS', queue) == 1 then
+local held = redis.call('GET', lock)
+local t = redis.call('TIME')
+if not held then
+  if redis.call('EXISTS', base .. 'queue') == 0 then
+    local numbers = grant(token, '-', ttl, tail, t)
+    @LEAVE@
+    return numbers .. ' 1 ' .. token
+  end
   -- Free, but others queued first (the holder expired, or a waiter gave up).
-  grant_next(now_us, key)
-  held = redis.call('HMGET', lock, unpack(fields))
+  @QUEUE@
+  if grant_next(t) == token then
+    redis.call('DEL', wake .. token)
+    return string.match(redis.call('GET', lock), '^%S+ %S+ (%d+ %d+ %d+)') .. ' 1 ' .. token
+  end
+  held = redis.call('GET', lock)
+  if not held then  -- every waiter was dead
+    return grant(token, '-', ttl, tail, t) .. ' 1 ' .. token
+  end
 end
-if not held[1] then
-  local fence, expires = grant(token, owner, ttl, now_us, key)
-  return granted(fmt(fence), fmt(expires), 1, token)
-end
-if held[1] == token then
+local owner_token, flag, depth, fence, expires, rest =
+  string.match(held, '^(%S+) (.)(%d+) (%d+) (%d+) (.*)$')
+if owner_token == token then
   -- Handed over on a release; the wake-up it pushed is no longer needed.
+  @QUEUE@
   leave_queue(token)
   redis.call('DEL', wake .. token)
-  return granted(held[3], held[4], held[5], token)
+  return fence .. ' ' .. expires .. ' ' .. string.match(rest, '^%d+') .. ' ' .. depth .. ' '
+    .. token
 end
-local now_ms = math.floor(now_us / 1000)
-if held[2] == owner then
+local since, held_tail = string.match(rest, '^(%d+) (.*)$')
+local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+if held_tail == tail then
   -- Re-entry: one level deeper, same token and fence, expiry never shortened.
-  local depth = redis.call('HINCRBY', lock, 'depth', 1)
-  local expires = math.max(tonumber(held[4]), now_ms + ttl)
-  if expires > tonumber(held[4]) then
-    redis.call('HSET', lock, 'expires', fmt(expires))
-    redis.call('PEXPIREAT', lock, fmt(expires))
+  depth = tonumber(depth) + 1
+  local value = owner_token .. ' ' .. flag .. depth .. ' ' .. fence .. ' '
+  if now_ms + ttl > tonumber(expires) then
+    expires = string.format('%d', now_ms + ttl)
+    redis.call('SET', lock, value .. expires .. ' ' .. rest, 'PXAT', expires)
+  else
+    redis.call('SET', lock, value .. expires .. ' ' .. rest, 'KEEPTTL')
   end
-  if mode ~= 'try' then leave_queue(token) end
-  return granted(held[3], fmt(expires), depth, held[1])
+  @LEAVE@
+  return fence .. ' ' .. expires .. ' ' .. since .. ' ' .. depth .. ' ' .. owner_token
 end
-if mode ~= 'try' then
-  redis.call('ZADD', queue, 'NX', fmt(now_us), token)
-  redis.call('HSET', waiters, token, fmt(now_ms + QUEUE_TTL) .. '|' .. fmt(ttl) .. '|' .. owner,
-             'key', key)
-  redis.call('PEXPIRE', queue, QUEUE_TTL)
-  redis.call('PEXPIRE', waiters, QUEUE_TTL)
-end
-return {held[2], held[3], held[4], fmt(now_ms)}
+@ENQUEUE@
+return {string.sub(held, #owner_token + 2), string.format('%d', now_ms)}
 """
+
+_ENQUEUE = """
+@QUEUE@
+redis.call('ZADD', queue, 'NX', string.format('%d', t[1] * 1000000 + t[2]), token)
+redis.call('HSET', waiters, token, string.format('%d', now_ms + QUEUE_TTL) .. '|' ..
+           string.format('%d', ttl) .. '|' .. tail)
+redis.call('PEXPIRE', queue, QUEUE_TTL)
+redis.call('PEXPIRE', waiters, QUEUE_TTL)
+if flag ~= 'q' then redis.call('SETRANGE', lock, #owner_token + 1, 'q') end
+"""
+
+
+def _take(queueing: bool) -> str:
+    """Return the take script: for ``try`` (no queue), or for ``enqueue`` / ``wait``."""
+    text = _TAKE
+    if queueing:
+        text = text.replace("@LEAVE@", "@QUEUE@\nleave_queue(token)")
+        text = text.replace("@ENQUEUE@", _ENQUEUE)
+    else:
+        text = text.replace("@LEAVE@", "").replace("@ENQUEUE@", "")
+    # The queue's helpers are defined only on the branches that need them, so the
+    # uncontended path does not pay for building them.
+    return _PRELUDE + text.replace("@QUEUE@", _QUEUE)
+
+
+#: Take or re-enter without queueing (``timeout=0``, and every first try).
+ACQUIRE = _take(queueing=False)
+#: Join the queue (``enqueue``) or keep one's place (``wait``); see :data:`ACQUIRE`.
+QUEUE = _take(queueing=True)
 
 #: Undo one level of a lease; on the last, delete it and hand the key to the next waiter.
 #: ARGV: token. Returns 0 if the token does not hold the key, 1 when released, 2 when
 #: one of several levels was undone.
-RELEASE = _COMMON + """
-local held = redis.call('HMGET', lock, 'token', 'depth')
-if held[1] ~= ARGV[1] then return 0 end
-if held[2] ~= '1' then
-  redis.call('HINCRBY', lock, 'depth', -1)
+RELEASE = _PRELUDE + """
+local token = ARGV[1]
+local held = redis.call('GET', lock)
+local n = #token
+-- Bytes, not substrings: a released lock is the common case, and comparing bytes
+-- makes no new strings. 32, 45 and 49 are ' ', '-' and '1'.
+if not held or string.find(held, token, 1, true) ~= 1 or string.byte(held, n + 1) ~= 32 then
+  return 0
+end
+local no_waiters, one, space = string.byte(held, n + 2, n + 4)
+if no_waiters == 45 and one == 49 and space == 32 then
+  redis.call('DEL', lock)
+  return 1
+end
+local flag, depth, rest = string.match(held, '^%S+ (.)(%d+) (.*)$')
+if depth ~= '1' then
+  redis.call('SET', lock, token .. ' ' .. flag .. (tonumber(depth) - 1) .. ' ' .. rest,
+             'KEEPTTL')
   return 2
 end
-if redis.call('EXISTS', queue) == 1 then
-  local key = redis.call('HGET', lock, 'key')
-  redis.call('DEL', lock)
-  grant_next(clock(), key)
-else
-  redis.call('DEL', lock)
-end
+redis.call('DEL', lock)
+""" + _QUEUE + """
+grant_next(redis.call('TIME'))
 return 1
 """
 
 #: Set a held lease to expire ttl ms after the server's now. ARGV: token, ttl ms.
 #: Returns the new expiry in ms, or nil if the token does not hold the key.
-EXTEND = _COMMON + """
+EXTEND = _PRELUDE + """
 local token, ttl = ARGV[1], tonumber(ARGV[2])
 if not ttl or ttl <= 0 then return redis.error_reply('occupy: ttl must be positive') end
-if redis.call('HGET', lock, 'token') ~= token then return nil end
-local expires = math.floor(clock() / 1000) + ttl
-redis.call('HSET', lock, 'expires', fmt(expires))
-redis.call('PEXPIREAT', lock, fmt(expires))
-return fmt(expires)
+local held = redis.call('GET', lock)
+if not held then return nil end
+local head, since, tail = string.match(held, '^(%S+ %S+ %d+) %d+ (%d+) (.*)$')
+if string.sub(head, 1, #token + 1) ~= token .. ' ' then return nil end
+local t = redis.call('TIME')
+local expires = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000) + ttl)
+redis.call('SET', lock, head .. ' ' .. expires .. ' ' .. since .. ' ' .. tail, 'PXAT', expires)
+return expires
 """
 
 #: Remove every trace of an attempt that gives up: its place in the queue, its wake-up
 #: list, and the key itself if it was handed over meanwhile (then to the next waiter).
-#: ARGV: token, key.
-CANCEL = _COMMON + """
+#: ARGV: token.
+CANCEL = _PRELUDE + _QUEUE + """
 local token = ARGV[1]
 leave_queue(token)
 redis.call('DEL', wake .. token)
-local holder = redis.call('HGET', lock, 'token')
-if holder == token then
+local held = redis.call('GET', lock)
+if held and string.sub(held, 1, #token + 1) == token .. ' ' then
   redis.call('DEL', lock)
-  holder = false
+  held = false
 end
-if not holder and redis.call('EXISTS', queue) == 1 then
-  grant_next(clock(), ARGV[2])
+if not held and redis.call('EXISTS', queue) == 1 then
+  grant_next(redis.call('TIME'))
 end
 return 1
 """
 
 
 def scripts_for(fence_ttl_ms: int, queue_ttl_ms: int) -> dict[str, str]:
-    """Return the four scripts by name, with a backend's TTLs written in."""
+    """Return the scripts by name, with a backend's TTLs written in."""
     def fill(text: str) -> str:
         return text.replace("@FENCE_TTL@", str(int(fence_ttl_ms))).replace(
             "@QUEUE_TTL@", str(int(queue_ttl_ms)))
 
-    return {"acquire": fill(ACQUIRE), "release": fill(RELEASE), "extend": fill(EXTEND),
-            "cancel": fill(CANCEL)}
+    return {"acquire": fill(ACQUIRE), "queue": fill(QUEUE), "release": fill(RELEASE),
+            "extend": fill(EXTEND), "cancel": fill(CANCEL)}

@@ -105,7 +105,7 @@ def test_a_ttl_of_zero_or_less_is_refused_in_python_and_in_lua(backend) -> None:
     keys = backend.keys("book:2")
     for ttl_ms in ("0", "-5", "soon"):
         with pytest.raises(ResponseError, match="ttl must be positive"):
-            backend.scripts.acquire(keys.lock, "t" * 32, "bob", ttl_ms, "try", "book:2")
+            backend.scripts.acquire(keys.lock, "t" * 32, "bob\0book:2", ttl_ms)
         with pytest.raises(ResponseError, match="ttl must be positive"):
             backend.scripts.extend(backend.keys("book:1").lock, lease.token, ttl_ms)
     assert backend.client.exists(*keys) == 0  # nothing was written for the refused ttl
