@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-all mysql-driver bench serve lint clean
+.PHONY: venv demo test test-all mysql-driver databases bench serve lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +37,19 @@ test-all: mysql-driver
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=postgresql $(PY) -m pytest $(STORE_TESTS)
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=mysql $(PY) -m pytest $(STORE_TESTS)
 
+## databases: create the `occupy` databases the benchmarks use, on each server that is up
+## (the tests create their own)
+databases:
+	@if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then \
+	  psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'occupy'" \
+	    | grep -q 1 || psql -h 127.0.0.1 -U postgres -qc "CREATE DATABASE occupy"; \
+	else echo "PostgreSQL is not answering on 127.0.0.1:5432; its benchmarks will skip"; fi
+	@if mariadb-admin -h 127.0.0.1 -uroot ping >/dev/null 2>&1; then \
+	  mariadb -h 127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS occupy CHARACTER SET utf8mb4"; \
+	else echo "MariaDB is not answering on 127.0.0.1:3306; its benchmarks will skip"; fi
+
 ## bench: occupy against its peers on the local servers, figures and ratios
-bench: venv
+bench: venv databases
 	$(PY) -m bench
 
 ## serve: the example site (admin and API) at http://127.0.0.1:8000/

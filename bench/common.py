@@ -1,8 +1,10 @@
 """What every benchmark shares: Django set-up, alternating rounds, and the report table.
 
 Figures are rates from the median of several rounds; the candidates' rounds alternate
-(A, B, C, A, B, C, …) so that a noisy neighbour slows every candidate alike. Ratios are
-against the first candidate named as the reference.
+(A, B, C, A, B, C, …) so that a noisy neighbour slows every candidate alike. A ratio is
+the median of the round-by-round ratios to the reference (each against the reference's
+round next to it), so a machine that speeds up or slows down between rounds moves both
+sides of a ratio together; its spread is printed beside it.
 """
 
 from __future__ import annotations
@@ -43,6 +45,17 @@ class Result:
         """Return the median rate."""
         return statistics.median(self.rates)
 
+    def ratios(self, reference: Result) -> list[float]:
+        """Return this result's ratios to ``reference``, round by round when they ran
+        in the same rounds, else the one ratio of their medians."""
+        if len(self.rates) != len(reference.rates):
+            return [self.rate / reference.rate]
+        return [mine / theirs for mine, theirs in zip(self.rates, reference.rates, strict=True)]
+
+    def ratio(self, reference: Result) -> float:
+        """Return the median of :meth:`ratios`."""
+        return statistics.median(self.ratios(reference))
+
 
 def alternate(
     candidates: dict[str, Callable[[int], None]], *, ops: int, rounds: int = 5,
@@ -70,5 +83,7 @@ def print_table(title: str, results: list[Result], *, reference: str | None = No
     width = max(len(r.name) for r in results)
     for r in results:
         spread = f"{min(r.rates):,.0f}–{max(r.rates):,.0f}"
+        ratios = r.ratios(ref)
+        ratio_spread = f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(ratios) > 1 else ""
         print(f"  {r.name.ljust(width)}  {r.rate:>10,.0f} {r.unit}  "
-              f"({spread})  {r.rate / ref.rate:5.2f}× {ref.name}")
+              f"({spread})  {r.ratio(ref):5.2f}×{ratio_spread} {ref.name}")
