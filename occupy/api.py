@@ -124,7 +124,7 @@ def release(lease: Lease) -> None:
     """Release one level of ``lease``; raise :class:`~occupy.LeaseLost` if it was no
     longer held (it expired or was taken over: nobody else's claim is touched)."""
     lease = _releasable(lease)
-    backend = lease._backend()
+    backend = lease.backend or lease._backend()
     backend.release(lease)
     signals.lease_released.send(sender=type(backend), lease=lease)
 

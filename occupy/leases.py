@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ def default_owner() -> str:
 
 def new_token() -> str:
     """Return an unguessable token for one acquisition (128 bits, hex)."""
-    return secrets.token_hex(16)
+    return os.urandom(16).hex()  # what secrets.token_hex(16) does, one call shorter
 
 
 class Holder(NamedTuple):

@@ -17,8 +17,16 @@ MAX_KEY_LENGTH = 255
 MAX_TTL = 10 * 365 * 24 * 3600
 
 
+_REALS = (int, float)
+
+
 def check_key(key: Any, *, name: str = "key") -> str:
     """Return ``key`` if it is a usable lock key, else raise naming the problem."""
+    # The usual key first, in one test: ASCII text cannot hold a lone surrogate.
+    if type(key) is str and 0 < len(key) <= MAX_KEY_LENGTH and key.isascii() and (
+        "\x00" not in key
+    ):
+        return key
     if not isinstance(key, str):
         raise TypeError(f"{name} must be a str, not {type(key).__name__} ({key!r}).")
     if not key:
@@ -53,6 +61,8 @@ def _number(name: str, value: Any) -> float:
 
 def check_ttl(ttl: Any) -> float:
     """Return ``ttl`` as seconds if it is positive and finite, else raise."""
+    if type(ttl) in _REALS and 0 < ttl <= MAX_TTL:  # NaN and infinity fail this test
+        return float(ttl)
     seconds = _number("ttl", ttl)
     if not math.isfinite(seconds):
         raise ValueError(f"ttl must be finite, not {ttl!r}; use renew=True for long work.")
@@ -67,6 +77,8 @@ def check_timeout(timeout: Any) -> float | None:
     """Return ``timeout`` as seconds (``None`` or infinity: wait forever), else raise."""
     if timeout is None:
         return None
+    if type(timeout) in _REALS and 0 <= timeout < math.inf:
+        return float(timeout)
     seconds = _number("timeout", timeout)
     if seconds < 0:
         raise ValueError(f"timeout must be 0 or more (or None to wait forever), not {timeout!r}.")

@@ -159,16 +159,17 @@ class BaseBackend:
     # --- generic work ----------------------------------------------------------------
     def acquire(self, key: str, *, owner: str, ttl: float, timeout: float | None) -> Lease:
         """Take ``key``, waiting at most ``timeout`` seconds (``None``: forever)."""
+        # One thread makes every call on this attempt, so they need no mutex.
         attempt = self.attempt(key, owner, ttl)
-        deadline = None if timeout is None else time.monotonic() + timeout
         granted = False
         try:
-            lease = attempt._locked("try_acquire")
+            lease = attempt.try_acquire()
             if lease is None and timeout != 0:
-                attempt._locked("enqueue")
+                deadline = None if timeout is None else time.monotonic() + timeout
+                attempt.enqueue()
                 for remaining in _remaining(deadline):
                     attempt.wait(_pause(attempt, remaining))
-                    lease = attempt._locked("try_acquire")
+                    lease = attempt.try_acquire()
                     if lease is not None:
                         break
             if lease is None:
@@ -177,7 +178,7 @@ class BaseBackend:
             return lease
         finally:
             if not granted:
-                attempt._locked("cancel")
+                attempt.cancel()
 
     async def aacquire(
         self, key: str, *, owner: str, ttl: float, timeout: float | None

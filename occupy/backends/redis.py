@@ -62,15 +62,16 @@ class _Script:
     """A Lua script called with one key by ``EVALSHA``, through redis-py's script cache
     (``register_script``), loaded again if the server lost it (a restart, a failover)."""
 
-    __slots__ = ("evalsha", "script")
+    __slots__ = ("execute", "script", "sha")
 
     def __init__(self, client: Any, text: str) -> None:
         self.script = client.register_script(text)
-        self.evalsha = client.evalsha
+        self.sha = self.script.sha
+        self.execute = client.execute_command
 
     def __call__(self, key: str, *args: Any) -> Any:
         try:
-            return self.evalsha(self.script.sha, 1, key, *args)
+            return self.execute("EVALSHA", self.sha, 1, key, *args)
         except NoScriptError:
             return self.script([key], args)
 
@@ -85,7 +86,7 @@ class _Scripts(NamedTuple):
 
 def to_datetime(ms: Any) -> datetime:
     """Return a server time in milliseconds as an aware UTC datetime."""
-    return _EPOCH + timedelta(milliseconds=int(ms))
+    return _EPOCH + timedelta(0, 0, 0, int(ms))
 
 
 def to_ms(ttl: float, name: str = "ttl") -> int:
