@@ -26,16 +26,40 @@ pytestmark = [
 ]
 
 
-def _spare_port() -> int:
+#: Redis Cluster talks to its peers on the port 10,000 above its own, and refuses to
+#: start on a port above 55535 (random free ports go up to 60999 on Linux).
+CLUSTER_BUS_OFFSET = 10000
+
+
+def _free(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _spare_port(*, cluster: bool = False) -> int:
+    """Return a free port; for a cluster node, one whose bus port is valid and free too."""
+    for _ in range(200):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if not cluster:
+            return port
+        bus = port + CLUSTER_BUS_OFFSET
+        if bus <= 65535 and _free(bus):
+            return port
+    raise AssertionError("no free port pair for a Redis Cluster node")
 
 
 @contextmanager
 def redis_server(port: int, directory: Path, *options: str) -> Iterator[None]:
     """Run ``redis-server`` on ``port`` without persistence until the block ends."""
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     proc = subprocess.Popen(
         [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
@@ -43,8 +67,13 @@ def redis_server(port: int, directory: Path, *options: str) -> Iterator[None]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        probe = redis.Redis(port=port, socket_timeout=1)
+        # No retries of its own: redis-py's default backoff would make a server that
+        # never starts (it exited at once) look like a hang of minutes.
+        probe = redis.Redis(port=port, socket_timeout=1, retry=Retry(NoBackoff(), 0))
         for _ in range(100):
+            if proc.poll() is not None:
+                raise AssertionError(f"redis-server exited with {proc.returncode} on port "
+                                     f"{port} ({' '.join(options)})")
             try:
                 probe.ping()
                 break
@@ -95,15 +124,17 @@ def test_every_script_stays_in_one_cluster_slot(tmp_path: Path) -> None:
     import redis
     from redis.cluster import RedisCluster
 
-    port = _spare_port()
+    port = _spare_port(cluster=True)
     with redis_server(port, tmp_path, "--cluster-enabled", "yes",
                       "--cluster-config-file", str(tmp_path / "nodes.conf")):
         node = redis.Redis(port=port)
         node.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
-        for _ in range(100):
+        for _ in range(200):
             if b"cluster_state:ok" in node.execute_command("CLUSTER", "INFO"):
                 break
             time.sleep(0.05)
+        else:
+            raise AssertionError("the one-node cluster never reported cluster_state:ok")
         node.close()
         cluster = RedisCluster(host="127.0.0.1", port=port)
         try:
