@@ -281,15 +281,24 @@ class DatabaseBackend(BaseBackend):
             if not deleted:
                 return total
 
+    def now(self) -> Any:
+        """Return the store's now as an ORM expression: the clock claims expire by.
+
+        Not Django's ``Now()``: on MySQL that is ``CURRENT_TIMESTAMP`` in the session's
+        time zone, while claims are written and expire by ``UTC_TIMESTAMP()``.
+        """
+        from django.db.models import DateTimeField
+        from django.db.models.expressions import RawSQL
+
+        return RawSQL(self.dialect.now, [], output_field=DateTimeField())
+
     def claims(self) -> Iterable[Claim]:
         """Yield every live claim, granted and queued, ordered by key."""
-        from django.db.models.functions import Now
-
         from occupy.models import Occupation
 
         rows = (
             Occupation.objects.using(self.database)
-            .filter(expires_at__gt=Now())
+            .filter(expires_at__gt=self.now())
             .order_by("key", "id")
             .values_list("key", "owner", "state", "created_at", "expires_at", "fence")
         )

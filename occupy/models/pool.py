@@ -13,7 +13,6 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import connections, models, transaction
 from django.db.models import Exists, OuterRef, Q, TextField, Value
-from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Replace
 
 from occupy.api import DEFAULT, acquire, release
@@ -46,11 +45,9 @@ def live_claims(model: type[models.Model], backend: DatabaseBackend) -> models.Q
 
     content_type = ContentType.objects.db_manager(backend.database).get_for_model(
         lock_model(model))
-    # The backend's own clock expression: Django's Now() is CURRENT_TIMESTAMP on MySQL,
-    # in the session's time zone, while claims expire by UTC_TIMESTAMP().
-    now = RawSQL(backend.dialect.now, [], output_field=models.DateTimeField())
     return Occupation.objects.using(backend.database).filter(
-        content_type_id=content_type.pk, state=Occupation.State.USING, expires_at__gt=now,
+        content_type_id=content_type.pk, state=Occupation.State.USING,
+        expires_at__gt=backend.now(),
     )
 
 
