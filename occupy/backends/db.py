@@ -40,7 +40,6 @@ with the app.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -55,8 +54,16 @@ from django.db import DatabaseError, IntegrityError, OperationalError, connectio
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
 
-from occupy.backends.base import Attempt, BaseBackend, Claim
-from occupy.backends.sql import SQLITE_FUNCTIONS, TABLE, Dialect, dialect_for
+from occupy.backends.base import BaseBackend, Claim
+from occupy.backends.db_attempt import DatabaseAttempt
+from occupy.backends.sql import (
+    PG_RELEASE_AND_WAKE,
+    PG_SESSION,
+    SQLITE_FUNCTIONS,
+    Dialect,
+    dialect_for,
+    digest,
+)
 from occupy.exceptions import InvalidBackendError, OccupyError
 from occupy.leases import Holder, Lease
 
@@ -69,11 +76,6 @@ _OBJECT_KEY = re.compile(r"^([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*):(.+)$")
 #: Connections a forked child inherited: kept referenced so that garbage collection
 #: never closes (and so terminates) the parent's session from the child.
 _inherited: list[BaseDatabaseWrapper] = []
-
-
-def digest(key: str) -> str:
-    """Return the SHA-256 hex digest rows are looked up by."""
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 class DatabaseBackend(BaseBackend):
@@ -114,7 +116,7 @@ class DatabaseBackend(BaseBackend):
                     conn.connection.create_function(name, 0, func)
             elif conn.vendor == "postgresql":
                 with conn.cursor() as cursor:
-                    cursor.execute(_PG_SESSION)
+                    cursor.execute(PG_SESSION)
         return conn
 
     def _new_connection(self) -> BaseDatabaseWrapper:
@@ -224,7 +226,7 @@ class DatabaseBackend(BaseBackend):
         d = digest(lease.key)
         sql = self.dialect
         if self.dialect.vendor == "postgresql":
-            count = self.execute(_PG_RELEASE_AND_WAKE, [d, lease.token], key=lease.key)[1][0][0]
+            count = self.execute(PG_RELEASE_AND_WAKE, [d, lease.token], key=lease.key)[1][0][0]
             self.forget_listen()
         else:
             count = self.execute(sql.release(), [d, lease.token], key=lease.key)[0]
@@ -319,209 +321,6 @@ class DatabaseBackend(BaseBackend):
 
         content_type = ContentType.objects.db_manager(self.database).get_for_model(model)
         return content_type.pk, object_id
-
-
-# PostgreSQL, on the backend's own connections: every statement finds its rows through an
-# index (a key's digest or slot, an id, the expiry for sweeps). A lock table is small and
-# churns, so its statistics often say "empty"; a plan made then (and kept, when prepared)
-# would scan the whole table on every lock once it has grown.
-_PG_SESSION = "SET enable_seqscan = off"
-# PostgreSQL: the oldest live queued claim on a digest: the one to wake. The key's claims
-# are gathered first (MATERIALIZED: through the digest index), because "ORDER BY id
-# LIMIT 1" over the table could be planned, and the plan kept, as a walk of the primary
-# key through every older claim of every key.
-_PG_NEXT_IN_LINE = (
-    f"WITH queued AS MATERIALIZED (SELECT o.id FROM {TABLE} o WHERE o.digest = {{digest}} "
-    "AND o.state = 'pending' AND (o.expires_at > statement_timestamp()) IS TRUE) "
-    "SELECT min(id) AS id FROM queued"
-)
-# PostgreSQL: release and wake the next claim in line, if any, in one statement.
-_PG_RELEASE_AND_WAKE = (
-    f"WITH gone AS (DELETE FROM {TABLE} WHERE slot = %s AND token = %s AND depth = 1 "
-    "AND (expires_at > statement_timestamp()) IS TRUE RETURNING digest), "
-    "woken AS (SELECT pg_notify('occupy_' || n.id, '') FROM ("
-    + _PG_NEXT_IN_LINE.format(digest="(SELECT digest FROM gone)")
-    + ") n WHERE n.id IS NOT NULL) "
-    "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)"
-)
-# PostgreSQL: wake the next claim in line (after a queued claim left).
-_PG_WAKE_NEXT = (
-    "SELECT count(*) FROM (SELECT pg_notify('occupy_' || n.id, '') FROM ("
-    + _PG_NEXT_IN_LINE.format(digest="%s")
-    + ") n WHERE n.id IS NOT NULL) w"
-)
-
-
-class DatabaseAttempt(Attempt):
-    """One try at a key: the fast path, then a pending claim that waits its turn."""
-
-    def __init__(self, backend: DatabaseBackend, key: str, owner: str, ttl: float) -> None:
-        super().__init__(backend, key, owner, ttl)
-        self.backend: DatabaseBackend = backend
-        self.max_delay = backend.poll_interval
-        self.digest = digest(key)
-        self.pending_id: int | None = None
-        self.beat_at = 0.0
-        #: The channel this attempt listens on (PostgreSQL, while queued), or None.
-        self.listening: str | None = None
-        #: Just queued: the next pause is skipped (see the module docstring).
-        self.fresh = False
-        self.pauses = 0
-        self.content_type_id, self.object_id = backend.object_of(key)
-
-    @property
-    def sql(self) -> Dialect:
-        return self.backend.dialect
-
-    def run(self, statement: str, params: Sequence[Any]) -> tuple[int, list[Any]]:
-        return self.backend.execute(statement, params, key=self.key)
-
-    def lease(self, token: str, fence: Any, expires_at: Any, depth: int = 1) -> Lease:
-        return Lease(
-            key=self.key, owner=self.owner, token=token, fence=int(fence),
-            expires_at=self.sql.to_datetime(expires_at), ttl=self.ttl,
-            using=self.backend.alias, depth=depth, backend=self.backend,
-        )
-
-    def try_acquire(self) -> Lease | None:
-        """Grant the key if it is free, re-enter it if the owner holds it, or promote
-        the queued claim if its turn has come; else return ``None``."""
-        try:
-            if self.pending_id is None:
-                return self._grant_if_free() or self._look()
-            return self._promote()
-        except OccupyError:
-            if self.backend.dialect.vendor != "sqlite":
-                raise
-            return None  # SQLite stayed locked by another writer: not granted this time
-
-    def _grant_if_free(self) -> Lease | None:
-        rows = self.run(self.sql.grant_if_free(), [
-            self.key, self.digest, self.digest, self.content_type_id, self.object_id,
-            self.owner, self.token, self.sql.seconds(self.ttl), self.digest,
-        ])[1]
-        return self.lease(self.token, *rows[0]) if rows else None
-
-    def _look(self) -> Lease | None:
-        """After the fast path failed: re-enter, clear expired claims, or report held."""
-        rows = self.run(self.sql.claims_of_key(), [self.digest])[1]
-        now = self.sql.to_datetime(rows[0][7]) if rows else None
-        expired = False
-        for _id, owner, token, state, _fence, _depth, expires_at, _now in rows:
-            if self.sql.to_datetime(expires_at) <= now:
-                expired = True
-            elif state == "using" and owner == self.owner:
-                return self._reenter(token)
-        if expired:
-            self.run(self.sql.purge_expired_of_key(), [self.digest])
-        if expired or not rows:
-            return self._grant_if_free()
-        return None
-
-    def _reenter(self, token: str) -> Lease | None:
-        count = self.run(self.sql.reenter(), [self.sql.seconds(self.ttl), self.digest,
-                                              self.owner])[0]
-        if not count:
-            return None
-        rows = self.run(self.sql.granted(), [self.digest, token])[1]
-        return self.lease(token, *rows[0]) if rows else None
-
-    def enqueue(self) -> None:
-        """Insert the pending claim that holds this caller's place in the queue, and on
-        PostgreSQL listen on its channel."""
-        self.pending_id = int(self.run(self.sql.enqueue(), [
-            self.key, self.digest, self.content_type_id, self.object_id, self.owner,
-            self.token, self.sql.seconds(self.backend.pending_ttl),
-        ])[1][0][0])
-        self.beat_at = time.monotonic()
-        self.fresh = True
-        self.pauses = 0
-        if self.sql.vendor == "postgresql" and not self.asynchronous:
-            self._unlisten()  # queued again under a new id: listen on the new channel
-            self.backend.forget_listen()
-            self.listening = f"occupy_{self.pending_id}"
-            self.run(f"LISTEN {self.listening}", [])
-
-    def _promote(self) -> Lease | None:
-        assert self.pending_id is not None
-        for _ in range(2):
-            try:
-                count, rows = self.run(self.sql.promote(), [
-                    self.digest, self.digest, self.sql.seconds(self.ttl), self.pending_id,
-                    self.digest, self.pending_id,
-                ])
-                break
-            except IntegrityError:
-                # An expired holder still has the slot: clear it and try again at once
-                # (nobody will notify: an expired holder never releases).
-                self.run(self.sql.purge_expired_of_key(), [self.digest])
-        else:
-            return None
-        if not (rows if self.sql.update_returning else count):
-            self._keep_queued()
-            return None
-        if not self.sql.update_returning:
-            rows = self.run(self.sql.granted(), [self.digest, self.token])[1]
-            if not rows:
-                return None
-        if self.listening:
-            # UNLISTEN waits for the release (forget_listen): the holder starts work now.
-            self.backend._local.stale_channel, self.listening = self.listening, None
-        return self.lease(self.token, *rows[0][:2])
-
-    def _keep_queued(self) -> None:
-        """Heartbeat the pending claim; if it expired meanwhile, queue again."""
-        if time.monotonic() - self.beat_at < self.backend.pending_ttl / 3:
-            return
-        count = self.run(self.sql.heartbeat(), [
-            self.sql.seconds(self.backend.pending_ttl), self.pending_id,
-        ])[0]
-        self.beat_at = time.monotonic()
-        if not count:
-            self.run(self.sql.forget(), [self.digest, self.token])
-            self.enqueue()
-
-    def wait(self, seconds: float) -> None:
-        """Sleep, or on PostgreSQL wait for this claim's ``NOTIFY`` (polling as fallback)."""
-        if not self.listening or seconds <= 0:
-            time.sleep(seconds)
-            return
-        raw = self.backend.connection().connection
-        try:
-            # Notifications for channels this connection listened on before are stale.
-            for note in raw.notifies(timeout=seconds):
-                if note.channel == self.listening:
-                    break
-        except TypeError:  # psycopg older than 3.2, or psycopg2: poll instead
-            time.sleep(seconds)
-
-    def next_delay(self) -> float:
-        """Return the next pause: none right after queueing; then on PostgreSQL the
-        fallback poll for a lost wake-up, elsewhere capped exponential backoff."""
-        if self.fresh:
-            self.fresh = False
-            return 0.0
-        if self.listening:
-            self.pauses += 1
-            return self.max_delay if self.pauses == 1 else self.max_delay * 4
-        return super().next_delay()
-
-    def cancel(self) -> None:
-        """Delete this attempt's claim, queued or granted, and wake the next waiter."""
-        self.run(self.sql.forget(), [self.digest, self.token])
-        if self.pending_id is not None and self.sql.vendor == "postgresql":
-            self.run(_PG_WAKE_NEXT, [self.digest])
-        self._unlisten()
-
-    def _unlisten(self) -> None:
-        if self.listening:
-            channel, self.listening = self.listening, None
-            self.run(f"UNLISTEN {channel}", [])
-
-    def current_holder(self) -> tuple[Holder | None, float | None]:
-        """Return the holder and its remaining seconds, by the database's clock."""
-        found = self.backend._holder(self.key)
-        return (None, None) if found is None else found
 
 
 def _is_transient(vendor: str, error: DatabaseError) -> bool:

@@ -7,13 +7,14 @@ time is the database's own clock; nothing here compares app-server clocks.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["Dialect", "dialect_for"]
+__all__ = ["PG_RELEASE_AND_WAKE", "PG_SESSION", "PG_WAKE_NEXT", "Dialect", "dialect_for", "digest"]
 
 TABLE = "occupy_occupation"
 # "key" is reserved in MySQL; {q} is the vendor's identifier quote.
@@ -21,6 +22,11 @@ COLUMNS = (
     "{q}key{q}, digest, slot, content_type_id, object_id, owner, token, state, fence, depth, "
     "expires_at, created_at"
 )
+
+
+def digest(key: str) -> str:
+    """Return the SHA-256 hex digest rows are looked up by."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -238,6 +244,37 @@ class Dialect:
             f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} "
             f"WHERE expires_at <= {self.now} LIMIT %s) AND expires_at <= {self.now}"
         )
+
+
+# PostgreSQL, on the backend's own connections: every statement finds its rows through an
+# index (a key's digest or slot, an id, the expiry for sweeps). A lock table is small and
+# churns, so its statistics often say "empty"; a plan made then (and kept, when prepared)
+# would scan the whole table on every lock once it has grown.
+PG_SESSION = "SET enable_seqscan = off"
+# PostgreSQL: the oldest live queued claim on a digest: the one to wake. The key's claims
+# are gathered first (MATERIALIZED: through the digest index), because "ORDER BY id
+# LIMIT 1" over the table could be planned, and the plan kept, as a walk of the primary
+# key through every older claim of every key.
+PG_NEXT_IN_LINE = (
+    f"WITH queued AS MATERIALIZED (SELECT o.id FROM {TABLE} o WHERE o.digest = {{digest}} "
+    "AND o.state = 'pending' AND (o.expires_at > statement_timestamp()) IS TRUE) "
+    "SELECT min(id) AS id FROM queued"
+)
+# PostgreSQL: release and wake the next claim in line, if any, in one statement.
+PG_RELEASE_AND_WAKE = (
+    f"WITH gone AS (DELETE FROM {TABLE} WHERE slot = %s AND token = %s AND depth = 1 "
+    "AND (expires_at > statement_timestamp()) IS TRUE RETURNING digest), "
+    "woken AS (SELECT pg_notify('occupy_' || n.id, '') FROM ("
+    + PG_NEXT_IN_LINE.format(digest="(SELECT digest FROM gone)")
+    + ") n WHERE n.id IS NOT NULL) "
+    "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)"
+)
+# PostgreSQL: wake the next claim in line (after a queued claim left).
+PG_WAKE_NEXT = (
+    "SELECT count(*) FROM (SELECT pg_notify('occupy_' || n.id, '') FROM ("
+    + PG_NEXT_IN_LINE.format(digest="%s")
+    + ") n WHERE n.id IS NOT NULL) w"
+)
 
 
 def _sqlite_clock_us() -> int:

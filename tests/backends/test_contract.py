@@ -265,9 +265,10 @@ def _steal(backend, lease) -> None:
     from django.core.cache import caches
 
     from occupy.backends.cache import CacheBackend
-    from occupy.backends.db import DatabaseBackend, digest
+    from occupy.backends.db import DatabaseBackend
     from occupy.backends.file import FileBackend
     from occupy.backends.redis import RedisBackend
+    from occupy.backends.sql import digest
 
     if isinstance(backend, DatabaseBackend):
         backend.execute("DELETE FROM occupy_occupation WHERE digest = %s", [digest(lease.key)])
