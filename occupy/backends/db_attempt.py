@@ -7,6 +7,10 @@ first served. On PostgreSQL the pending claim listens on a channel of its own an
 woken by ``NOTIFY`` (see :mod:`occupy.backends.db`); elsewhere it polls with capped
 backoff. A pending claim is kept alive by heartbeats and expires ``PENDING_TTL`` after
 the last one, so a waiter that died leaves the queue by itself.
+
+A release that was already running when a claim was queued may have looked for waiters
+before that claim was committed, and so woken nobody: a newly queued claim therefore
+tries again at once, without a pause.
 """
 
 from __future__ import annotations
