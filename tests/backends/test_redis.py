@@ -124,6 +124,36 @@ def test_reentry_returns_the_same_token_and_fence(backend) -> None:
         occupy.release(outer)
 
 
+def test_reentry_with_a_longer_ttl_moves_the_expiry_in_redis_too(backend) -> None:
+    outer = occupy.acquire("book:1", owner="alice", ttl=5, using=ALIAS)
+    inner = occupy.acquire("book:1", owner="alice", ttl=60, using=ALIAS)
+    assert inner.expires_at > outer.expires_at
+    assert backend.client.pttl(backend.keys("book:1").lock) > 50_000
+    assert occupy.holder("book:1", using=ALIAS).expires_at == inner.expires_at
+    occupy.release(inner)  # one level undone: the expiry stays where re-entry put it
+    assert backend.client.pttl(backend.keys("book:1").lock) > 50_000
+    occupy.release(outer)
+    assert occupy.holder("book:1", using=ALIAS) is None
+
+
+def test_a_newcomer_does_not_overtake_a_waiter_when_the_holder_expires(live_db: None) -> None:
+    """The key is free between the holder's expiry and the waiter's next look: a newcomer
+    that tries then is refused, and the key goes to the waiter."""
+    brisk = _brisk(POLL_INTERVAL=5, QUEUE_TTL=10)
+    alice = brisk.acquire("book:1", owner="alice", ttl=0.3, timeout=0)
+    bob = brisk.attempt("book:1", "bob", 30)
+    assert bob.try_acquire() is None
+    bob.enqueue()  # queued, and not looking until the test says so
+    time.sleep(0.5)  # alice's lease has run out; the key is free but bob is in line
+    with pytest.raises(occupy.Occupied) as refused:
+        brisk.acquire("book:1", owner="carol", ttl=30, timeout=0)
+    assert refused.value.holder.owner == "bob"  # carol's try handed the key to bob
+    lease = bob.try_acquire()
+    assert lease is not None and lease.owner == "bob" and lease.fence > alice.fence
+    occupy.release(lease)
+    assert _names(brisk) == [brisk.keys("book:1").fence]
+
+
 def test_claims_show_the_holder_and_the_waiters_never_tokens(backend) -> None:
     alice = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
     got = []
