@@ -19,7 +19,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -78,8 +78,13 @@ class Attempt:
         """Remove every claim this attempt made (queued or granted)."""
         raise NotImplementedError("subclasses of Attempt must provide a cancel() method")
 
-    def enqueue(self) -> None:
-        """Join the key's queue of waiters, so they are served in arrival order."""
+    def enqueue(self) -> Lease | None:
+        """Join the key's queue of waiters, so they are served in arrival order.
+
+        Return a lease if joining granted the key at once (it came free meanwhile, or
+        its owner holds it and re-enters); the caller then has it and must not cancel.
+        """
+        return None
 
     def current_holder(self) -> tuple[Holder | None, float | None]:
         """Return the key's holder and the seconds left on its lease, for the error."""
@@ -166,12 +171,10 @@ class BaseBackend:
             lease = attempt.try_acquire()
             if lease is None and timeout != 0:
                 deadline = None if timeout is None else time.monotonic() + timeout
-                attempt.enqueue()
-                for remaining in _remaining(deadline):
+                lease = attempt.enqueue()
+                while lease is None and (remaining := _left(deadline)) > 0:
                     attempt.wait(_pause(attempt, remaining))
                     lease = attempt.try_acquire()
-                    if lease is not None:
-                        break
             if lease is None:
                 raise self._occupied(attempt, waited=timeout)
             granted = True
@@ -192,12 +195,10 @@ class BaseBackend:
         try:
             lease = await run("try_acquire")
             if lease is None and timeout != 0:
-                await run("enqueue")
-                for remaining in _remaining(deadline):
+                lease = await run("enqueue")
+                while lease is None and (remaining := _left(deadline)) > 0:
                     await attempt.await_wake(_pause(attempt, remaining))
                     lease = await run("try_acquire")
-                    if lease is not None:
-                        break
             if lease is None:
                 raise await sync_to_async(self._occupied, thread_sensitive=False)(
                     attempt, waited=timeout
@@ -252,13 +253,9 @@ class BaseBackend:
         )
 
 
-def _remaining(deadline: float | None) -> Iterator[float]:
-    """Yield the seconds left before ``deadline`` (forever when ``None``) until it passes."""
-    while True:
-        remaining = math.inf if deadline is None else deadline - time.monotonic()
-        if remaining <= 0:
-            return
-        yield remaining
+def _left(deadline: float | None) -> float:
+    """Return the seconds left before ``deadline`` (always infinity when ``None``)."""
+    return math.inf if deadline is None else deadline - time.monotonic()
 
 
 def _pause(attempt: Attempt, remaining: float) -> float:

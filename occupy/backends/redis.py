@@ -18,8 +18,9 @@ OPTIONS: ``CACHE`` (the django-redis cache alias, default ``"default"``), ``PREF
 (of every Redis key, default ``"occupy:"``), ``POLL_INTERVAL`` (longest block before a
 waiter looks again and refreshes its place, default 0.25 s), ``QUEUE_TTL`` (how long a
 waiter's place outlives its last look, default 3 s), ``FENCE_TTL`` (how long a key's
-fence counter lives from its first grant, default one day; a new counter starts from
-the server's clock, above every fence before it). Needs Redis 6.2 or later.
+fence counter lives from its first grant, default one day; every fence is at least the
+server's clock in µs, so a new counter starts above every fence before it). Needs
+Redis 6.2 or later.
 """
 
 from __future__ import annotations
@@ -351,12 +352,9 @@ class RedisAttempt(Attempt):
 
     def _run(self, mode: str) -> Lease | None:
         scripts = self.backend.scripts
+        script = scripts.acquire if mode == "try" else scripts.queue
         try:
-            if mode == "try":
-                reply = scripts.acquire(self.rkeys.lock, self.token, self.tail, self.ttl_ms)
-            else:
-                reply = scripts.queue(self.rkeys.lock, self.token, self.tail, self.ttl_ms,
-                                      mode)
+            reply = script(self.rkeys.lock, self.token, self.tail, self.ttl_ms)
         except RedisError as e:
             raise failed(self.key, e) from e
         if isinstance(reply, list):
@@ -375,12 +373,13 @@ class RedisAttempt(Attempt):
         """Grant, re-enter, or (once queued) keep this attempt's place in the queue."""
         if self.handed is not None:
             return self.handed
-        return self._run("wait" if self.queued else "try")
+        return self._run("queue" if self.queued else "try")
 
-    def enqueue(self) -> None:
-        """Join the queue; if the key came free meanwhile, take it at once."""
+    def enqueue(self) -> Lease | None:
+        """Join the queue; if the key came free meanwhile (or its owner holds it),
+        take it at once."""
         self.queued = True
-        self.handed = self._run("enqueue")
+        return self._run("queue")
 
     def next_delay(self) -> float:
         """Return how long to block: the poll interval, or until the holder expires."""

@@ -9,32 +9,33 @@ tag (so one Redis Cluster slot): ``<prefix>{<digest>}:`` followed by
    ``flag`` is ``q`` once a waiter has queued behind this holder, else ``-``, so a
    release needs no look at the queue unless someone waits. One string, read with
    one ``GET`` and written with one ``SET``, costs the server far less than a hash.
-2. ``fence``: the key's fence counter, raised by ``INCR`` on every grant. When it is
-   missing (the first grant, a restart without persistence, ``FENCE_TTL`` after it
-   was made) it starts again from the server's ``TIME`` in microseconds, which is
-   above every fence handed out before: those started from an earlier ``TIME`` and
-   rose by one per grant, and no two grants fit in one microsecond.
+2. ``fence``: the last fence handed out for the key. Every new fence is the server's
+   ``TIME`` in microseconds, or one above the last if that is ahead (a clock stepped
+   back, two grants in one microsecond). So fences rise across releases and expiry,
+   and also when the counter is lost or set back: a restart without persistence, a
+   restore of an older snapshot, a failover to a replica that lagged. The counter
+   lives ``FENCE_TTL`` from its first grant; after that the clock alone floors it.
 3. ``queue``: a sorted set of waiters' tokens, scored by arrival (``TIME`` µs).
 4. ``waiters``: a hash ``token -> "<deadline ms>|<ttl ms>|<owner>\\0<key>"``. A
    waiter refreshes its deadline every time it polls; one that died is dropped when
    its deadline passes, so it never blocks the key for longer than ``QUEUE_TTL``.
 5. ``wake:<token>``: each waiter's wake-up list, on which the waiter blocks with
    ``BLPOP``. Releasing hands the key straight to the oldest live waiter and pushes
-   its fence, expiry and start there: the waiter needs no further round trip, and a process
-   that re-takes the key in a loop cannot overtake the queue. A list holds at most
+   its fence, expiry and start there: the waiter needs no further round trip, and a
+   process that re-takes the key in a loop cannot overtake the queue. A list holds at most
    one element and expires with ``QUEUE_TTL``.
 
 Redis Cluster routes a script by its declared key and lets it touch undeclared keys of
-the same slot, which the shared hash tag guarantees. Needs Redis 6.2 (``KEEPTTL``,
-``ZADD … NX`` with scores from ``TIME``).
+the same slot, which the shared hash tag guarantees. Needs Redis 6.2 (``SET … GET``,
+``PXAT``).
 
 Times are the server's: ``TIME`` for now, ``PXAT`` for expiry. Big integers go through
 ``string.format('%d')`` because Lua numbers are doubles (exact below 2^53; fences in
 microseconds are about 2^51) and their default formatting rounds.
 
 The uncontended path is what a lock is mostly asked for, so it is kept short: take is
-``GET``, ``EXISTS``, ``TIME``, ``INCR`` and ``SET``; release is ``GET`` and ``DEL``.
-``FENCE_TTL`` and ``QUEUE_TTL`` (milliseconds) are written into the text by
+``GET``, ``TIME``, ``EXISTS``, ``SET … GET`` (the fence) and ``SET … PXAT``; release is
+``GET`` and ``DEL``. ``FENCE_TTL`` and ``QUEUE_TTL`` (milliseconds) are written into the text by
 :func:`scripts_for`, and the caller's owner and key travel as one argument, so each
 call sends only what changes.
 """
@@ -77,17 +78,36 @@ local FENCE_TTL, QUEUE_TTL = @FENCE_TTL@, @QUEUE_TTL@
 local lock = KEYS[1]
 local base = string.sub(lock, 1, -5)
 
-local function grant(token, flag, ttl, tail, t)
-  local fence = redis.call('INCR', base .. 'fence')
-  if fence == 1 then
-    fence = t[1] * 1000000 + t[2]
-    redis.call('SET', base .. 'fence', string.format('%d', fence), 'PX', FENCE_TTL)
+-- A ttl in whole milliseconds, at least 1 and at most about 31 years. Lua's tonumber
+-- also takes 'nan', 'inf', '0x10' and '0.5': each is refused before anything is written.
+local function bad_ttl(ttl)
+  return not ttl or ttl ~= ttl or ttl < 1 or ttl > 1e12 or ttl % 1 ~= 0
+end
+
+-- The next fence: the server's clock in µs, or one above the last fence if that is
+-- ahead (a clock stepped back, two grants in one µs). The counter keeps the TTL it was
+-- made with, so a key in steady use is written with one SET and no expiry to rewrite.
+local function next_fence(t)
+  local fence_key = base .. 'fence'
+  local now_us = t[1] * 1000000 + t[2]
+  local last = redis.call('SET', fence_key, string.format('%d', now_us), 'GET', 'KEEPTTL')
+  if not last then
+    redis.call('PEXPIRE', fence_key, FENCE_TTL)
+    return now_us
   end
+  last = tonumber(last)
+  if last < now_us then return now_us end
+  redis.call('SET', fence_key, string.format('%d', last + 1), 'KEEPTTL')
+  return last + 1
+end
+
+local function grant(token, flag, ttl, tail, t)
+  local fence = next_fence(t)
   local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
   local expires = now_ms + ttl
   local numbers = string.format('%d %d %d', fence, expires, now_ms)
-  -- PXAT: an absolute expiry is stored and replicated as it is, with no rewriting. A
-  -- time in ms has 13 digits, which Lua's own number formatting keeps exact.
+  -- PXAT: an absolute expiry is stored and replicated as it is, with no rewriting.
+  -- Redis turns a Lua number into text with '%.17g', exact for these 13 digits.
   redis.call('SET', lock, token .. ' ' .. flag .. '1 ' .. numbers .. ' ' .. tail,
              'PXAT', expires)
   return numbers
@@ -133,14 +153,15 @@ local function grant_next(t)
 end
 """
 
-#: Take, re-enter or queue for a key. ARGV: token, ``"<owner>\\0<key>"``, ttl ms, and
-#: for the queueing variant the mode: ``enqueue`` joins the queue, ``wait`` keeps the
-#: place (re-joining at the back if the place was lost). A grant is one bulk string
+#: Take, re-enter or queue for a key. ARGV: token, ``"<owner>\\0<key>"``, ttl ms. The
+#: queueing variant joins the queue when refused, or keeps the place it has there (its
+#: arrival time stays; a place that was lost is taken again at the back) and refreshes
+#: its deadline. A grant is one bulk string
 #: ``"<fence> <expires ms> <since ms> <depth> <token>"``; a refusal is
 #: ``{holder's value without its token, now ms}``.
 _TAKE = """
 local token, tail, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if not ttl or ttl <= 0 then return redis.error_reply('occupy: ttl must be positive') end
+if bad_ttl(ttl) then return redis.error_reply('occupy: ttl must be positive ms') end
 local held = redis.call('GET', lock)
 local t = redis.call('TIME')
 if not held then
@@ -251,7 +272,7 @@ return 1
 #: Returns the new expiry in ms, or nil if the token does not hold the key.
 EXTEND = _PRELUDE + """
 local token, ttl = ARGV[1], tonumber(ARGV[2])
-if not ttl or ttl <= 0 then return redis.error_reply('occupy: ttl must be positive') end
+if bad_ttl(ttl) then return redis.error_reply('occupy: ttl must be positive ms') end
 local held = redis.call('GET', lock)
 if not held then return nil end
 local head, since, tail = string.match(held, '^(%S+ %S+ %d+) %d+ (%d+) (.*)$')
@@ -271,6 +292,14 @@ leave_queue(token)
 redis.call('DEL', wake .. token)
 local held = redis.call('GET', lock)
 if held and string.sub(held, 1, #token + 1) == token .. ' ' then
+  local flag, depth, rest = string.match(held, '^%S+ (.)(%d+) (.*)$')
+  if depth ~= '1' then
+    -- Handed to us, then re-entered by another attempt of the same owner: only our
+    -- level goes, the owner keeps the key.
+    redis.call('SET', lock, token .. ' ' .. flag .. (tonumber(depth) - 1) .. ' ' .. rest,
+               'KEEPTTL')
+    return 1
+  end
   redis.call('DEL', lock)
   held = false
 end

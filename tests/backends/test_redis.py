@@ -93,7 +93,7 @@ def test_a_cache_without_a_raw_redis_client_is_refused(cache: str, message: str)
         RedisBackend("bad", {"OPTIONS": {"CACHE": cache}}).client  # noqa: B018
 
 
-def test_a_ttl_of_zero_or_less_is_refused_in_python_and_in_lua(backend) -> None:
+def test_a_ttl_that_is_not_positive_is_refused_in_python_and_in_lua(backend) -> None:
     from redis.exceptions import ResponseError
 
     for ttl in (0, -1, float("nan"), float("inf")):
@@ -103,13 +103,21 @@ def test_a_ttl_of_zero_or_less_is_refused_in_python_and_in_lua(backend) -> None:
     with pytest.raises(ValueError, match="ttl"):
         backend.extend(lease, 0)
     keys = backend.keys("book:2")
-    for ttl_ms in ("0", "-5", "soon"):
+    # Lua's tonumber() reads all of these; none is a whole number of milliseconds.
+    for ttl_ms in ("0", "-5", "soon", "nan", "inf", "-inf", "0.5", "1e300"):
         with pytest.raises(ResponseError, match="ttl must be positive"):
             backend.scripts.acquire(keys.lock, "t" * 32, "bob\0book:2", ttl_ms)
         with pytest.raises(ResponseError, match="ttl must be positive"):
+            backend.scripts.queue(keys.lock, "t" * 32, "bob\0book:2", ttl_ms)
+        with pytest.raises(ResponseError, match="ttl must be positive"):
             backend.scripts.extend(backend.keys("book:1").lock, lease.token, ttl_ms)
+        with pytest.raises(ResponseError, match="ttl must be positive"):  # re-entry
+            backend.scripts.acquire(backend.keys("book:1").lock, "t" * 32,
+                                    f"{lease.owner}\0book:1", ttl_ms)
     assert backend.client.exists(*keys) == 0  # nothing was written for the refused ttl
+    assert occupy.holder("book:1", using=ALIAS).expires_at == lease.expires_at
     occupy.release(lease)
+    assert occupy.holder("book:1", using=ALIAS) is None  # no level was added
 
 
 # --- re-entry, claims, cleanliness -------------------------------------------------------
@@ -230,6 +238,38 @@ def test_a_waiter_that_gives_up_after_being_handed_the_key_passes_it_on(backend)
     assert _names(backend) == [backend.keys("book:1").fence]
 
 
+def test_a_key_handed_over_and_then_reentered_survives_the_waiter_giving_up(backend) -> None:
+    """A waiter is handed the key; before it looks, another attempt of the same owner
+    re-enters it. The waiter giving up takes back its own level only."""
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
+    waiter = backend.attempt("book:1", "xavier", 30)
+    assert waiter.try_acquire() is None and waiter.enqueue() is None
+    occupy.release(alice)  # hands the key to the waiter, who is not looking
+    again = occupy.acquire("book:1", owner="xavier", ttl=30, timeout=0, using=ALIAS)
+    assert again.depth == 2
+    waiter.cancel()
+    with pytest.raises(occupy.Occupied):
+        occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=ALIAS)
+    assert occupy.holder("book:1", using=ALIAS).owner == "xavier"
+    occupy.release(again)
+    assert occupy.holder("book:1", using=ALIAS) is None
+
+
+def test_joining_the_queue_can_grant_a_reentry_which_acquire_returns(backend) -> None:
+    """The key comes free between a refused try and the queueing, and another attempt
+    of the same owner takes it: queueing re-enters, and that lease is the caller's."""
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
+    late = backend.attempt("book:1", "xavier", 30)
+    assert late.try_acquire() is None
+    occupy.release(alice)
+    first = occupy.acquire("book:1", owner="xavier", ttl=30, timeout=0, using=ALIAS)
+    second = late.enqueue()
+    assert second is not None and (second.token, second.depth) == (first.token, 2)
+    occupy.release(second)
+    occupy.release(first)
+    assert occupy.holder("book:1", using=ALIAS) is None
+
+
 def test_a_dead_waiter_blocks_the_queue_only_until_its_place_expires(live_db: None) -> None:
     brisk = _brisk(POLL_INTERVAL=0.1, QUEUE_TTL=0.5)
     alice = brisk.acquire("book:1", owner="alice", ttl=30, timeout=0)
@@ -257,6 +297,17 @@ def test_expiry_of_the_holder_wakes_the_waiter_without_a_release(backend) -> Non
     assert 0.3 < time.monotonic() - started < 1.2
     assert bob.fence > alice.fence
     occupy.release(bob)
+
+
+def test_fences_rise_when_the_counter_was_set_back(backend) -> None:
+    """A restore of an older snapshot, or a failover to a replica that lagged, sets the
+    counter back; the next fence is still above every fence handed out before."""
+    first = occupy.acquire("book:1", using=ALIAS)
+    occupy.release(first)
+    backend.client.set(backend.keys("book:1").fence, 5)
+    again = occupy.acquire("book:1", using=ALIAS)
+    assert again.fence > first.fence
+    occupy.release(again)
 
 
 def test_fences_never_fall_below_the_counter_when_the_clock_is_behind(backend) -> None:

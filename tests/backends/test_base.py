@@ -1,0 +1,67 @@
+"""The generic waiting loop of ``BaseBackend``, on a backend made of stubs."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+import occupy
+from occupy.backends.base import Attempt, BaseBackend
+from occupy.leases import Lease
+
+
+class _Attempt(Attempt):
+    """Refused on every try; joining the queue grants (the key came free meanwhile)."""
+
+    def __init__(self, backend: BaseBackend, key: str, owner: str, ttl: float) -> None:
+        super().__init__(backend, key, owner, ttl)
+        self.calls: list[str] = []
+
+    def try_acquire(self) -> Lease | None:
+        self.calls.append("try")
+        return None
+
+    def enqueue(self) -> Lease | None:
+        self.calls.append("enqueue")
+        return Lease(key=self.key, owner=self.owner, token=self.token, fence=7,
+                     expires_at=datetime.now(timezone.utc), ttl=self.ttl, using="stub")
+
+    def wait(self, seconds: float) -> None:
+        self.calls.append("wait")
+
+    def cancel(self) -> None:
+        self.calls.append("cancel")
+
+
+class _Backend(BaseBackend):
+    def attempt(self, key: str, owner: str, ttl: float) -> Attempt:
+        self.last = _Attempt(self, key, owner, ttl)
+        return self.last
+
+    def holder(self, key: str) -> None:
+        return None
+
+
+@pytest.mark.parametrize("timeout", [1e-9, 5, None])
+def test_a_grant_made_while_joining_the_queue_is_returned_never_cancelled(timeout) -> None:
+    backend = _Backend("stub", {})
+    lease = backend.acquire("k", owner="o", ttl=30, timeout=timeout)
+    assert lease.fence == 7
+    assert backend.last.calls == ["try", "enqueue"]
+
+
+def test_async_twin_returns_a_grant_made_while_joining_the_queue() -> None:
+    import asyncio
+
+    backend = _Backend("stub", {})
+    lease = asyncio.run(backend.aacquire("k", owner="o", ttl=30, timeout=1e-9))
+    assert lease.fence == 7
+    assert backend.last.calls == ["try", "enqueue"]
+
+
+def test_no_wait_means_no_queue() -> None:
+    backend = _Backend("stub", {})
+    with pytest.raises(occupy.Occupied):
+        backend.acquire("k", owner="o", ttl=30, timeout=0)
+    assert backend.last.calls == ["try", "cancel"]
