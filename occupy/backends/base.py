@@ -20,13 +20,14 @@ import random
 import threading
 import time
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from occupy.exceptions import LockTimeout, Occupied
+from occupy.exceptions import LeaseLost, LockTimeout, Occupied
 from occupy.leases import Holder, Lease, new_token
 
 __all__ = ["Attempt", "BaseBackend", "Claim"]
@@ -59,6 +60,8 @@ class Attempt:
     #: Set by ``aacquire``: the attempt's calls run on pool threads between awaits, so a
     #: backend must not park per-connection state (a LISTEN) it cannot see again.
     asynchronous = False
+    #: The last lease a serialized try or enqueue produced (see :meth:`abandon`).
+    unheard: Lease | None = None
 
     def __init__(self, backend: BaseBackend, key: str, owner: str, ttl: float) -> None:
         self.backend = backend
@@ -107,7 +110,25 @@ class Attempt:
     # --- serialized entry points used by BaseBackend ------------------------------
     def _locked(self, method: str) -> Any:
         with self.mutex:
-            return getattr(self, method)()
+            result = getattr(self, method)()
+            if isinstance(result, Lease):
+                self.unheard = result
+            return result
+
+    def abandon(self) -> None:
+        """Give the attempt up for a caller that will not take a lease any more.
+
+        A grant that a try made after its async caller was cancelled (its thread ran on)
+        is released like any lease: one level, by its token, so a re-entry that another
+        attempt of the same owner made meanwhile stands. Every backend leaves its queue
+        when it grants, so nothing else is left. Otherwise :meth:`cancel`.
+        """
+        lease, self.unheard = self.unheard, None
+        if lease is None:
+            self.cancel()
+            return
+        with suppress(LeaseLost):  # it expired meanwhile: nothing is held
+            self.backend.release(lease)
 
 
 class BaseBackend:
@@ -209,7 +230,7 @@ class BaseBackend:
             if not granted:
                 # Shielded: a cancelled caller must still remove its claim; the mutex
                 # makes this wait for a try that is still running in its thread.
-                await asyncio.shield(run("cancel"))
+                await asyncio.shield(run("abandon"))
 
     def _occupied(self, attempt: Attempt, *, waited: float | None) -> Occupied:
         holder, remaining = attempt.current_holder()

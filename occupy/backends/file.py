@@ -407,7 +407,10 @@ class FileAttempt(Attempt):
             if self.in_doubt:
                 claim = self.backend._claim(self.digest)
                 if claim is not None and claim.token == self.token:
-                    self.backend._retire(self.digest)
+                    if claim.depth > 1:  # its owner re-entered it meanwhile: ours goes
+                        self.backend._rewrite(self.digest, claim._replace(depth=claim.depth - 1))
+                    else:
+                        self.backend._retire(self.digest)
 
     def current_holder(self) -> tuple[Holder | None, float | None]:
         """Return the holder the last try saw and its seconds left, for the error."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -65,3 +66,42 @@ def test_no_wait_means_no_queue() -> None:
     with pytest.raises(occupy.Occupied):
         backend.acquire("k", owner="o", ttl=30, timeout=0)
     assert backend.last.calls == ["try", "cancel"]
+
+
+class _SlowGrant(_Attempt):
+    """A try that grants, but only after its async caller has been cancelled."""
+
+    def try_acquire(self) -> Lease | None:
+        time.sleep(0.3)
+        self.calls.append("try")
+        return Lease(key=self.key, owner=self.owner, token=self.token, fence=8,
+                     expires_at=datetime.now(timezone.utc), ttl=self.ttl, using="stub")
+
+
+class _SlowBackend(_Backend):
+    def attempt(self, key: str, owner: str, ttl: float) -> Attempt:
+        self.last = _SlowGrant(self, key, owner, ttl)
+        return self.last
+
+    def release(self, lease: Lease) -> None:
+        self.released.append(lease)
+
+
+def test_a_grant_made_after_the_async_caller_was_cancelled_is_released() -> None:
+    """Released like a lease (one level, by token), not cancelled: a re-entry that the
+    same owner made meanwhile must stand."""
+    import asyncio
+
+    backend = _SlowBackend("stub", {})
+    backend.released = []
+
+    async def main() -> None:
+        task = asyncio.ensure_future(backend.aacquire("k", owner="o", ttl=30, timeout=5))
+        await asyncio.sleep(0.1)  # the try is running in its thread
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert [lease.fence for lease in backend.released] == [8]
+    assert backend.last.calls == ["try"]  # granted, then released; never cancelled
