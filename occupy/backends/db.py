@@ -56,13 +56,13 @@ from django.db.utils import load_backend
 
 from occupy.backends.base import BaseBackend, Claim
 from occupy.backends.db_attempt import DatabaseAttempt
+from occupy.backends.records import digest
 from occupy.backends.sql import (
     PG_RELEASE_AND_WAKE,
     PG_SESSION,
     SQLITE_FUNCTIONS,
     Dialect,
     dialect_for,
-    digest,
 )
 from occupy.exceptions import InvalidBackendError, OccupyError
 from occupy.leases import Holder, Lease

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import IntegrityError
 
 from occupy.backends.base import Attempt
-from occupy.backends.sql import PG_WAKE_NEXT, Dialect, digest
+from occupy.backends.records import digest
+from occupy.backends.sql import PG_WAKE_NEXT, Dialect
 from occupy.exceptions import OccupyError
 from occupy.leases import Holder, Lease
 

@@ -1,4 +1,5 @@
-"""What the cache and file backends store for a granted key, and their clock helpers.
+"""What the cache and file backends store for a granted key, their clock helpers, and
+the key digest every backend stores keys under.
 
 Times are integer microseconds since the epoch, so that an expiry written by one call
 and read back by another converts to the very same ``datetime``.
@@ -33,7 +34,8 @@ class Entry(NamedTuple):
 
 
 def digest(key: str) -> str:
-    """Return the SHA-256 hex digest a key is stored under (safe in file and cache names)."""
+    """Return the SHA-256 hex digest a key is stored under (safe in file and cache names,
+    the database's lookup column, Redis's hash tag)."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 

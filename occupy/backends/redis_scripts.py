@@ -42,9 +42,10 @@ call sends only what changes.
 
 from __future__ import annotations
 
-import hashlib
 from functools import lru_cache
 from typing import NamedTuple
+
+from occupy.backends.records import digest
 
 __all__ = ["ACQUIRE", "CANCEL", "EXTEND", "RELEASE", "RedisKeys", "redis_keys", "scripts_for"]
 
@@ -66,7 +67,7 @@ def redis_keys(prefix: str, key: str) -> RedisKeys:
     The hash tag is a digest of the key, so that a key holding ``{`` or ``}`` (or any
     other text) still puts all its Redis keys in one slot.
     """
-    base = f"{prefix}{{{hashlib.sha256(key.encode('utf-8')).hexdigest()[:32]}}}:"
+    base = f"{prefix}{{{digest(key)[:32]}}}:"
     return RedisKeys(f"{base}lock", f"{base}fence", f"{base}queue", f"{base}waiters",
                      f"{base}wake:")
 

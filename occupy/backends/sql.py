@@ -7,14 +7,13 @@ time is the database's own clock; nothing here compares app-server clocks.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["PG_RELEASE_AND_WAKE", "PG_SESSION", "PG_WAKE_NEXT", "Dialect", "dialect_for", "digest"]
+__all__ = ["PG_RELEASE_AND_WAKE", "PG_SESSION", "PG_WAKE_NEXT", "Dialect", "dialect_for"]
 
 TABLE = "occupy_occupation"
 # "key" is reserved in MySQL; {q} is the vendor's identifier quote.
@@ -22,11 +21,6 @@ COLUMNS = (
     "{q}key{q}, digest, slot, content_type_id, object_id, owner, token, state, fence, depth, "
     "expires_at, created_at"
 )
-
-
-def digest(key: str) -> str:
-    """Return the SHA-256 hex digest rows are looked up by."""
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -267,8 +267,8 @@ def _steal(backend, lease) -> None:
     from occupy.backends.cache import CacheBackend
     from occupy.backends.db import DatabaseBackend
     from occupy.backends.file import FileBackend
+    from occupy.backends.records import digest
     from occupy.backends.redis import RedisBackend
-    from occupy.backends.sql import digest
 
     if isinstance(backend, DatabaseBackend):
         backend.execute("DELETE FROM occupy_occupation WHERE digest = %s", [digest(lease.key)])
