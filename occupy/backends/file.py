@@ -103,6 +103,13 @@ class FileBackend(BaseBackend):
             with suppress(FileNotFoundError):
                 os.replace(f"{self.root}/using/{d}", f"{self.root}/fences/{d}")
 
+    def _unwind(self, d: str, claim: Entry) -> None:
+        """Undo one level of the key's claim; retire it on its last (under the key's lock)."""
+        if claim.depth > 1:
+            self._rewrite(d, claim._replace(depth=claim.depth - 1))
+        else:
+            self._retire(d)
+
     def _rewrite(self, d: str, entry: Entry) -> None:
         """Replace the key's claim with ``entry`` (held under the key's lock)."""
         tmp = f"{self.root}/tmp/{d}.{os.getpid()}.{threading.get_ident()}"
@@ -146,10 +153,8 @@ class FileBackend(BaseBackend):
             elif not claim.live(now_us()):
                 self._retire(d)
                 lost = "it expired before release"
-            elif claim.depth > 1:
-                self._rewrite(d, claim._replace(depth=claim.depth - 1))
             else:
-                self._retire(d)
+                self._unwind(d, claim)
         if lost:  # outside the key's lock: lease_lost receivers may lock keys themselves
             raise lease.mark_lost(lost)
 
@@ -407,10 +412,8 @@ class FileAttempt(Attempt):
             if self.in_doubt:
                 claim = self.backend._claim(self.digest)
                 if claim is not None and claim.token == self.token:
-                    if claim.depth > 1:  # its owner re-entered it meanwhile: ours goes
-                        self.backend._rewrite(self.digest, claim._replace(depth=claim.depth - 1))
-                    else:
-                        self.backend._retire(self.digest)
+                    # If its owner re-entered it meanwhile, only our level goes.
+                    self.backend._unwind(self.digest, claim)
 
     def current_holder(self) -> tuple[Holder | None, float | None]:
         """Return the holder the last try saw and its seconds left, for the error."""

@@ -240,6 +240,18 @@ ACQUIRE = _take(queueing=False)
 #: Join the queue (``enqueue``) or keep one's place (``wait``); see :data:`ACQUIRE`.
 QUEUE = _take(queueing=True)
 
+#: For the scripts that give a level back: undo one level of a held lease (``held`` is
+#: its value), keeping its expiry; false if it has only one, which the caller deletes.
+_UNWIND = """
+local function unwind(token, held)
+  local flag, depth, rest = string.match(held, '^%S+ (.)(%d+) (.*)$')
+  if depth == '1' then return false end
+  redis.call('SET', lock, token .. ' ' .. flag .. (tonumber(depth) - 1) .. ' ' .. rest,
+             'KEEPTTL')
+  return true
+end
+"""
+
 #: Undo one level of a lease; on the last, delete it and hand the key to the next waiter.
 #: ARGV: token. Returns 0 if the token does not hold the key, 1 when released, 2 when
 #: one of several levels was undone.
@@ -257,12 +269,8 @@ if no_waiters == 45 and one == 49 and space == 32 then
   redis.call('DEL', lock)
   return 1
 end
-local flag, depth, rest = string.match(held, '^%S+ (.)(%d+) (.*)$')
-if depth ~= '1' then
-  redis.call('SET', lock, token .. ' ' .. flag .. (tonumber(depth) - 1) .. ' ' .. rest,
-             'KEEPTTL')
-  return 2
-end
+""" + _UNWIND + """
+if unwind(token, held) then return 2 end
 redis.call('DEL', lock)
 """ + _QUEUE + """
 grant_next(redis.call('TIME'))
@@ -287,20 +295,15 @@ return expires
 #: Remove every trace of an attempt that gives up: its place in the queue, its wake-up
 #: list, and the key itself if it was handed over meanwhile (then to the next waiter).
 #: ARGV: token.
-CANCEL = _PRELUDE + _QUEUE + """
+CANCEL = _PRELUDE + _QUEUE + _UNWIND + """
 local token = ARGV[1]
 leave_queue(token)
 redis.call('DEL', wake .. token)
 local held = redis.call('GET', lock)
 if held and string.sub(held, 1, #token + 1) == token .. ' ' then
-  local flag, depth, rest = string.match(held, '^%S+ (.)(%d+) (.*)$')
-  if depth ~= '1' then
-    -- Handed to us, then re-entered by another attempt of the same owner: only our
-    -- level goes, the owner keeps the key.
-    redis.call('SET', lock, token .. ' ' .. flag .. (tonumber(depth) - 1) .. ' ' .. rest,
-               'KEEPTTL')
-    return 1
-  end
+  -- Handed to us, then re-entered by another attempt of the same owner: only our
+  -- level goes, the owner keeps the key.
+  if unwind(token, held) then return 1 end
   redis.call('DEL', lock)
   held = false
 end
