@@ -347,8 +347,8 @@ class RedisAttempt(Attempt):
         #: A grant handed over by a release, read from the wake-up list.
         self.handed: Lease | None = None
         self.queued = False
-        #: The holder as the last refusal saw it: owner, fence, expires ms, server now ms.
-        self.seen: tuple[str, int, int, int] | None = None
+        #: The holder as the last refusal saw it, and the server's now then (ms).
+        self.seen: tuple[_Held, int] | None = None
 
     def _run(self, mode: str) -> Lease | None:
         scripts = self.backend.scripts
@@ -358,8 +358,7 @@ class RedisAttempt(Attempt):
         except RedisError as e:
             raise failed(self.key, e) from e
         if isinstance(reply, list):
-            held = _Held.parse(reply[0], with_token=False)
-            self.seen = (held.owner, held.fence, held.expires, int(reply[1]))
+            self.seen = (_Held.parse(reply[0], with_token=False), int(reply[1]))
             return None
         fence, expires, _since, depth, token = _text(reply).split(" ")
         return self._lease(token, fence, expires, int(depth))
@@ -386,8 +385,8 @@ class RedisAttempt(Attempt):
         longest = self.backend._longest_block
         if self.seen is None:
             return longest
-        _owner, _fence, expires, now = self.seen
-        return min(longest, max(0.001, (expires - now) / 1000 + 0.002))
+        held, now = self.seen
+        return min(longest, max(0.001, (held.expires - now) / 1000 + 0.002))
 
     def wait(self, seconds: float) -> None:
         """Block on this attempt's wake-up list until a release hands it the key."""
@@ -426,5 +425,5 @@ class RedisAttempt(Attempt):
         """Return the holder the last refusal saw and its seconds left, by Redis's clock."""
         if self.seen is None:
             return None, None
-        owner, fence, expires, now = self.seen
-        return Holder(owner, to_datetime(expires), fence), (expires - now) / 1000
+        held, now = self.seen
+        return held.holder(), (held.expires - now) / 1000
