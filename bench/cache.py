@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bench.common import alternate, print_table, setup_django
+from bench.common import alternate, occupy_cycle, print_table, setup_django
 
 
 class LockTimeout(Exception):
@@ -56,18 +56,6 @@ def seed_cycle(cache: Any) -> Callable[[int], None]:
     return run
 
 
-def occupy_cycle(using: str) -> Callable[[int], None]:
-    """Return ``fn(n)``: ``occupy.acquire`` then ``occupy.release`` ``n`` times."""
-    import occupy
-
-    def run(n: int) -> None:
-        for _ in range(n):
-            occupy.release(occupy.acquire("bench:cache", owner="bench", ttl=60, timeout=0,
-                                          using=using))
-
-    return run
-
-
 def main() -> None:
     """Print acquire+release rates of occupy's CacheBackend and seed 003's lock."""
     setup_django("sqlite")
@@ -81,8 +69,8 @@ def main() -> None:
         return
     candidates = {
         "seed 003 CacheLock (add, get+delete)": seed_cycle(caches["locks"]),
-        "occupy CacheBackend, django-redis": occupy_cycle("cache"),
-        "occupy CacheBackend, Django RedisCache": occupy_cycle("cache-django"),
+        "occupy CacheBackend, django-redis": occupy_cycle("bench:cache", "cache"),
+        "occupy CacheBackend, Django RedisCache": occupy_cycle("bench:cache", "cache-django"),
     }
     try:
         results = alternate(candidates, ops=1500, rounds=11)

@@ -14,7 +14,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-__all__ = ["Result", "alternate", "print_table", "setup_django"]
+__all__ = ["Result", "alternate", "occupy_cycle", "print_table", "setup_django"]
 
 
 def setup_django(database: str = "postgresql") -> None:
@@ -30,6 +30,19 @@ def setup_django(database: str = "postgresql") -> None:
 
     for alias in connections:
         call_command("migrate", database=alias, verbosity=0)
+
+
+def occupy_cycle(key: str, using: str, ttl: float = 60) -> Callable[[int], None]:
+    """Return ``fn(n)``: ``occupy.acquire`` then ``occupy.release`` of ``key`` on the
+    backend ``using``, ``n`` times, uncontended, through the public API."""
+    import occupy
+
+    def run(n: int) -> None:
+        acquire, release = occupy.acquire, occupy.release
+        for _ in range(n):
+            release(acquire(key, owner="bench", ttl=ttl, timeout=0, using=using))
+
+    return run
 
 
 class Result:

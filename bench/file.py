@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 
-from bench.common import alternate, print_table, setup_django
+from bench.common import alternate, occupy_cycle, print_table, setup_django
 
 
 def filelock_cycle(directory: str) -> Callable[[int], None]:
@@ -30,18 +30,6 @@ def filelock_cycle(directory: str) -> Callable[[int], None]:
     return run
 
 
-def occupy_cycle(using: str) -> Callable[[int], None]:
-    """Return ``fn(n)``: ``occupy.acquire`` then ``occupy.release`` ``n`` times."""
-    import occupy
-
-    def run(n: int) -> None:
-        for _ in range(n):
-            occupy.release(occupy.acquire("bench:file", owner="bench", ttl=60, timeout=0,
-                                          using=using))
-
-    return run
-
-
 def main() -> None:
     """Print acquire+release rates of occupy's FileBackend and filelock.FileLock."""
     setup_django("sqlite")
@@ -53,7 +41,7 @@ def main() -> None:
     try:
         results = alternate({
             "filelock.FileLock": filelock_cycle(directory),
-            "occupy FileBackend": occupy_cycle("files"),
+            "occupy FileBackend": occupy_cycle("bench:file", "files"),
         }, ops=5000, rounds=7)
     finally:
         shutil.rmtree(directory, ignore_errors=True)

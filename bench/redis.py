@@ -21,7 +21,7 @@ import statistics
 import time
 from typing import Any
 
-from bench.common import Result, alternate, print_table, setup_django
+from bench.common import Result, alternate, occupy_cycle, print_table, setup_django
 
 #: The four processes of the contended run, and their critical section (a sleep, like a
 #: short write elsewhere).
@@ -75,15 +75,8 @@ def uncontended() -> tuple[list[Result], dict[str, float]]:
     return the rates and each candidate's server time per pair."""
     import redis.lock
 
-    import occupy
-
     client = _client()
     prefix = _prefix()
-
-    def occupy_backend(n: int) -> None:
-        acquire, release = occupy.acquire, occupy.release
-        for _ in range(n):
-            release(acquire("uncontended", owner="bench", ttl=30, timeout=0, using="redis"))
 
     lock = redis.lock.Lock(client, f"{prefix}redis-py", timeout=30, blocking=False)
 
@@ -101,6 +94,7 @@ def uncontended() -> tuple[list[Result], dict[str, float]]:
             set_(name, token, nx=True, px=30000)
             evalsha(sha, 1, name, token)
 
+    occupy_backend = occupy_cycle("uncontended", "redis", ttl=30)
     candidates = {"occupy RedisBackend": occupy_backend, "redis-py Lock": redis_py_lock,
                   "raw floor (SET NX PX + EVALSHA)": floor}
     results = alternate(candidates, ops=1500, rounds=15, warmup=300)
