@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from occupy.backends.records import Entry, digest
+from occupy.backends.records import text as _text  # replies: bytes or str
 
 __all__ = ["LuaStore", "Names", "Outcome"]
 
@@ -120,10 +121,6 @@ def names(key: str) -> Names:
     own ``make_key``). The ``{…}`` hash tag keeps both in one Redis Cluster slot."""
     d = digest(key)
     return Names(f"occupy:{{{d}}}:lock", f"occupy:{{{d}}}:fence")
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 class LuaStore:

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 from occupy.backends import redis_scripts
 from occupy.backends.base import Attempt, BaseBackend, Claim
+from occupy.backends.records import text as _text  # replies: bytes or str
 from occupy.backends.redis_scripts import RedisKeys, redis_keys
 from occupy.exceptions import InvalidBackendError, OccupyError
 from occupy.leases import Holder, Lease
@@ -103,10 +104,6 @@ def failed(key: str | None, error: Exception) -> OccupyError:
     redis-py has already retried as its client is configured to; nothing was granted.
     """
     return OccupyError(f"Redis failed while occupy worked on {key!r}: {error}", key=key)
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
 class _Held(NamedTuple):
