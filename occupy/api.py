@@ -15,7 +15,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
 from typing import Any, TypeVar
 
-from occupy import signals
+from occupy import reentry, signals
 from occupy.backends import get_backend
 from occupy.backends.base import BaseBackend
 from occupy.conf import occupy_settings
@@ -80,13 +80,29 @@ def acquire(
 
     ``ttl`` is how long the lease lives unless extended, ``timeout`` how long to wait
     for another holder (``0``: do not wait, ``None``: forever); both default to the
-    ``OCCUPY`` settings. The same ``owner`` taking the key again re-enters it. With
-    ``renew=True`` a watchdog thread keeps the lease alive until it is released.
-    Raise :class:`~occupy.Occupied` (``timeout=0``) or :class:`~occupy.LockTimeout`.
+    ``OCCUPY`` settings. The thread or asyncio task that holds the key re-enters it
+    when it takes it again with the same ``owner`` (one level deeper, same token and
+    fence; each :func:`release` undoes one). Another thread or process that passes the
+    same ``owner`` does not re-enter: it competes like anyone else, because an owner
+    is a label, not a proof of holding. With ``renew=True`` a watchdog thread keeps the
+    lease alive until it is released. Raise :class:`~occupy.Occupied` (``timeout=0``)
+    or :class:`~occupy.LockTimeout`.
     """
     backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
-    lease = backend.acquire(key, owner=owner, ttl=ttl, timeout=timeout)
+    held = reentry.held(using, key, owner)
+    lease = None if held is None else _reenter(backend.resume(key, held.token, ttl), held)
+    if lease is None:
+        lease = backend.acquire(key, owner=owner, ttl=ttl, timeout=timeout)
+    reentry.record(lease, deeper=held is not None)
     return _granted(backend, lease, renew)
+
+
+def _reenter(lease: Lease | None, held: Lease) -> Lease | None:
+    """Return the re-entered ``lease``, or forget ``held`` if the store no longer
+    grants it (it expired or was taken over: the caller takes the key afresh)."""
+    if lease is None:
+        reentry.forget(held)
+    return lease
 
 
 async def aacquire(
@@ -100,7 +116,13 @@ async def aacquire(
 ) -> Lease:
     """Async twin of :func:`acquire`; cancelling it while it waits leaves no claim."""
     backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
-    lease = await backend.aacquire(key, owner=owner, ttl=ttl, timeout=timeout)
+    held = reentry.held(using, key, owner)
+    lease = None
+    if held is not None:
+        lease = _reenter(await backend.aresume(key, held.token, ttl), held)
+    if lease is None:
+        lease = await backend.aacquire(key, owner=owner, ttl=ttl, timeout=timeout)
+    reentry.record(lease, deeper=held is not None)
     return _granted(backend, lease, renew)
 
 
@@ -116,16 +138,27 @@ def _releasable(lease: Any) -> Lease:
     if lease.renew:
         watchdog.unwatch(lease)
     if lease.lost:
+        reentry.forget(lease)
         raise LeaseLost(f"The lease on {lease.key!r} was lost before release.", key=lease.key)
     return lease
 
 
 def release(lease: Lease) -> None:
     """Release one level of ``lease``; raise :class:`~occupy.LeaseLost` if it was no
-    longer held (it expired or was taken over: nobody else's claim is touched)."""
+    longer held (it expired or was taken over: nobody else's claim is touched).
+
+    Whatever the outcome, the lease is no longer held in-process once this returns or
+    raises: if the store failed to answer, its claim is left to expire by its ttl, and
+    the next :func:`acquire` in this thread makes a new claim instead of re-entering it.
+    """
     lease = _releasable(lease)
     backend = lease.backend or lease._backend()
-    backend.release(lease)
+    try:
+        backend.release(lease)
+    except BaseException:
+        reentry.forget(lease)
+        raise
+    reentry.unwind(lease)
     signals.lease_released.send(sender=type(backend), lease=lease)
 
 
@@ -133,7 +166,12 @@ async def arelease(lease: Lease) -> None:
     """Async twin of :func:`release`."""
     lease = _releasable(lease)
     backend = lease._backend()
-    await backend.arelease(lease)
+    try:
+        await backend.arelease(lease)
+    except BaseException:
+        reentry.forget(lease)
+        raise
+    reentry.unwind(lease)
     signals.lease_released.send(sender=type(backend), lease=lease)
 
 

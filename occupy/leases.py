@@ -8,7 +8,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from occupy import signals
 from occupy.exceptions import LeaseLost
@@ -72,6 +72,8 @@ class Lease:
     #: The process that took the lease: a forked child must not renew or release it.
     pid: int = field(default_factory=os.getpid, repr=False, compare=False)
     backend: BaseBackend | None = field(default=None, repr=False, compare=False)
+    #: The table of the execution context that took the lease (see ``occupy.reentry``).
+    held_in: dict[Any, Any] | None = field(default=None, repr=False, compare=False)
 
     def _backend(self) -> BaseBackend:
         if self.backend is None:

@@ -84,8 +84,8 @@ class Attempt:
     def enqueue(self) -> Lease | None:
         """Join the key's queue of waiters, so they are served in arrival order.
 
-        Return a lease if joining granted the key at once (it came free meanwhile, or
-        its owner holds it and re-enters); the caller then has it and must not cancel.
+        Return a lease if joining granted the key at once (it came free meanwhile); the
+        caller then has it and must not cancel.
         """
         return None
 
@@ -119,8 +119,8 @@ class Attempt:
         """Give the attempt up for a caller that will not take a lease any more.
 
         A grant that a try made after its async caller was cancelled (its thread ran on)
-        is released like any lease: one level, by its token, so a re-entry that another
-        attempt of the same owner made meanwhile stands. Every backend leaves its queue
+        is released like any lease: by its token, so nobody else's claim is touched.
+        Every backend leaves its queue
         when it grants, so nothing else is left. Otherwise :meth:`cancel`.
         """
         lease, self.unheard = self.unheard, None
@@ -162,6 +162,18 @@ class BaseBackend:
         """Set ``lease`` to expire ``ttl`` seconds after the store's now, and update
         ``lease.expires_at``; raise ``LeaseLost`` if it was no longer held."""
         raise NotImplementedError("subclasses of BaseBackend must provide an extend() method")
+
+    def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
+        """Return the lease that ``token`` holds on ``key``, or ``None`` if it holds none.
+
+        The store checks the token, in the same step as the write: one level deeper if
+        ``deeper`` (re-entry by the context that holds the lease), and the expiry moved
+        to ``ttl`` seconds after the store's now unless it is later already (never
+        shortened). The lease comes back with the owner, fence and depth the store has.
+        A token that holds nothing (forged, expired, taken over) gets ``None`` and
+        changes nothing.
+        """
+        raise NotImplementedError("subclasses of BaseBackend must provide a resume() method")
 
     def holder(self, key: str) -> Holder | None:
         """Return who holds ``key`` now, or ``None``."""
@@ -258,6 +270,14 @@ class BaseBackend:
     async def aextend(self, lease: Lease, ttl: float) -> None:
         """Async twin of :meth:`extend`."""
         await sync_to_async(self.extend, thread_sensitive=False)(lease, ttl)
+
+    async def aresume(
+        self, key: str, token: str, ttl: float, *, deeper: bool = True
+    ) -> Lease | None:
+        """Async twin of :meth:`resume`."""
+        return await sync_to_async(self.resume, thread_sensitive=False)(
+            key, token, ttl, deeper=deeper
+        )
 
     async def aholder(self, key: str) -> Holder | None:
         """Async twin of :meth:`holder`."""

@@ -12,9 +12,10 @@ The seed takes a lock with ``cache.add(key, uuid4(), expires)`` and releases it 
   race to a *safety margin* (below) and documents it, see :class:`CacheStore`.
 - It waits with ``sleep(1)`` and counts tries, not time. Here the base class waits with
   a short capped backoff (``POLL_INTERVAL``) up to a monotonic deadline.
-- It has no reentrancy, holder or fencing token. The entry here records the owner (the
-  same owner re-enters, with a depth), the expiry, and a fence from a per-key counter
-  floored by the clock, so it strictly increases across releases, expiry and restarts.
+- It has no reentrancy, holder or fencing token. The entry here records the owner, a
+  depth (the context holding the lease re-enters it by its token, see
+  ``occupy.reentry``), the expiry, and a fence from a per-key counter floored by the
+  clock, so it strictly increases across releases, expiry and restarts.
 
 A cache that cannot lock across processes is refused: ``DummyCache`` (stores nothing)
 always, ``LocMemCache`` (one process's memory) unless ``OPTIONS["SINGLE_PROCESS"]`` says
@@ -150,7 +151,7 @@ class CacheStore:
         return None if value is None else Entry._make(value)
 
     def grant(self, key: str, owner: str, token: str, ttl: float) -> Outcome:
-        """Grant ``key`` if it is free, re-enter it if ``owner`` holds it, else report."""
+        """Grant ``key`` if it is free, else report who holds it."""
         entry_name, fence_name = names(key)
         cache = self.cache
         started = time.monotonic()
@@ -162,20 +163,28 @@ class CacheStore:
                 return Outcome(None, None, now)  # it may have expired meanwhile: let it go
             cache.set(entry_name, tuple(entry), self._timeout(entry.expires_us))
             return Outcome(entry, None, now)
-        read_at = time.monotonic()
         current = self._get(entry_name)
         now = now_us()
         if current is None or not current.live(now):
             return Outcome(None, None, now)  # gone or going: the next try may have it
-        remaining = (current.expires_us - now) / 1e6
-        # Too close to its expiry to re-enter safely: report it held; once it expired,
-        # the owner gets a fresh grant.
-        if current.owner != owner or not self._in_time(read_at, remaining, ttl):
-            return Outcome(None, current, now)
-        entry = current._replace(depth=current.depth + 1,
+        return Outcome(None, current, now)
+
+    def resume(self, key: str, token: str, ttl: float, levels: int) -> Entry | None:
+        """Add ``levels`` to ``token``'s grant and keep it at least ``ttl`` more; return
+        the entry, or ``None`` if the token does not hold ``key`` or the entry is too
+        close to its expiry to be written safely (then it is left to expire)."""
+        entry_name = names(key).entry
+        read_at = time.monotonic()
+        current = self._get(entry_name)
+        now = now_us()
+        if current is None or current.token != token or not current.live(now):
+            return None
+        if not self._in_time(read_at, (current.expires_us - now) / 1e6, ttl):
+            return None
+        entry = current._replace(depth=current.depth + levels,
                                  expires_us=max(current.expires_us, now + round(ttl * 1e6)))
-        cache.set(entry_name, tuple(entry), self._timeout(entry.expires_us))
-        return Outcome(entry, None, now)
+        self.cache.set(entry_name, tuple(entry), self._timeout(entry.expires_us))
+        return entry
 
     def _next_fence(self, cache: Any, name: str, now: int) -> int:
         # Only the holder writes the counter, so a read then a write is serialized by the
@@ -296,6 +305,12 @@ class CacheBackend(BaseBackend):
             raise lease.mark_lost("it expired or was taken over before it was extended")
         lease.expires_at = from_us(expires)
 
+    def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
+        """Return the lease ``token`` holds on ``key`` (a level deeper if ``deeper``,
+        kept at least ``ttl`` more), or ``None``."""
+        entry = self.store.resume(key, token, ttl, int(deeper))
+        return None if entry is None else self._lease(key, entry.owner, ttl, entry)
+
     def holder(self, key: str) -> Holder | None:
         """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""
         found = self.store.holder(key)
@@ -345,7 +360,7 @@ class CacheAttempt(Attempt):
         self.in_doubt = False
 
     def try_acquire(self) -> Lease | None:
-        """Grant the key if it is free or the owner holds it; else remember the holder."""
+        """Grant the key if it is free; else remember the holder."""
         self.in_doubt = True  # until the store answers, a grant may have been made
         outcome = self.backend.store.grant(self.key, self.owner, self.token, self.ttl)
         self.in_doubt = False

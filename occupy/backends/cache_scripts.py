@@ -27,23 +27,15 @@ FENCE_MEMORY_MS = 24 * 3600 * 1000
 
 #: KEYS: entry, fence counter. ARGV: token, owner, ttl ms, key.
 #: Returns one NUL-separated string (one bulk reply parses faster than an array):
-#: ``g fence expires`` (granted), ``r fence expires depth token`` (re-entered) or
-#: ``h fence expires now owner`` (held by another owner); times in ms.
+#: ``g fence expires`` (granted) or ``h fence expires now owner`` (held, whoever by:
+#: owners do not re-enter, see ``occupy.reentry``); times in ms.
 ACQUIRE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cur = redis.call('HMGET', KEYS[1], 'token', 'owner', 'fence', 'depth', 'expires')
 if cur[1] then
-  if cur[2] ~= ARGV[2] then
-    return 'h\\0' .. cur[3] .. '\\0' .. cur[5] .. '\\0' .. string.format('%d', now)
-           .. '\\0' .. cur[2]
-  end
-  local depth = tonumber(cur[4]) + 1
-  local expires = math.max(tonumber(cur[5]), now + tonumber(ARGV[3]))
-  local at = string.format('%d', expires)
-  redis.call('HSET', KEYS[1], 'depth', depth, 'expires', at)
-  redis.call('PEXPIREAT', KEYS[1], at)
-  return 'r\\0' .. cur[3] .. '\\0' .. at .. '\\0' .. depth .. '\\0' .. cur[1]
+  return 'h\\0' .. cur[3] .. '\\0' .. cur[5] .. '\\0' .. string.format('%d', now)
+         .. '\\0' .. cur[2]
 end
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local f = string.format('%d', math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, floor))
@@ -81,6 +73,23 @@ local at = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2])
 redis.call('HSET', KEYS[1], 'expires', at)
 redis.call('PEXPIREAT', KEYS[1], at)
 return at
+"""
+
+#: KEYS: entry. ARGV: token, ttl ms, levels (0 or 1). Add the levels to the token's
+#: grant and keep it at least ttl ms more (never shortened). Returns
+#: ``{owner, fence, expires ms, depth}``, or nil if the token does not hold the key.
+RESUME = """
+local cur = redis.call('HMGET', KEYS[1], 'token', 'owner', 'fence', 'depth', 'expires')
+if cur[1] ~= ARGV[1] then
+  return false
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local depth = tonumber(cur[4]) + tonumber(ARGV[3])
+local at = string.format('%d', math.max(tonumber(cur[5]), now + tonumber(ARGV[2])))
+redis.call('HSET', KEYS[1], 'depth', depth, 'expires', at)
+redis.call('PEXPIREAT', KEYS[1], at)
+return {cur[2], cur[3], at, depth}
 """
 
 #: KEYS: entry. Returns {owner, fence, expires ms, now ms}, or nil when nobody holds it.
@@ -134,6 +143,7 @@ class LuaStore:
         self._acquire = client.register_script(ACQUIRE)
         self._release = client.register_script(RELEASE)
         self._extend = client.register_script(EXTEND)
+        self._resume = client.register_script(RESUME)
         self._holder = client.register_script(HOLDER)
         self._forget = client.register_script(FORGET)
         self._keys: dict[str, list[str]] = {}
@@ -150,16 +160,12 @@ class LuaStore:
         return keys
 
     def grant(self, key: str, owner: str, token: str, ttl: float) -> Outcome:
-        """Grant ``key`` if it is free, re-enter it if ``owner`` holds it, else report."""
+        """Grant ``key`` if it is free, else report who holds it."""
         reply = self._acquire(self.keys(key), [token, owner, _ms(ttl), key])
         kind, fence, expires, *rest = reply.split(b"\0", 4)
         if kind == b"g":
             return Outcome(Entry(token, owner, int(fence), 1, int(expires) * 1000, 0, key),
                            None, 0)
-        if kind == b"r":
-            depth, token_ = rest
-            return Outcome(Entry(token_.decode(), owner, int(fence), int(depth),
-                                 int(expires) * 1000, 0, key), None, 0)
         now, holder = rest
         entry = Entry("", holder.decode("utf-8"), int(fence), 0, int(expires) * 1000, 0, key)
         return Outcome(None, entry, int(now) * 1000)
@@ -172,6 +178,15 @@ class LuaStore:
         """Move the grant's expiry to ``ttl`` after the server's now; ``None`` if not held."""
         expires = int(self._extend(self.keys(key)[:1], [token, _ms(ttl)]))
         return None if expires < 0 else expires * 1000
+
+    def resume(self, key: str, token: str, ttl: float, levels: int) -> Entry | None:
+        """Add ``levels`` to ``token``'s grant and keep it at least ``ttl`` more; return
+        the entry, or ``None`` if the token does not hold ``key``."""
+        reply = self._resume(self.keys(key)[:1], [token, _ms(ttl), levels])
+        if not reply:
+            return None
+        owner, fence, expires, depth = reply
+        return Entry(token, _text(owner), int(fence), int(depth), int(expires) * 1000, 0, key)
 
     def holder(self, key: str) -> tuple[Entry, int] | None:
         """Return the entry holding ``key`` (without its token) and the server's now."""

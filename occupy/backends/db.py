@@ -249,6 +249,22 @@ class DatabaseBackend(BaseBackend):
             raise lease.mark_lost("it expired or was taken over right after it was extended")
         lease.expires_at = sql.to_datetime(rows[0][1])
 
+    def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
+        """Return the lease ``token`` holds on ``key`` (a level deeper if ``deeper``,
+        kept at least ``ttl`` more), or ``None``: one guarded ``UPDATE``."""
+        d = digest(key)
+        sql = self.dialect
+        count, rows = self.execute(sql.resume(), [int(deeper), sql.seconds(ttl), d, token],
+                                   key=key)
+        if not sql.update_returning and count:
+            rows = self.execute(sql.resumed(), [d, token], key=key)[1]
+        if not rows:
+            return None
+        owner, fence, expires_at, depth = rows[0]
+        return Lease(key=key, owner=owner, token=token, fence=int(fence),
+                     expires_at=sql.to_datetime(expires_at), ttl=ttl, using=self.alias,
+                     depth=int(depth), backend=self)
+
     def holder(self, key: str) -> Holder | None:
         """Return the live ``using`` claim's owner, expiry and fence, or ``None``."""
         found = self._holder(key)

@@ -1,6 +1,6 @@
 """The database backend's :class:`DatabaseAttempt`: one caller's try at a key.
 
-The fast path grants a free key in one statement (or re-enters it for its owner). A
+The fast path grants a free key in one statement. A
 caller that waits inserts a ``pending`` claim, which holds its place: the oldest live
 pending claim of a key (lowest id) is promoted when the key comes free, first come,
 first served. On PostgreSQL the pending claim listens on a channel of its own and is
@@ -57,16 +57,16 @@ class DatabaseAttempt(Attempt):
     def run(self, statement: str, params: Sequence[Any]) -> tuple[int, list[Any]]:
         return self.backend.execute(statement, params, key=self.key)
 
-    def lease(self, token: str, fence: Any, expires_at: Any, depth: int = 1) -> Lease:
+    def lease(self, token: str, fence: Any, expires_at: Any) -> Lease:
         return Lease(
             key=self.key, owner=self.owner, token=token, fence=int(fence),
             expires_at=self.sql.to_datetime(expires_at), ttl=self.ttl,
-            using=self.backend.alias, depth=depth, backend=self.backend,
+            using=self.backend.alias, backend=self.backend,
         )
 
     def try_acquire(self) -> Lease | None:
-        """Grant the key if it is free, re-enter it if the owner holds it, or promote
-        the queued claim if its turn has come; else return ``None``."""
+        """Grant the key if it is free, or promote the queued claim if its turn has
+        come; else return ``None``."""
         try:
             if self.pending_id is None:
                 return self._grant_if_free() or self._look()
@@ -84,28 +84,17 @@ class DatabaseAttempt(Attempt):
         return self.lease(self.token, *rows[0]) if rows else None
 
     def _look(self) -> Lease | None:
-        """After the fast path failed: re-enter, clear expired claims, or report held."""
+        """After the fast path failed: clear expired claims and try again, or report
+        held. A live claim of the same owner is no exception: owners do not re-enter
+        (see :mod:`occupy.reentry`)."""
         rows = self.run(self.sql.claims_of_key(), [self.digest])[1]
         now = self.sql.to_datetime(rows[0][7]) if rows else None
-        expired = False
-        for _id, owner, token, state, _fence, _depth, expires_at, _now in rows:
-            if self.sql.to_datetime(expires_at) <= now:
-                expired = True
-            elif state == "using" and owner == self.owner:
-                return self._reenter(token)
+        expired = any(self.sql.to_datetime(row[6]) <= now for row in rows)
         if expired:
             self.run(self.sql.purge_expired_of_key(), [self.digest])
         if expired or not rows:
             return self._grant_if_free()
         return None
-
-    def _reenter(self, token: str) -> Lease | None:
-        count = self.run(self.sql.reenter(), [self.sql.seconds(self.ttl), self.digest,
-                                              self.owner])[0]
-        if not count:
-            return None
-        rows = self.run(self.sql.granted(), [self.digest, token])[1]
-        return self.lease(token, *rows[0]) if rows else None
 
     def enqueue(self) -> None:
         """Insert the pending claim that holds this caller's place in the queue, and on

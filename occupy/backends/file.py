@@ -19,7 +19,7 @@ What the seed gets wrong, and what this does instead:
   could delete the next holder's claim. A key's claim file is created once, with
   ``O_CREAT | O_EXCL``; release renames it into ``fences/`` and the next grant rewrites
   it there and renames it back, so no file is created or deleted per grant (creating
-  one costs more than the rest of a grant on ext4). Extend and re-entry write a
+  one costs more than the rest of a grant on ext4). Extend and resume write a
   temporary file and ``rename`` it over the claim.
 - Ties are broken by random sleeps, which can livelock. Here waiters queue as pending
   files named by ticket; the oldest live one is served first, and a newcomer is not
@@ -172,6 +172,20 @@ class FileBackend(BaseBackend):
             raise lease.mark_lost("it expired or was taken over before it was extended")
         lease.expires_at = from_us(claim.expires_us)
 
+    def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
+        """Return the lease ``token`` holds on ``key`` (a level deeper if ``deeper``,
+        kept at least ``ttl`` more), or ``None``."""
+        d = digest(key)
+        with self.locks.hold(d):
+            claim = self._claim(d)
+            now = now_us()
+            if claim is None or claim.token != token or not claim.live(now):
+                return None
+            claim = claim._replace(depth=claim.depth + int(deeper),
+                                   expires_us=max(claim.expires_us, now + round(ttl * 1e6)))
+            self._rewrite(d, claim)
+        return self._lease(key, claim.owner, ttl, claim)
+
     def holder(self, key: str) -> Holder | None:
         """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""
         d = digest(key)
@@ -277,8 +291,8 @@ class FileAttempt(Attempt):
         return f"{self.backend.root}/pending/{self.digest}"
 
     def try_acquire(self) -> Lease | None:
-        """Grant the key if no live claim is ahead of us and none is using it; re-enter
-        it if the owner holds it; else return ``None``."""
+        """Grant the key if no live claim is ahead of us and none is using it; else
+        return ``None``."""
         self.in_doubt = True
         with self.backend.locks.hold(self.digest):
             lease = self._try(now_us())
@@ -292,9 +306,7 @@ class FileAttempt(Attempt):
         claim = self.backend._claim(self.digest)
         self.seen = claim
         if claim is not None and claim.live(now):
-            if claim.owner == self.owner:
-                return self._reenter(claim, now)
-            self._heartbeat()
+            self._heartbeat()  # held, whoever by: owners do not re-enter (occupy.reentry)
             return None
         if ahead:
             self._heartbeat()
@@ -358,13 +370,6 @@ class FileAttempt(Attempt):
         self._dequeue()
         return b._lease(self.key, self.owner, self.ttl, entry)
 
-    def _reenter(self, claim: Entry, now: int) -> Lease:
-        claim = claim._replace(depth=claim.depth + 1,
-                               expires_us=max(claim.expires_us, now + round(self.ttl * 1e6)))
-        self.backend._rewrite(self.digest, claim)
-        self._dequeue()
-        return self.backend._lease(self.key, self.owner, self.ttl, claim)
-
     def enqueue(self) -> None:
         """Write the pending claim that holds this caller's place in the queue."""
         with self.backend.locks.hold(self.digest):
@@ -412,7 +417,7 @@ class FileAttempt(Attempt):
             if self.in_doubt:
                 claim = self.backend._claim(self.digest)
                 if claim is not None and claim.token == self.token:
-                    # If its owner re-entered it meanwhile, only our level goes.
+                    # If it was re-entered meanwhile (by its token), only our level goes.
                     self.backend._unwind(self.digest, claim)
 
     def current_holder(self) -> tuple[Holder | None, float | None]:

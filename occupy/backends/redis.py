@@ -1,7 +1,7 @@
 """``RedisBackend``: locks in Redis, through the raw client of a django-redis cache.
 
 Each call is one round trip to one Redis primary: a Lua script (``redis_scripts``)
-takes the key with its fence, re-entry and queue in one step, and releases and extends
+takes the key with its fence and queue in one step, and releases and extends
 compare the token on the server. Redis expires claims itself, so nothing needs sweeping.
 
 What seed 004 gets wrong, and what this does instead: ``SETNX`` then ``EXPIRE`` is two
@@ -83,6 +83,7 @@ class _Scripts(NamedTuple):
     queue: _Script
     release: _Script
     extend: _Script
+    resume: _Script
     cancel: _Script
 
 
@@ -269,6 +270,20 @@ class RedisBackend(BaseBackend):
             raise lease.mark_lost("it expired or was taken over before it was extended")
         lease.expires_at = to_datetime(expires)
 
+    def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
+        """Return the lease ``token`` holds on ``key`` (a level deeper if ``deeper``,
+        kept at least ``ttl`` more), or ``None``: one script."""
+        try:
+            reply = self.scripts.resume(self.keys(key).lock, token, to_ms(ttl), int(deeper))
+        except RedisError as e:
+            raise failed(key, e) from e
+        if reply is None:
+            return None
+        fence, expires, depth, tail = _text(reply).split(" ", 3)
+        return Lease(key=key, owner=tail.split("\0", 1)[0], token=token, fence=int(fence),
+                     expires_at=to_datetime(expires), ttl=ttl, using=self.alias,
+                     depth=int(depth), backend=self)
+
     def holder(self, key: str) -> Holder | None:
         """Return the holder's owner, expiry and fence, or ``None`` (never the token)."""
         try:
@@ -366,14 +381,13 @@ class RedisAttempt(Attempt):
                      depth=depth, backend=self.backend)
 
     def try_acquire(self) -> Lease | None:
-        """Grant, re-enter, or (once queued) keep this attempt's place in the queue."""
+        """Grant, or (once queued) keep this attempt's place in the queue."""
         if self.handed is not None:
             return self.handed
         return self._run("queue" if self.queued else "try")
 
     def enqueue(self) -> Lease | None:
-        """Join the queue; if the key came free meanwhile (or its owner holds it),
-        take it at once."""
+        """Join the queue; if the key came free meanwhile, take it at once."""
         self.queued = True
         return self._run("queue")
 

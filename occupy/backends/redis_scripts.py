@@ -47,7 +47,8 @@ from typing import NamedTuple
 
 from occupy.backends.records import digest
 
-__all__ = ["ACQUIRE", "CANCEL", "EXTEND", "RELEASE", "RedisKeys", "redis_keys", "scripts_for"]
+__all__ = ["ACQUIRE", "CANCEL", "EXTEND", "RELEASE", "RESUME", "RedisKeys", "redis_keys",
+           "scripts_for"]
 
 
 class RedisKeys(NamedTuple):
@@ -154,7 +155,8 @@ local function grant_next(t)
 end
 """
 
-#: Take, re-enter or queue for a key. ARGV: token, ``"<owner>\\0<key>"``, ttl ms. The
+#: Take or queue for a key. ARGV: token, ``"<owner>\\0<key>"``, ttl ms. A holder with
+#: the same owner is no exception: owners do not re-enter (see ``occupy.reentry``). The
 #: queueing variant joins the queue when refused, or keeps the place it has there (its
 #: arrival time stays; a place that was lost is taken again at the back) and refreshes
 #: its deadline. A grant is one bulk string
@@ -192,21 +194,7 @@ if owner_token == token then
   return fence .. ' ' .. expires .. ' ' .. string.match(rest, '^%d+') .. ' ' .. depth .. ' '
     .. token
 end
-local since, held_tail = string.match(rest, '^(%d+) (.*)$')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
-if held_tail == tail then
-  -- Re-entry: one level deeper, same token and fence, expiry never shortened.
-  depth = tonumber(depth) + 1
-  local value = owner_token .. ' ' .. flag .. depth .. ' ' .. fence .. ' '
-  if now_ms + ttl > tonumber(expires) then
-    expires = string.format('%d', now_ms + ttl)
-    redis.call('SET', lock, value .. expires .. ' ' .. rest, 'PXAT', expires)
-  else
-    redis.call('SET', lock, value .. expires .. ' ' .. rest, 'KEEPTTL')
-  end
-  @LEAVE@
-  return fence .. ' ' .. expires .. ' ' .. since .. ' ' .. depth .. ' ' .. owner_token
-end
 @ENQUEUE@
 return {string.sub(held, #owner_token + 2), string.format('%d', now_ms)}
 """
@@ -235,7 +223,7 @@ def _take(queueing: bool) -> str:
     return _PRELUDE + text.replace("@QUEUE@", _QUEUE)
 
 
-#: Take or re-enter without queueing (``timeout=0``, and every first try).
+#: Take without queueing (``timeout=0``, and every first try).
 ACQUIRE = _take(queueing=False)
 #: Join the queue (``enqueue``) or keep one's place (``wait``); see :data:`ACQUIRE`.
 QUEUE = _take(queueing=True)
@@ -292,6 +280,30 @@ redis.call('SET', lock, head .. ' ' .. expires .. ' ' .. since .. ' ' .. tail, '
 return expires
 """
 
+#: Return the lease a token holds, a level deeper if asked (re-entry by the context that
+#: holds it), its expiry at least ttl ms after the server's now (never shortened). ARGV:
+#: token, ttl ms, levels (0 or 1). Returns ``"<fence> <expires ms> <depth> <owner>\\0<key>"``,
+#: or nil if the token does not hold the key.
+RESUME = _PRELUDE + """
+local token, ttl, levels = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if bad_ttl(ttl) then return redis.error_reply('occupy: ttl must be positive ms') end
+local held = redis.call('GET', lock)
+if not held or string.sub(held, 1, #token + 1) ~= token .. ' ' then return nil end
+local flag, depth, fence, expires, since, tail =
+  string.match(held, '^%S+ (.)(%d+) (%d+) (%d+) (%d+) (.*)$')
+depth = tonumber(depth) + levels
+local t = redis.call('TIME')
+local later = t[1] * 1000 + math.floor(t[2] / 1000) + ttl
+local value = token .. ' ' .. flag .. depth .. ' ' .. fence .. ' '
+if later > tonumber(expires) then
+  expires = string.format('%d', later)
+  redis.call('SET', lock, value .. expires .. ' ' .. since .. ' ' .. tail, 'PXAT', expires)
+else
+  redis.call('SET', lock, value .. expires .. ' ' .. since .. ' ' .. tail, 'KEEPTTL')
+end
+return fence .. ' ' .. expires .. ' ' .. depth .. ' ' .. tail
+"""
+
 #: Remove every trace of an attempt that gives up: its place in the queue, its wake-up
 #: list, and the key itself if it was handed over meanwhile (then to the next waiter).
 #: ARGV: token.
@@ -301,8 +313,7 @@ leave_queue(token)
 redis.call('DEL', wake .. token)
 local held = redis.call('GET', lock)
 if held and string.sub(held, 1, #token + 1) == token .. ' ' then
-  -- Handed to us, then re-entered by another attempt of the same owner: only our
-  -- level goes, the owner keeps the key.
+  -- Handed to us and re-entered meanwhile (by its token): only our level goes.
   if unwind(token, held) then return 1 end
   redis.call('DEL', lock)
   held = false
@@ -321,4 +332,4 @@ def scripts_for(fence_ttl_ms: int, queue_ttl_ms: int) -> dict[str, str]:
             "@QUEUE_TTL@", str(int(queue_ttl_ms)))
 
     return {"acquire": fill(ACQUIRE), "queue": fill(QUEUE), "release": fill(RELEASE),
-            "extend": fill(EXTEND), "cancel": fill(CANCEL)}
+            "extend": fill(EXTEND), "resume": fill(RESUME), "cancel": fill(CANCEL)}

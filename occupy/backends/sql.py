@@ -147,13 +147,24 @@ class Dialect:
             f"AND state = 'pending' AND {self.live()}"
         )
 
-    def reenter(self) -> str:
-        """Add one level to the live using claim of owner; parameters: seconds, digest,
-        owner."""
+    def resume(self) -> str:
+        """Add levels (0 or 1) to the live using claim of a token and keep it at least
+        ``seconds`` more; parameters: levels, seconds, digest, token. Where
+        ``UPDATE … RETURNING`` exists, the claim's owner, fence, expiry and depth come
+        back with it (else read them with :meth:`resumed`)."""
+        returning = " RETURNING owner, fence, expires_at, depth" if self.update_returning else ""
         return (
-            f"UPDATE {TABLE} SET depth = depth + 1, "
+            f"UPDATE {TABLE} SET depth = depth + %s, "
             f"expires_at = {self.greatest}(expires_at, {self.later}) "
-            f"WHERE slot = %s AND owner = %s AND {self.live()}"
+            f"WHERE slot = %s AND token = %s AND {self.live()}{returning}"
+        )
+
+    def resumed(self) -> str:
+        """Owner, fence, expiry and depth of the live using claim of a token; digest,
+        token (after :meth:`resume` where ``UPDATE … RETURNING`` does not exist)."""
+        return (
+            f"SELECT owner, fence, expires_at, depth FROM {TABLE} WHERE slot = %s "
+            f"AND token = %s AND {self.live()}"
         )
 
     def claims_of_key(self) -> str:

@@ -174,7 +174,10 @@ class OccupyQuerySetMixin:
         (release it with ``occupy.release(item.lease)``); ``None`` when nothing is free.
 
         While ``owner`` still holds a row of this queryset, return that row and the
-        same lease again: one row per owner at a time. A row whose holder's lease
+        same lease again: one row per owner at a time. That hand-back is an assignment,
+        not exclusion: whoever passes the same ``owner`` is handed the same row and
+        lease (the owner names whom the task is assigned to), unlike ``acquire``,
+        where an owner string never re-enters a lease. A row whose holder's lease
         expired is free again. Rows are offered in ``order_by`` (else the queryset's
         ordering, else by primary key); on PostgreSQL and MariaDB/MySQL, concurrent
         claimers skip the rows others are claiming (``SKIP LOCKED``) instead of
@@ -184,8 +187,7 @@ class OccupyQuerySetMixin:
         backend = database_backend(alias, "claim()")
         pool = Pool(self, alias, backend, owner=owner, ttl=ttl, order_by=order_by)
         # Claims of one owner run one at a time (they may come from several requests
-        # at once), so that two of them cannot each take a different row. The lock's
-        # owner is this thread, not `owner`: the same owner must not re-enter it.
+        # at once), so that two of them cannot each take a different row.
         with lock(_claim_key(self.model, pool.owner), ttl=30, timeout=30, using=alias):
             return pool.held() or pool.take_next()
 

@@ -16,6 +16,7 @@ from tests import multiproc
 __all__ = [
     "assert_exclusive",
     "count_under_lock",
+    "count_with_failed_release",
     "database_of",
     "hold_until_killed",
     "taken_over_after_kill",
@@ -54,6 +55,46 @@ def count_under_lock(using: str | None, key: str, rounds: int, hold: float,
             left = time.monotonic()
         spans.append((entered, left, lease.fence if lease else 0))
     return spans
+
+
+def count_with_failed_release(using: str, key: str, seconds: float,
+                              fail_first: bool) -> tuple[list[tuple], bool]:
+    """Loop over ``key`` for ``seconds`` as a worker does, incrementing its Counter row
+    under the lock (ttl 1 s); with ``fail_first``, the first release fails as it would
+    when the store is restarted. Return the ``(entered, left, fence)`` spans and whether
+    a release failed."""
+    import occupy
+    from occupy.backends import get_backend
+    from tests.testapp.models import Counter
+
+    backend = get_backend(using)
+    real_release = backend.release
+    failed = False
+
+    def failing_release(lease: occupy.Lease) -> None:
+        backend.release = real_release
+        raise occupy.OccupyError("the store restarted", key=lease.key)
+
+    if fail_first:
+        backend.release = failing_release
+    spans = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with occupy.lock(key, ttl=1, timeout=10, using=using) as lease:
+                entered = time.monotonic()
+                counter = Counter.objects.get(name=key)
+                time.sleep(0.005)
+                counter.value += 1
+                counter.save()
+                left = time.monotonic()
+                spans.append((entered, left, lease.fence))
+        except occupy.LockTimeout:
+            continue
+        except occupy.OccupyError as e:
+            assert "restarted" in str(e), e
+            failed = True
+    return spans, failed
 
 
 def assert_exclusive(results: list[list[tuple]], key: str, database: str = "default") -> None:

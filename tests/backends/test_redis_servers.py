@@ -149,7 +149,8 @@ def test_every_script_stays_in_one_cluster_slot(tmp_path: Path) -> None:
 
 def _exercise(backend, key: str) -> None:
     alice = backend.acquire(key, owner="alice", ttl=30, timeout=0)
-    again = backend.acquire(key, owner="alice", ttl=30, timeout=0)
+    again = backend.resume(key, alice.token, 30)  # re-entry by token
+    assert again.depth == 2
     occupy.release(again)
     with pytest.raises(occupy.LockTimeout):
         backend.acquire(key, owner="carol", ttl=30, timeout=0.2)  # queued, then cancelled
