@@ -88,8 +88,8 @@ class _SlowBackend(_Backend):
 
 
 def test_a_grant_made_after_the_async_caller_was_cancelled_is_released() -> None:
-    """Released like a lease (one level, by token), not cancelled: a re-entry that the
-    same owner made meanwhile must stand."""
+    """Released like a lease (one level, by its token), not cancelled: a re-entry made
+    meanwhile by that token must stand."""
     import asyncio
 
     backend = _SlowBackend("stub", {})

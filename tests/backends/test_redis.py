@@ -112,8 +112,7 @@ def test_a_ttl_that_is_not_positive_is_refused_in_python_and_in_lua(backend) -> 
         with pytest.raises(ResponseError, match="ttl must be positive"):
             backend.scripts.extend(backend.keys("book:1").lock, lease.token, ttl_ms)
         with pytest.raises(ResponseError, match="ttl must be positive"):  # re-entry
-            backend.scripts.acquire(backend.keys("book:1").lock, "t" * 32,
-                                    f"{lease.owner}\0book:1", ttl_ms)
+            backend.scripts.resume(backend.keys("book:1").lock, lease.token, ttl_ms, 1)
     assert backend.client.exists(*keys) == 0  # nothing was written for the refused ttl
     assert occupy.holder("book:1", using=ALIAS).expires_at == lease.expires_at
     occupy.release(lease)
@@ -239,13 +238,15 @@ def test_a_waiter_that_gives_up_after_being_handed_the_key_passes_it_on(backend)
 
 
 def test_a_key_handed_over_and_then_reentered_survives_the_waiter_giving_up(backend) -> None:
-    """A waiter is handed the key; before it looks, another attempt of the same owner
-    re-enters it. The waiter giving up takes back its own level only."""
+    """A waiter is handed the key; before it looks, the key is re-entered by its token.
+    The waiter giving up takes back its own level only."""
     alice = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
     waiter = backend.attempt("book:1", "xavier", 30)
     assert waiter.try_acquire() is None and waiter.enqueue() is None
     occupy.release(alice)  # hands the key to the waiter, who is not looking
-    again = occupy.acquire("book:1", owner="xavier", ttl=30, timeout=0, using=ALIAS)
+    with pytest.raises(occupy.Occupied):  # the owner string alone never re-enters
+        occupy.acquire("book:1", owner="xavier", ttl=30, timeout=0, using=ALIAS)
+    again = backend.resume("book:1", waiter.token, 30)
     assert again.depth == 2
     waiter.cancel()
     with pytest.raises(occupy.Occupied):
@@ -255,18 +256,22 @@ def test_a_key_handed_over_and_then_reentered_survives_the_waiter_giving_up(back
     assert occupy.holder("book:1", using=ALIAS) is None
 
 
-def test_joining_the_queue_can_grant_a_reentry_which_acquire_returns(backend) -> None:
-    """The key comes free between a refused try and the queueing, and another attempt
-    of the same owner takes it: queueing re-enters, and that lease is the caller's."""
+def test_joining_the_queue_can_grant_the_key_which_acquire_returns(backend) -> None:
+    """The key comes free between a refused try and the queueing: queueing takes it,
+    and that lease is the caller's. Another attempt of the same owner that got there
+    first makes the late one queue behind it (owners do not re-enter)."""
     alice = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
     late = backend.attempt("book:1", "xavier", 30)
     assert late.try_acquire() is None
     occupy.release(alice)
-    first = occupy.acquire("book:1", owner="xavier", ttl=30, timeout=0, using=ALIAS)
-    second = late.enqueue()
-    assert second is not None and (second.token, second.depth) == (first.token, 2)
-    occupy.release(second)
-    occupy.release(first)
+    granted = late.enqueue()
+    assert granted is not None and (granted.token, granted.depth) == (late.token, 1)
+    occupy.release(granted)
+    early = occupy.acquire("book:1", owner="xavier", ttl=30, timeout=0, using=ALIAS)
+    later = backend.attempt("book:1", "xavier", 30)
+    assert later.try_acquire() is None and later.enqueue() is None
+    later.cancel()
+    occupy.release(early)
     assert occupy.holder("book:1", using=ALIAS) is None
 
 

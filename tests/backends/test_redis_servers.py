@@ -3,6 +3,7 @@ without persistence, and Redis Cluster (which refuses a script touching two slot
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -170,3 +171,70 @@ def _exercise(backend, key: str) -> None:
     assert got and got[0].fence > alice.fence
     occupy.release(got[0])
     assert backend.holder(key) is None
+
+
+def count_through_restarts(port: int, prefix: str, key: str, seconds: float
+                           ) -> tuple[list[tuple], int]:
+    """Loop over ``key`` on the Redis server at ``port`` for ``seconds``, incrementing its
+    Counter row under the lock, going on through errors while the server restarts.
+    Return the ``(entered, left, fence)`` spans and how many calls failed."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from occupy.backends.redis import RedisBackend
+    from tests.testapp.models import Counter
+
+    backend = RedisBackend("restarts", {"OPTIONS": {"PREFIX": prefix, "POLL_INTERVAL": 0.1,
+                                                    "QUEUE_TTL": 1}})
+    backend.bind(redis.Redis(port=port, socket_timeout=2, socket_connect_timeout=1,
+                             retry=Retry(NoBackoff(), 0)))
+    spans, failures = [], 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            lease = backend.acquire(key, owner=f"worker:{os.getpid()}", ttl=3, timeout=5)
+        except occupy.OccupyError:  # the server is down (or still loading): try again
+            failures += 1
+            time.sleep(0.02)
+            continue
+        entered = time.monotonic()
+        counter = Counter.objects.get(name=key)
+        time.sleep(0.25)  # long enough that a restart catches holders inside
+        counter.value += 1
+        counter.save()
+        spans.append((entered, time.monotonic(), lease.fence))
+        try:
+            occupy.release(lease)
+        except occupy.OccupyError:  # its claim expires by its ttl
+            failures += 1
+    return spans, failures
+
+
+@pytest.mark.multiprocess
+def test_no_overlap_and_rising_fences_while_the_server_restarts(tmp_path: Path,
+                                                               live_db: None) -> None:
+    """Four processes contend for one key while the Redis server they use (with an
+    append-only file, so that its locks survive a restart) is restarted three times.
+    Without the append-only file the holder inside its section loses its lock to the
+    next worker at each restart, and the overlap check fails."""
+    from tests import multiproc
+    from tests.backends.exclusion import assert_exclusive
+    from tests.testapp.models import Counter
+
+    port = _spare_port()
+    durable = ("--appendonly", "yes", "--appendfsync", "always")
+    Counter.objects.create(name="stock", value=0)
+    with redis_server(port, tmp_path, *durable):
+        workers = multiproc.start(count_through_restarts,
+                                  [(port, settings.REDIS_PREFIX, "stock", 9.0)] * 4)
+        time.sleep(2)
+    for _ in range(3):
+        with redis_server(port, tmp_path, *durable):
+            time.sleep(2)
+    with redis_server(port, tmp_path, *durable):
+        results = multiproc.collect(workers, timeout=60)
+    spans = [worker_spans for worker_spans, _failures in results]
+    assert sum(failures for _spans, failures in results) > 0  # the restarts were felt
+    assert all(len(s) >= 3 for s in spans), [len(s) for s in spans]
+    assert_exclusive(spans, "stock")
