@@ -35,6 +35,8 @@ from occupy.models.querysets import OccupyManager
 __all__ = ["VersionedMixin"]
 
 POLICIES = ("fields", "strict")
+#: Stands for "the version was never loaded" (an instance built by hand).
+_UNLOADED = object()
 
 
 def _check_policy(owner: str, policy: Any) -> str:
@@ -96,11 +98,20 @@ class VersionedMixin(GuardedSaveMixin):
         """Guard the write with the loaded version (``"strict"``), or with the written
         fields' loaded values (``"fields"``: the version is tried first, one statement
         when nobody else wrote; if it moved, the fields are compared instead and the
-        new version is read back)."""
+        new version is read back).
+
+        A version the caller supplied (an instance built by hand, or a version assigned
+        after the load: a form's hidden field, an ``If-Match``) is a precondition: it is
+        compared strictly whatever the policy, because the caller's values were
+        computed from that version of the row, not from what ``save()`` loaded.
+        """
         policy = options["version_policy"]
         guards = super().save_guards(fields, options)
         version = self._meta.get_field("version")
         expected = self.__dict__.get(version.attname)
+        loaded = self.__dict__.get("_occupy_loaded", {})
+        if expected is not None and loaded.get(version.attname, _UNLOADED) != expected:
+            policy = self.STRICT
         if expected is None and policy == self.STRICT:
             raise ValueError(
                 f"{self._meta.object_name} {self.pk!r} was loaded without its version "

@@ -143,6 +143,31 @@ def test_an_expected_version_from_a_client_is_checked(tables: None) -> None:
         "client", "free", 3)
 
 
+def test_a_version_the_caller_supplies_is_checked_strictly(database: str) -> None:
+    """Under the default "fields" policy too: a version built into the instance or
+    assigned after the load is the caller's precondition (the If-Match and form
+    pattern), not something save() loaded; a stale one is refused."""
+    books = Book.objects.using(database)
+    book = books.create(name="a", status="use")
+    loaded = books.get(pk=book.pk)
+    loaded.name = "b"
+    loaded.save()  # version 2
+    with pytest.raises(occupy.VersionConflict):  # built by hand with the old version
+        Book(pk=book.pk, version=1, name="c").save(using=database, update_fields=["name"])
+    late = books.get(pk=book.pk)
+    late.version = 1  # the version the client saw, assigned after the load
+    late.status = "free"  # another field than the one that moved on
+    with pytest.raises(occupy.VersionConflict):
+        late.save()
+    assert books.values_list("name", "status", "version").get() == ("b", "use", 2)
+    current = books.get(pk=book.pk)
+    current.version = 2  # the current version: accepted
+    current.status = "free"
+    current.save()
+    Book(pk=book.pk, version=3, name="d").save(using=database, update_fields=["name"])
+    assert books.values_list("name", "status", "version").get() == ("d", "free", 4)
+
+
 # --- single process: what is written ---------------------------------------------------
 def test_only_changed_fields_are_written_and_signals_say_which(tables: None) -> None:
     seen = []
