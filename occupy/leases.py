@@ -43,11 +43,16 @@ def new_token() -> str:
 
 
 class Holder(NamedTuple):
-    """Who holds a key, as anyone may see it: never the token."""
+    """Who holds a key, as anyone may see it: never the token.
+
+    ``since`` is when this holder was granted the key (by the store's clock), where the
+    store knows it.
+    """
 
     owner: str
     expires_at: datetime
     fence: int
+    since: datetime | None = None
 
 
 @dataclass(eq=False)

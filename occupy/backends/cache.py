@@ -333,7 +333,8 @@ class CacheBackend(BaseBackend):
 
 
 def _holder(entry: Entry) -> Holder:
-    return Holder(owner=entry.owner, expires_at=from_us(entry.expires_us), fence=entry.fence)
+    return Holder(owner=entry.owner, expires_at=from_us(entry.expires_us), fence=entry.fence,
+                  since=from_us(entry.since_us))
 
 
 def _refusal(alias: str, cache_alias: str, cache_class: type, kind: str) -> str:

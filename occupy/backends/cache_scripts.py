@@ -27,15 +27,15 @@ FENCE_MEMORY_MS = 24 * 3600 * 1000
 
 #: KEYS: entry, fence counter. ARGV: token, owner, ttl ms, key.
 #: Returns one NUL-separated string (one bulk reply parses faster than an array):
-#: ``g fence expires`` (granted) or ``h fence expires now owner`` (held, whoever by:
-#: owners do not re-enter, see ``occupy.reentry``); times in ms.
+#: ``g fence expires`` (granted) or ``h fence expires now since owner`` (held, whoever
+#: by: owners do not re-enter, see ``occupy.reentry``); times in ms.
 ACQUIRE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local cur = redis.call('HMGET', KEYS[1], 'token', 'owner', 'fence', 'depth', 'expires')
+local cur = redis.call('HMGET', KEYS[1], 'token', 'owner', 'fence', 'since', 'expires')
 if cur[1] then
   return 'h\\0' .. cur[3] .. '\\0' .. cur[5] .. '\\0' .. string.format('%d', now)
-         .. '\\0' .. cur[2]
+         .. '\\0' .. cur[4] .. '\\0' .. cur[2]
 end
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local f = string.format('%d', math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, floor))
@@ -92,14 +92,16 @@ redis.call('PEXPIREAT', KEYS[1], at)
 return {cur[2], cur[3], at, depth}
 """
 
-#: KEYS: entry. Returns {owner, fence, expires ms, now ms}, or nil when nobody holds it.
+#: KEYS: entry. Returns {owner, fence, expires ms, now ms, since ms}, or nil when nobody
+#: holds it.
 HOLDER = """
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'expires')
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'expires', 'since')
 if not cur[1] then
   return false
 end
 local t = redis.call('TIME')
-return {cur[1], cur[2], cur[3], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+return {cur[1], cur[2], cur[3], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
+        cur[4]}
 """
 
 #: KEYS: entry. ARGV: token. Delete the entry if this token holds it (a cancelled grant).
@@ -162,12 +164,13 @@ class LuaStore:
     def grant(self, key: str, owner: str, token: str, ttl: float) -> Outcome:
         """Grant ``key`` if it is free, else report who holds it."""
         reply = self._acquire(self.keys(key), [token, owner, _ms(ttl), key])
-        kind, fence, expires, *rest = reply.split(b"\0", 4)
+        kind, fence, expires, *rest = reply.split(b"\0", 5)
         if kind == b"g":
             return Outcome(Entry(token, owner, int(fence), 1, int(expires) * 1000, 0, key),
                            None, 0)
-        now, holder = rest
-        entry = Entry("", holder.decode("utf-8"), int(fence), 0, int(expires) * 1000, 0, key)
+        now, since, holder = rest
+        entry = Entry("", holder.decode("utf-8"), int(fence), 0, int(expires) * 1000,
+                      int(since) * 1000, key)
         return Outcome(None, entry, int(now) * 1000)
 
     def release(self, key: str, token: str, ttl: float) -> int:
@@ -193,8 +196,9 @@ class LuaStore:
         reply = self._holder(self.keys(key)[:1])
         if not reply:
             return None
-        owner, fence, expires, now = reply
-        return Entry("", _text(owner), int(fence), 0, int(expires) * 1000, 0, key), int(now) * 1000
+        owner, fence, expires, now, since = reply
+        entry = Entry("", _text(owner), int(fence), 0, int(expires) * 1000, int(since) * 1000, key)
+        return entry, int(now) * 1000
 
     def is_held(self, key: str, token: str) -> bool:
         """Return whether ``token`` holds ``key`` (Redis drops expired entries itself)."""

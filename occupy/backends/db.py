@@ -274,10 +274,12 @@ class DatabaseBackend(BaseBackend):
         rows = self.execute(self.dialect.holder(), [digest(key)], key=key)[1]
         if not rows:
             return None
-        owner, expires_at, fence, now = rows[0]
+        owner, expires_at, fence, since, now = rows[0]
         expires_at = self.dialect.to_datetime(expires_at)
         remaining = (expires_at - self.dialect.to_datetime(now)).total_seconds()
-        return Holder(owner=owner, expires_at=expires_at, fence=int(fence)), remaining
+        holder = Holder(owner=owner, expires_at=expires_at, fence=int(fence),
+                        since=self.dialect.to_datetime(since))
+        return holder, remaining
 
     def is_held(self, lease: Lease) -> bool:
         """Return whether the lease's token still holds a live ``using`` claim."""

@@ -194,7 +194,7 @@ class FileBackend(BaseBackend):
         if claim is None or not claim.live(now_us()):
             return None
         return Holder(owner=claim.owner, expires_at=from_us(claim.expires_us),
-                      fence=claim.fence)
+                      fence=claim.fence, since=from_us(claim.since_us))
 
     def is_held(self, lease: Lease) -> bool:
         """Return whether the lease's token still holds an unexpired claim."""
@@ -427,5 +427,5 @@ class FileAttempt(Attempt):
         if claim is None or not claim.live(now):
             return None, None
         holder = Holder(owner=claim.owner, expires_at=from_us(claim.expires_us),
-                        fence=claim.fence)
+                        fence=claim.fence, since=from_us(claim.since_us))
         return holder, (claim.expires_us - now) / 1e6

@@ -127,8 +127,9 @@ class _Held(NamedTuple):
         return cls(owner, int(fence), int(expires), int(since), key)
 
     def holder(self) -> Holder:
-        """Return the public view: owner, expiry, fence."""
-        return Holder(self.owner, to_datetime(self.expires), self.fence)
+        """Return the public view: owner, expiry, fence, grant time."""
+        return Holder(self.owner, to_datetime(self.expires), self.fence,
+                      to_datetime(self.since))
 
 
 def _seconds_option(options: dict[str, Any], name: str, default: float, alias: str) -> float:

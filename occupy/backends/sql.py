@@ -134,7 +134,8 @@ class Dialect:
         returning = " RETURNING fence, expires_at" if self.update_returning else ""
         return (
             f"UPDATE {TABLE} SET state = 'using', slot = %s, fence = {self.fence_expr()}, "
-            f"expires_at = {self.later} WHERE id = %s AND state = 'pending' "
+            f"expires_at = {self.later}, created_at = {self.now} WHERE id = %s "
+            f"AND state = 'pending' "
             f"AND {self.live()} AND NOT EXISTS (SELECT 1 FROM {TABLE} o "
             f"WHERE o.digest = %s AND {self.live('o.expires_at')} "
             f"AND (o.state = 'using' OR o.id < %s)){returning}"
@@ -213,9 +214,9 @@ class Dialect:
         )
 
     def holder(self) -> str:
-        """Owner, expiry, fence and now of a digest's live using claim."""
+        """Owner, expiry, fence, grant time and now of a digest's live using claim."""
         return (
-            f"SELECT owner, expires_at, fence, {self.now} FROM {TABLE} "
+            f"SELECT owner, expires_at, fence, created_at, {self.now} FROM {TABLE} "
             f"WHERE slot = %s AND {self.live()}"
         )
 

@@ -22,7 +22,7 @@ def test_acquire_and_release(using: str) -> None:
     assert isinstance(lease.fence, int)
     assert lease.expires_at.tzinfo is not None
     holder = occupy.holder("book:1", using=using)
-    assert holder == occupy.Holder("alice", lease.expires_at, lease.fence)
+    assert holder[:3] == ("alice", lease.expires_at, lease.fence)
     occupy.release(lease)
     assert occupy.holder("book:1", using=using) is None
 
@@ -333,3 +333,20 @@ def test_cancelling_an_async_waiter_leaves_no_claim(using: str) -> None:
         await occupy.arelease(carol)
 
     asyncio.run(main())
+
+
+def test_holder_since_is_when_the_holder_was_granted_the_key(using: str) -> None:
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    first = occupy.holder("book:1", using=using)
+    assert abs((first.since - datetime.now(timezone.utc)).total_seconds()) < 5
+    assert first.since < first.expires_at
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(
+        occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, using=using)))
+    waiter.start()
+    time.sleep(0.3)
+    occupy.release(alice)
+    waiter.join(10)
+    second = occupy.holder("book:1", using=using)
+    assert second.owner == "bob" and second.since > first.since  # the grant, not the queueing
+    occupy.release(got[0])
