@@ -15,10 +15,14 @@ from occupy.api import (
     acquire,
     aholder,
     arelease,
+    aresume,
+    atakeover,
     holder,
     lock,
     lock_many,
     release,
+    resume,
+    takeover,
 )
 from occupy.exceptions import (
     ConflictError,
@@ -52,9 +56,13 @@ __all__ = [
     "acquire",
     "aholder",
     "arelease",
+    "aresume",
+    "atakeover",
     "holder",
     "lock",
     "lock_many",
     "release",
+    "resume",
     "retry_on_conflict",
+    "takeover",
 ]

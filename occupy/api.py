@@ -21,7 +21,7 @@ from occupy.backends.base import BaseBackend
 from occupy.conf import occupy_settings
 from occupy.exceptions import LeaseLost, OccupyError
 from occupy.leases import Holder, Lease, default_owner
-from occupy.validation import check_key, check_owner, check_timeout, check_ttl
+from occupy.validation import check_key, check_owner, check_timeout, check_token, check_ttl
 from occupy.watchdog import watchdog
 
 __all__ = [
@@ -30,10 +30,14 @@ __all__ = [
     "acquire",
     "aholder",
     "arelease",
+    "aresume",
+    "atakeover",
     "holder",
     "lock",
     "lock_many",
     "release",
+    "resume",
+    "takeover",
 ]
 
 logger = logging.getLogger("occupy.api")
@@ -74,6 +78,7 @@ def acquire(
     ttl: float = DEFAULT,
     timeout: float | None = DEFAULT,
     renew: bool = False,
+    token: str | None = None,
     using: str = "default",
 ) -> Lease:
     """Take the lock on ``key`` and return its :class:`~occupy.Lease`.
@@ -87,13 +92,89 @@ def acquire(
     is a label, not a proof of holding. With ``renew=True`` a watchdog thread keeps the
     lease alive until it is released. Raise :class:`~occupy.Occupied` (``timeout=0``)
     or :class:`~occupy.LockTimeout`.
+
+    ``token`` presents the token of a lease the caller holds (an HTTP client retrying
+    its request): if it still holds ``key``, that lease is returned, kept at least
+    ``ttl`` more, without a new level; otherwise the key is taken as usual.
     """
     backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
+    if token is not None:
+        presented = backend.resume(key, check_token(token), ttl, deeper=False)
+        if presented is not None:
+            return _granted(backend, presented, renew)
     held = reentry.held(using, key, owner)
     lease = None if held is None else _reenter(backend.resume(key, held.token, ttl), held)
     if lease is None:
         lease = backend.acquire(key, owner=owner, ttl=ttl, timeout=timeout)
     reentry.record(lease, deeper=held is not None)
+    return _granted(backend, lease, renew)
+
+
+def resume(key: str, token: str, *, ttl: float = DEFAULT, using: str = "default") -> Lease:
+    """Return the lease that ``token`` holds on ``key``, rebuilt from the store and kept
+    at least ``ttl`` more (default: the ``TTL`` setting), for code that has only the
+    token (an HTTP request carrying it). The store checks the token in the same step;
+    raise :class:`~occupy.LeaseLost` if it holds nothing (forged, expired, taken over).
+    No level is added: release the lease once.
+    """
+    backend, key, _owner, ttl, _timeout = _prepare(key, None, ttl, 0, using)
+    lease = backend.resume(key, check_token(token), ttl, deeper=False)
+    if lease is None:
+        raise LeaseLost(f"The token does not hold {key!r}: it expired, was released or "
+                        "was taken over.", key=key)
+    return lease
+
+
+async def aresume(key: str, token: str, *, ttl: float = DEFAULT,
+                  using: str = "default") -> Lease:
+    """Async twin of :func:`resume`."""
+    backend, key, _owner, ttl, _timeout = _prepare(key, None, ttl, 0, using)
+    lease = await backend.aresume(key, check_token(token), ttl, deeper=False)
+    if lease is None:
+        raise LeaseLost(f"The token does not hold {key!r}: it expired, was released or "
+                        "was taken over.", key=key)
+    return lease
+
+
+def takeover(
+    key: str,
+    *,
+    owner: str | None = None,
+    ttl: float = DEFAULT,
+    renew: bool = False,
+    using: str = "default",
+) -> Lease:
+    """Take ``key`` now, whoever holds it, and return the new lease.
+
+    One store operation replaces the holder and issues a higher fence, so nobody can
+    slip in between: the previous lease's next extend or release raises
+    :class:`~occupy.LeaseLost`, and its fenced saves raise :class:`~occupy.FencedOut`.
+    Sends ``lease_taken_over`` with the holder replaced. Who may take over is the
+    caller's decision (a permission, the same user's other tab): occupy does not ask.
+    """
+    backend, key, owner, ttl, _timeout = _prepare(key, owner, ttl, 0, using)
+    lease, previous = backend.takeover(key, owner, ttl)
+    return _taken_over(backend, lease, previous, renew)
+
+
+async def atakeover(
+    key: str,
+    *,
+    owner: str | None = None,
+    ttl: float = DEFAULT,
+    renew: bool = False,
+    using: str = "default",
+) -> Lease:
+    """Async twin of :func:`takeover`."""
+    backend, key, owner, ttl, _timeout = _prepare(key, owner, ttl, 0, using)
+    lease, previous = await backend.atakeover(key, owner, ttl)
+    return _taken_over(backend, lease, previous, renew)
+
+
+def _taken_over(backend: BaseBackend, lease: Lease, previous: Holder | None,
+                renew: bool) -> Lease:
+    reentry.record(lease, deeper=False)
+    signals.lease_taken_over.send(sender=type(backend), lease=lease, previous=previous)
     return _granted(backend, lease, renew)
 
 
@@ -112,10 +193,15 @@ async def aacquire(
     ttl: float = DEFAULT,
     timeout: float | None = DEFAULT,
     renew: bool = False,
+    token: str | None = None,
     using: str = "default",
 ) -> Lease:
     """Async twin of :func:`acquire`; cancelling it while it waits leaves no claim."""
     backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
+    if token is not None:
+        presented = await backend.aresume(key, check_token(token), ttl, deeper=False)
+        if presented is not None:
+            return _granted(backend, presented, renew)
     held = reentry.held(using, key, owner)
     lease = None
     if held is not None:
@@ -211,6 +297,7 @@ class lock(AbstractContextManager, AbstractAsyncContextManager):
         ttl: float = DEFAULT,
         timeout: float | None = DEFAULT,
         renew: bool = False,
+        token: str | None = None,
         using: str = "default",
     ) -> None:
         if not isinstance(key, str):
@@ -221,6 +308,7 @@ class lock(AbstractContextManager, AbstractAsyncContextManager):
             "ttl": ttl if ttl is DEFAULT else check_ttl(ttl),
             "timeout": timeout if timeout is DEFAULT else check_timeout(timeout),
             "renew": bool(renew),
+            "token": None if token is None else check_token(token),
             "using": using,
         }
         self._leases: list[Lease] = []

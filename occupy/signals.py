@@ -5,13 +5,17 @@
 - ``lease_expired(key, count)``: expired claims were removed by a sweep.
 - ``lease_lost(lease, reason)``: a holder found its lease gone (expired, swept, taken
   over, or the renewal watchdog failed).
+- ``lease_taken_over(lease, previous)``: ``takeover()`` granted ``lease``, replacing
+  ``previous`` (the :class:`~occupy.Holder` it replaced, or ``None`` if the key was free).
 """
 
 from django.dispatch import Signal
 
-__all__ = ["lease_acquired", "lease_expired", "lease_lost", "lease_released"]
+__all__ = ["lease_acquired", "lease_expired", "lease_lost", "lease_released",
+           "lease_taken_over"]
 
 lease_acquired = Signal()
 lease_released = Signal()
 lease_expired = Signal()
 lease_lost = Signal()
+lease_taken_over = Signal()

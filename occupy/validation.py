@@ -7,9 +7,11 @@ message that names the argument and the value.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
-__all__ = ["MAX_KEY_LENGTH", "MAX_TTL", "check_key", "check_owner", "check_timeout", "check_ttl"]
+__all__ = ["MAX_KEY_LENGTH", "MAX_TTL", "check_key", "check_owner", "check_timeout",
+           "check_token", "check_ttl"]
 
 #: Longest key, in characters; every backend stores keys of this length.
 MAX_KEY_LENGTH = 255
@@ -48,6 +50,21 @@ def check_key(key: Any, *, name: str = "key") -> str:
 def check_owner(owner: Any) -> str:
     """Return ``owner`` if it is a usable owner name, else raise naming the problem."""
     return check_key(owner, name="owner")
+
+
+#: What a lease token may look like: occupy's are 32 hex digits (``new_token()``).
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")
+
+
+def check_token(token: Any) -> str:
+    """Return ``token`` if it has the form of a lease token, else raise naming the
+    problem (a token of that form that holds nothing is the store's to refuse)."""
+    if type(token) is str and _TOKEN.fullmatch(token):
+        return token
+    if not isinstance(token, str):
+        raise TypeError(f"token must be a str, not {type(token).__name__}.")
+    raise ValueError("token must be 16 to 64 letters, digits, '-' or '_' (a lease's token); "
+                     f"got {len(token)} characters.")
 
 
 def _number(name: str, value: Any) -> float:

@@ -175,6 +175,16 @@ class BaseBackend:
         """
         raise NotImplementedError("subclasses of BaseBackend must provide a resume() method")
 
+    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
+        """Grant ``key`` to ``owner`` now, whoever holds it, and return the new lease and
+        the holder it replaced (``None`` if the key was free).
+
+        One store operation replaces the holder and issues a higher fence: the old
+        lease's next extend or release finds it lost, and its fenced writes are refused.
+        Queued waiters keep their places, behind the new holder.
+        """
+        raise NotImplementedError("subclasses of BaseBackend must provide a takeover() method")
+
     def holder(self, key: str) -> Holder | None:
         """Return who holds ``key`` now, or ``None``."""
         raise NotImplementedError("subclasses of BaseBackend must provide a holder() method")
@@ -278,6 +288,10 @@ class BaseBackend:
         return await sync_to_async(self.resume, thread_sensitive=False)(
             key, token, ttl, deeper=deeper
         )
+
+    async def atakeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
+        """Async twin of :meth:`takeover`."""
+        return await sync_to_async(self.takeover, thread_sensitive=False)(key, owner, ttl)
 
     async def aholder(self, key: str) -> Holder | None:
         """Async twin of :meth:`holder`."""

@@ -43,7 +43,7 @@ from occupy.backends.base import Attempt, BaseBackend, Claim
 from occupy.backends.cache_scripts import FENCE_MEMORY_MS, LuaStore, Outcome, names
 from occupy.backends.records import Entry, from_us, now_us
 from occupy.exceptions import InvalidBackendError
-from occupy.leases import Holder, Lease
+from occupy.leases import Holder, Lease, new_token
 
 __all__ = ["ATOMIC", "NO_STORE", "ONE_PROCESS", "RACY_ADD", "REDIS", "CacheBackend",
            "CacheStore", "cache_safety"]
@@ -186,6 +186,21 @@ class CacheStore:
         self.cache.set(entry_name, tuple(entry), self._timeout(entry.expires_us))
         return entry
 
+    def takeover(self, key: str, owner: str, token: str,
+                 ttl: float) -> tuple[Entry, Entry | None]:
+        """Grant ``key`` to ``token`` whoever holds it, with a higher fence; return the
+        grant and the live entry it replaced, if any. A read then a write, like release
+        on these caches: two takeovers at the same moment can both think they won,
+        and the later write holds the key (both fences still rise)."""
+        entry_name, fence_name = names(key)
+        cache = self.cache
+        previous = self.holder(key)
+        now = now_us()
+        fence = self._next_fence(cache, fence_name, now)
+        entry = Entry(token, owner, fence, 1, now + round(ttl * 1e6), now, key)
+        cache.set(entry_name, tuple(entry), self._timeout(entry.expires_us))
+        return entry, None if previous is None else previous[0]
+
     def _next_fence(self, cache: Any, name: str, now: int) -> int:
         # Only the holder writes the counter, so a read then a write is serialized by the
         # lock itself; the clock floor covers a counter the cache evicted or lost.
@@ -310,6 +325,13 @@ class CacheBackend(BaseBackend):
         kept at least ``ttl`` more), or ``None``."""
         entry = self.store.resume(key, token, ttl, int(deeper))
         return None if entry is None else self._lease(key, entry.owner, ttl, entry)
+
+    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
+        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (one
+        script on Redis caches); return the lease and the holder replaced."""
+        entry, previous = self.store.takeover(key, owner, new_token(), ttl)
+        return (self._lease(key, owner, ttl, entry),
+                None if previous is None else _holder(previous))
 
     def holder(self, key: str) -> Holder | None:
         """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""

@@ -29,14 +29,13 @@ FENCE_MEMORY_MS = 24 * 3600 * 1000
 #: Returns one NUL-separated string (one bulk reply parses faster than an array):
 #: ``g fence expires`` (granted) or ``h fence expires now since owner`` (held, whoever
 #: by: owners do not re-enter, see ``occupy.reentry``); times in ms.
-ACQUIRE = """
+_READ = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cur = redis.call('HMGET', KEYS[1], 'token', 'owner', 'fence', 'since', 'expires')
-if cur[1] then
-  return 'h\\0' .. cur[3] .. '\\0' .. cur[5] .. '\\0' .. string.format('%d', now)
-         .. '\\0' .. cur[4] .. '\\0' .. cur[2]
-end
+"""
+#: Write the grant: the entry with the next fence (``f``) and expiry (``at``).
+_GRANT = """
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local f = string.format('%d', math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, floor))
 redis.call('SET', KEYS[2], f, 'PX', FENCE_MEMORY_MS)
@@ -44,8 +43,26 @@ local at = string.format('%d', now + tonumber(ARGV[3]))
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'owner', ARGV[2], 'fence', f, 'depth', 1,
            'expires', at, 'since', string.format('%d', now), 'key', ARGV[4])
 redis.call('PEXPIREAT', KEYS[1], at)
-return 'g\\0' .. f .. '\\0' .. at
 """.replace("FENCE_MEMORY_MS", str(FENCE_MEMORY_MS))
+ACQUIRE = _READ + """
+if cur[1] then
+  return 'h\\0' .. cur[3] .. '\\0' .. cur[5] .. '\\0' .. string.format('%d', now)
+         .. '\\0' .. cur[4] .. '\\0' .. cur[2]
+end
+""" + _GRANT + """
+return 'g\\0' .. f .. '\\0' .. at
+"""
+
+#: KEYS and ARGV as :data:`ACQUIRE`: grant the key whoever holds it, with a higher fence
+#: (takeover). Returns ``g fence expires`` followed, if the key was held, by
+#: ``fence expires since owner`` of the holder it replaced.
+TAKEOVER = _READ + _GRANT + """
+local reply = 'g\\0' .. f .. '\\0' .. at
+if cur[1] then
+  reply = reply .. '\\0' .. cur[3] .. '\\0' .. cur[5] .. '\\0' .. cur[4] .. '\\0' .. cur[2]
+end
+return reply
+"""
 
 #: KEYS: entry. ARGV: token. Returns -1 (not held), 0 (released) or the depth left.
 RELEASE = """
@@ -146,6 +163,7 @@ class LuaStore:
         self._release = client.register_script(RELEASE)
         self._extend = client.register_script(EXTEND)
         self._resume = client.register_script(RESUME)
+        self._takeover = client.register_script(TAKEOVER)
         self._holder = client.register_script(HOLDER)
         self._forget = client.register_script(FORGET)
         self._keys: dict[str, list[str]] = {}
@@ -172,6 +190,19 @@ class LuaStore:
         entry = Entry("", holder.decode("utf-8"), int(fence), 0, int(expires) * 1000,
                       int(since) * 1000, key)
         return Outcome(None, entry, int(now) * 1000)
+
+    def takeover(self, key: str, owner: str, token: str,
+                 ttl: float) -> tuple[Entry, Entry | None]:
+        """Grant ``key`` to ``token`` whoever holds it, with a higher fence; return the
+        grant and the entry it replaced (without its token), if any."""
+        reply = self._takeover(self.keys(key), [token, owner, _ms(ttl), key])
+        _g, fence, expires, *old = reply.split(b"\0", 6)
+        entry = Entry(token, owner, int(fence), 1, int(expires) * 1000, 0, key)
+        if not old:
+            return entry, None
+        old_fence, old_expires, old_since, old_owner = old
+        return entry, Entry("", old_owner.decode("utf-8"), int(old_fence), 0,
+                            int(old_expires) * 1000, int(old_since) * 1000, key)
 
     def release(self, key: str, token: str, ttl: float) -> int:
         """Undo one level of ``token``'s grant: -1 if not held, else the depth left."""

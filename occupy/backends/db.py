@@ -65,7 +65,7 @@ from occupy.backends.sql import (
     dialect_for,
 )
 from occupy.exceptions import InvalidBackendError, OccupyError
-from occupy.leases import Holder, Lease
+from occupy.leases import Holder, Lease, new_token
 
 __all__ = ["DatabaseBackend"]
 
@@ -264,6 +264,39 @@ class DatabaseBackend(BaseBackend):
         return Lease(key=key, owner=owner, token=token, fence=int(fence),
                      expires_at=sql.to_datetime(expires_at), ttl=ttl, using=self.alias,
                      depth=int(depth), backend=self)
+
+    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
+        """Hand the live claim to ``owner`` with a higher fence (one guarded ``UPDATE``
+        by the holder's token), or insert a granted claim ahead of any queue if nobody
+        holds the key; return the lease and the holder replaced."""
+        d = digest(key)
+        sql = self.dialect
+        token = new_token()
+        seconds = sql.seconds(ttl)
+        for _ in range(10):
+            rows = self.execute(sql.holding(), [d], key=key)[1]
+            if rows:
+                old_token, old_owner, expires_at, fence, since = rows[0]
+                previous: Holder | None = Holder(
+                    old_owner, sql.to_datetime(expires_at), int(fence), sql.to_datetime(since))
+                count, granted = self.execute(
+                    sql.seize(), [owner, token, d, seconds, d, old_token], key=key)
+                if count and not sql.update_returning:
+                    granted = self.execute(sql.granted(), [d, token], key=key)[1]
+            else:
+                previous = None
+                self.execute(sql.purge_expired_of_key(), [d], key=key)
+                content_type_id, object_id = self.object_of(key)
+                granted = self.execute(sql.grant_over_queue(), [
+                    key, d, d, content_type_id, object_id, owner, token, d, seconds,
+                ], key=key)[1]
+            if granted:  # else the holder changed meanwhile: look again
+                fence, expires_at = granted[0][:2]
+                lease = Lease(key=key, owner=owner, token=token, fence=int(fence),
+                              expires_at=sql.to_datetime(expires_at), ttl=ttl,
+                              using=self.alias, backend=self)
+                return lease, previous
+        raise OccupyError(f"{key!r} changed hands ten times while it was taken over.", key=key)
 
     def holder(self, key: str) -> Holder | None:
         """Return the live ``using`` claim's owner, expiry and fence, or ``None``."""

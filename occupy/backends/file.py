@@ -53,7 +53,7 @@ from typing import Any
 from occupy.backends import file_io as fio
 from occupy.backends.base import Attempt, BaseBackend, Claim
 from occupy.backends.records import Entry, digest, from_us, now_us
-from occupy.exceptions import InvalidBackendError
+from occupy.exceptions import InvalidBackendError, OccupyError
 from occupy.leases import Holder, Lease
 
 __all__ = ["FileBackend"]
@@ -185,6 +185,27 @@ class FileBackend(BaseBackend):
                                    expires_us=max(claim.expires_us, now + round(ttl * 1e6)))
             self._rewrite(d, claim)
         return self._lease(key, claim.owner, ttl, claim)
+
+    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
+        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (under
+        the key's lock: the claim is retired, its fence kept, and a new one granted);
+        return the lease and the holder replaced."""
+        d = digest(key)
+        attempt = FileAttempt(self, key, owner, ttl)
+        with self.locks.hold(d):
+            now = now_us()
+            claim = self._claim(d)
+            previous = None
+            if claim is not None:
+                if claim.live(now):
+                    previous = Holder(owner=claim.owner, expires_at=from_us(claim.expires_us),
+                                      fence=claim.fence, since=from_us(claim.since_us))
+                self._retire(d)
+            lease = attempt._grant(now)
+        if lease is None:  # only if flock is not shared on this filesystem
+            raise OccupyError(f"{key!r} could not be taken over: another process wrote its "
+                              "claim at the same moment (is flock shared here?).", key=key)
+        return lease, previous
 
     def holder(self, key: str) -> Holder | None:
         """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""

@@ -39,7 +39,7 @@ from occupy.backends.base import Attempt, BaseBackend, Claim
 from occupy.backends.records import text as _text  # replies: bytes or str
 from occupy.backends.redis_scripts import RedisKeys, redis_keys
 from occupy.exceptions import InvalidBackendError, OccupyError
-from occupy.leases import Holder, Lease
+from occupy.leases import Holder, Lease, new_token
 
 try:
     from django_redis import get_redis_connection
@@ -84,6 +84,7 @@ class _Scripts(NamedTuple):
     release: _Script
     extend: _Script
     resume: _Script
+    takeover: _Script
     cancel: _Script
 
 
@@ -284,6 +285,21 @@ class RedisBackend(BaseBackend):
         return Lease(key=key, owner=tail.split("\0", 1)[0], token=token, fence=int(fence),
                      expires_at=to_datetime(expires), ttl=ttl, using=self.alias,
                      depth=int(depth), backend=self)
+
+    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
+        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it: one
+        script. Return the lease and the holder replaced."""
+        token = new_token()
+        try:
+            numbers, previous = self.scripts.takeover(self.keys(key).lock, token,
+                                                      f"{owner}\0{key}", to_ms(ttl))
+        except RedisError as e:
+            raise failed(key, e) from e
+        fence, expires, _since = _text(numbers).split(" ")
+        lease = Lease(key=key, owner=owner, token=token, fence=int(fence),
+                      expires_at=to_datetime(expires), ttl=ttl, using=self.alias,
+                      backend=self)
+        return lease, (_Held.parse(previous, with_token=False).holder() if previous else None)
 
     def holder(self, key: str) -> Holder | None:
         """Return the holder's owner, expiry and fence, or ``None`` (never the token)."""

@@ -47,8 +47,8 @@ from typing import NamedTuple
 
 from occupy.backends.records import digest
 
-__all__ = ["ACQUIRE", "CANCEL", "EXTEND", "RELEASE", "RESUME", "RedisKeys", "redis_keys",
-           "scripts_for"]
+__all__ = ["ACQUIRE", "CANCEL", "EXTEND", "RELEASE", "RESUME", "TAKEOVER", "RedisKeys",
+           "redis_keys", "scripts_for"]
 
 
 class RedisKeys(NamedTuple):
@@ -304,6 +304,27 @@ end
 return fence .. ' ' .. expires .. ' ' .. depth .. ' ' .. tail
 """
 
+#: Grant the key to a new token now, whoever holds it, with a higher fence (takeover).
+#: ARGV: token, ``"<owner>\\0<key>"``, ttl ms. Queued waiters keep their places (the
+#: flag stays ``q``); the old holder's pending wake-up, if a release had just handed
+#: the key to it, is dropped, so that it queues again instead of taking a lease that is
+#: no longer its own. Returns ``{"<fence> <expires ms> <since ms>", old value without
+#: its token or false}``.
+TAKEOVER = _PRELUDE + """
+local token, tail, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if bad_ttl(ttl) then return redis.error_reply('occupy: ttl must be positive ms') end
+local held = redis.call('GET', lock)
+local previous = false
+if held then
+  local old_token = string.match(held, '^(%S+) ')
+  previous = string.sub(held, #old_token + 2)
+  redis.call('DEL', base .. 'wake:' .. old_token)
+end
+local flag = '-'
+if redis.call('EXISTS', base .. 'queue') == 1 then flag = 'q' end
+return {grant(token, flag, ttl, tail, redis.call('TIME')), previous}
+"""
+
 #: Remove every trace of an attempt that gives up: its place in the queue, its wake-up
 #: list, and the key itself if it was handed over meanwhile (then to the next waiter).
 #: ARGV: token.
@@ -332,4 +353,5 @@ def scripts_for(fence_ttl_ms: int, queue_ttl_ms: int) -> dict[str, str]:
             "@QUEUE_TTL@", str(int(queue_ttl_ms)))
 
     return {"acquire": fill(ACQUIRE), "queue": fill(QUEUE), "release": fill(RELEASE),
-            "extend": fill(EXTEND), "resume": fill(RESUME), "cancel": fill(CANCEL)}
+            "extend": fill(EXTEND), "resume": fill(RESUME), "takeover": fill(TAKEOVER),
+            "cancel": fill(CANCEL)}

@@ -41,6 +41,8 @@ class Dialect:
     #: SQLite from 3.35).
     update_returning: bool = True
     quote: str = '"'
+    #: The FROM clause of a ``SELECT`` of constants that has a ``WHERE`` (MySQL's).
+    from_nothing: str = ""
 
     @property
     def columns(self) -> str:
@@ -111,6 +113,37 @@ class Dialect:
             f"MAX(CASE WHEN expires_at > {self.now} THEN 1 ELSE 0 END) AS live "
             f"FROM {TABLE} WHERE digest = %s) k WHERE COALESCE(k.live, 0) = 0 "
             f"{self.on_conflict} RETURNING fence, expires_at"
+        )
+
+    def seize(self) -> str:
+        """Hand the live using claim of a token to a new owner and token with a higher
+        fence, as a new grant (takeover). Parameters: owner, token, digest (fence),
+        seconds, digest (slot), the current token. ``RETURNING fence, expires_at``
+        where ``UPDATE … RETURNING`` exists."""
+        returning = " RETURNING fence, expires_at" if self.update_returning else ""
+        return (
+            f"UPDATE {TABLE} SET owner = %s, token = %s, fence = {self.fence_expr()}, "
+            f"depth = 1, expires_at = {self.later}, created_at = {self.now} "
+            f"WHERE slot = %s AND token = %s AND {self.live()}{returning}"
+        )
+
+    def grant_over_queue(self) -> str:
+        """Insert a granted claim whatever is queued (takeover of a key nobody holds);
+        the unique ``slot`` refuses it if a holder got there first. Parameters: key,
+        digest, digest (the slot), content_type_id, object_id, owner, token, digest
+        (the fence), seconds. (SQLite needs the ``WHERE`` to parse ``ON CONFLICT``.)"""
+        return (
+            f"{self.insert_ignore} {TABLE} ({self.columns}) "
+            f"SELECT %s, %s, %s, %s, %s, %s, %s, 'using', {self.fence_expr()}, 1, "
+            f"{self.later}, {self.now} {self.from_nothing} WHERE 1 = 1 "
+            f"{self.on_conflict} RETURNING fence, expires_at"
+        )
+
+    def holding(self) -> str:
+        """Token, owner, expiry, fence and grant time of a digest's live using claim."""
+        return (
+            f"SELECT token, owner, expires_at, fence, created_at FROM {TABLE} "
+            f"WHERE slot = %s AND {self.live()}"
         )
 
     def enqueue(self) -> str:
@@ -303,6 +336,7 @@ _DIALECTS = {
         clock_us="TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))",
         insert_ignore="INSERT IGNORE INTO",
         on_conflict="",
+        from_nothing="FROM DUAL",
         quote="`",
         update_returning=False,
     ),

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
-from django.db import models
+from django.db import models, router, transaction
 from django.db.models import F
 from django.utils.translation import gettext_lazy as _
 
 from occupy.exceptions import VersionConflict
 from occupy.models.guarded import Check, Guard, GuardedSaveMixin
+from occupy.models.keys import object_key
 from occupy.models.querysets import OccupyManager
 
 __all__ = ["VersionedMixin"]
@@ -57,6 +59,8 @@ class VersionedMixin(GuardedSaveMixin):
       <guard>`` and raises :class:`~occupy.VersionConflict` (writing nothing) when
       the guard fails: with ``version_policy = "fields"`` (default) the changed
       fields' loaded values, with ``"strict"`` the loaded version;
+    - ``delete()``: refused with :class:`~occupy.VersionConflict` when the row's
+      version moved on (guarded in the same transaction as the delete);
     - ``objects``: an :class:`~occupy.models.OccupyManager`, whose
       ``update_versioned()`` is the guarded form of ``QuerySet.update()``.
 
@@ -81,6 +85,39 @@ class VersionedMixin(GuardedSaveMixin):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _check_policy(cls.__qualname__, cls.__dict__.get("version_policy", "fields"))
+
+    def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict]:
+        """Delete the row only if its version is still the one this instance carries
+        (loaded, or supplied by the caller as a precondition); else raise
+        :class:`~occupy.VersionConflict`, having deleted nothing.
+
+        The version is checked by a guarded no-op ``UPDATE`` that also locks the row,
+        and Django's own delete (cascades, signals) runs in the same transaction, so
+        nobody can change the row in between.
+        """
+        version = self.__dict__.get("version")
+        if version is None or self.pk is None:
+            return super().delete(using=using, keep_parents=keep_parents)
+        using = using or router.db_for_write(type(self), instance=self)
+        rows = type(self)._base_manager.using(using).filter(pk=self.pk)
+        with transaction.atomic(using=using):
+            if rows.filter(version=version).update(version=F("version")) != 1:
+                current = rows.values_list("version", flat=True).first()
+                label = f"{self._meta.object_name} {self.pk!r}"
+                why = ("no longer exists" if current is None else
+                       f"changed since it was loaded (version {version}, now {current})")
+                raise VersionConflict(f"{label} was not deleted: it {why}.", model=type(self),
+                                      pk=self.pk, key=object_key(type(self), self.pk))
+            return super().delete(using=using, keep_parents=keep_parents)
+
+    delete.alters_data = True  # type: ignore[attr-defined]
+
+    async def adelete(self, using: str | None = None,
+                      keep_parents: bool = False) -> tuple[int, dict]:
+        """Async twin of :meth:`delete`."""
+        return await sync_to_async(self.delete)(using=using, keep_parents=keep_parents)
+
+    adelete.alters_data = True  # type: ignore[attr-defined]
 
     def managed_field_names(self) -> set[str]:
         """Add ``version``, which only the guard writes."""

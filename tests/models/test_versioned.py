@@ -168,6 +168,28 @@ def test_a_version_the_caller_supplies_is_checked_strictly(database: str) -> Non
     assert books.values_list("name", "status", "version").get() == ("d", "free", 4)
 
 
+def test_delete_is_guarded_by_the_version(database: str) -> None:
+    books = Book.objects.using(database)
+    book = books.create(name="a")
+    stale = books.get(pk=book.pk)
+    book.status = "free"
+    book.save()  # version 2
+    with pytest.raises(occupy.VersionConflict, match="version 1, now 2"):
+        stale.delete()
+    assert books.filter(pk=book.pk).exists()
+    client = books.get(pk=book.pk)
+    client.version = 1  # a client's stale If-Match
+    with pytest.raises(occupy.VersionConflict):
+        client.delete()
+    assert books.filter(pk=book.pk).exists()
+    assert book.delete() == (1, {"testapp.Book": 1})
+    with pytest.raises(occupy.VersionConflict, match="no longer exists"):
+        stale.delete()
+    gone = books.create(name="b")
+    asyncio.run(gone.adelete())
+    assert not books.filter(pk=gone.pk).exists()
+
+
 # --- single process: what is written ---------------------------------------------------
 def test_only_changed_fields_are_written_and_signals_say_which(tables: None) -> None:
     seen = []

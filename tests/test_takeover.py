@@ -1,0 +1,112 @@
+"""Takeover, a lease rebuilt from its token, and an acquire that presents its token:
+bound to every backend."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import occupy
+from occupy import signals
+
+
+def test_takeover_replaces_the_holder_with_a_higher_fence(using: str) -> None:
+    seen = []
+
+    def receiver(sender: type, lease: occupy.Lease, previous: occupy.Holder | None,
+                 **kwargs: object) -> None:
+        seen.append((lease.owner, previous))
+
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    signals.lease_taken_over.connect(receiver)
+    try:
+        bob = occupy.takeover("book:1", owner="bob", ttl=30, using=using)
+    finally:
+        signals.lease_taken_over.disconnect(receiver)
+    assert bob.fence > alice.fence and bob.token != alice.token and bob.depth == 1
+    holder = occupy.holder("book:1", using=using)
+    assert (holder.owner, holder.fence) == ("bob", bob.fence)
+    assert [(owner, previous.owner, previous.fence) for owner, previous in seen] == [
+        ("bob", "alice", alice.fence)]
+    with pytest.raises(occupy.LeaseLost):
+        alice.extend(30)
+    with pytest.raises(occupy.LeaseLost):
+        occupy.release(alice)
+    assert occupy.holder("book:1", using=using).owner == "bob"  # alice touched nothing
+    occupy.release(bob)
+    assert occupy.holder("book:1", using=using) is None
+
+
+def test_takeover_of_a_free_key_is_a_grant(using: str) -> None:
+    first = occupy.acquire("book:1", owner="alice", using=using)
+    occupy.release(first)
+    lease = occupy.takeover("book:1", owner="bob", ttl=30, using=using)
+    assert lease.fence > first.fence
+    assert occupy.holder("book:1", using=using).owner == "bob"
+    occupy.release(lease)
+    assert occupy.holder("book:1", using=using) is None
+
+
+def test_a_waiter_keeps_waiting_through_a_takeover(using: str) -> None:
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(
+        occupy.acquire("book:1", owner="carol", ttl=30, timeout=10, using=using)))
+    waiter.start()
+    time.sleep(0.3)
+    bob = occupy.takeover("book:1", owner="bob", ttl=30, using=using)
+    time.sleep(0.3)
+    assert not got and occupy.holder("book:1", using=using).owner == "bob"
+    occupy.release(bob)
+    waiter.join(10)
+    assert got and got[0].owner == "carol" and got[0].fence > bob.fence > alice.fence
+    occupy.release(got[0])
+
+
+def test_an_acquire_that_presents_its_token_adds_no_level(using: str) -> None:
+    lease = occupy.acquire("book:1", owner="user:7", ttl=5, using=using)
+    again = occupy.acquire("book:1", owner="user:7", ttl=60, timeout=0, token=lease.token,
+                           using=using)
+    assert (again.token, again.fence, again.depth) == (lease.token, lease.fence, 1)
+    assert (again.expires_at - lease.expires_at).total_seconds() > 50
+    occupy.release(again)  # one release frees it: the retry leaked no level
+    assert occupy.holder("book:1", using=using) is None
+    fresh = occupy.acquire("book:1", owner="user:7", timeout=0, token=lease.token,
+                           using=using)  # a stale token: the key is taken afresh
+    assert fresh.token != lease.token and fresh.fence > lease.fence
+    occupy.release(fresh)
+
+
+def test_a_lease_rebuilt_from_its_token(using: str) -> None:
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    rebuilt = occupy.resume("book:1", lease.token, using=using)
+    assert (rebuilt.key, rebuilt.owner, rebuilt.token, rebuilt.fence, rebuilt.depth) == (
+        "book:1", "alice", lease.token, lease.fence, 1)
+    with pytest.raises(occupy.LeaseLost):
+        occupy.resume("book:1", "f" * 32, using=using)  # a forged token gets nothing
+    with pytest.raises(ValueError, match="token"):
+        occupy.resume("book:1", "not a token", using=using)
+    with pytest.raises(TypeError, match="token"):
+        occupy.resume("book:1", None, using=using)
+    assert occupy.holder("book:1", using=using).fence == lease.fence
+    occupy.release(rebuilt)
+    assert occupy.holder("book:1", using=using) is None
+    with pytest.raises(occupy.LeaseLost):
+        occupy.resume("book:1", lease.token, using=using)
+
+
+def test_async_takeover_and_resume(using: str) -> None:
+    import asyncio
+
+    async def main() -> None:
+        alice = await occupy.aacquire("book:1", owner="alice", ttl=30, using=using)
+        bob = await occupy.atakeover("book:1", owner="bob", ttl=30, using=using)
+        assert bob.fence > alice.fence
+        rebuilt = await occupy.aresume("book:1", bob.token, using=using)
+        assert rebuilt.owner == "bob"
+        await occupy.arelease(rebuilt)
+        assert await occupy.aholder("book:1", using=using) is None
+
+    asyncio.run(main())
