@@ -79,6 +79,7 @@ def acquire(
     timeout: float | None = DEFAULT,
     renew: bool = False,
     token: str | None = None,
+    reentrant: bool = True,
     using: str = "default",
 ) -> Lease:
     """Take the lock on ``key`` and return its :class:`~occupy.Lease`.
@@ -96,17 +97,20 @@ def acquire(
     ``token`` presents the token of a lease the caller holds (an HTTP client retrying
     its request): if it still holds ``key``, that lease is returned, kept at least
     ``ttl`` more, without a new level; otherwise the key is taken as usual.
+    ``reentrant=False`` hands the lease to someone who keeps its token (an HTTP client):
+    this thread or task then does not hold it, and neither re-enters it nor is re-entered.
     """
     backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
     if token is not None:
         presented = backend.resume(key, check_token(token), ttl, deeper=False)
         if presented is not None:
             return _granted(backend, presented, renew)
-    held = reentry.held(using, key, owner)
+    held = reentry.held(using, key, owner) if reentrant else None
     lease = None if held is None else _reenter(backend.resume(key, held.token, ttl), held)
     if lease is None:
         lease = backend.acquire(key, owner=owner, ttl=ttl, timeout=timeout)
-    reentry.record(lease, deeper=held is not None)
+    if reentrant:
+        reentry.record(lease, deeper=held is not None)
     return _granted(backend, lease, renew)
 
 
@@ -142,6 +146,7 @@ def takeover(
     owner: str | None = None,
     ttl: float = DEFAULT,
     renew: bool = False,
+    reentrant: bool = True,
     using: str = "default",
 ) -> Lease:
     """Take ``key`` now, whoever holds it, and return the new lease.
@@ -151,10 +156,11 @@ def takeover(
     :class:`~occupy.LeaseLost`, and its fenced saves raise :class:`~occupy.FencedOut`.
     Sends ``lease_taken_over`` with the holder replaced. Who may take over is the
     caller's decision (a permission, the same user's other tab): occupy does not ask.
+    ``reentrant`` as for :func:`acquire`.
     """
     backend, key, owner, ttl, _timeout = _prepare(key, owner, ttl, 0, using)
     lease, previous = backend.takeover(key, owner, ttl)
-    return _taken_over(backend, lease, previous, renew)
+    return _taken_over(backend, lease, previous, renew, reentrant)
 
 
 async def atakeover(
@@ -163,17 +169,19 @@ async def atakeover(
     owner: str | None = None,
     ttl: float = DEFAULT,
     renew: bool = False,
+    reentrant: bool = True,
     using: str = "default",
 ) -> Lease:
     """Async twin of :func:`takeover`."""
     backend, key, owner, ttl, _timeout = _prepare(key, owner, ttl, 0, using)
     lease, previous = await backend.atakeover(key, owner, ttl)
-    return _taken_over(backend, lease, previous, renew)
+    return _taken_over(backend, lease, previous, renew, reentrant)
 
 
 def _taken_over(backend: BaseBackend, lease: Lease, previous: Holder | None,
-                renew: bool) -> Lease:
-    reentry.record(lease, deeper=False)
+                renew: bool, reentrant: bool) -> Lease:
+    if reentrant:
+        reentry.record(lease, deeper=False)
     signals.lease_taken_over.send(sender=type(backend), lease=lease, previous=previous)
     return _granted(backend, lease, renew)
 
@@ -194,6 +202,7 @@ async def aacquire(
     timeout: float | None = DEFAULT,
     renew: bool = False,
     token: str | None = None,
+    reentrant: bool = True,
     using: str = "default",
 ) -> Lease:
     """Async twin of :func:`acquire`; cancelling it while it waits leaves no claim."""
@@ -202,13 +211,14 @@ async def aacquire(
         presented = await backend.aresume(key, check_token(token), ttl, deeper=False)
         if presented is not None:
             return _granted(backend, presented, renew)
-    held = reentry.held(using, key, owner)
+    held = reentry.held(using, key, owner) if reentrant else None
     lease = None
     if held is not None:
         lease = _reenter(await backend.aresume(key, held.token, ttl), held)
     if lease is None:
         lease = await backend.aacquire(key, owner=owner, ttl=ttl, timeout=timeout)
-    reentry.record(lease, deeper=held is not None)
+    if reentrant:
+        reentry.record(lease, deeper=held is not None)
     return _granted(backend, lease, renew)
 
 
@@ -298,6 +308,7 @@ class lock(AbstractContextManager, AbstractAsyncContextManager):
         timeout: float | None = DEFAULT,
         renew: bool = False,
         token: str | None = None,
+        reentrant: bool = True,
         using: str = "default",
     ) -> None:
         if not isinstance(key, str):
@@ -309,6 +320,7 @@ class lock(AbstractContextManager, AbstractAsyncContextManager):
             "timeout": timeout if timeout is DEFAULT else check_timeout(timeout),
             "renew": bool(renew),
             "token": None if token is None else check_token(token),
+            "reentrant": bool(reentrant),
             "using": using,
         }
         self._leases: list[Lease] = []

@@ -28,10 +28,21 @@ __all__ = ["DEFAULTS", "occupy_settings"]
 
 DEFAULT_BACKEND = "occupy.backends.db.DatabaseBackend"
 
+#: The HTTP contract's settings (``OCCUPY["REST_FRAMEWORK"]``), each overridable alone.
+REST_FRAMEWORK_DEFAULTS: dict[str, Any] = {
+    "PRECONDITION_REQUIRED": ("PUT", "PATCH", "DELETE"),
+    "LEASE_HEADER": "Occupy-Lease",
+    "CLIENT_HEADER": "Occupy-Client",
+    "LEASE_TTL": 120,
+    "LEASE_TTL_MAX": 600,
+    "PROBLEM_TYPE_BASE": "about:blank",
+}
+
 DEFAULTS: dict[str, Any] = {
     "BACKENDS": {"default": {"BACKEND": DEFAULT_BACKEND}},
     "TTL": 60,
     "TIMEOUT": 10,
+    "REST_FRAMEWORK": REST_FRAMEWORK_DEFAULTS,
 }
 
 
@@ -95,6 +106,30 @@ class OccupySettings:
         if value is None:
             return None
         return _positive_seconds("OCCUPY['TIMEOUT']", value, allow_zero=True)
+
+
+    @property
+    def REST_FRAMEWORK(self) -> dict[str, Any]:
+        """Return the HTTP contract's settings, the project's over the defaults."""
+        if "REST_FRAMEWORK!" not in self._cache:
+            value = self._get("REST_FRAMEWORK")
+            if not isinstance(value, dict):
+                raise InvalidBackendError("settings.OCCUPY['REST_FRAMEWORK'] must be a dict.")
+            unknown = set(value) - set(REST_FRAMEWORK_DEFAULTS)
+            if unknown:
+                raise InvalidBackendError(
+                    f"settings.OCCUPY['REST_FRAMEWORK'] has unknown keys {sorted(unknown)}; "
+                    f"known keys are {sorted(REST_FRAMEWORK_DEFAULTS)}.")
+            merged = {**REST_FRAMEWORK_DEFAULTS, **value}
+            methods = merged["PRECONDITION_REQUIRED"]
+            if isinstance(methods, str) or not all(isinstance(m, str) for m in methods):
+                raise InvalidBackendError("settings.OCCUPY['REST_FRAMEWORK']"
+                                          "['PRECONDITION_REQUIRED'] must be a list of methods.")
+            merged["PRECONDITION_REQUIRED"] = tuple(m.upper() for m in methods)
+            for name in ("LEASE_TTL", "LEASE_TTL_MAX"):
+                _positive_seconds(f"OCCUPY['REST_FRAMEWORK'][{name!r}]", merged[name])
+            self._cache["REST_FRAMEWORK!"] = merged
+        return self._cache["REST_FRAMEWORK!"]
 
 
 def _positive_seconds(name: str, value: Any, *, allow_zero: bool = False) -> float:

@@ -152,3 +152,13 @@ def test_a_worker_whose_release_failed_does_not_starve_the_others(
     # times: before the fix the failing worker re-entered its orphan for ever.
     assert all(len(spans) >= 3 for spans in sections[1:]), [len(s) for s in sections]
     assert_exclusive(sections, "stock")
+
+
+def test_a_lease_handed_to_a_client_is_not_held_by_the_thread(using: str) -> None:
+    """``reentrant=False`` (an HTTP lease whose token the client keeps): the server
+    thread that took it neither re-enters it for the next request nor is it held."""
+    lease = occupy.acquire("book:1", owner="user:7", ttl=30, reentrant=False, using=using)
+    with pytest.raises(occupy.Occupied):
+        occupy.acquire("book:1", owner="user:7", timeout=0, using=using)
+    occupy.release(lease)
+    assert occupy.holder("book:1", using=using) is None

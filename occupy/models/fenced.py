@@ -59,9 +59,16 @@ class FencedMixin(GuardedSaveMixin):
         """Add ``fence``, which only the guard writes."""
         return super().managed_field_names() | {"fence"}
 
+    def use_lease(self, lease: Lease) -> None:
+        """Fence the next ``save()`` by ``lease`` as ``save(lease=lease)`` would: for code
+        that saves through something that calls ``save()`` itself (a DRF serializer,
+        a form)."""
+        self.__dict__["_occupy_lease"] = _lease(lease)
+
     def clean_save_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Take ``lease=``, the lease under which the row was changed."""
-        lease = options.pop("lease", None)
+        """Take ``lease=`` (or the lease of :meth:`use_lease`), the lease under which
+        the row was changed."""
+        lease = options.pop("lease", None) or self.__dict__.pop("_occupy_lease", None)
         cleaned = super().clean_save_options(options)
         cleaned["lease"] = None if lease is None else _lease(lease)
         return cleaned

@@ -86,6 +86,21 @@ class VersionedMixin(GuardedSaveMixin):
         super().__init_subclass__(**kwargs)
         _check_policy(cls.__qualname__, cls.__dict__.get("version_policy", "fields"))
 
+    def expect_version(self, version: int) -> None:
+        """Make the next ``save()`` or ``delete()`` conditional on the row being at
+        ``version`` (a client's ``If-Match``, a form's hidden field): compared strictly
+        whatever the policy, also when it is the version that was loaded."""
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise TypeError(f"version must be an int, not {type(version).__name__} "
+                            f"({version!r}).")
+        self.version = version
+        self.__dict__["_occupy_expected"] = True
+
+    @property
+    def expected_version(self) -> int | None:
+        """Return the version :meth:`expect_version` set for the next write, or ``None``."""
+        return self.version if self.__dict__.get("_occupy_expected") else None
+
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict]:
         """Delete the row only if its version is still the one this instance carries
         (loaded, or supplied by the caller as a precondition); else raise
@@ -95,6 +110,7 @@ class VersionedMixin(GuardedSaveMixin):
         and Django's own delete (cascades, signals) runs in the same transaction, so
         nobody can change the row in between.
         """
+        self.__dict__.pop("_occupy_expected", None)  # a delete always compares strictly
         version = self.__dict__.get("version")
         if version is None or self.pk is None:
             return super().delete(using=using, keep_parents=keep_parents)
@@ -147,7 +163,8 @@ class VersionedMixin(GuardedSaveMixin):
         version = self._meta.get_field("version")
         expected = self.__dict__.get(version.attname)
         loaded = self.__dict__.get("_occupy_loaded", {})
-        if expected is not None and loaded.get(version.attname, _UNLOADED) != expected:
+        if expected is not None and (self.__dict__.pop("_occupy_expected", False)
+                                     or loaded.get(version.attname, _UNLOADED) != expected):
             policy = self.STRICT
         if expected is None and policy == self.STRICT:
             raise ValueError(

@@ -11,7 +11,8 @@ from django.db import connections
 #: The test tables, children before parents.
 TABLES = [
     "testapp_ebook", "testapp_book", "testapp_strictbook", "testapp_uuidbook",
-    "testapp_shelf", "testapp_goods", "testapp_task", "testapp_document", "testapp_page",
+    "testapp_shelf", "testapp_label", "testapp_goods", "testapp_task", "testapp_document",
+    "testapp_page",
 ]
 
 #: The occupy backend that keeps its claims in each database alias.

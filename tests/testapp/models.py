@@ -117,3 +117,13 @@ class Page(FencedMixin, models.Model):
 
     def __str__(self) -> str:
         return self.body[:20]
+
+
+class Label(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
+    """Versioned, fenced and occupiable, with a string primary key (the API tests)."""
+
+    code = models.CharField(primary_key=True, max_length=40)
+    text = models.CharField(max_length=100, blank=True, default="")
+
+    def __str__(self) -> str:
+        return self.code

@@ -1,0 +1,168 @@
+"""The HTTP side of occupy, for any framework: ETags, preconditions, and one table that
+turns every occupy condition into a status, a ``code``, headers and a body.
+
+- ``If-Match`` does not match the current row: 412 ``precondition_failed``, ``ETag``;
+- a write without ``If-Match`` or a body version: 428 ``precondition_required``,
+  ``Cache-Control: no-store``;
+- a malformed ``If-Match``: 400 ``malformed_precondition``;
+- the body's ``version`` is stale, or a same-field clash: 409 ``version_conflict``,
+  ``ETag``;
+- the writer's lease was fenced out or lost: 409 ``fenced_out`` / ``lease_lost``;
+- someone else holds the object: 423 ``locked``, ``Retry-After`` (whole seconds, ≥ 1);
+- a lease endpoint without its token: 428 ``lease_token_required``.
+
+ETags are strong, ``"<version>"``, derived from the version alone. ``If-Match`` is read
+with Django's :func:`~django.utils.http.parse_etags`, so comma lists and weak tags
+(``W/"3"``, as ``GZipMiddleware`` makes them) are accepted; text that is no ETag list
+at all is refused (400), never ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from django.utils.http import parse_etags
+
+from occupy.exceptions import ConflictError, FencedOut, LeaseLost, Occupied, OccupyError
+from occupy.leases import Holder
+
+__all__ = [
+    "ANY",
+    "MalformedPrecondition",
+    "Problem",
+    "etag_for",
+    "holder_body",
+    "parse_if_match",
+    "problem_for",
+    "retry_after",
+]
+
+#: ``If-Match: *``: any current representation matches.
+ANY = "*"
+
+
+class MalformedPrecondition(OccupyError, ValueError):
+    """An ``If-Match`` header that is not a list of entity tags (answered with 400)."""
+
+
+@dataclass
+class Problem:
+    """What to answer for a condition: status, ``code``, a message, extra body members
+    and headers. Every HTTP adapter of occupy renders this one shape."""
+
+    status: int
+    code: str
+    detail: str
+    extra: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        """Return the DRF-shaped body: ``detail`` and ``code``, then the extra members."""
+        return {"detail": self.detail, "code": self.code, **self.extra}
+
+
+def etag_for(version: int | None) -> str | None:
+    """Return the strong ETag of a row at ``version`` (``"7"``), or ``None``."""
+    return None if version is None else f'"{int(version)}"'
+
+
+def parse_if_match(header: str) -> list[str]:
+    """Return the entity tags of an ``If-Match`` header, or ``[ANY]`` for ``*``.
+
+    Raise :class:`MalformedPrecondition` for text that is not a list of entity tags
+    (an unquoted version, a stray comma): a client that means a precondition must not
+    have it silently dropped.
+    """
+    tags = parse_etags(header)
+    parts = [part for part in header.split(",") if part.strip()]
+    if not parts or (tags != [ANY] and len(tags) != len(parts)):
+        raise MalformedPrecondition(
+            f"If-Match must be '*' or a list of entity tags such as '\"3\"', not {header!r}."
+        )
+    return tags
+
+
+def tag_version(tag: str) -> int | None:
+    """Return the version an entity tag names (weak or strong), or ``None`` for a tag
+    that is not one of occupy's (it then matches nothing)."""
+    opaque = tag.removeprefix("W/").strip('"')
+    return int(opaque) if opaque.isascii() and opaque.isdigit() else None
+
+
+def retry_after(holder: Holder | None, seconds: float | None = None) -> int:
+    """Return whole seconds (at least 1) until ``holder``'s lease ends."""
+    if seconds is None and holder is not None:
+        seconds = (holder.expires_at - datetime.now(timezone.utc)).total_seconds()
+    return max(1, math.ceil(seconds or 0))
+
+
+def holder_body(holder: Holder | None, display: Callable[[str], str]) -> dict[str, Any] | None:
+    """Return what a client may see of a holder: a display name, since and until when;
+    never the owner string's secrets, a token or an email."""
+    if holder is None:
+        return None
+    return {
+        "owner_display": display(holder.owner),
+        "since": None if holder.since is None else holder.since.isoformat(),
+        "expires_at": holder.expires_at.isoformat(),
+    }
+
+
+def problem_for(exc: OccupyError, *, display: Callable[[str], str] = str,
+                current_version: int | None = None, from_if_match: bool = False) -> Problem:
+    """Return the :class:`Problem` for an occupy exception (see the module's table).
+
+    ``current_version`` is the row's version now, for the ``ETag`` of a conflict;
+    ``from_if_match`` says a version conflict came from ``If-Match`` (412) rather than
+    from the body (409).
+    """
+    if isinstance(exc, MalformedPrecondition):
+        return Problem(400, "malformed_precondition", str(exc))
+    if isinstance(exc, Occupied):
+        seconds = retry_after(exc.holder, exc.retry_after)
+        who = "someone else"
+        if exc.holder is not None:
+            who = display(exc.holder.owner)
+        return Problem(
+            423, "locked", f"This object is being edited by {who}; try again later.",
+            extra={"holder": holder_body(exc.holder, display), "retry_after": seconds},
+            headers={"Retry-After": str(seconds)},
+        )
+    if isinstance(exc, FencedOut):
+        return Problem(409, "fenced_out", "Your edit lease expired or was taken over "
+                       "before this write; nothing was written.")
+    if isinstance(exc, LeaseLost):
+        return Problem(409, "lease_lost", "Your edit lease is no longer held: it expired, "
+                       "was released or was taken over.")
+    if isinstance(exc, ConflictError):
+        headers = {}
+        etag = etag_for(current_version)
+        if etag is not None:
+            headers["ETag"] = etag
+        extra = {"current_version": current_version, "fields": list(exc.fields)}
+        if from_if_match:
+            return Problem(412, "precondition_failed", "The object changed since you read "
+                           "it; read it again and resend your change.", extra, headers)
+        return Problem(409, "version_conflict", "The object changed since you read it; "
+                       "read it again and resend your change.", extra, headers)
+    raise TypeError(f"occupy.http has no answer for {type(exc).__name__}: {exc}")
+
+
+def precondition_required(method: str, accepted: list[str]) -> Problem:
+    """Return the 428 for a write that must be conditional and is not."""
+    return Problem(
+        428, "precondition_required",
+        f"{method} on this resource must be conditional: send If-Match with the ETag "
+        f"from GET, or the {accepted[-1]!r} field.",
+        extra={"accepted": accepted}, headers={"Cache-Control": "no-store"},
+    )
+
+
+def lease_token_required(header: str) -> Problem:
+    """Return the 428 for a lease request that lacks its token."""
+    return Problem(428, "lease_token_required",
+                   f"Send the lease's token in the {header} header.")

@@ -1,0 +1,68 @@
+"""Serializers of occupy's DRF integration: the version field, a model serializer mixin
+that writes only what the request sent, and the lease endpoints' body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+from rest_framework.utils import model_meta
+
+__all__ = ["LeaseSerializer", "OccupyModelSerializerMixin", "VersionField"]
+
+
+class VersionField(serializers.IntegerField):
+    """The row's version: read as the object's current version, written as the version
+    the client read (a precondition: a stale one is refused with 409)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("help_text", "The version you read (the ETag without quotes). "
+                                       "Send it back to write: a stale one is refused.")
+        super().__init__(**kwargs)
+
+
+class OccupyModelSerializerMixin:
+    """For a ``ModelSerializer`` of a ``VersionedMixin`` model: adds ``version``
+    (:class:`VersionField`), and saves an update with ``update_fields`` of exactly the
+    fields the request sent, guarded by the version it carries."""
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        """Return the fields, with ``version`` as a :class:`VersionField`."""
+        fields = super().get_fields()  # type: ignore[misc]
+        fields["version"] = VersionField()
+        return fields
+
+    def update(self, instance: Any, validated_data: dict[str, Any]) -> Any:
+        """Apply what the request sent and save those fields only (many-to-many ones
+        after the save, as DRF does); the version sent is the save's precondition."""
+        version = validated_data.pop("version", None)
+        if version is not None and instance.expected_version is None:
+            instance.expect_version(version)  # If-Match, when there was one, comes first
+        info = model_meta.get_field_info(instance)
+        many = []
+        written = []
+        for attr, value in validated_data.items():
+            if attr in info.relations and info.relations[attr].to_many:
+                many.append((attr, value))
+            else:
+                setattr(instance, attr, value)
+                written.append(attr)
+        concrete = {f.name for f in instance._meta.concrete_fields}
+        update_fields = [name for name in written if name in concrete]
+        if update_fields:
+            instance.save(update_fields=update_fields)
+        for attr, value in many:
+            getattr(instance, attr).set(value)
+        return instance
+
+
+class LeaseSerializer(serializers.Serializer):
+    """What the lease endpoints answer about a lease (the token is added only for its
+    holder's own acquire)."""
+
+    key = serializers.CharField()
+    expires_at = serializers.DateTimeField()
+    ttl = serializers.FloatField()
+    fence = serializers.IntegerField()

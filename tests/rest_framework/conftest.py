@@ -1,0 +1,91 @@
+"""Fixtures of the DRF tests: users with and without permissions, an API client, and a
+real HTTP server for the tests where several client processes race."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from rest_framework.test import APIClient
+
+from tests.models.conftest import wipe_tables
+
+PASSWORD = "occupy-pass"
+MODELS = ["book", "document", "label", "uuidbook"]
+
+
+@dataclass
+class Users:
+    """The users of one test: an editor (change permissions), a second editor, a viewer
+    (view only) and a supervisor (may take leases over)."""
+
+    editor: User
+    other: User
+    viewer: User
+    supervisor: User
+
+
+def _user(name: str, *codenames: str) -> User:
+    user = User.objects.create_user(name, password=PASSWORD, first_name=name.title())
+    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+    return User.objects.get(pk=user.pk)  # a fresh instance: no stale permission cache
+
+
+def _write_perms() -> list[str]:
+    return [f"{action}_{model}" for model in MODELS for action in ("add", "change", "delete",
+                                                                   "view")]
+
+
+@pytest.fixture
+def users(live_db: None) -> Iterator[Users]:
+    """Fresh users, deleted afterwards, with empty test tables."""
+    wipe_tables()
+    User.objects.all().delete()
+    writes = _write_perms()
+    yield Users(
+        editor=_user("editor", *writes),
+        other=_user("other", *writes),
+        viewer=_user("viewer", *[f"view_{m}" for m in MODELS]),
+        supervisor=_user("supervisor", *writes, "force_release_occupation"),
+    )
+    wipe_tables()
+    User.objects.all().delete()
+
+
+@pytest.fixture
+def client_for(users: Users):
+    """Return an API client authenticated as a given user."""
+
+    def make(user: User, *, csrf: bool = False) -> APIClient:
+        client = APIClient(enforce_csrf_checks=csrf)
+        if csrf:
+            client.login(username=user.username, password=PASSWORD)
+        else:
+            client.force_authenticate(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def server_url(users: Users) -> Iterator[str]:
+    """A real threaded HTTP server running the test project, on a free port."""
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    httpd = ThreadedWSGIServer(("127.0.0.1", 0), Quiet, allow_reuse_address=False)
+    httpd.set_app(WSGIHandler())
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
