@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from tests.models.conftest import wipe_tables
 
 PASSWORD = "occupy-pass"
-MODELS = ["book", "document", "label", "uuidbook"]
+MODELS = ["book", "document", "label", "uuidbook", "shelf"]
 
 
 @dataclass

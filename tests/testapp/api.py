@@ -3,8 +3,12 @@ viewset of the same model as the control."""
 
 from rest_framework import permissions, routers, serializers, viewsets
 
-from occupy.rest_framework import OccupyModelSerializerMixin, OccupyViewMixin
-from tests.testapp.models import Book, Document, Label, UUIDBook
+from occupy.rest_framework import (
+    ConditionalMixin,
+    OccupyModelSerializerMixin,
+    OccupyViewMixin,
+)
+from tests.testapp.models import Book, Document, Label, Shelf, UUIDBook
 
 
 class BookSerializer(OccupyModelSerializerMixin, serializers.ModelSerializer):
@@ -13,10 +17,10 @@ class BookSerializer(OccupyModelSerializerMixin, serializers.ModelSerializer):
         fields = ["id", "name", "status", "note"]
 
 
-class PlainBookSerializer(serializers.ModelSerializer):
+class ShelfSerializer(serializers.ModelSerializer):
     class Meta:
-        model = Book
-        fields = ["id", "name", "status", "note", "version"]
+        model = Shelf
+        fields = ["code", "name"]
 
 
 class DocumentSerializer(OccupyModelSerializerMixin, serializers.ModelSerializer):
@@ -46,11 +50,19 @@ class BookViewSet(_Guarded):
     serializer_class = BookSerializer
 
 
-class PlainBookViewSet(viewsets.ModelViewSet):
-    """Plain DRF: what the mixins are compared with."""
+class ConditionalBookViewSet(ConditionalMixin, viewsets.ModelViewSet):
+    """Conditional requests only (no key held around writes)."""
 
     queryset = Book.objects.order_by("pk")
-    serializer_class = PlainBookSerializer
+    serializer_class = BookSerializer
+    permission_classes = [permissions.DjangoModelPermissions]
+
+
+class PlainShelfViewSet(viewsets.ModelViewSet):
+    """Plain DRF on a plain model: what the mixins are compared with."""
+
+    queryset = Shelf.objects.order_by("pk")
+    serializer_class = ShelfSerializer
     permission_classes = [permissions.DjangoModelPermissions]
 
 
@@ -72,7 +84,8 @@ class UUIDBookViewSet(_Guarded):
 
 router = routers.DefaultRouter()
 router.register("books", BookViewSet)
-router.register("plain-books", PlainBookViewSet, basename="plain-book")
+router.register("plain-shelves", PlainShelfViewSet, basename="plain-shelf")
+router.register("conditional-books", ConditionalBookViewSet, basename="conditional-book")
 router.register("documents", DocumentViewSet)
 router.register("labels", LabelViewSet)
 router.register("uuid-books", UUIDBookViewSet)
