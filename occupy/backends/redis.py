@@ -35,6 +35,7 @@ import os
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
@@ -427,10 +428,13 @@ class RedisAttempt(Attempt):
             raise failed(self.key, e) from e
         if isinstance(reply, list):
             now = int(reply[1])
+            held = None
             if reply[0]:
-                self.seen = (_Held.parse(reply[0], with_token=False), now)
-            else:  # a value occupy did not write (redis_scripts: FOREIGN)
-                self.seen = (_Held.unknown(self.key, now, int(reply[2])), now)
+                with suppress(ValueError):  # a value that only looks like ours: not UTF-8
+                    held = _Held.parse(reply[0], with_token=False)
+            if held is None:  # a value occupy did not write (redis_scripts: FOREIGN)
+                held = _Held.unknown(self.key, now, int(reply[2]) if len(reply) > 2 else -1)
+            self.seen = (held, now)
             return None
         fence, expires, _since, depth, token = _text(reply).split(" ")
         return self._lease(token, fence, expires, int(depth))

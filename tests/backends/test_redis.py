@@ -323,10 +323,12 @@ def test_fences_never_fall_below_the_counter_when_the_clock_is_behind(backend) -
 
 
 # --- values occupy did not write ---------------------------------------------------------
-#: Under a lock's Redis key: text of another layout, bytes that are not UTF-8, and a hash.
+#: Under a lock's Redis key: text of another layout, bytes that are not UTF-8 (also in
+#: our layout), and a hash.
 FOREIGN = {
     "old layout": lambda client, name: client.set(name, "v1:owner:123", px=60_000),
     "binary": lambda client, name: client.set(name, b"\xff\xfe\x00garbage", px=60_000),
+    "almost ours": lambda client, name: client.set(name, b"t -1 5 9 8 \xff\x00k", px=60_000),
     "hash": lambda client, name: (client.hset(name, "owner", "x"),
                                   client.pexpire(name, 60_000)),
 }
