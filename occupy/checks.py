@@ -16,6 +16,11 @@
   is a read then a write: two processes can both take a free key.
 - ``occupy.W003``: a ``FileBackend``'s ``LOCATION`` is a relative path (processes
   started in different directories would lock in different places) or not writable.
+- ``occupy.W004``: a ``RedisBackend`` or ``FileBackend`` store holds claims occupy did
+  not write (an older layout, another app's values under a shared prefix or in the
+  same directory, a torn file); each counts as held by an unknown holder. Finding them
+  reads every claim of the store, so like Django's database checks this runs only when
+  asked: ``check --database <alias>``.
 """
 
 from __future__ import annotations
@@ -27,12 +32,13 @@ from django.core.cache import caches
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 
-from occupy.backends import load_backend_class
+from occupy.backends import get_backend, load_backend_class
+from occupy.backends.records import UNKNOWN_OWNER
 from occupy.conf import occupy_settings
 from occupy.exceptions import InvalidBackendError
 
 __all__ = ["check_backends", "check_cache_backends", "check_file_backends",
-           "check_occupation_table"]
+           "check_foreign_claims", "check_occupation_table"]
 
 
 def _configured() -> tuple[dict[str, Any], list[Error]]:
@@ -42,8 +48,9 @@ def _configured() -> tuple[dict[str, Any], list[Error]]:
         return {}, [Error(str(e), hint="See OCCUPY in occupy's README.", id="occupy.E002")]
 
 
-def _backends_of(kind: type) -> dict[str, dict[str, Any]]:
-    """Return ``{alias: config}`` of the configured backends that are ``kind``."""
+def _backends_of(kind: type | tuple[type, ...]) -> dict[str, dict[str, Any]]:
+    """Return ``{alias: config}`` of the configured backends that are ``kind`` (a class,
+    or a tuple of classes)."""
     found = {}
     for alias, config in _configured()[0].items():
         if not isinstance(config, dict):
@@ -225,3 +232,45 @@ def check_file_backends(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
                 obj=where, id="occupy.W003",
             ))
     return messages
+
+
+def _store_kinds() -> tuple[type, ...]:
+    """Return the backend classes whose stores can hold values occupy did not write."""
+    from occupy.backends.file import FileBackend
+
+    try:
+        from occupy.backends.redis import RedisBackend
+    except InvalidBackendError:  # django-redis is not installed: no Redis backend
+        return (FileBackend,)
+    return (FileBackend, RedisBackend)
+
+
+@register(Tags.database)
+def check_foreign_claims(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[Warning]:
+    """Warn about claims occupy did not write in a Redis or file backend's store."""
+    if not databases:
+        return []  # it reads every claim of the stores: only on ``check --database``
+    warnings = []
+    for alias in _backends_of(_store_kinds()):
+        where = f"OCCUPY['BACKENDS'][{alias!r}]"
+        try:
+            found = [c.key for c in get_backend(alias).claims()
+                     if c.owner == UNKNOWN_OWNER and c.since is None]
+        except Exception as e:  # a store that cannot be read is no reason to stop a check
+            warnings.append(Warning(f"Could not look for claims occupy did not write in "
+                                    f"backend {alias!r}: {e}", obj=where, id="occupy.W004"))
+            continue
+        if found:
+            shown = ", ".join(repr(name) for name in found[:3])
+            more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+            warnings.append(Warning(
+                f"occupy backend {alias!r} has {len(found)} claim(s) occupy did not write: "
+                f"{shown}{more}. Each is held by an unknown holder until it expires.",
+                hint="Give occupy a PREFIX (Redis) or LOCATION (files) of its own; "
+                "sweep_locks removes expired claim files, and Redis drops values when "
+                "they expire (delete those without an expiry by hand).",
+                obj=where, id="occupy.W004",
+            ))
+    return warnings

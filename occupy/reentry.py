@@ -46,9 +46,12 @@ Held = dict[tuple[str, str], "_Entry"]
 
 @dataclass
 class _Entry:
-    """A key a context holds: the lease it took first, and how many levels since."""
+    """A key a context holds: the lease it took first (by weak reference: a lease its
+    holder dropped without releasing is not kept alive here, so the watchdog can let it
+    go), its token, and how many levels were taken since."""
 
-    lease: Lease
+    lease: weakref.ref[Lease]
+    token: str
     levels: int
 
 
@@ -80,7 +83,12 @@ def held(using: str, key: str, owner: str) -> Lease | None:
     entry = table.get((using, key))
     if entry is None:
         return None
-    lease = entry.lease
+    lease = entry.lease()
+    if lease is None:  # dropped without a release: nothing to re-enter by
+        with _mutex:
+            if table.get((using, key)) is entry:
+                del table[(using, key)]
+        return None
     if lease.owner != owner or lease.lost or lease.pid != os.getpid():
         return None
     return lease
@@ -91,10 +99,10 @@ def record(lease: Lease, *, deeper: bool) -> None:
     table = _context()
     with _mutex:
         entry = table.get((lease.using, lease.key))
-        if deeper and entry is not None and entry.lease.token == lease.token:
+        if deeper and entry is not None and entry.token == lease.token:
             entry.levels += 1
         else:
-            table[(lease.using, lease.key)] = _Entry(lease, 1)
+            table[(lease.using, lease.key)] = _Entry(weakref.ref(lease), lease.token, 1)
         lease.held_in = table
 
 
@@ -105,7 +113,7 @@ def unwind(lease: Lease) -> None:
         return
     with _mutex:
         entry = table.get((lease.using, lease.key))
-        if entry is not None and entry.lease.token == lease.token:
+        if entry is not None and entry.token == lease.token:
             entry.levels -= 1
             if entry.levels <= 0:
                 del table[(lease.using, lease.key)]
@@ -119,5 +127,5 @@ def forget(lease: Lease) -> None:
         return
     with _mutex:
         entry = table.get((lease.using, lease.key))
-        if entry is not None and entry.lease.token == lease.token:
+        if entry is not None and entry.token == lease.token:
             del table[(lease.using, lease.key)]

@@ -1,9 +1,14 @@
 """The renewal watchdog: one background thread per process renews ``renew=True`` leases.
 
-Each lease is extended by its own ttl every third of it. At the first failure the
-watchdog stops renewing that lease and marks it lost (sending ``lease_lost``), so that
-``ensure_held()`` and leaving the ``with`` block raise :class:`~occupy.LeaseLost`. A
-forked child starts with an empty watchdog: it never renews its parent's leases.
+Each lease is extended by its own ttl every third of it. At the first failure (any
+exception: the lease was taken over, or the store failed) the watchdog stops renewing
+that lease and marks it lost (sending ``lease_lost``), so that ``ensure_held()`` and
+leaving the ``with`` block raise :class:`~occupy.LeaseLost`. A forked child starts with
+an empty watchdog: it never renews its parent's leases.
+
+The watchdog holds its leases by weak reference: a lease that nobody holds any more
+(dropped without a release) is not renewed again; its claim expires by its ttl, and
+the watchdog logs a warning naming the key.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 
 from occupy.leases import Lease
 
@@ -21,17 +27,21 @@ logger = logging.getLogger("occupy.watchdog")
 
 
 class Watchdog:
-    """Renew watched leases from a daemon thread until they are unwatched or fail."""
+    """Renew watched leases from a daemon thread until they are unwatched, fail, or
+    are garbage."""
 
     def __init__(self) -> None:
-        self._due: dict[int, tuple[float, Lease]] = {}
+        # Keyed by weak reference: a live lease finds its own entry (references to one
+        # live object compare equal), and a collected one's entry stays apart from any
+        # later lease that happens to reuse its id. The value keeps the key to log.
+        self._due: dict[weakref.ref[Lease], tuple[float, str]] = {}
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
 
     def watch(self, lease: Lease) -> None:
-        """Start renewing ``lease`` every third of its ttl."""
+        """Start renewing ``lease`` every third of its ttl, for as long as it is held."""
         with self._cond:
-            self._due[id(lease)] = (time.monotonic() + lease.ttl / 3, lease)
+            self._due[weakref.ref(lease)] = (time.monotonic() + lease.ttl / 3, lease.key)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="occupy-watchdog", daemon=True
@@ -42,11 +52,11 @@ class Watchdog:
     def unwatch(self, lease: Lease) -> None:
         """Stop renewing ``lease`` (before it is released)."""
         with self._cond:
-            self._due.pop(id(lease), None)
+            self._due.pop(weakref.ref(lease), None)
 
     def watched(self, lease: Lease) -> bool:
         """Return whether ``lease`` is being renewed."""
-        return id(lease) in self._due
+        return weakref.ref(lease) in self._due
 
     def _next(self) -> Lease | None:
         """Wait for the next lease that is due, or return ``None`` when none is left."""
@@ -55,21 +65,36 @@ class Watchdog:
                 if not self._due:
                     self._thread = None
                     return None
-                ident, (due, lease) = min(self._due.items(), key=lambda item: item[1][0])
+                ref, (due, key) = min(self._due.items(), key=lambda item: item[1][0])
                 delay = due - time.monotonic()
-                if delay <= 0:
-                    self._due[ident] = (time.monotonic() + lease.ttl / 3, lease)
-                    return lease
-                self._cond.wait(delay)
+                if delay > 0:
+                    self._cond.wait(delay)  # holding no lease: a dropped one can go
+                    continue
+                lease = ref()
+                if lease is None:
+                    del self._due[ref]
+                    logger.warning(
+                        "stopped renewing %r: its lease was dropped without a release; "
+                        "the claim expires by its ttl", key)
+                    continue
+                self._due[ref] = (time.monotonic() + lease.ttl / 3, key)
+                return lease
 
     def _run(self) -> None:
-        while (lease := self._next()) is not None:
-            try:
-                lease._backend().extend(lease, lease.ttl)
-            except Exception as e:  # any failure ends the renewals: the lease is lost
-                self.unwatch(lease)
-                lease.mark_lost(f"the watchdog could not renew it ({e})")
-                logger.warning("stopped renewing %r: %s", lease.key, e)
+        while True:
+            lease = self._next()
+            if lease is None:
+                return
+            self._renew(lease)
+            del lease  # no strong reference while waiting for the next one
+
+    def _renew(self, lease: Lease) -> None:
+        try:
+            lease._backend().extend(lease, lease.ttl)
+        except Exception as e:  # any failure ends the renewals: the lease is lost
+            self.unwatch(lease)
+            lease.mark_lost(f"the watchdog could not renew it ({e})")
+            logger.warning("stopped renewing %r: %s", lease.key, e)
 
     def _reset_after_fork(self) -> None:
         self._due = {}

@@ -1,11 +1,15 @@
-"""System checks: occupy.E001-E003 and occupy.W001."""
+"""System checks: occupy.E001-E003, occupy.W001 and occupy.W004."""
 
 from __future__ import annotations
+
+import os
 
 from django.core.checks import run_checks
 from django.test import override_settings
 
-from occupy.checks import check_backends, check_occupation_table
+from occupy.backends import get_backend
+from occupy.checks import check_backends, check_foreign_claims, check_occupation_table
+from tests.conftest import server_skip
 
 
 def ids(messages) -> list[str]:
@@ -55,3 +59,23 @@ def test_a_missing_occupation_table_is_w001(live_db: None) -> None:
     finally:
         with connection.schema_editor() as editor:
             editor.create_model(Occupation)
+
+
+def test_claims_occupy_did_not_write_are_w004_when_asked(live_db: None) -> None:
+    files = get_backend("files")
+    path = files.using_path("book:1")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(b"not a claim")
+    planted = {"files": path}
+    if not server_skip("redis"):
+        redis = get_backend("redis")
+        name = redis.keys("book:1").lock
+        redis.client.set(name, "not ours", px=60_000)
+        planted["redis"] = name
+    assert check_foreign_claims() == []  # reading every claim: only on --database
+    warnings = check_foreign_claims(databases=["default"])
+    assert ids(warnings) == ["occupy.W004"] * len(planted)
+    by_backend = {w.obj: w.msg for w in warnings}
+    for alias, name in planted.items():
+        assert repr(name) in by_backend[f"OCCUPY['BACKENDS'][{alias!r}]"]

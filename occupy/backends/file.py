@@ -29,6 +29,14 @@ What the seed gets wrong, and what this does instead:
   expiry (written into the granted claim; a pending claim's expiry is its mtime, pushed
   forward by its waiter's heartbeat), and an expired claim counts as absent.
 
+A file in ``using/`` that is not a claim occupy wrote (torn by a power cut, left by an
+older version or another program) is held by an unknown holder
+(:data:`~occupy.backends.records.UNKNOWN_OWNER`, fence 0), never free: it expires
+``FOREIGN_TTL`` after it was last written (its mtime), since nothing in it says when
+its holder's lease ends. Then it counts as expired like any claim: the next grant
+replaces it (its fence comes from the clock floor) and ``sweep_locks`` removes it.
+``list_locks`` shows it under its path.
+
 Every time is this host's clock (there is no server clock): hosts sharing the
 directory over a network filesystem must keep their clocks in step. The fence is
 ``max(last fence + 1, clock in µs)``, the last fence being read from ``fences/``, so it
@@ -37,7 +45,8 @@ cut a key may have no holder, and fences fall back to the clock floor.
 
 OPTIONS: ``POLL_INTERVAL`` (longest pause between two tries while waiting, default
 0.05 s), ``PENDING_TTL`` (how long a waiter's queued claim outlives its last heartbeat,
-default 10 s). POSIX only (``fcntl``).
+default 10 s), ``FOREIGN_TTL`` (how long an unreadable claim file holds its key after
+it was last written, default 600 s). POSIX only (``fcntl``).
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ from typing import Any
 
 from occupy.backends import file_io as fio
 from occupy.backends.base import Attempt, BaseBackend, Claim
-from occupy.backends.records import Entry, digest, from_us, now_us
+from occupy.backends.records import UNKNOWN_OWNER, Entry, digest, from_us, now_us
 from occupy.exceptions import InvalidBackendError, OccupyError
 from occupy.leases import Holder, Lease
 
@@ -76,6 +85,7 @@ class FileBackend(BaseBackend):
         self.root = os.path.abspath(os.fspath(self.location))
         self.poll_interval = float(self.options.get("POLL_INTERVAL", 0.05))
         self.pending_ttl = float(self.options.get("PENDING_TTL", 10))
+        self.foreign_ttl = float(self.options.get("FOREIGN_TTL", 600))
         self.locks = fio.KeyLocks(f"{self.root}/locks")
 
     def __repr__(self) -> str:
@@ -87,8 +97,21 @@ class FileBackend(BaseBackend):
         return f"{self.root}/using/{digest(key)}"
 
     def _claim(self, d: str) -> Entry | None:
-        data = fio.read(f"{self.root}/using/{d}")
-        return None if data is None else fio.load(data)
+        """Return the key's claim (held under the key's lock), or ``None``; a file that is
+        not a claim occupy wrote as a foreign one (see the module docstring)."""
+        path = f"{self.root}/using/{d}"
+        data = fio.read(path)
+        if data is None:
+            return None
+        entry = fio.load(data)
+        if entry is not fio.DEAD:
+            return entry
+        written = fio.mtime_us(path)
+        if written is None:
+            return None
+        # The token is empty, which no lease has: nobody can release or extend it.
+        return Entry("", UNKNOWN_OWNER, 0, 1, written + round(self.foreign_ttl * 1e6),
+                     written, path)
 
     def _last_fence(self, d: str) -> int:
         data = fio.read(f"{self.root}/fences/{d}")
@@ -277,8 +300,10 @@ class FileBackend(BaseBackend):
             with self.locks.hold(d):
                 claim = self._claim(d)
             if claim is not None and claim.live(now):
-                found.append(Claim(claim.key, claim.owner, "using", from_us(claim.since_us),
-                                   from_us(claim.expires_us), claim.fence))
+                foreign = not claim.token
+                found.append(Claim(claim.key, claim.owner, "using",
+                                   None if foreign else from_us(claim.since_us),
+                                   from_us(claim.expires_us), None if foreign else claim.fence))
         for d in fio.names(f"{self.root}/pending"):
             with self.locks.hold(d):
                 for name in sorted(fio.names(f"{self.root}/pending/{d}")):
@@ -287,7 +312,11 @@ class FileBackend(BaseBackend):
                     data = fio.read(path)
                     if data is None or expires <= now * 1000:
                         continue
-                    owner, key, since = data.decode("utf-8").split("\0")
+                    try:
+                        owner, key, since = data.decode("utf-8").split("\0")
+                        int(since)
+                    except ValueError:  # not a queued claim occupy wrote: it expires
+                        continue
                     found.append(Claim(key, owner, "pending", from_us(int(since)),
                                        from_us(expires // 1000), None))
         found.sort(key=lambda c: (c.key, c.state != "using"))
@@ -402,7 +431,8 @@ class FileAttempt(Attempt):
 
     def _enqueue(self, names: list[str]) -> None:
         # Tickets rise under the key's lock: after the newest queued one, and the clock.
-        last = max((int(name.split("-", 1)[0]) for name in names), default=0)
+        last = max((int(name.split("-", 1)[0]) for name in names
+                    if name.split("-", 1)[0].isdigit()), default=0)
         ticket = f"{max(time.time_ns(), last + 1):020d}-{secrets.token_hex(4)}"
         data = "\0".join((self.owner, self.key, str(now_us()))).encode("utf-8")
         path = f"{self.queue}/{ticket}"

@@ -12,14 +12,16 @@ from contextlib import suppress
 
 from occupy.backends.records import Entry
 
-__all__ = ["DEAD", "KeyLocks", "create", "dump", "expires_ns", "load", "names", "read",
-           "rmdir", "unlink"]
+__all__ = ["DEAD", "KeyLocks", "create", "dump", "expires_ns", "load", "mtime_us", "names",
+           "read", "rmdir", "unlink"]
 
 _MAGIC = "occupy-claim-1"
 #: Ends every record: a claim rewritten in place by a shorter one keeps a stale tail,
 #: which parsing stops before.
 _END = "end"
-#: What an unreadable claim file counts as: expired, fence 0 (the clock floor decides).
+#: What :func:`load` returns for bytes that are not a claim: fence 0 (the clock floor
+#: decides the next). A claim file in ``using/`` that reads as this is held by an
+#: unknown holder for a while (``FileBackend``'s ``FOREIGN_TTL``), never free at once.
 DEAD = Entry("", "", 0, 0, 0, 0, "")
 
 
@@ -35,9 +37,12 @@ def load(data: bytes) -> Entry:
     """Return the entry in a claim file's bytes (:data:`DEAD` if they are not one)."""
     fields = data.decode("utf-8", "replace").split("\0", 9)
     if len(fields) < 9 or fields[0] != _MAGIC or fields[8] != _END:
-        return DEAD  # torn by a power cut, or not ours: as good as expired
+        return DEAD  # torn by a power cut, or not ours
     _, token, fence, depth, expires, since, owner, key = fields[:8]
-    return Entry(token, owner, int(fence), int(depth), int(expires), int(since), key)
+    try:
+        return Entry(token, owner, int(fence), int(depth), int(expires), int(since), key)
+    except ValueError:
+        return DEAD
 
 
 def read(path: str) -> bytes | None:
@@ -90,6 +95,14 @@ def names(directory: str) -> Iterator[str]:
                     yield entry.name
     except FileNotFoundError:
         return
+
+
+def mtime_us(path: str) -> int | None:
+    """Return when ``path`` was last written (microseconds), or ``None`` if it is gone."""
+    try:
+        return os.stat(path).st_mtime_ns // 1000
+    except FileNotFoundError:
+        return None
 
 
 def expires_ns(path: str) -> int:

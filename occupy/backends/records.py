@@ -13,9 +13,15 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
-__all__ = ["Entry", "digest", "from_us", "now_us", "text"]
+__all__ = ["UNKNOWN_OWNER", "Entry", "digest", "from_us", "now_us", "text"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+#: The owner shown (by ``holder()``, ``list_locks``, ``Occupied``) for a claim that
+#: occupy did not write or cannot read: an older layout during a rolling deploy,
+#: another app's value under a shared prefix, a file torn by a power cut. Such a
+#: claim is held by this unknown holder, never free.
+UNKNOWN_OWNER = "(unknown)"
 
 
 class Entry(NamedTuple):

@@ -3,6 +3,10 @@
 Each call is one round trip to one Redis primary: a Lua script (``redis_scripts``)
 takes the key with its fence and queue in one step, and releases and extends
 compare the token on the server. Redis expires claims itself, so nothing needs sweeping.
+A value under a lock's key that occupy did not write (an older layout, another app's
+value under a shared prefix, another type) is held by an unknown holder
+(:data:`~occupy.backends.records.UNKNOWN_OWNER`) until Redis expires it, never free;
+``list_locks`` shows it under its Redis key's name.
 
 What seed 004 gets wrong, and what this does instead: ``SETNX`` then ``EXPIRE`` is two
 steps (a crash in between leaves a lock that never expires): here the claim and its
@@ -31,11 +35,13 @@ import os
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 from occupy.backends import redis_scripts
 from occupy.backends.base import Attempt, BaseBackend, Claim
+from occupy.backends.records import UNKNOWN_OWNER
 from occupy.backends.records import text as _text  # replies: bytes or str
 from occupy.backends.redis_scripts import RedisKeys, redis_keys
 from occupy.exceptions import InvalidBackendError, OccupyError
@@ -43,7 +49,7 @@ from occupy.leases import Holder, Lease, new_token
 
 try:
     from django_redis import get_redis_connection
-    from redis.exceptions import NoScriptError, RedisError
+    from redis.exceptions import NoScriptError, RedisError, ResponseError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 except ImportError as e:  # pragma: no cover - depends on the installation
     raise InvalidBackendError(
@@ -54,6 +60,8 @@ except ImportError as e:  # pragma: no cover - depends on the installation
 __all__ = ["RedisBackend", "RedisKeys"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: The expiry shown for a foreign value that Redis never expires: 9999-12-31, in ms.
+_NEVER_MS = 253402300799000
 _OPTIONS = {"CACHE", "PREFIX", "POLL_INTERVAL", "QUEUE_TTL", "FENCE_TTL"}
 #: Async waiters block in threads of their own pool, never in the event loop's default
 #: executor (which a few long ``BLPOP`` calls would starve).
@@ -116,16 +124,29 @@ class _Held(NamedTuple):
     expires: int
     since: int
     key: str
+    #: Whether the value is one occupy did not write (see :meth:`unknown`).
+    foreign: bool = False
 
     @classmethod
     def parse(cls, value: Any, *, with_token: bool = True) -> _Held:
-        """Parse ``"[<token> ]<flag><depth> <fence> <expires> <since> <owner>\\0<key>"``."""
-        text = _text(value)
-        if with_token:
-            text = text.split(" ", 1)[1]
-        _depth, fence, expires, since, tail = text.split(" ", 4)
-        owner, key = tail.split("\0", 1)
-        return cls(owner, int(fence), int(expires), int(since), key)
+        """Parse ``"[<token> ]<flag><depth> <fence> <expires> <since> <owner>\\0<key>"``;
+        ``ValueError`` if ``value`` is not one (occupy did not write it)."""
+        try:
+            text = _text(value)
+            if with_token:
+                text = text.split(" ", 1)[1]
+            _depth, fence, expires, since, tail = text.split(" ", 4)
+            owner, key = tail.split("\0", 1)
+            return cls(owner, int(fence), int(expires), int(since), key)
+        except (ValueError, IndexError) as e:  # UnicodeDecodeError is a ValueError
+            raise ValueError(f"not a value occupy wrote: {value!r:.100}") from e
+
+    @classmethod
+    def unknown(cls, key: str, now_ms: int, pttl: int) -> _Held:
+        """Return a value occupy did not write as held by :data:`UNKNOWN_OWNER` (fence
+        0) until Redis expires it: ``pttl`` ms after ``now_ms``, or never (``-1``)."""
+        expires = _NEVER_MS if pttl == -1 else now_ms + max(pttl, 0)
+        return cls(UNKNOWN_OWNER, 0, expires, 0, key, foreign=True)
 
     def holder(self) -> Holder:
         """Return the public view: owner, expiry, fence, grant time."""
@@ -302,34 +323,53 @@ class RedisBackend(BaseBackend):
         return lease, (_Held.parse(previous, with_token=False).holder() if previous else None)
 
     def holder(self, key: str) -> Holder | None:
-        """Return the holder's owner, expiry and fence, or ``None`` (never the token)."""
+        """Return the holder's owner, expiry and fence, or ``None`` (never the token).
+
+        A value occupy did not write is held by :data:`~occupy.backends.records.UNKNOWN_OWNER`
+        (fence 0) until Redis expires it.
+        """
         try:
-            value = self.client.get(self.keys(key).lock)
+            held = _read(self.client, self.keys(key).lock, key)
         except RedisError as e:
             raise failed(key, e) from e
-        return None if value is None else _Held.parse(value).holder()
+        return None if held is None else held.holder()
 
     def is_held(self, lease: Lease) -> bool:
         """Return whether the lease's token still holds the key."""
         try:
             value = self.client.get(self.keys(lease.key).lock)
+        except ResponseError as e:
+            if _wrong_type(e):
+                return False  # another type under the key: not ours
+            raise failed(lease.key, e) from e
         except RedisError as e:
             raise failed(lease.key, e) from e
-        return value is not None and _text(value).startswith(lease.token + " ")
+        if isinstance(value, bytes):  # compared as bytes: a foreign value need not be UTF-8
+            return value.startswith(f"{lease.token} ".encode())
+        return value is not None and value.startswith(f"{lease.token} ")
 
     def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
         """Return 0: Redis expires claims, queue places and wake-up lists itself."""
         return 0
 
     def claims(self) -> Iterable[Claim]:
-        """Yield holders (``using``) and live waiters (``pending``) by key, never tokens."""
+        """Yield holders (``using``) and live waiters (``pending``) by key, never tokens.
+
+        A value occupy did not write is listed under its Redis key's name (the lock key
+        it stands for cannot be known), held by
+        :data:`~occupy.backends.records.UNKNOWN_OWNER`, with no start and no fence.
+        """
         client = self.client
         pattern = _glob_escape(self.prefix) + "{*}:"
         found: list[Claim] = []
         for name in client.scan_iter(match=pattern + "lock", count=1000):
-            value = client.get(name)
-            if value is not None:
-                held = _Held.parse(value)
+            held = _read(client, name, None)
+            if held is None:
+                continue
+            if held.foreign:
+                found.append(Claim(_text(name), UNKNOWN_OWNER, "using", None,
+                                   to_datetime(held.expires), None))
+            else:
                 found.append(Claim(held.key, held.owner, "using", to_datetime(held.since),
                                    to_datetime(held.expires), held.fence))
         now_ms = _server_ms(client)
@@ -339,14 +379,46 @@ class RedisBackend(BaseBackend):
         return found
 
 
+def _read(client: Any, name: Any, key: str | None) -> _Held | None:
+    """Return the holder of lock key ``name`` (Redis's name; ``key``, the lock key, if
+    known), one occupy did not write as :meth:`_Held.unknown`, or ``None`` if free."""
+    try:
+        value = client.get(name)
+    except ResponseError as e:
+        if not _wrong_type(e):
+            raise
+        value = b""  # another type: not ours
+    if value is None:
+        return None
+    try:
+        return _Held.parse(value)
+    except ValueError:
+        now_ms = _server_ms(client)
+        return _Held.unknown(key if key is not None else _text(name), now_ms,
+                             int(client.pttl(name)))
+
+
+def _wrong_type(error: ResponseError) -> bool:
+    return str(error).startswith("WRONGTYPE")
+
+
 def _waiting_claims(client: Any, waiters: str, now_ms: int) -> list[Claim]:
-    entries = {_text(k): _text(v) for k, v in client.hgetall(waiters).items()}
-    arrivals = dict(client.zrange(waiters.removesuffix("waiters") + "queue", 0, -1,
-                                  withscores=True))
+    try:
+        entries = {_text(k): _text(v) for k, v in client.hgetall(waiters).items()}
+        arrivals = dict(client.zrange(waiters.removesuffix("waiters") + "queue", 0, -1,
+                                      withscores=True))
+    except ResponseError as e:  # another type under the name: no waiters of ours
+        if not _wrong_type(e):
+            raise
+        return []
     claims = []
     for token, info in entries.items():
-        deadline, _ttl, tail = info.split("|", 2)
-        owner, key = tail.split("\0", 1)
+        try:
+            deadline, _ttl, tail = info.split("|", 2)
+            owner, key = tail.split("\0", 1)
+            int(deadline)
+        except ValueError:
+            continue  # not a waiter occupy wrote; it expires with the hash (QUEUE_TTL)
         arrival = arrivals.get(token.encode()) or arrivals.get(token)
         if int(deadline) > now_ms and arrival is not None:
             claims.append(Claim(key, owner, "pending", to_datetime(arrival // 1000),
@@ -387,7 +459,14 @@ class RedisAttempt(Attempt):
         except RedisError as e:
             raise failed(self.key, e) from e
         if isinstance(reply, list):
-            self.seen = (_Held.parse(reply[0], with_token=False), int(reply[1]))
+            now = int(reply[1])
+            held = None
+            if reply[0]:
+                with suppress(ValueError):  # a value that only looks like ours: not UTF-8
+                    held = _Held.parse(reply[0], with_token=False)
+            if held is None:  # a value occupy did not write (redis_scripts: FOREIGN)
+                held = _Held.unknown(self.key, now, int(reply[2]) if len(reply) > 2 else -1)
+            self.seen = (held, now)
             return None
         fence, expires, _since, depth, token = _text(reply).split(" ")
         return self._lease(token, fence, expires, int(depth))

@@ -25,6 +25,13 @@ tag (so one Redis Cluster slot): ``<prefix>{<digest>}:`` followed by
    process that re-takes the key in a loop cannot overtake the queue. A list holds at most
    one element and expires with ``QUEUE_TTL``.
 
+A value under ``lock`` that occupy did not write (an older layout during a rolling
+deploy, a prefix shared with another app: a string that does not parse, or another
+type, which ``GET`` refuses with ``WRONGTYPE``) counts as held by an unknown holder
+until Redis expires it, never as free: take refuses it, and no token releases or
+extends it. The scripts read the key with ``pcall`` (no extra call) and parse it only
+when it is present.
+
 Redis Cluster routes a script by its declared key and lets it touch undeclared keys of
 the same slot, which the shared hash tag guarantees. Needs Redis 6.2 (``SET … GET``,
 ``PXAT``).
@@ -161,11 +168,15 @@ end
 #: arrival time stays; a place that was lost is taken again at the back) and refreshes
 #: its deadline. A grant is one bulk string
 #: ``"<fence> <expires ms> <since ms> <depth> <token>"``; a refusal is
-#: ``{holder's value without its token, now ms}``.
+#: ``{holder's value without its token, now ms}``, or ``{"", now ms, PTTL}`` when the
+#: key holds a value occupy did not write (see the module docstring).
 _TAKE = """
 local token, tail, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if bad_ttl(ttl) then return redis.error_reply('occupy: ttl must be positive ms') end
-local held = redis.call('GET', lock)
+local held = redis.pcall('GET', lock)
+-- Another type under the key (WRONGTYPE: an older layout, a shared prefix) is a value
+-- occupy did not write, like a string it cannot parse: see FOREIGN below.
+if type(held) == 'table' then held = '' end
 local t = redis.call('TIME')
 if not held then
   if redis.call('EXISTS', base .. 'queue') == 0 then
@@ -186,6 +197,11 @@ if not held then
 end
 local owner_token, flag, depth, fence, expires, rest =
   string.match(held, '^(%S+) (.)(%d+) (%d+) (%d+) (.*)$')
+if not (owner_token and string.find(rest, '^%d+ .*%z')) then
+  -- FOREIGN: held by an unknown holder, never free; refused with its PTTL.
+  return {'', string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000)),
+          redis.call('PTTL', lock)}
+end
 if owner_token == token then
   -- Handed over on a release; the wake-up it pushed is no longer needed.
   @QUEUE@
@@ -245,11 +261,12 @@ end
 #: one of several levels was undone.
 RELEASE = _PRELUDE + """
 local token = ARGV[1]
-local held = redis.call('GET', lock)
+local held = redis.pcall('GET', lock)  -- another type (WRONGTYPE) is not ours either
 local n = #token
 -- Bytes, not substrings: a released lock is the common case, and comparing bytes
 -- makes no new strings. 32, 45 and 49 are ' ', '-' and '1'.
-if not held or string.find(held, token, 1, true) ~= 1 or string.byte(held, n + 1) ~= 32 then
+if type(held) ~= 'string' or string.find(held, token, 1, true) ~= 1
+    or string.byte(held, n + 1) ~= 32 then
   return 0
 end
 local no_waiters, one, space = string.byte(held, n + 2, n + 4)
@@ -270,10 +287,10 @@ return 1
 EXTEND = _PRELUDE + """
 local token, ttl = ARGV[1], tonumber(ARGV[2])
 if bad_ttl(ttl) then return redis.error_reply('occupy: ttl must be positive ms') end
-local held = redis.call('GET', lock)
-if not held then return nil end
+local held = redis.pcall('GET', lock)  -- another type (WRONGTYPE) is not ours
+if type(held) ~= 'string' then return nil end
 local head, since, tail = string.match(held, '^(%S+ %S+ %d+) %d+ (%d+) (.*)$')
-if string.sub(head, 1, #token + 1) ~= token .. ' ' then return nil end
+if not head or string.sub(head, 1, #token + 1) ~= token .. ' ' then return nil end
 local t = redis.call('TIME')
 local expires = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000) + ttl)
 redis.call('SET', lock, head .. ' ' .. expires .. ' ' .. since .. ' ' .. tail, 'PXAT', expires)
@@ -287,8 +304,10 @@ return expires
 RESUME = _PRELUDE + """
 local token, ttl, levels = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if bad_ttl(ttl) then return redis.error_reply('occupy: ttl must be positive ms') end
-local held = redis.call('GET', lock)
-if not held or string.sub(held, 1, #token + 1) ~= token .. ' ' then return nil end
+local held = redis.pcall('GET', lock)  -- another type (WRONGTYPE) is not ours
+if type(held) ~= 'string' or string.sub(held, 1, #token + 1) ~= token .. ' ' then
+  return nil
+end
 local flag, depth, fence, expires, since, tail =
   string.match(held, '^%S+ (.)(%d+) (%d+) (%d+) (%d+) (.*)$')
 depth = tonumber(depth) + levels
@@ -309,14 +328,15 @@ return fence .. ' ' .. expires .. ' ' .. depth .. ' ' .. tail
 #: flag stays ``q``); the old holder's pending wake-up, if a release had just handed
 #: the key to it, is dropped, so that it queues again instead of taking a lease that is
 #: no longer its own. Returns ``{"<fence> <expires ms> <since ms>", old value without
-#: its token or false}``.
+#: its token or false}`` (false too for a value occupy did not write, which is replaced).
 TAKEOVER = _PRELUDE + """
 local token, tail, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if bad_ttl(ttl) then return redis.error_reply('occupy: ttl must be positive ms') end
-local held = redis.call('GET', lock)
+local held = redis.pcall('GET', lock)
 local previous = false
-if held then
-  local old_token = string.match(held, '^(%S+) ')
+-- A value occupy did not write (another type, another layout) is simply replaced.
+local old_token = type(held) == 'string' and string.match(held, '^(%S+) %S+ %d+ %d+ %d+ ')
+if old_token then
   previous = string.sub(held, #old_token + 2)
   redis.call('DEL', base .. 'wake:' .. old_token)
 end
@@ -332,8 +352,8 @@ CANCEL = _PRELUDE + _QUEUE + _UNWIND + """
 local token = ARGV[1]
 leave_queue(token)
 redis.call('DEL', wake .. token)
-local held = redis.call('GET', lock)
-if held and string.sub(held, 1, #token + 1) == token .. ' ' then
+local held = redis.pcall('GET', lock)  -- another type (WRONGTYPE) is not ours
+if type(held) == 'string' and string.sub(held, 1, #token + 1) == token .. ' ' then
   -- Handed to us and re-entered meanwhile (by its token): only our level goes.
   if unwind(token, held) then return 1 end
   redis.call('DEL', lock)

@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from occupy.exceptions import FencedOut
 from occupy.leases import Lease
 from occupy.models.guarded import Check, Guard, GuardedSaveMixin
+from occupy.models.keys import object_key
 
 __all__ = ["FencedMixin"]
 
@@ -40,8 +41,11 @@ class FencedMixin(GuardedSaveMixin):
     - ``fence``: the fence of the lease of the last write made with one (0 before);
     - ``save(lease=lease)``: writes the changed fields and ``fence = lease.fence``
       only ``WHERE fence <= lease.fence``, else raises :class:`~occupy.FencedOut`
-      and writes nothing. Use leases of one key per row (the row's own,
-      ``book.occupy()``): fences of different keys do not compare.
+      and writes nothing. Fences of different keys do not compare, so an existing
+      row takes only leases on its own key (:meth:`fence_key`, the key
+      ``book.occupy()`` locks): a lease on another key raises ``ValueError`` and
+      writes nothing. A new row has had no write to fence: its insert stores the
+      fence of whichever lease it is given (one on a collection's key, say).
 
     A ``save()`` without ``lease`` is not fenced (and leaves ``fence`` alone) unless
     ``fence_required = True``, which refuses it with ``ValueError``.
@@ -54,6 +58,11 @@ class FencedMixin(GuardedSaveMixin):
 
     class Meta:
         abstract = True
+
+    def fence_key(self) -> str:
+        """Return the lock key whose leases may write this row: the row's own,
+        ``"<app_label>.<model_name>:<pk>"`` (see :func:`~occupy.models.object_key`)."""
+        return object_key(type(self), self.pk)
 
     def managed_field_names(self) -> set[str]:
         """Add ``fence``, which only the guard writes."""
@@ -80,7 +89,8 @@ class FencedMixin(GuardedSaveMixin):
         super().prepare_insert(options)
 
     def save_guards(self, fields: list[models.Field], options: dict[str, Any]) -> list[Guard]:
-        """Add ``fence <= lease.fence`` to every guard, and set the lease's fence."""
+        """Add ``fence <= lease.fence`` to every guard, and set the lease's fence;
+        refuse a lease on another key than :meth:`fence_key` with ``ValueError``."""
         lease = options["lease"]
         guards = super().save_guards(fields, options)
         if lease is None:
@@ -90,6 +100,13 @@ class FencedMixin(GuardedSaveMixin):
                     "pass the lease under which it was changed."
                 )
             return guards
+        expected = self.fence_key()
+        if lease.key != expected:
+            raise ValueError(
+                f"save(lease=…) of {self._meta.object_name} {self.pk!r} needs a lease on "
+                f"{expected!r}, not on {lease.key!r}: fences of different keys do not "
+                "compare."
+            )
         fence = lease.fence
         field = self._meta.get_field("fence")
         check = Check(field, "lte", fence, FencedOut)

@@ -218,3 +218,23 @@ def test_fences_survive_a_lost_counter(live_db: None) -> None:
     second = occupy.acquire("book:1", using="cache-locmem")
     occupy.release(second)
     assert second.fence > first.fence
+
+
+@pytest.mark.parametrize("using", backend_params(
+    ["cache", "cache-django", "cache-addonly", "cache-locmem"]))
+def test_fences_rise_by_one_when_the_clock_is_behind_the_counter(
+    using: str, live_db: None
+) -> None:
+    """A counter ahead of the clock (a clock stepped back, two grants in one µs): each
+    grant is one above the last, never equal to it."""
+    from occupy.backends.cache_scripts import names
+
+    backend = get_backend(using)
+    ahead = (int(time.time()) + 3600) * 1_000_000
+    caches[backend.cache_alias].set(names("book:1").fence, ahead, None)
+    fences = []
+    for _ in range(2):
+        lease = occupy.acquire("book:1", ttl=30, using=using)
+        fences.append(lease.fence)
+        occupy.release(lease)
+    assert fences == [ahead + 1, ahead + 2]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import threading
 import time
@@ -137,6 +138,22 @@ def test_a_late_extend_raises(using: str) -> None:
     with pytest.raises(occupy.LeaseLost):
         alice.extend(30)
     assert occupy.holder("book:1", using=using) is None
+
+
+def test_extend_with_a_stale_token_never_touches_the_next_holder(using: str) -> None:
+    """Called on the backend with a copy whose ``lost`` flag is clear, so that only the
+    store's token check can refuse it."""
+    backend = get_backend(using)
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    occupy.release(alice)
+    bob = occupy.acquire("book:1", owner="bob", ttl=30, timeout=0, using=using)
+    before = occupy.holder("book:1", using=using)
+    stale = dataclasses.replace(alice, lost=False)
+    with pytest.raises(occupy.LeaseLost):
+        backend.extend(stale, 300)
+    assert occupy.holder("book:1", using=using) == before
+    assert backend.is_held(bob)
+    occupy.release(bob)
 
 
 def test_releasing_twice_raises(using: str) -> None:

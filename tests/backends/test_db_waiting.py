@@ -1,9 +1,10 @@
-"""The database backend's waiters on PostgreSQL are woken by ``NOTIFY``, next in line first.
+"""The database backend's queue, on every database: first come, first served.
 
-The backend under test polls only every 30 s, so a waiter that is not woken by a
-notification gets the key half a minute late: these tests fail on a lost wake-up. (The
-bounds below are 5 s for what takes milliseconds: they tell a notification from a poll,
-they do not measure speed.)
+On PostgreSQL waiters are woken by ``NOTIFY``, next in line first; the backend under
+test there polls only every 30 s, so a waiter that is not woken by a notification gets
+the key half a minute late: these tests fail on a lost wake-up. (The bounds below are
+5 s for what takes milliseconds: they tell a notification from a poll, they do not
+measure speed.) On MariaDB and SQLite waiters poll, and the same order must hold.
 """
 
 from __future__ import annotations
@@ -19,41 +20,69 @@ from django.test import override_settings
 import occupy
 from occupy.backends import get_backend
 from occupy.models import Occupation
-from tests.conftest import backend_params
+from tests.conftest import DATABASE_BACKENDS, backend_params
 
 SLOW_POLL = "db-postgresql-slow-poll"
 
 
-@pytest.fixture(params=backend_params(["db-postgresql"]))
-def slow_poll(request: pytest.FixtureRequest, live_db: None) -> Iterator[str]:
-    """A PostgreSQL backend that polls every 30 s: only notifications wake its waiters."""
+@pytest.fixture(params=backend_params(DATABASE_BACKENDS))
+def queue(request: pytest.FixtureRequest, live_db: None) -> Iterator[str]:
+    """A database backend alias, each database in turn; on PostgreSQL one that polls
+    every 30 s, so that only notifications wake its waiters."""
+    alias = request.param
+    backend = get_backend(alias)
+    if backend.dialect.vendor != "postgresql":
+        yield alias
+        return
     backends = {
         **settings.OCCUPY["BACKENDS"],
         SLOW_POLL: {
             "BACKEND": "occupy.backends.db.DatabaseBackend",
-            "OPTIONS": {"DATABASE": "postgresql", "POLL_INTERVAL": 30},
+            "OPTIONS": {"DATABASE": backend.database, "POLL_INTERVAL": 30},
         },
     }
     with override_settings(OCCUPY={**settings.OCCUPY, "BACKENDS": backends}):
         yield SLOW_POLL
 
 
-def _queued(count: int) -> None:
-    """Wait until ``count`` claims are queued (pending) on the PostgreSQL database."""
+def _queued(using: str, count: int) -> None:
+    """Wait until ``count`` claims are queued (pending) in backend ``using``'s database."""
+    database = get_backend(using).database
     deadline = time.monotonic() + 10
-    while Occupation.objects.using("postgresql").filter(state="pending").count() < count:
+    while Occupation.objects.using(database).filter(state="pending").count() < count:
         assert time.monotonic() < deadline, f"{count} waiters never queued"
         time.sleep(0.01)
 
 
-def test_waiters_are_woken_one_by_one_in_arrival_order(slow_poll: str) -> None:
-    holder = occupy.acquire("book:1", owner="holder", ttl=30, using=slow_poll)
+@pytest.mark.parametrize("freed_by", ["release", "expiry"])
+def test_a_newcomer_does_not_overtake_a_queued_waiter(queue: str, freed_by: str) -> None:
+    """Between the holder's end and the waiter's next look the key has no holder: a
+    newcomer that does not wait must still be refused, and the waiter served."""
+    holder = occupy.acquire("book:1", owner="holder", ttl=30 if freed_by == "release" else 0.3,
+                            using=queue)
+    waiter = get_backend(queue).attempt("book:1", "waiter", 30)
+    assert waiter.try_acquire() is None
+    waiter.enqueue()
+    if freed_by == "release":
+        occupy.release(holder)
+    else:
+        time.sleep(0.45)
+    with pytest.raises(occupy.Occupied):
+        occupy.acquire("book:1", owner="newcomer", ttl=30, timeout=0, using=queue)
+    lease = waiter.try_acquire()
+    assert lease is not None and lease.owner == "waiter"
+    assert occupy.holder("book:1", using=queue).owner == "waiter"
+    occupy.release(lease)
+
+
+def test_waiters_are_woken_one_by_one_in_arrival_order(queue: str) -> None:
+    holder = occupy.acquire("book:1", owner="holder", ttl=30, using=queue)
     order: list[str] = []
     errors: list[BaseException] = []
 
     def wait_for_it(name: str) -> None:
         try:
-            lease = occupy.acquire("book:1", owner=name, ttl=30, timeout=60, using=slow_poll)
+            lease = occupy.acquire("book:1", owner=name, ttl=30, timeout=60, using=queue)
             order.append(name)
             occupy.release(lease)
         except BaseException as e:  # reported by the main thread
@@ -64,7 +93,7 @@ def test_waiters_are_woken_one_by_one_in_arrival_order(slow_poll: str) -> None:
         thread = threading.Thread(target=wait_for_it, args=(name,))
         thread.start()
         threads.append(thread)
-        _queued(i + 1)
+        _queued(queue, i + 1)
     occupy.release(holder)
     for thread in threads:
         thread.join(timeout=5)
@@ -73,18 +102,18 @@ def test_waiters_are_woken_one_by_one_in_arrival_order(slow_poll: str) -> None:
     assert order == ["first", "second", "third"]
 
 
-def test_a_waiter_that_leaves_passes_the_turn_to_the_next(slow_poll: str) -> None:
-    holder = occupy.acquire("book:1", owner="holder", ttl=30, using=slow_poll)
+def test_a_waiter_that_leaves_passes_the_turn_to_the_next(queue: str) -> None:
+    holder = occupy.acquire("book:1", owner="holder", ttl=30, using=queue)
     # The head of the queue is driven by hand: it queues, is woken by the release, and
     # leaves (as a waiter whose timeout ends then would) without taking the key.
-    head = get_backend(slow_poll).attempt("book:1", "head", 30)
+    head = get_backend(queue).attempt("book:1", "head", 30)
     assert head.try_acquire() is None
     head.enqueue()
     outcome: dict[str, object] = {}
 
     def wait_for_it() -> None:
         try:
-            lease = occupy.acquire("book:1", owner="next", ttl=30, timeout=60, using=slow_poll)
+            lease = occupy.acquire("book:1", owner="next", ttl=30, timeout=60, using=queue)
             outcome["next"] = lease.owner
             occupy.release(lease)
         except BaseException as e:  # reported by the main thread
@@ -92,7 +121,7 @@ def test_a_waiter_that_leaves_passes_the_turn_to_the_next(slow_poll: str) -> Non
 
     thread = threading.Thread(target=wait_for_it)
     thread.start()
-    _queued(2)
+    _queued(queue, 2)
     occupy.release(holder)
     thread.join(timeout=0.3)
     assert thread.is_alive(), "the second in line overtook the head of the queue"

@@ -125,6 +125,46 @@ def test_list_locks_shows_holders_and_waiters_without_tokens(live_db: None, caps
     occupy.release(lease)
 
 
+@pytest.mark.parametrize("content", [b"", b"occupy-claim-1\0torn by a power c",
+                                     b"\xff\xfe another program's file"])
+def test_a_claim_file_occupy_did_not_write_is_held_until_it_expires(
+    live_db: None, content: bytes, capsys
+) -> None:
+    """Held by an unknown holder, never free, until FOREIGN_TTL after its mtime; then the
+    next grant replaces it and sweep_locks removes it."""
+    from occupy.backends.records import UNKNOWN_OWNER
+
+    backend = get_backend(USING)
+    path = backend.using_path("book:1")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(content)
+    holder = occupy.holder("book:1", using=USING)
+    assert (holder.owner, holder.fence) == (UNKNOWN_OWNER, 0)
+    assert holder.expires_at.timestamp() == pytest.approx(
+        os.stat(path).st_mtime + backend.foreign_ttl, abs=0.01)
+    with pytest.raises(occupy.Occupied) as info:
+        occupy.acquire("book:1", owner="alice", timeout=0, using=USING)
+    assert info.value.holder.owner == UNKNOWN_OWNER
+    assert backend.sweep() == 0 and os.path.exists(path)  # not expired: kept
+    assert [(c.key, c.owner, c.since, c.fence) for c in backend.claims()] == [
+        (path, UNKNOWN_OWNER, None, None)]
+    call_command("list_locks", using=[USING])
+    assert UNKNOWN_OWNER in capsys.readouterr().out
+    # Written FOREIGN_TTL ago: expired. A grant replaces it; so does a sweep.
+    old = time.time_ns() - round((backend.foreign_ttl + 1) * 1e9)
+    os.utime(path, ns=(old, old))
+    assert occupy.holder("book:1", using=USING) is None
+    lease = occupy.acquire("book:1", owner="alice", timeout=0, using=USING)
+    occupy.release(lease)
+    with open(path, "wb") as f:
+        f.write(content)
+    os.utime(path, ns=(old, old))
+    assert backend.sweep(dry_run=True) == 1
+    assert backend.sweep() == 1 and not os.path.exists(path)
+    assert backend.sweep() == 0
+
+
 def test_keys_become_safe_file_names(live_db: None) -> None:
     keys = ["../../etc/passwd", "a/b", "dir\\file", ".", "x" * 255, "bööк:1 "]
     leases = [occupy.acquire(key, owner="o", timeout=0, using=USING) for key in keys]

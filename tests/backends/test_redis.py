@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import time
+from datetime import datetime, timezone
 from io import StringIO
 
 import pytest
@@ -20,6 +21,7 @@ from django.core.management import call_command
 import occupy
 from occupy.backends import get_backend
 from occupy.exceptions import InvalidBackendError
+from occupy.leases import Lease
 from tests import multiproc
 from tests.conftest import server_skip
 
@@ -323,6 +325,65 @@ def test_fences_never_fall_below_the_counter_when_the_clock_is_behind(backend) -
     assert lease.fence == ahead + 1
     occupy.release(lease)
     assert occupy.acquire("book:1", using=ALIAS).fence == ahead + 2
+
+
+# --- values occupy did not write ---------------------------------------------------------
+#: Under a lock's Redis key: text of another layout, bytes that are not UTF-8 (also in
+#: our layout), and a hash.
+FOREIGN = {
+    "old layout": lambda client, name: client.set(name, "v1:owner:123", px=60_000),
+    "binary": lambda client, name: client.set(name, b"\xff\xfe\x00garbage", px=60_000),
+    "almost ours": lambda client, name: client.set(name, b"t -1 5 9 8 \xff\x00k", px=60_000),
+    "hash": lambda client, name: (client.hset(name, "owner", "x"),
+                                  client.pexpire(name, 60_000)),
+}
+
+
+@pytest.mark.parametrize("plant", FOREIGN.values(), ids=FOREIGN.keys())
+def test_a_foreign_value_is_held_by_an_unknown_holder(backend, plant) -> None:
+    from occupy.backends.records import UNKNOWN_OWNER
+
+    name = backend.keys("book:1").lock
+    plant(backend.client, name)
+    holder = occupy.holder("book:1", using=ALIAS)
+    assert holder.owner == UNKNOWN_OWNER and holder.fence == 0
+    assert 55 < (holder.expires_at - datetime.now(timezone.utc)).total_seconds() <= 60
+    with pytest.raises(occupy.Occupied) as info:
+        occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=ALIAS)
+    assert info.value.holder.owner == UNKNOWN_OWNER
+    with pytest.raises(occupy.LockTimeout):  # the queueing script refuses it too
+        occupy.acquire("book:1", owner="alice", ttl=30, timeout=0.1, using=ALIAS)
+    stale = Lease(key="book:1", owner="alice", token="0" * 32, fence=1,
+                  expires_at=holder.expires_at, ttl=30, using=ALIAS, backend=backend)
+    for call in (lambda: backend.extend(stale, 30), lambda: backend.release(stale)):
+        stale.lost = False
+        with pytest.raises(occupy.LeaseLost):
+            call()
+    assert not backend.is_held(stale)
+    claims = [c for c in backend.claims() if c.owner == UNKNOWN_OWNER]
+    assert [(c.key, c.state, c.since, c.fence) for c in claims] == [
+        (name, "using", None, None)]
+    out = StringIO()
+    call_command("list_locks", using=[ALIAS], stdout=out)
+    assert UNKNOWN_OWNER in out.getvalue() and name in out.getvalue()
+    backend.client.delete(name)
+    occupy.release(occupy.acquire("book:1", timeout=0, using=ALIAS))
+
+
+def test_a_foreign_value_without_expiry_is_held_for_ever(backend) -> None:
+    backend.client.set(backend.keys("book:1").lock, "not ours")
+    assert occupy.holder("book:1", using=ALIAS).expires_at.year == 9999
+    with pytest.raises(occupy.Occupied):
+        occupy.acquire("book:1", timeout=0, using=ALIAS)
+
+
+def test_a_foreign_value_frees_the_key_when_redis_expires_it(backend) -> None:
+    backend.client.set(backend.keys("book:1").lock, "not ours", px=300)
+    started = time.monotonic()
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=5, using=ALIAS)
+    assert 0.2 < time.monotonic() - started < 2
+    assert occupy.holder("book:1", using=ALIAS).owner == "alice"
+    occupy.release(lease)
 
 
 # --- several OS processes ---------------------------------------------------------------

@@ -68,6 +68,23 @@ def test_save_with_a_lease_stores_its_fence_and_refuses_older_ones(tables: None)
         "d", second.fence, 4)
 
 
+def test_save_refuses_a_lease_on_another_key(database: str) -> None:
+    """A lease on another row's key has a fence that does not compare with this row's:
+    saving with it raises ValueError naming both keys, and writes nothing."""
+    using = BACKEND_OF[database]
+    doc, other = (Document.objects.using(database).create(body=body) for body in "ab")
+    with doc.occupy(ttl=30, using=using) as own:
+        doc.body = "written with its own lease"
+        doc.save(lease=own)
+    with other.occupy(ttl=30, using=using) as foreign:
+        doc.body = "written with another row's lease"
+        with pytest.raises(ValueError) as info:
+            doc.save(lease=foreign)
+    assert doc.fence_key() in str(info.value) and foreign.key in str(info.value)
+    assert Document.objects.using(database).values_list("body", "fence").get(pk=doc.pk) == (
+        "written with its own lease", own.fence)
+
+
 def test_a_new_row_takes_the_lease_fence(tables: None) -> None:
     lease = occupy.acquire("documents", ttl=30)
     doc = Document(body="a")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 from datetime import timedelta
 
 import pytest
+from django.db import connections, transaction
 from django.utils import timezone
 
 import occupy
@@ -86,6 +88,38 @@ def test_claim_hands_out_each_task_once(database: str) -> None:
     assert carol.pk == alice.pk and carol.lease.fence > alice.lease.fence
     occupy.release(bob.lease)
     occupy.release(carol.lease)
+
+
+def test_claim_skips_a_task_another_transaction_row_locks(database: str) -> None:
+    """A transaction elsewhere holds ``FOR UPDATE`` on the first free task: claim()
+    hands out the second at once instead of waiting for that transaction."""
+    if database == "sqlite":
+        pytest.skip("SQLite has no row locks: a writer locks the whole database")
+    using = BACKEND_OF[database]
+    first, second, _ = make_tasks(database, 3)
+    locked, done = threading.Event(), threading.Event()
+
+    def lock_first_row() -> None:
+        try:
+            with transaction.atomic(using=database):
+                Task.objects.using(database).select_for_update().get(pk=first.pk)
+                locked.set()
+                done.wait(5)  # bounded: claim() without SKIP LOCKED blocks until then
+        finally:
+            connections[database].close()
+
+    thread = threading.Thread(target=lock_first_row)
+    thread.start()
+    try:
+        assert locked.wait(10)
+        started = time.monotonic()
+        item = Task.objects.using(database).claim(owner="alice", ttl=30, using=using)
+        elapsed = time.monotonic() - started
+    finally:
+        done.set()
+        thread.join(10)
+    assert item.pk == second.pk and elapsed < 1, (item.pk, elapsed)
+    occupy.release(item.lease)
 
 
 def test_the_same_owner_gets_the_same_task_and_lease_again(database: str) -> None:
