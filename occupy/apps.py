@@ -1,4 +1,4 @@
-"""The occupy app config: registers the system checks."""
+"""The occupy app config: registers the system checks and the OpenAPI extension."""
 
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
@@ -12,5 +12,12 @@ class OccupyConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Register the system checks."""
+        """Register the system checks, and the OpenAPI extension where drf-spectacular
+        is installed."""
         from occupy import checks  # noqa: F401 - registers on import
+
+        try:
+            import drf_spectacular  # noqa: F401
+        except ImportError:
+            return
+        from occupy.rest_framework import schema  # noqa: F401 - registers on import

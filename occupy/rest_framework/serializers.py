@@ -8,7 +8,15 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.utils import model_meta
 
-__all__ = ["LeaseSerializer", "OccupyModelSerializerMixin", "VersionField"]
+__all__ = [
+    "HolderSerializer",
+    "LeaseRequestSerializer",
+    "LeaseSerializer",
+    "LeaseTokenSerializer",
+    "OccupyErrorSerializer",
+    "OccupyModelSerializerMixin",
+    "VersionField",
+]
 
 
 class VersionField(serializers.IntegerField):
@@ -66,3 +74,43 @@ class LeaseSerializer(serializers.Serializer):
     expires_at = serializers.DateTimeField()
     ttl = serializers.FloatField()
     fence = serializers.IntegerField()
+
+
+class LeaseTokenSerializer(LeaseSerializer):
+    """A lease as its holder's own acquire or takeover answers it: with the token."""
+
+    token = serializers.CharField(help_text="Send it in the Occupy-Lease header to renew, "
+                                            "release, or write under the lease.")
+
+
+class LeaseRequestSerializer(serializers.Serializer):
+    """What a lease request may send."""
+
+    ttl = serializers.FloatField(required=False, help_text="Seconds the lease lives.")
+
+
+class HolderSerializer(serializers.Serializer):
+    """Who holds an object, as clients see it: never a token or an email."""
+
+    owner_display = serializers.CharField()
+    since = serializers.DateTimeField(allow_null=True)
+    expires_at = serializers.DateTimeField()
+
+
+class HolderBodySerializer(serializers.Serializer):
+    """The lease endpoint's ``GET``: the holder, or ``null``."""
+
+    holder = HolderSerializer(allow_null=True)
+
+
+class OccupyErrorSerializer(serializers.Serializer):
+    """The body of every answer of occupy's HTTP contract (``occupy.http``); members
+    that do not apply to a condition are absent."""
+
+    detail = serializers.CharField()
+    code = serializers.CharField()
+    holder = HolderSerializer(required=False, allow_null=True)
+    retry_after = serializers.IntegerField(required=False)
+    current_version = serializers.IntegerField(required=False, allow_null=True)
+    fields = serializers.ListField(child=serializers.CharField(), required=False)
+    accepted = serializers.ListField(child=serializers.CharField(), required=False)

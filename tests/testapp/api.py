@@ -1,6 +1,7 @@
 """The API the DRF tests call: occupy's mixins on the test models, and a plain DRF
 viewset of the same model as the control."""
 
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import permissions, routers, serializers, viewsets
 
 from occupy.rest_framework import (
@@ -41,6 +42,12 @@ class UUIDBookSerializer(OccupyModelSerializerMixin, serializers.ModelSerializer
         fields = ["id", "name"]
 
 
+class CustomAnswerSerializer(serializers.Serializer):
+    """A user's own 412 body (the schema test checks that it wins)."""
+
+    why = serializers.CharField()
+
+
 class _Guarded(OccupyViewMixin, viewsets.ModelViewSet):
     permission_classes = [permissions.DjangoModelPermissions]
 
@@ -71,6 +78,8 @@ class DocumentViewSet(_Guarded):
     serializer_class = DocumentSerializer
 
 
+@extend_schema_view(partial_update=extend_schema(responses={
+    200: LabelSerializer, 412: CustomAnswerSerializer}))
 class LabelViewSet(_Guarded):
     queryset = Label.objects.order_by("pk")
     serializer_class = LabelSerializer

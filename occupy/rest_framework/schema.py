@@ -1,0 +1,223 @@
+"""OpenAPI for occupy's DRF mixins, through drf-spectacular (imported only when it is
+installed: ``OccupyConfig.ready()`` loads this module then).
+
+Every view that uses the mixins lists, without any ``extend_schema`` of its own, its
+304/409/412/423/428 answers with :class:`~occupy.rest_framework.serializers.OccupyErrorSerializer`,
+the ``If-Match``, ``If-None-Match`` and ``Occupy-Lease`` request headers and the ``ETag``
+and ``Retry-After`` response headers, and the lease endpoints' own bodies. Answers are
+added with ``setdefault``, so a user's ``extend_schema(responses=…)`` still wins.
+
+It works by :class:`OccupyViewExtension`, which gives each such view a schema class
+composed of :class:`OccupyAutoSchemaMixin` and the view's own schema class. Where
+another view extension already matches a view (drf-spectacular applies only one), use
+:class:`OccupyAutoSchema` (or the mixin on your own class) as the view's ``schema`` or as
+``DEFAULT_SCHEMA_CLASS``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiViewExtension
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import get_class
+from drf_spectacular.utils import OpenApiParameter
+
+from occupy.conf import occupy_settings
+from occupy.rest_framework.mixins import (
+    ConditionalMixin,
+    OccupiedWritesMixin,
+    OccupyErrorsMixin,
+)
+from occupy.rest_framework.serializers import (
+    HolderBodySerializer,
+    LeaseRequestSerializer,
+    LeaseSerializer,
+    LeaseTokenSerializer,
+    OccupyErrorSerializer,
+)
+
+__all__ = ["OccupyAutoSchema", "OccupyAutoSchemaMixin", "OccupyViewExtension"]
+
+_WRITES = ("update", "partial_update", "destroy")
+_LEASE_ACTIONS = ("lease", "release_lease", "takeover_lease")
+_DESCRIPTIONS = {
+    "304": "Not modified: If-None-Match matches the current ETag.",
+    "409": "Conflict: the body's version is stale (version_conflict), or the edit lease "
+           "was lost or taken over (lease_lost, fenced_out).",
+    "412": "Precondition failed: If-Match does not match the current version.",
+    "423": "Locked: someone else holds the object's edit lease; see Retry-After.",
+    "428": "Precondition required: send If-Match (or the version), or the lease token.",
+}
+
+
+class OccupyAutoSchemaMixin:
+    """Add occupy's headers and answers to a drf-spectacular ``AutoSchema``."""
+
+    view: Any
+    method: str
+
+    def _occupy_action(self) -> str | None:
+        action = getattr(self.view, "action", None)
+        if action is not None:
+            return action
+        return {"PUT": "update", "PATCH": "partial_update", "DELETE": "destroy",
+                "GET": "retrieve"}.get(self.method)
+
+    def _occupy_codes(self) -> list[str]:
+        """Return the answers this operation adds, by status code."""
+        view, action = self.view, self._occupy_action()
+        codes: list[str] = []
+        if action in _LEASE_ACTIONS:
+            if self.method == "POST" and action == "lease":
+                codes.append("423")
+            if self.method in ("PATCH", "DELETE") or action == "release_lease":
+                codes += ["409", "428"]
+            return codes
+        if isinstance(view, ConditionalMixin):
+            if action == "retrieve":
+                codes.append("304")
+            if action in _WRITES:
+                codes += ["409", "412"]
+                if self.method in view.get_precondition_required():
+                    codes.append("428")
+        if isinstance(view, OccupiedWritesMixin) and action in _WRITES:
+            codes += ["409", "423"]
+        return sorted(set(codes))
+
+    def get_override_parameters(self) -> list[Any]:
+        """Add the request headers the mixins read and the response headers they send."""
+        params = list(super().get_override_parameters())  # type: ignore[misc]
+        view, action = self.view, self._occupy_action()
+        lease_header = occupy_settings.REST_FRAMEWORK["LEASE_HEADER"]
+        header = OpenApiParameter.HEADER
+        if action in _LEASE_ACTIONS:
+            if self.method in ("PATCH", "DELETE") or (self.method == "POST"
+                                                     and action == "lease"):
+                params.append(OpenApiParameter(
+                    lease_header, str, header, required=self.method != "POST",
+                    description="The lease's token (POST: present it to get the same "
+                                "lease back, extended, without a new level)."))
+            params.append(OpenApiParameter("Retry-After", int, header, response=[423],
+                                           description="Seconds until the lease ends."))
+            return params
+        if isinstance(view, ConditionalMixin):
+            if action == "retrieve":
+                params.append(OpenApiParameter(
+                    "If-None-Match", str, header,
+                    description="An ETag from an earlier GET: 304 while it is current."))
+                params.append(OpenApiParameter("ETag", str, header, response=[200, 304],
+                                               description="The object's version."))
+            if action in _WRITES:
+                required = self.method in view.get_precondition_required()
+                params.append(OpenApiParameter(
+                    "If-Match", str, header,
+                    description="The ETag you read ('*' for any). "
+                    + ("Required unless the body carries the version (else 428)."
+                       if required else "Optional.")))
+                params.append(OpenApiParameter("ETag", str, header, response=[200, 409, 412],
+                                               description="The object's version now."))
+        if isinstance(view, OccupiedWritesMixin) and action in _WRITES:
+            params.append(OpenApiParameter(
+                lease_header, str, header,
+                description="Write under this edit lease (its token); without it the "
+                            "write is refused with 423 while someone else holds one."))
+            params.append(OpenApiParameter("Retry-After", int, header, response=[423],
+                                           description="Seconds until the lease ends."))
+        return params
+
+    def get_request_serializer(self) -> Any:
+        """Return the lease endpoints' request body; others as usual."""
+        if self._occupy_action() in _LEASE_ACTIONS:
+            return None if self.method in ("GET", "DELETE") else LeaseRequestSerializer
+        return super().get_request_serializer()  # type: ignore[misc]
+
+    def get_response_serializers(self) -> Any:
+        """Return the lease endpoints' answers; others as usual."""
+        action = self._occupy_action()
+        if action in _LEASE_ACTIONS:
+            if self.method == "GET":
+                return HolderBodySerializer
+            if self.method == "DELETE" or action == "release_lease":
+                return {204: None}
+            if self.method == "PATCH":
+                return LeaseSerializer
+            if action == "takeover_lease":
+                return {201: LeaseTokenSerializer}
+            return {200: LeaseTokenSerializer, 201: LeaseTokenSerializer}
+        return super().get_response_serializers()  # type: ignore[misc]
+
+    def get_operation(self, *args: Any, **kwargs: Any) -> Any:
+        """Add the contract's answers the operation does not list yet (setdefault)."""
+        operation = super().get_operation(*args, **kwargs)  # type: ignore[misc]
+        if operation is None:
+            return None
+        codes = self._occupy_codes()
+        if not codes:
+            return operation
+        ref = self.resolve_serializer(OccupyErrorSerializer, "response").ref  # type: ignore[attr-defined]
+        headers = {"ETag": {"schema": {"type": "string"}},
+                   "Retry-After": {"schema": {"type": "integer"}}}
+        responses = operation.setdefault("responses", {})
+        for code in codes:
+            answer: dict[str, Any] = {"description": _DESCRIPTIONS[code]}
+            if code != "304":
+                answer["content"] = {"application/json": {"schema": ref}}
+            if code in ("304", "409", "412"):
+                answer["headers"] = {"ETag": headers["ETag"]}
+            elif code == "423":
+                answer["headers"] = {"Retry-After": headers["Retry-After"]}
+            responses.setdefault(code, answer)
+        return operation
+
+
+class OccupyAutoSchema(OccupyAutoSchemaMixin, AutoSchema):
+    """drf-spectacular's ``AutoSchema`` with occupy's answers, for ``DEFAULT_SCHEMA_CLASS``
+    or a view's ``schema``."""
+
+
+class OccupyViewExtension(OpenApiViewExtension):
+    """Give every view using occupy's mixins a schema with occupy's answers."""
+
+    target_class = OccupyErrorsMixin
+    match_subclasses = True
+    priority = -1  # a user's own view extension wins
+
+    def view_replacement(self) -> type:
+        """Return the view with its schema class composed with the occupy mixin.
+
+        Actions decorated with ``extend_schema`` carry a schema class of their own
+        (built on ``DEFAULT_SCHEMA_CLASS``): each gets a stand-in whose schema class is
+        composed too, so the user's answers and occupy's both appear.
+        """
+        attrs: dict[str, Any] = {"schema": _composed(type(self.target.schema))()}
+        for name in dir(self.target):
+            if name.startswith("_") or name == "schema":
+                continue
+            method = getattr(self.target, name, None)
+            options = getattr(method, "kwargs", None)
+            if callable(method) and isinstance(options, dict) and "schema" in options:
+                attrs[name] = _with_schema(method, _composed(get_class(options["schema"])))
+        return type(self.target.__name__, (self.target,), attrs)
+
+
+def _composed(schema_class: type) -> type:
+    """Return ``schema_class`` with :class:`OccupyAutoSchemaMixin` in front."""
+    if issubclass(schema_class, OccupyAutoSchemaMixin):
+        return schema_class
+    return type(f"Occupy{schema_class.__name__}", (OccupyAutoSchemaMixin, schema_class), {})
+
+
+def _with_schema(method: Any, schema_class: type) -> Any:
+    """Return a stand-in for a view method whose ``extend_schema`` schema is
+    ``schema_class`` (the original and its options are left untouched)."""
+
+    @functools.wraps(method)
+    def stand_in(*args: Any, **kwargs: Any) -> Any:
+        return method(*args, **kwargs)
+
+    stand_in.kwargs = {**method.kwargs, "schema": schema_class}  # type: ignore[attr-defined]
+    return stand_in
+
+
