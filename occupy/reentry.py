@@ -108,6 +108,16 @@ def record(lease: Lease, *, deeper: bool) -> None:
 
 def unwind(lease: Lease) -> None:
     """Undo one level of ``lease`` after the store released it."""
+    _drop(lease, every_level=False)
+
+
+def forget(lease: Lease) -> None:
+    """Drop every level of ``lease`` from the context that took it (a failed release,
+    or a lease the store no longer grants)."""
+    _drop(lease, every_level=True)
+
+
+def _drop(lease: Lease, *, every_level: bool) -> None:
     table = lease.held_in
     if table is None:
         return
@@ -115,17 +125,5 @@ def unwind(lease: Lease) -> None:
         entry = table.get((lease.using, lease.key))
         if entry is not None and entry.token == lease.token:
             entry.levels -= 1
-            if entry.levels <= 0:
+            if every_level or entry.levels <= 0:
                 del table[(lease.using, lease.key)]
-
-
-def forget(lease: Lease) -> None:
-    """Drop every level of ``lease`` from the context that took it (a failed release,
-    or a lease the store no longer grants)."""
-    table = lease.held_in
-    if table is None:
-        return
-    with _mutex:
-        entry = table.get((lease.using, lease.key))
-        if entry is not None and entry.token == lease.token:
-            del table[(lease.using, lease.key)]

@@ -173,14 +173,10 @@ class CacheStore:
         """Add ``levels`` to ``token``'s grant and keep it at least ``ttl`` more; return
         the entry, or ``None`` if the token does not hold ``key`` or the entry is too
         close to its expiry to be written safely (then it is left to expire)."""
-        entry_name = names(key).entry
-        read_at = time.monotonic()
-        current = self._get(entry_name)
-        now = now_us()
-        if current is None or current.token != token or not current.live(now):
+        found = self._writable(key, token, ttl)
+        if found is None:
             return None
-        if not self._in_time(read_at, (current.expires_us - now) / 1e6, ttl):
-            return None
+        entry_name, current, now = found
         entry = current._replace(depth=current.depth + levels,
                                  expires_us=max(current.expires_us, now + round(ttl * 1e6)))
         self.cache.set(entry_name, tuple(entry), self._timeout(entry.expires_us))
@@ -200,6 +196,20 @@ class CacheStore:
         entry = Entry(token, owner, fence, 1, now + round(ttl * 1e6), now, key)
         cache.set(entry_name, tuple(entry), self._timeout(entry.expires_us))
         return entry, None if previous is None else previous[0]
+
+    def _writable(self, key: str, token: str, ttl: float) -> tuple[str, Entry, int] | None:
+        """Return ``key``'s entry name, its entry and now if ``token`` holds it with
+        enough time left to write it safely (see the class docstring), else ``None``."""
+        entry_name = names(key).entry
+        read_at = time.monotonic()
+        current = self._get(entry_name)
+        now = now_us()
+        if current is None or current.token != token or not current.live(now):
+            return None
+        if not self._in_time(read_at, (current.expires_us - now) / 1e6, ttl):
+            logger.warning("%r had less than the safety margin left: not written", key)
+            return None
+        return entry_name, current, now
 
     def _next_fence(self, cache: Any, name: str, now: int) -> int:
         # Only the holder writes the counter, so a read then a write is serialized by the
@@ -228,15 +238,10 @@ class CacheStore:
 
     def extend(self, key: str, token: str, ttl: float) -> int | None:
         """Move the grant's expiry to ``ttl`` after now; ``None`` if it cannot."""
-        entry_name = names(key).entry
-        read_at = time.monotonic()
-        current = self._get(entry_name)
-        now = now_us()
-        if current is None or current.token != token or not current.live(now):
+        found = self._writable(key, token, ttl)
+        if found is None:
             return None
-        if not self._in_time(read_at, (current.expires_us - now) / 1e6, ttl):
-            logger.warning("%r had less than the safety margin left: not extended", key)
-            return None
+        entry_name, current, now = found
         entry = current._replace(expires_us=now + round(ttl * 1e6))
         self.cache.set(entry_name, tuple(entry), self._timeout(entry.expires_us))
         return entry.expires_us
