@@ -23,6 +23,7 @@ from django.db import transaction
 from django.utils.http import parse_etags
 from rest_framework import status
 from rest_framework.decorators import action
+from rest_framework.permissions import DjangoModelPermissions, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -339,6 +340,16 @@ class EditLeaseMixin(OccupiedWritesMixin):
             raise from_problem(Problem(400, "invalid_ttl",
                                        f"ttl must be a number of seconds from 1 to {longest:g}."))
         return ttl
+
+    def get_permissions(self) -> list[Any]:
+        """Return the view's permissions; on the lease endpoints, without DRF's model
+        permissions (which would ask a ``POST`` for the *add* permission): leasing is
+        decided by :meth:`has_lease_permission`, and needs an authenticated user."""
+        permissions = super().get_permissions()  # type: ignore[misc]
+        if getattr(self, "action", None) not in ("lease", "release_lease", "takeover_lease"):
+            return permissions
+        kept = [p for p in permissions if not isinstance(p, DjangoModelPermissions)]
+        return [IsAuthenticated(), *kept]
 
     def has_lease_permission(self, request: Request, instance: Any) -> bool:
         """Return whether ``request`` may lease ``instance``: its change permission."""

@@ -168,6 +168,26 @@ def test_the_lease_endpoints(users, client_for):
     assert Book.objects.get().name == "Arrakis"
 
 
+def test_leasing_needs_the_change_permission_not_the_add_one(users, client_for):
+    from django.contrib.auth.models import Permission
+
+    book = Book.objects.create(name="Dune")
+    users.viewer.user_permissions.add(Permission.objects.get(codename="change_book"))
+    from django.contrib.auth.models import User
+
+    changer = User.objects.get(pk=users.viewer.pk)  # view and change, no add
+    taken = client_for(changer).post(_url(book, "lease/"), {}, format="json")
+    assert taken.status_code == 201, taken.content
+    viewer = User.objects.create_user("onlyview")
+    viewer.user_permissions.add(Permission.objects.get(codename="view_book"))
+    refused = client_for(User.objects.get(pk=viewer.pk)).post(_url(book, "lease/"), {},
+                                                              format="json")
+    assert refused.status_code == 403
+    from rest_framework.test import APIClient
+
+    assert APIClient().post(_url(book, "lease/"), {}, format="json").status_code in (401, 403)
+
+
 def test_another_holders_token_is_409_and_their_lease_survives(users, client_for):
     book = Book.objects.create(name="Dune")
     theirs = client_for(users.other).post(_url(book, "lease/"), {}, format="json").json()
