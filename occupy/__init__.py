@@ -28,6 +28,7 @@ from occupy.exceptions import (
     LockTimeout,
     Occupied,
     OccupyError,
+    StoreUnavailable,
     VersionConflict,
 )
 from occupy.leases import Holder, Lease
@@ -46,6 +47,7 @@ __all__ = [
     "LockTimeout",
     "Occupied",
     "OccupyError",
+    "StoreUnavailable",
     "VersionConflict",
     "__version__",
     "aacquire",

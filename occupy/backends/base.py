@@ -19,15 +19,15 @@ import math
 import random
 import threading
 import time
-from collections.abc import Iterable
-from contextlib import suppress
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from occupy.exceptions import LeaseLost, LockTimeout, Occupied
+from occupy.exceptions import LeaseLost, LockTimeout, Occupied, StoreUnavailable
 from occupy.leases import Holder, Lease, new_token
 
 __all__ = ["Attempt", "BaseBackend", "Claim"]
@@ -136,6 +136,9 @@ class BaseBackend:
 
     #: Whether :meth:`sweep` has anything to do (stores that expire keys themselves: no).
     sweeps = True
+    #: The errors by which the store's client says it cannot be reached or used
+    #: (see :meth:`reaching`).
+    store_errors: tuple[type[BaseException], ...] = ()
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         self.alias = alias
@@ -145,6 +148,23 @@ class BaseBackend:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} alias={self.alias!r}>"
+
+    def unavailable(self, key: str | None, error: BaseException) -> StoreUnavailable:
+        """Return the error for a store that failed while occupy worked on ``key``; the
+        caller raises it ``from error``."""
+        return StoreUnavailable(
+            f"occupy backend {self.alias!r} ({type(self).__name__}) could not use its "
+            f"store while working on {key!r}: {error}",
+            key=key, using=self.alias,
+        )
+
+    @contextmanager
+    def reaching(self, key: str | None) -> Iterator[None]:
+        """Raise :attr:`store_errors` from inside the block as ``StoreUnavailable``."""
+        try:
+            yield
+        except self.store_errors as e:
+            raise self.unavailable(key, e) from e
 
     # --- the contract: each backend writes these ------------------------------------
     def attempt(self, key: str, owner: str, ttl: float) -> Attempt:

@@ -38,7 +38,7 @@ from occupy.backends import redis_scripts
 from occupy.backends.base import Attempt, BaseBackend, Claim
 from occupy.backends.records import text as _text  # replies: bytes or str
 from occupy.backends.redis_scripts import RedisKeys, redis_keys
-from occupy.exceptions import InvalidBackendError, OccupyError
+from occupy.exceptions import InvalidBackendError
 from occupy.leases import Holder, Lease
 
 try:
@@ -96,14 +96,6 @@ def to_ms(ttl: float, name: str = "ttl") -> int:
     if not (isinstance(ttl, int | float) and math.isfinite(ttl) and ttl > 0):
         raise ValueError(f"{name} must be a positive, finite number of seconds, not {ttl!r}.")
     return max(1, math.ceil(ttl * 1000))
-
-
-def failed(key: str | None, error: Exception) -> OccupyError:
-    """Return the error to raise when Redis fails while working on ``key``.
-
-    redis-py has already retried as its client is configured to; nothing was granted.
-    """
-    return OccupyError(f"Redis failed while occupy worked on {key!r}: {error}", key=key)
 
 
 class _Held(NamedTuple):
@@ -254,7 +246,7 @@ class RedisBackend(BaseBackend):
         try:
             released = self.scripts.release(self.keys(lease.key).lock, lease.token)
         except RedisError as e:
-            raise failed(lease.key, e) from e
+            raise self.unavailable(lease.key, e) from e
         if not released:
             raise lease.mark_lost("it expired or was taken over before release")
 
@@ -264,7 +256,7 @@ class RedisBackend(BaseBackend):
         try:
             expires = self.scripts.extend(self.keys(lease.key).lock, lease.token, ttl_ms)
         except RedisError as e:
-            raise failed(lease.key, e) from e
+            raise self.unavailable(lease.key, e) from e
         if expires is None:
             raise lease.mark_lost("it expired or was taken over before it was extended")
         lease.expires_at = to_datetime(expires)
@@ -274,7 +266,7 @@ class RedisBackend(BaseBackend):
         try:
             value = self.client.get(self.keys(key).lock)
         except RedisError as e:
-            raise failed(key, e) from e
+            raise self.unavailable(key, e) from e
         return None if value is None else _Held.parse(value).holder()
 
     def is_held(self, lease: Lease) -> bool:
@@ -282,7 +274,7 @@ class RedisBackend(BaseBackend):
         try:
             value = self.client.get(self.keys(lease.key).lock)
         except RedisError as e:
-            raise failed(lease.key, e) from e
+            raise self.unavailable(lease.key, e) from e
         return value is not None and _text(value).startswith(lease.token + " ")
 
     def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
@@ -353,7 +345,7 @@ class RedisAttempt(Attempt):
         try:
             reply = script(self.rkeys.lock, self.token, self.tail, self.ttl_ms)
         except RedisError as e:
-            raise failed(self.key, e) from e
+            raise self.backend.unavailable(self.key, e) from e
         if isinstance(reply, list):
             self.seen = (_Held.parse(reply[0], with_token=False), int(reply[1]))
             return None
@@ -395,7 +387,7 @@ class RedisAttempt(Attempt):
         except RedisTimeoutError:
             return  # the next try looks again
         except RedisError as e:
-            raise failed(self.key, e) from e
+            raise self.backend.unavailable(self.key, e) from e
         if reply:
             fence, expires, _since = _text(reply[1]).split(" ")
             self.handed = self._lease(self.token, fence, expires)
@@ -416,7 +408,7 @@ class RedisAttempt(Attempt):
         try:
             self.backend.scripts.cancel(self.rkeys.lock, self.token)
         except RedisError as e:
-            raise failed(self.key, e) from e
+            raise self.backend.unavailable(self.key, e) from e
 
     def current_holder(self) -> tuple[Holder | None, float | None]:
         """Return the holder the last refusal saw and its seconds left, by Redis's clock."""
