@@ -46,11 +46,12 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from typing import Any
 
 from django.apps import apps
-from django.db import DatabaseError, IntegrityError, OperationalError, connections
+from django.db import DatabaseError, IntegrityError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
 
@@ -63,8 +64,9 @@ from occupy.backends.sql import (
     SQLITE_FUNCTIONS,
     Dialect,
     dialect_for,
+    is_busy,
 )
-from occupy.exceptions import InvalidBackendError, OccupyError
+from occupy.exceptions import InvalidBackendError
 from occupy.leases import Holder, Lease
 
 __all__ = ["DatabaseBackend"]
@@ -157,17 +159,30 @@ class DatabaseBackend(BaseBackend):
             self.execute(f"UNLISTEN {channel}", [])
 
     def execute(self, sql: str, params: Sequence[Any], *, key: str | None = None,
-                prepare: bool = True) -> Any:
+                prepare: bool = True,
+                settled: Callable[[], tuple[int, list[Any]] | None] | None = None) -> Any:
         """Run one autocommit statement; return ``(rowcount, rows)``.
 
         ``prepare=False`` plans the statement afresh even where statements are prepared
         (``PREPARE``): for sweeps, whose best plan depends on how many rows expired.
-        Deadlocks, lock-wait timeouts, SQLite's "database is locked" and a dropped
-        connection are retried a few times (a failed statement did nothing); after
-        that the error is raised as an :class:`OccupyError` that names the key.
+        Deadlocks, lock-wait timeouts and SQLite's "database is locked" are retried a
+        few times: the failed statement did nothing. So is a dropped connection, but
+        there the statement may have committed with only its reply lost: a statement
+        that must not run twice (a grant) passes ``settled``, which is asked first on
+        the new connection and returns the statement's result if it took effect (found
+        by the attempt's token), or ``None`` to run it again. A store that cannot be
+        reached or used, or stays busy, raises :class:`StoreUnavailable`.
         """
+        dropped = False
         for attempt in range(6):
-            conn = self.connection()
+            if dropped and settled is not None:
+                done = settled()
+                if done is not None:
+                    return done
+            try:
+                conn = self.connection()
+            except DatabaseError as e:
+                raise self.unavailable(key, e) from e
             try:
                 cursor = self._cursor(conn)
                 if prepare or not getattr(conn, "_occupy_prepares", False):
@@ -183,15 +198,13 @@ class DatabaseBackend(BaseBackend):
                 raise
             except DatabaseError as e:
                 if not conn.is_usable():
-                    conn.close()
+                    with suppress(DatabaseError):  # closing a dead connection may fail too
+                        conn.close()
+                    dropped = True
                 elif not _is_transient(conn.vendor, e):
-                    raise
+                    raise self.unavailable(key, e) from e
                 if attempt == 5:
-                    raise OccupyError(
-                        f"The {conn.vendor} database stayed busy while occupy worked on "
-                        f"{key!r}: {e}",
-                        key=key,
-                    ) from e
+                    raise self.unavailable(key, e) from e
                 logger.debug("retrying a statement on %r after %s", key, e)
                 time.sleep(0.01 * 2**attempt)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -326,9 +339,7 @@ class DatabaseBackend(BaseBackend):
 def _is_transient(vendor: str, error: DatabaseError) -> bool:
     """Return whether a failed statement may simply be run again."""
     if vendor == "sqlite":
-        return isinstance(error, OperationalError) and (
-            "locked" in str(error) or "busy" in str(error)
-        )
+        return is_busy(vendor, error)
     if vendor == "mysql":
         return bool(error.args) and error.args[0] in (1205, 1213)  # lock wait, deadlock
     if vendor == "postgresql":

@@ -23,8 +23,8 @@ from django.db import IntegrityError
 
 from occupy.backends.base import Attempt
 from occupy.backends.records import digest
-from occupy.backends.sql import PG_WAKE_NEXT, Dialect
-from occupy.exceptions import OccupyError
+from occupy.backends.sql import PG_WAKE_NEXT, Dialect, is_busy
+from occupy.exceptions import StoreUnavailable
 from occupy.leases import Holder, Lease
 
 if TYPE_CHECKING:
@@ -71,17 +71,34 @@ class DatabaseAttempt(Attempt):
             if self.pending_id is None:
                 return self._grant_if_free() or self._look()
             return self._promote()
-        except OccupyError:
-            if self.backend.dialect.vendor != "sqlite":
+        except StoreUnavailable as e:
+            if not is_busy(self.sql.vendor, e.__cause__):
                 raise
             return None  # SQLite stayed locked by another writer: not granted this time
 
     def _grant_if_free(self) -> Lease | None:
-        rows = self.run(self.sql.grant_if_free(), [
+        rows = self.backend.execute(self.sql.grant_if_free(), [
             self.key, self.digest, self.digest, self.content_type_id, self.object_id,
             self.owner, self.token, self.sql.seconds(self.ttl), self.digest,
-        ])[1]
+        ], key=self.key, settled=self._granted)[1]
         return self.lease(self.token, *rows[0]) if rows else None
+
+    def _granted(self) -> tuple[int, list[Any]] | None:
+        """Return this attempt's grant as a grant statement would (fence and expiry
+        first), if one whose reply was lost made it; else ``None``.
+
+        The token is this attempt's own, so a claim with it is this grant, never a
+        level to add: a lost reply retried blindly would re-enter the caller's own
+        fresh claim (depth 2, and one release would leave the key held).
+        """
+        rows = self.run(self.sql.granted(), [self.digest, self.token])[1]
+        return (len(rows), rows) if rows else None
+
+    def _queued(self) -> tuple[int, list[Any]] | None:
+        """Return this attempt's pending claim as the enqueue statement would (its id),
+        if one whose reply was lost made it; else ``None``."""
+        rows = self.run(self.sql.queued(), [self.digest, self.token])[1]
+        return (len(rows), rows) if rows else None
 
     def _look(self) -> Lease | None:
         """After the fast path failed: re-enter, clear expired claims, or report held."""
@@ -110,10 +127,10 @@ class DatabaseAttempt(Attempt):
     def enqueue(self) -> None:
         """Insert the pending claim that holds this caller's place in the queue, and on
         PostgreSQL listen on its channel."""
-        self.pending_id = int(self.run(self.sql.enqueue(), [
+        self.pending_id = int(self.backend.execute(self.sql.enqueue(), [
             self.key, self.digest, self.content_type_id, self.object_id, self.owner,
             self.token, self.sql.seconds(self.backend.pending_ttl),
-        ])[1][0][0])
+        ], key=self.key, settled=self._queued)[1][0][0])
         self.beat_at = time.monotonic()
         self.fresh = True
         self.pauses = 0
@@ -127,10 +144,10 @@ class DatabaseAttempt(Attempt):
         assert self.pending_id is not None
         for _ in range(2):
             try:
-                count, rows = self.run(self.sql.promote(), [
+                count, rows = self.backend.execute(self.sql.promote(), [
                     self.digest, self.digest, self.sql.seconds(self.ttl), self.pending_id,
                     self.digest, self.pending_id,
-                ])
+                ], key=self.key, settled=self._granted)
                 break
             except IntegrityError:
                 # An expired holder still has the slot: clear it and try again at once
