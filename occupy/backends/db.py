@@ -66,7 +66,7 @@ from occupy.backends.sql import (
     dialect_for,
     is_busy,
 )
-from occupy.exceptions import InvalidBackendError
+from occupy.exceptions import InvalidBackendError, StoreUnavailable
 from occupy.leases import Holder, Lease
 
 __all__ = ["DatabaseBackend"]
@@ -75,6 +75,9 @@ logger = logging.getLogger("occupy.backends.db")
 
 #: Keys that name a model instance ("<app_label>.<model_name>:<pk>") are linked to it.
 _OBJECT_KEY = re.compile(r"^([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*):(.+)$")
+#: SQLite: how long a statement waits for the write lock while this thread has a
+#: transaction open on the same file (see ``DatabaseBackend.sharing_transaction``).
+SHARED_FILE_BUSY_MS = 500
 #: Connections a forked child inherited: kept referenced so that garbage collection
 #: never closes (and so terminates) the parent's session from the child.
 _inherited: list[BaseDatabaseWrapper] = []
@@ -116,6 +119,7 @@ class DatabaseBackend(BaseBackend):
             if conn.vendor == "sqlite":
                 for name, func in SQLITE_FUNCTIONS.items():
                     conn.connection.create_function(name, 0, func)
+                conn._occupy_busy_ms = conn.connection.execute("PRAGMA busy_timeout").fetchone()[0]
             elif conn.vendor == "postgresql":
                 with conn.cursor() as cursor:
                     cursor.execute(PG_SESSION)
@@ -183,7 +187,10 @@ class DatabaseBackend(BaseBackend):
                 conn = self.connection()
             except DatabaseError as e:
                 raise self.unavailable(key, e) from e
+            sharing = conn.vendor == "sqlite" and self.sharing_transaction()
             try:
+                if sharing:  # see below: do not wait SQLite's busy timeout for nothing
+                    conn.connection.execute(f"PRAGMA busy_timeout = {SHARED_FILE_BUSY_MS}")
                 cursor = self._cursor(conn)
                 if prepare or not getattr(conn, "_occupy_prepares", False):
                     cursor.execute(sql, params)
@@ -197,6 +204,8 @@ class DatabaseBackend(BaseBackend):
             except IntegrityError:
                 raise
             except DatabaseError as e:
+                if sharing and is_busy(conn.vendor, e):
+                    raise self._locked_by_caller(key, sharing) from e
                 if not conn.is_usable():
                     with suppress(DatabaseError):  # closing a dead connection may fail too
                         conn.close()
@@ -207,7 +216,43 @@ class DatabaseBackend(BaseBackend):
                     raise self.unavailable(key, e) from e
                 logger.debug("retrying a statement on %r after %s", key, e)
                 time.sleep(0.01 * 2**attempt)
+            finally:
+                if sharing and conn.connection is not None:
+                    conn.connection.execute(f"PRAGMA busy_timeout = {conn._occupy_busy_ms}")
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def sharing_transaction(self) -> str | None:
+        """Return the alias of this thread's Django connection that has a transaction
+        open on the backend's SQLite file, if any (else ``None``).
+
+        SQLite has one write lock per file. A transaction that has written holds it
+        until it commits, and the backend's own connection, another connection to the
+        same file, waits for it: in the caller's own thread, for ever (until SQLite's
+        busy timeout, again and again). Whether that transaction has written cannot be
+        asked, so while one is open the backend's statements wait only briefly for the
+        lock and then say why they cannot go on.
+        """
+        name = connections.settings[self.database].get("NAME")
+        for alias, settings_dict in connections.settings.items():
+            if settings_dict.get("NAME") != name or "sqlite" not in settings_dict["ENGINE"]:
+                continue
+            conn = connections[alias]
+            raw = conn.connection
+            if raw is not None and conn.in_atomic_block and raw.in_transaction:
+                return alias
+        return None
+
+    def _locked_by_caller(self, key: str | None, alias: str) -> StoreUnavailable:
+        name = connections.settings[self.database].get("NAME")
+        return StoreUnavailable(
+            f"occupy backend {self.alias!r} cannot write the claim on {key!r}: SQLite "
+            f"database {name!r} is write-locked, and this thread's transaction on "
+            f"database {alias!r} is open. SQLite has one write lock per file; a "
+            "transaction that has written holds it until it commits, and occupy's claims "
+            "commit on a connection of their own, which would wait for it for ever. Take "
+            "the lock before the transaction writes, or outside transaction.atomic().",
+            key=key, using=self.alias,
+        )
 
     def _cursor(self, conn: BaseDatabaseWrapper) -> Any:
         """Return this thread's cursor on ``conn``, made once per database session: a

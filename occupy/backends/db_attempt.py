@@ -72,7 +72,7 @@ class DatabaseAttempt(Attempt):
                 return self._grant_if_free() or self._look()
             return self._promote()
         except StoreUnavailable as e:
-            if not is_busy(self.sql.vendor, e.__cause__):
+            if not is_busy(self.sql.vendor, e.__cause__) or self.backend.sharing_transaction():
                 raise
             return None  # SQLite stayed locked by another writer: not granted this time
 
