@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError
+from django.db import DatabaseError, IntegrityError
 
 from occupy.backends.base import Attempt
 from occupy.backends.records import digest
@@ -43,8 +44,10 @@ class DatabaseAttempt(Attempt):
         self.digest = digest(key)
         self.pending_id: int | None = None
         self.beat_at = 0.0
-        #: The channel this attempt listens on (PostgreSQL, while queued), or None.
+        #: The channel this attempt listens on (PostgreSQL, while queued), or None, and
+        #: the driver connection that listens (a new connection must listen again).
         self.listening: str | None = None
+        self.listener: Any = None
         #: Just queued: the next pause is skipped (see the module docstring).
         self.fresh = False
         self.pauses = 0
@@ -138,7 +141,12 @@ class DatabaseAttempt(Attempt):
             self._unlisten()  # queued again under a new id: listen on the new channel
             self.backend.forget_listen()
             self.listening = f"occupy_{self.pending_id}"
-            self.run(f"LISTEN {self.listening}", [])
+            self._listen()
+
+    def _listen(self) -> None:
+        """Listen on this claim's channel, on the connection the next statements use."""
+        self.run(f"LISTEN {self.listening}", [])
+        self.listener = self.backend.connection().connection
 
     def _promote(self) -> Lease | None:
         assert self.pending_id is not None
@@ -180,11 +188,19 @@ class DatabaseAttempt(Attempt):
             self.enqueue()
 
     def wait(self, seconds: float) -> None:
-        """Sleep, or on PostgreSQL wait for this claim's ``NOTIFY`` (polling as fallback)."""
+        """Sleep, or on PostgreSQL wait for this claim's ``NOTIFY`` (polling as fallback).
+
+        A waiter whose connection dropped keeps its place: the next try reconnects
+        (queueing again if its claim expired meanwhile), and the wait after it listens
+        again on the new connection.
+        """
         if not self.listening or seconds <= 0:
             time.sleep(seconds)
             return
-        raw = self.backend.connection().connection
+        conn = self.backend.connection()
+        if conn.connection is not self.listener:
+            self._listen()
+        raw = self.listener
         try:
             # Notifications for channels this connection listened on before are stale.
             for note in raw.notifies(timeout=seconds):
@@ -192,6 +208,9 @@ class DatabaseAttempt(Attempt):
                     break
         except TypeError:  # psycopg older than 3.2, or psycopg2: poll instead
             time.sleep(seconds)
+        except conn.Database.Error:
+            with suppress(DatabaseError):  # dropped: the next try reconnects
+                conn.close()
 
     def next_delay(self) -> float:
         """Return the next pause: none right after queueing; then on PostgreSQL the
