@@ -250,8 +250,12 @@ class Dialect:
 # PostgreSQL, on the backend's own connections: every statement finds its rows through an
 # index (a key's digest or slot, an id, the expiry for sweeps). A lock table is small and
 # churns, so its statistics often say "empty"; a plan made then (and kept, when prepared)
-# would scan the whole table on every lock once it has grown.
-PG_SESSION = "SET enable_seqscan = off"
+# would scan the whole table on every lock once it has grown. And the session is in UTC:
+# with USE_TZ = False Django puts it in TIME_ZONE and reads timestamptz values as naive
+# local times, which Dialect.to_datetime would label UTC (off by the zone's offset).
+PG_SESSION = (
+    "SELECT set_config('enable_seqscan', 'off', false), set_config('TimeZone', 'UTC', false)"
+)
 # PostgreSQL: the oldest live queued claim on a digest: the one to wake. The key's claims
 # are gathered first (MATERIALIZED: through the digest index), because "ORDER BY id
 # LIMIT 1" over the table could be planned, and the plan kept, as a walk of the primary
