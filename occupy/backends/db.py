@@ -41,6 +41,7 @@ with the app.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import threading
@@ -56,6 +57,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
 
 from occupy.backends.base import BaseBackend, Claim
+from occupy.backends.cutoff import cutoffs
 from occupy.backends.db_attempt import DatabaseAttempt
 from occupy.backends.records import digest
 from occupy.backends.sql import (
@@ -78,6 +80,9 @@ _OBJECT_KEY = re.compile(r"^([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*):(.+)$")
 #: SQLite: how long a statement waits for the write lock while this thread has a
 #: transaction open on the same file (see ``DatabaseBackend.sharing_transaction``).
 SHARED_FILE_BUSY_MS = 500
+#: How long after a statement's bound its connection is cut, when the server has not
+#: answered (MariaDB's own max_statement_time, at the bound, should come first).
+CUT_SLACK = 0.25
 #: Connections a forked child inherited: kept referenced so that garbage collection
 #: never closes (and so terminates) the parent's session from the child.
 _inherited: list[BaseDatabaseWrapper] = []
@@ -100,10 +105,12 @@ class DatabaseBackend(BaseBackend):
         self._local = threading.local()
         self._dialect: Dialect | None = None
         self._opened: weakref.WeakSet[BaseDatabaseWrapper] = weakref.WeakSet()
+        self._connect_timeout: Any = None
 
     # --- connection ------------------------------------------------------------------
-    def connection(self) -> BaseDatabaseWrapper:
-        """Return this thread's own autocommit connection to the database."""
+    def connection(self, cutoff: float | None = None) -> BaseDatabaseWrapper:
+        """Return this thread's own autocommit connection to the database; a new one
+        must be made by ``cutoff`` (``time.monotonic()``) if given."""
         local = self._local
         conn = getattr(local, "conn", None)
         if conn is not None and conn._occupy_pid != os.getpid():
@@ -115,22 +122,39 @@ class DatabaseBackend(BaseBackend):
             local.conn = conn
             self._opened.add(conn)
         if conn.connection is None:
+            if cutoff is not None and conn.vendor in ("postgresql", "mysql"):
+                self._connect_within(conn, cutoff)
             conn.ensure_connection()
             if conn.vendor == "sqlite":
                 for name, func in SQLITE_FUNCTIONS.items():
                     conn.connection.create_function(name, 0, func)
-                conn._occupy_busy_ms = conn.connection.execute("PRAGMA busy_timeout").fetchone()[0]
+                busy_ms = conn.connection.execute("PRAGMA busy_timeout").fetchone()[0]
+                conn._occupy_busy_ms = conn._occupy_busy_now = busy_ms
             elif conn.vendor == "postgresql":
                 with conn.cursor() as cursor:
                     cursor.execute(PG_SESSION)
         return conn
 
+    def _connect_within(self, conn: BaseDatabaseWrapper, cutoff: float) -> None:
+        """Make the driver give up connecting by ``cutoff`` (whole seconds; libpq
+        takes 2 at least), or sooner if the database's own ``connect_timeout`` says so."""
+        options = conn.settings_dict["OPTIONS"]
+        if "pool" in options:
+            return
+        configured = self._connect_timeout
+        if configured is None:
+            configured = self._connect_timeout = options.get("connect_timeout", 0)
+        seconds = max(math.ceil(cutoff - time.monotonic()), 2)
+        options["connect_timeout"] = min(seconds, int(configured)) if configured else seconds
+
     def _new_connection(self) -> BaseDatabaseWrapper:
-        """Return a new wrapper for the database: as configured, but on PostgreSQL with
-        psycopg 3 binding on the server and preparing statements (``PREPARE``)."""
+        """Return a new wrapper for the database: as configured (a copy of its settings,
+        which :meth:`_connect_within` may change), but on PostgreSQL with psycopg 3
+        binding on the server and preparing statements (``PREPARE``)."""
         settings_dict = connections.settings[self.database]
         wrapper = load_backend(settings_dict["ENGINE"]).DatabaseWrapper
-        options = settings_dict.get("OPTIONS") or {}
+        options = dict(settings_dict.get("OPTIONS") or {})
+        settings_dict = {**settings_dict, "OPTIONS": options}
         if self.prepare and wrapper.vendor == "postgresql" and "pool" not in options:
             from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
@@ -164,7 +188,8 @@ class DatabaseBackend(BaseBackend):
 
     def execute(self, sql: str, params: Sequence[Any], *, key: str | None = None,
                 prepare: bool = True,
-                settled: Callable[[], tuple[int, list[Any]] | None] | None = None) -> Any:
+                settled: Callable[[], tuple[int, list[Any]] | None] | None = None,
+                bound: float | None = None) -> Any:
         """Run one autocommit statement; return ``(rowcount, rows)``.
 
         ``prepare=False`` plans the statement afresh even where statements are prepared
@@ -176,7 +201,13 @@ class DatabaseBackend(BaseBackend):
         the new connection and returns the statement's result if it took effect (found
         by the attempt's token), or ``None`` to run it again. A store that cannot be
         reached or used, or stays busy, raises :class:`StoreUnavailable`.
+
+        ``bound`` (seconds) is how long the statement may take, retries included (an
+        acquire's time left): connecting, SQLite's busy wait and MariaDB's
+        ``max_statement_time`` are held to it, and a server that does not answer by
+        then has its connection cut (:mod:`occupy.backends.cutoff`).
         """
+        cutoff = None if bound is None else time.monotonic() + bound
         dropped = False
         for attempt in range(6):
             if dropped and settled is not None:
@@ -184,19 +215,21 @@ class DatabaseBackend(BaseBackend):
                 if done is not None:
                     return done
             try:
-                conn = self.connection()
+                conn = self.connection(cutoff)
             except DatabaseError as e:
                 raise self.unavailable(key, e) from e
             sharing = conn.vendor == "sqlite" and self.sharing_transaction()
+            alarm = None
             try:
-                if sharing:  # see below: do not wait SQLite's busy timeout for nothing
-                    conn.connection.execute(f"PRAGMA busy_timeout = {SHARED_FILE_BUSY_MS}")
+                statement = self._bounded(conn, sql, cutoff, sharing)
                 cursor = self._cursor(conn)
+                if cutoff is not None and conn.vendor != "sqlite":
+                    alarm = cutoffs.arm(conn.connection.fileno(), cutoff + CUT_SLACK)
                 if prepare or not getattr(conn, "_occupy_prepares", False):
-                    cursor.execute(sql, params)
+                    cursor.execute(statement, params)
                 else:
                     with conn.wrap_database_errors:
-                        cursor.cursor.execute(sql, params, prepare=False)
+                        cursor.cursor.execute(statement, params, prepare=False)
                 raw = cursor.cursor
                 with conn.wrap_database_errors:
                     rows = raw.fetchall() if raw.description else []
@@ -206,20 +239,39 @@ class DatabaseBackend(BaseBackend):
             except DatabaseError as e:
                 if sharing and is_busy(conn.vendor, e):
                     raise self._locked_by_caller(key, sharing) from e
+                late = cutoff is not None and time.monotonic() >= cutoff
                 if not conn.is_usable():
                     with suppress(DatabaseError):  # closing a dead connection may fail too
                         conn.close()
                     dropped = True
                 elif not _is_transient(conn.vendor, e):
                     raise self.unavailable(key, e) from e
-                if attempt == 5:
+                if attempt == 5 or late:
                     raise self.unavailable(key, e) from e
                 logger.debug("retrying a statement on %r after %s", key, e)
                 time.sleep(0.01 * 2**attempt)
             finally:
-                if sharing and conn.connection is not None:
-                    conn.connection.execute(f"PRAGMA busy_timeout = {conn._occupy_busy_ms}")
+                if alarm is not None:
+                    cutoffs.disarm(alarm)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _bounded(self, conn: BaseDatabaseWrapper, sql: str, cutoff: float | None,
+                 sharing: str | None) -> str:
+        """Hold the statement to ``cutoff`` on the server's side where the server can:
+        return the statement to run."""
+        left = None if cutoff is None else max(cutoff - time.monotonic(), 0.001)
+        if conn.vendor == "sqlite":
+            busy_ms = conn._occupy_busy_ms
+            if left is not None:
+                busy_ms = min(busy_ms, math.ceil(left * 1000))
+            if sharing:  # see sharing_transaction(): do not wait for nothing
+                busy_ms = min(busy_ms, SHARED_FILE_BUSY_MS)
+            if busy_ms != conn._occupy_busy_now:
+                conn.connection.execute(f"PRAGMA busy_timeout = {busy_ms}")
+                conn._occupy_busy_now = busy_ms
+        elif left is not None and conn.vendor == "mysql" and conn.mysql_is_mariadb:
+            return f"SET STATEMENT max_statement_time = {left:.3f} FOR {sql}"
+        return sql
 
     def sharing_transaction(self) -> str | None:
         """Return the alias of this thread's Django connection that has a transaction

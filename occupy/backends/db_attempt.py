@@ -58,7 +58,7 @@ class DatabaseAttempt(Attempt):
         return self.backend.dialect
 
     def run(self, statement: str, params: Sequence[Any]) -> tuple[int, list[Any]]:
-        return self.backend.execute(statement, params, key=self.key)
+        return self.backend.execute(statement, params, key=self.key, bound=self.time_left())
 
     def lease(self, token: str, fence: Any, expires_at: Any, depth: int = 1) -> Lease:
         return Lease(
@@ -83,7 +83,7 @@ class DatabaseAttempt(Attempt):
         rows = self.backend.execute(self.sql.grant_if_free(), [
             self.key, self.digest, self.digest, self.content_type_id, self.object_id,
             self.owner, self.token, self.sql.seconds(self.ttl), self.digest,
-        ], key=self.key, settled=self._granted)[1]
+        ], key=self.key, settled=self._granted, bound=self.time_left())[1]
         return self.lease(self.token, *rows[0]) if rows else None
 
     def _granted(self) -> tuple[int, list[Any]] | None:
@@ -133,7 +133,7 @@ class DatabaseAttempt(Attempt):
         self.pending_id = int(self.backend.execute(self.sql.enqueue(), [
             self.key, self.digest, self.content_type_id, self.object_id, self.owner,
             self.token, self.sql.seconds(self.backend.pending_ttl),
-        ], key=self.key, settled=self._queued)[1][0][0])
+        ], key=self.key, settled=self._queued, bound=self.time_left())[1][0][0])
         self.beat_at = time.monotonic()
         self.fresh = True
         self.pauses = 0
@@ -155,7 +155,7 @@ class DatabaseAttempt(Attempt):
                 count, rows = self.backend.execute(self.sql.promote(), [
                     self.digest, self.digest, self.sql.seconds(self.ttl), self.pending_id,
                     self.digest, self.pending_id,
-                ], key=self.key, settled=self._granted)
+                ], key=self.key, settled=self._granted, bound=self.time_left())
                 break
             except IntegrityError:
                 # An expired holder still has the slot: clear it and try again at once
