@@ -24,14 +24,14 @@ class Cutoffs:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        # Entries: [at (monotonic), sequence, file descriptor, armed].
+        # Entries: [at (monotonic), sequence, file descriptor, armed, cut].
         self._heap: list[list] = []
         self._order = itertools.count()
         self._pid = 0
 
     def arm(self, fd: int, at: float) -> list:
         """Shut ``fd`` down at ``at`` (``time.monotonic()``); return the entry to disarm."""
-        entry = [at, next(self._order), fd, True]
+        entry = [at, next(self._order), fd, True, False]
         with self._cond:
             if self._pid != os.getpid():  # first use, or a forked child: no thread yet
                 self._heap = []
@@ -45,10 +45,12 @@ class Cutoffs:
                 self._cond.notify()
         return entry
 
-    def disarm(self, entry: list) -> None:
-        """Cancel a cut that has not happened; after this, it never will."""
+    def disarm(self, entry: list) -> bool:
+        """Cancel a cut that has not happened (after this, it never will); return
+        whether it had happened."""
         with self._cond:
             entry[3] = False
+            return entry[4]
 
     def _run(self) -> None:
         with self._cond:
@@ -65,7 +67,9 @@ class Cutoffs:
                     continue
                 # Under the lock: the statement's thread cannot disarm (and go on to
                 # close the descriptor) while it is shut down.
-                _shutdown(heapq.heappop(heap)[2])
+                entry = heapq.heappop(heap)
+                entry[4] = True
+                _shutdown(entry[2])
 
 
 def _shutdown(fd: int) -> None:

@@ -133,6 +133,8 @@ class DatabaseBackend(BaseBackend):
             elif conn.vendor == "postgresql":
                 with conn.cursor() as cursor:
                     cursor.execute(PG_SESSION)
+            if getattr(local, "cut", None):
+                self._end_cut_sessions(conn)
         return conn
 
     def _connect_within(self, conn: BaseDatabaseWrapper, cutoff: float) -> None:
@@ -224,6 +226,7 @@ class DatabaseBackend(BaseBackend):
                 statement = self._bounded(conn, sql, cutoff, sharing)
                 cursor = self._cursor(conn)
                 if cutoff is not None and conn.vendor != "sqlite":
+                    session = _session(conn)
                     alarm = cutoffs.arm(conn.connection.fileno(), cutoff + CUT_SLACK)
                 if prepare or not getattr(conn, "_occupy_prepares", False):
                     cursor.execute(statement, params)
@@ -251,9 +254,29 @@ class DatabaseBackend(BaseBackend):
                 logger.debug("retrying a statement on %r after %s", key, e)
                 time.sleep(0.01 * 2**attempt)
             finally:
-                if alarm is not None:
-                    cutoffs.disarm(alarm)
+                if alarm is not None and cutoffs.disarm(alarm):
+                    self._cut(conn, session)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _cut(self, conn: BaseDatabaseWrapper, session: int) -> None:
+        """Remember the server session of a connection cut off for not answering.
+
+        The server may still run the statement it was sent (a stopped process that
+        resumes reads it from its socket): the next new connection ends that session on
+        the server before anything else, so that a grant it would make cannot outlive
+        the attempt's cancellation. (A whole server that stalls cannot be reached to be
+        told; a grant it makes when it resumes holds the key until its ttl.)
+        """
+        with suppress(DatabaseError):
+            conn.close()
+        self._local.cut = [*getattr(self._local, "cut", []), (conn.vendor, session)]
+
+    def _end_cut_sessions(self, conn: BaseDatabaseWrapper) -> None:
+        cut, self._local.cut = getattr(self._local, "cut", []), []
+        for vendor, session in cut:
+            sql = "KILL %s" if vendor == "mysql" else "SELECT pg_terminate_backend(%s)"
+            with suppress(DatabaseError), conn.cursor() as cursor:
+                cursor.execute(sql, [session])
 
     def _bounded(self, conn: BaseDatabaseWrapper, sql: str, cutoff: float | None,
                  sharing: str | None) -> str:
@@ -431,6 +454,12 @@ class DatabaseBackend(BaseBackend):
 
         content_type = ContentType.objects.db_manager(self.database).get_for_model(model)
         return content_type.pk, object_id
+
+
+def _session(conn: BaseDatabaseWrapper) -> int:
+    """Return the server's id of the connection's session (no round trip)."""
+    raw = conn.connection
+    return raw.thread_id() if conn.vendor == "mysql" else raw.info.backend_pid
 
 
 def _is_transient(vendor: str, error: DatabaseError) -> bool:

@@ -43,6 +43,8 @@ class DatabaseAttempt(Attempt):
         self.max_delay = backend.poll_interval
         self.digest = digest(key)
         self.pending_id: int | None = None
+        #: Whether a claim of this attempt's may exist (else cancel has nothing to do).
+        self.claimed = False
         self.beat_at = 0.0
         #: The channel this attempt listens on (PostgreSQL, while queued), or None, and
         #: the driver connection that listens (a new connection must listen again).
@@ -77,14 +79,20 @@ class DatabaseAttempt(Attempt):
         except StoreUnavailable as e:
             if not is_busy(self.sql.vendor, e.__cause__) or self.backend.sharing_transaction():
                 raise
-            return None  # SQLite stayed locked by another writer: not granted this time
+            # SQLite stayed locked by another writer: the statement did nothing.
+            self.claimed = self.pending_id is not None
+            return None
 
     def _grant_if_free(self) -> Lease | None:
+        self.claimed = True
         rows = self.backend.execute(self.sql.grant_if_free(), [
             self.key, self.digest, self.digest, self.content_type_id, self.object_id,
             self.owner, self.token, self.sql.seconds(self.ttl), self.digest,
         ], key=self.key, settled=self._granted, bound=self.time_left())[1]
-        return self.lease(self.token, *rows[0]) if rows else None
+        if not rows:
+            self.claimed = self.pending_id is not None
+            return None
+        return self.lease(self.token, *rows[0])
 
     def _granted(self) -> tuple[int, list[Any]] | None:
         """Return this attempt's grant as a grant statement would (fence and expiry
@@ -130,6 +138,7 @@ class DatabaseAttempt(Attempt):
     def enqueue(self) -> None:
         """Insert the pending claim that holds this caller's place in the queue, and on
         PostgreSQL listen on its channel."""
+        self.claimed = True
         self.pending_id = int(self.backend.execute(self.sql.enqueue(), [
             self.key, self.digest, self.content_type_id, self.object_id, self.owner,
             self.token, self.sql.seconds(self.backend.pending_ttl),
@@ -225,7 +234,8 @@ class DatabaseAttempt(Attempt):
 
     def cancel(self) -> None:
         """Delete this attempt's claim, queued or granted, and wake the next waiter."""
-        self.run(self.sql.forget(), [self.digest, self.token])
+        if self.claimed:
+            self.run(self.sql.forget(), [self.digest, self.token])
         if self.pending_id is not None and self.sql.vendor == "postgresql":
             self.run(PG_WAKE_NEXT, [self.digest])
         self._unlisten()

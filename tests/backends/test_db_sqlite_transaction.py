@@ -42,3 +42,25 @@ def test_a_lock_inside_a_transaction_that_only_read_is_taken(live_db: None) -> N
         lease = occupy.acquire("atomic:2", owner="alice", timeout=0, using=BACKEND)
         assert occupy.holder("atomic:2", using=BACKEND).owner == "alice"
         occupy.release(lease)
+
+
+def test_a_lock_waits_for_another_writer_no_longer_than_its_timeout(live_db: None) -> None:
+    """SQLite's busy wait is held to the caller's timeout: before, a writer that kept
+    the file locked made ``acquire(timeout=1)`` wait out the busy timeout (30 s here)
+    once per retry."""
+    import sqlite3
+
+    from django.db import connections
+
+    other = sqlite3.connect(connections[DATABASE].settings_dict["NAME"], timeout=0,
+                            isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's long write transaction
+    try:
+        started = time.monotonic()
+        with pytest.raises((occupy.LockTimeout, occupy.StoreUnavailable)):
+            occupy.acquire("busy:1", owner="alice", timeout=1, using=BACKEND)
+        assert time.monotonic() - started < 1 + 2.5
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    occupy.release(occupy.acquire("busy:1", owner="bob", timeout=0, using=BACKEND))
