@@ -226,7 +226,7 @@ class BaseBackend:
         granted = False
         try:
             lease = attempt.try_acquire()
-            if lease is None and timeout != 0 and _left(deadline) > 0:
+            if lease is None and timeout != 0:
                 lease = attempt.enqueue()
                 while lease is None and (remaining := _left(deadline)) > 0:
                     attempt.wait(_pause(attempt, remaining))
@@ -252,7 +252,7 @@ class BaseBackend:
         run = _in_thread(attempt)
         try:
             lease = await run("try_acquire")
-            if lease is None and timeout != 0 and _left(deadline) > 0:
+            if lease is None and timeout != 0:
                 lease = await run("enqueue")
                 while lease is None and (remaining := _left(deadline)) > 0:
                     await attempt.await_wake(_pause(attempt, remaining))

@@ -13,6 +13,16 @@ What the seed gets wrong, and what this does instead:
 - Mutual exclusion rests on the protocol alone. Here the unique ``slot`` column also
   makes the database refuse a second ``using`` claim on a key.
 
+Failures: a dropped connection is retried on a new one, and a grant whose reply was
+lost is found by the attempt's token instead of being run again (see ``execute``). An
+acquire holds each statement to its time left (connect timeout, SQLite's busy wait,
+MariaDB's ``max_statement_time``, and a cut of the socket for a server that does not
+answer: :mod:`occupy.backends.cutoff`). A store that cannot be reached or used raises
+:class:`~occupy.exceptions.StoreUnavailable`; so does a lock taken inside the caller's
+SQLite transaction that has written, which could never be written (SQLite has one write
+lock per file). PostgreSQL sessions run in UTC, so expiries are right with
+``USE_TZ = False``.
+
 Waiting on PostgreSQL: each queued claim listens on a channel of its own
 (``occupy_<id>``), and a release or a cancelled waiter notifies only the next claim in
 line, so one release wakes one waiter instead of the whole queue. A release that was

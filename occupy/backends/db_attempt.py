@@ -139,10 +139,15 @@ class DatabaseAttempt(Attempt):
         """Insert the pending claim that holds this caller's place in the queue, and on
         PostgreSQL listen on its channel."""
         self.claimed = True
-        self.pending_id = int(self.backend.execute(self.sql.enqueue(), [
-            self.key, self.digest, self.content_type_id, self.object_id, self.owner,
-            self.token, self.sql.seconds(self.backend.pending_ttl),
-        ], key=self.key, settled=self._queued, bound=self.time_left())[1][0][0])
+        try:
+            self.pending_id = int(self.backend.execute(self.sql.enqueue(), [
+                self.key, self.digest, self.content_type_id, self.object_id, self.owner,
+                self.token, self.sql.seconds(self.backend.pending_ttl),
+            ], key=self.key, settled=self._queued, bound=self.time_left())[1][0][0])
+        except StoreUnavailable as e:
+            if is_busy(self.sql.vendor, e.__cause__):
+                self.claimed = False  # SQLite stayed locked: the insert did nothing
+            raise
         self.beat_at = time.monotonic()
         self.fresh = True
         self.pauses = 0
