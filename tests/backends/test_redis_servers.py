@@ -3,7 +3,9 @@ without persistence, and Redis Cluster (which refuses a script touching two slot
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -55,7 +57,7 @@ def _spare_port(*, cluster: bool = False) -> int:
 
 
 @contextmanager
-def redis_server(port: int, directory: Path, *options: str) -> Iterator[None]:
+def redis_server(port: int, directory: Path, *options: str) -> Iterator[subprocess.Popen]:
     """Run ``redis-server`` on ``port`` without persistence until the block ends."""
     import redis
     from redis.backoff import NoBackoff
@@ -82,7 +84,7 @@ def redis_server(port: int, directory: Path, *options: str) -> Iterator[None]:
         else:
             raise AssertionError(f"redis-server did not start on port {port}")
         probe.close()
-        yield
+        yield proc
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -116,6 +118,30 @@ def test_fences_rise_across_a_restart_without_persistence(tmp_path: Path) -> Non
             occupy.release(lease)
         backend.client.connection_pool.disconnect()
     assert fences == sorted(set(fences)), fences
+
+
+def test_a_grant_that_comes_after_the_timeout_is_given_back(tmp_path: Path) -> None:
+    """A stalled Redis (stopped for 2.5 s) blocks the call until it answers (as long as
+    redis-py's socket timeout allows: none here), but the grant it then makes is given
+    back and reported as ``LockTimeout``, never returned to a caller that stopped
+    waiting long ago."""
+    port = _spare_port()
+    caches = {**settings.CACHES, "spare": {
+        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/0"}}
+    with override_settings(CACHES=caches):
+        backend = _backend("spare")
+        with redis_server(port, tmp_path) as proc:
+            assert backend.holder("book:1") is None  # connected
+            os.kill(proc.pid, signal.SIGSTOP)
+            timer = threading.Timer(2.5, os.kill, args=[proc.pid, signal.SIGCONT])
+            timer.start()
+            try:
+                with pytest.raises(occupy.LockTimeout, match="after the timeout"):
+                    backend.acquire("book:1", owner="alice", ttl=30, timeout=0.5)
+            finally:
+                timer.join()
+            assert backend.holder("book:1") is None
+        backend.client.connection_pool.disconnect()
 
 
 def test_every_script_stays_in_one_cluster_slot(tmp_path: Path) -> None:
