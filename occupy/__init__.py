@@ -32,6 +32,7 @@ from occupy.exceptions import (
     LockTimeout,
     Occupied,
     OccupyError,
+    StoreUnavailable,
     VersionConflict,
 )
 from occupy.leases import Holder, Lease
@@ -50,6 +51,7 @@ __all__ = [
     "LockTimeout",
     "Occupied",
     "OccupyError",
+    "StoreUnavailable",
     "VersionConflict",
     "__version__",
     "aacquire",

@@ -21,6 +21,7 @@ __all__ = [
     "LockTimeout",
     "Occupied",
     "OccupyError",
+    "StoreUnavailable",
     "VersionConflict",
 ]
 
@@ -59,6 +60,20 @@ class LockTimeout(Occupied):
 
 class LeaseLost(OccupyError):
     """A lease is no longer held: it expired, was swept, or was taken over."""
+
+
+class StoreUnavailable(OccupyError):
+    """The backend's store cannot be reached or used (a server down or stalled, a lost
+    connection, an unusable directory); raised ``from`` the driver's error.
+
+    ``using`` is the backend alias. An acquire that raises it has handed out no lease;
+    a claim it could not clear up expires by its ttl.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, using: str | None = None
+                 ) -> None:
+        super().__init__(message, key=key)
+        self.using = using
 
 
 class ConflictError(OccupyError):

@@ -19,18 +19,22 @@ import math
 import random
 import threading
 import time
-from collections.abc import Iterable
-from contextlib import suppress
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from occupy.exceptions import LeaseLost, LockTimeout, Occupied
+from occupy.exceptions import LeaseLost, LockTimeout, Occupied, OccupyError, StoreUnavailable
 from occupy.leases import Holder, Lease, new_token
 
-__all__ = ["Attempt", "BaseBackend", "Claim"]
+__all__ = ["STORE_GRACE", "Attempt", "BaseBackend", "Claim"]
+
+#: How far a store call may run past the caller's deadline: a ``timeout`` of 0 still
+#: allows a round trip. A grant that comes back later than this is given back.
+STORE_GRACE = 1.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,9 @@ class Attempt:
     asynchronous = False
     #: The last lease a serialized try or enqueue produced (see :meth:`abandon`).
     unheard: Lease | None = None
+    #: When the caller stops waiting (``time.monotonic()``), or ``None``: a backend
+    #: bounds its store calls by it (see :meth:`time_left`).
+    deadline: float | None = None
 
     def __init__(self, backend: BaseBackend, key: str, owner: str, ttl: float) -> None:
         self.backend = backend
@@ -71,6 +78,13 @@ class Attempt:
         self.token = new_token()
         self.mutex = threading.Lock()
         self._tries = 0
+
+    def time_left(self) -> float | None:
+        """Return how long the next store call may take: the time left before the
+        deadline, at least :data:`STORE_GRACE`; ``None`` when the caller waits forever."""
+        if self.deadline is None:
+            return None
+        return max(self.deadline - time.monotonic(), STORE_GRACE)
 
     # --- what a backend writes -------------------------------------------------
     def try_acquire(self) -> Lease | None:
@@ -136,6 +150,9 @@ class BaseBackend:
 
     #: Whether :meth:`sweep` has anything to do (stores that expire keys themselves: no).
     sweeps = True
+    #: The errors by which the store's client says it cannot be reached or used
+    #: (see :meth:`reaching`).
+    store_errors: tuple[type[BaseException], ...] = ()
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         self.alias = alias
@@ -145,6 +162,23 @@ class BaseBackend:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} alias={self.alias!r}>"
+
+    def unavailable(self, key: str | None, error: BaseException) -> StoreUnavailable:
+        """Return the error for a store that failed while occupy worked on ``key``; the
+        caller raises it ``from error``."""
+        return StoreUnavailable(
+            f"occupy backend {self.alias!r} ({type(self).__name__}) could not use its "
+            f"store while working on {key!r}: {error}",
+            key=key, using=self.alias,
+        )
+
+    @contextmanager
+    def reaching(self, key: str | None) -> Iterator[None]:
+        """Raise :attr:`store_errors` from inside the block as ``StoreUnavailable``."""
+        try:
+            yield
+        except self.store_errors as e:
+            raise self.unavailable(key, e) from e
 
     # --- the contract: each backend writes these ------------------------------------
     def attempt(self, key: str, owner: str, ttl: float) -> Attempt:
@@ -209,17 +243,19 @@ class BaseBackend:
         """Take ``key``, waiting at most ``timeout`` seconds (``None``: forever)."""
         # One thread makes every call on this attempt, so they need no mutex.
         attempt = self.attempt(key, owner, ttl)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        attempt.deadline = deadline
         granted = False
         try:
             lease = attempt.try_acquire()
             if lease is None and timeout != 0:
-                deadline = None if timeout is None else time.monotonic() + timeout
                 lease = attempt.enqueue()
                 while lease is None and (remaining := _left(deadline)) > 0:
                     attempt.wait(_pause(attempt, remaining))
                     lease = attempt.try_acquire()
             if lease is None:
                 raise self._occupied(attempt, waited=timeout)
+            self._in_time(lease, deadline, timeout)
             granted = True
             return lease
         finally:
@@ -233,6 +269,7 @@ class BaseBackend:
         attempt = self.attempt(key, owner, ttl)
         attempt.asynchronous = True
         deadline = None if timeout is None else time.monotonic() + timeout
+        attempt.deadline = deadline
         granted = False
         run = _in_thread(attempt)
         try:
@@ -246,6 +283,7 @@ class BaseBackend:
                 raise await sync_to_async(self._occupied, thread_sensitive=False)(
                     attempt, waited=timeout
                 )
+            self._in_time(lease, deadline, timeout, give_back=False)
             granted = True
             return lease
         finally:
@@ -253,6 +291,23 @@ class BaseBackend:
                 # Shielded: a cancelled caller must still remove its claim; the mutex
                 # makes this wait for a try that is still running in its thread.
                 await asyncio.shield(run("abandon"))
+
+    def _in_time(self, lease: Lease, deadline: float | None, timeout: float | None, *,
+                 give_back: bool = True) -> None:
+        """Give back a lease the store granted after the caller's deadline (a stalled
+        store) and raise ``LockTimeout``: the caller stopped waiting, and must not
+        start work late under a lease whose expiry it did not plan for. (``aacquire``
+        gives it back through :meth:`Attempt.abandon`.)"""
+        if deadline is None or time.monotonic() <= deadline + STORE_GRACE:
+            return
+        if give_back:
+            with suppress(OccupyError):  # not held any more, or the store failed: it expires
+                self.release(lease)
+        raise LockTimeout(
+            f"{lease.key!r} was granted only after the timeout of {timeout:g} s had "
+            "passed (the lock store was slow to answer); it was given back.",
+            key=lease.key,
+        )
 
     def _occupied(self, attempt: Attempt, *, waited: float | None) -> Occupied:
         holder, remaining = attempt.current_holder()

@@ -67,6 +67,19 @@ _KINDS = [
 ]
 
 
+def _store_errors() -> tuple[type[BaseException], ...]:
+    """Return the errors by which a cache client says its server cannot be reached or used
+    (those of the clients installed here)."""
+    errors: list[type[BaseException]] = [OSError]
+    for path in ("redis.exceptions.RedisError", "django_redis.exceptions.ConnectionInterrupted",
+                 "pymemcache.exceptions.MemcacheError", "pylibmc.Error"):
+        try:
+            errors.append(import_string(path))
+        except ImportError:
+            continue
+    return tuple(errors)
+
+
 def cache_safety(cache_class: type | str) -> str:
     """Return what the cache class (or its dotted path) can do for a lock: one of
     :data:`REDIS`, :data:`ATOMIC`, :data:`RACY_ADD`, :data:`ONE_PROCESS`, :data:`NO_STORE`.
@@ -276,6 +289,7 @@ class CacheBackend(BaseBackend):
 
     #: Every entry expires in the cache itself: nothing to sweep.
     sweeps = False
+    store_errors = _store_errors()
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -315,12 +329,15 @@ class CacheBackend(BaseBackend):
 
     def release(self, lease: Lease) -> None:
         """Undo one level of the lease; raise ``LeaseLost`` if it was no longer held."""
-        if self.store.release(lease.key, lease.token, lease.ttl) < 0:
+        with self.reaching(lease.key):
+            depth = self.store.release(lease.key, lease.token, lease.ttl)
+        if depth < 0:
             raise lease.mark_lost("it expired or was taken over before release")
 
     def extend(self, lease: Lease, ttl: float) -> None:
         """Move the lease's expiry to ``ttl`` seconds after now (the Redis server's now)."""
-        expires = self.store.extend(lease.key, lease.token, ttl)
+        with self.reaching(lease.key):
+            expires = self.store.extend(lease.key, lease.token, ttl)
         if expires is None:
             raise lease.mark_lost("it expired or was taken over before it was extended")
         lease.expires_at = from_us(expires)
@@ -340,12 +357,14 @@ class CacheBackend(BaseBackend):
 
     def holder(self, key: str) -> Holder | None:
         """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""
-        found = self.store.holder(key)
+        with self.reaching(key):
+            found = self.store.holder(key)
         return None if found is None else _holder(found[0])
 
     def is_held(self, lease: Lease) -> bool:
         """Return whether the lease's token still holds its key."""
-        return self.store.is_held(lease.key, lease.token)
+        with self.reaching(lease.key):
+            return self.store.is_held(lease.key, lease.token)
 
     def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
         """Return 0: the cache expires entries itself."""
@@ -353,7 +372,8 @@ class CacheBackend(BaseBackend):
 
     def claims(self) -> Iterable[Claim]:
         """Yield the granted entries, ordered by key (Redis caches only)."""
-        entries = sorted(self.store.entries(), key=lambda e: e.key)
+        with self.reaching(None):
+            entries = sorted(self.store.entries(), key=lambda e: e.key)
         for e in entries:
             yield Claim(e.key, e.owner, "using", from_us(e.since_us), from_us(e.expires_us),
                         e.fence)
@@ -390,7 +410,8 @@ class CacheAttempt(Attempt):
     def try_acquire(self) -> Lease | None:
         """Grant the key if it is free; else remember the holder."""
         self.in_doubt = True  # until the store answers, a grant may have been made
-        outcome = self.backend.store.grant(self.key, self.owner, self.token, self.ttl)
+        with self.backend.reaching(self.key):
+            outcome = self.backend.store.grant(self.key, self.owner, self.token, self.ttl)
         self.in_doubt = False
         if outcome.granted is not None:
             return self.backend._lease(self.key, self.owner, self.ttl, outcome.granted)
@@ -409,7 +430,8 @@ class CacheAttempt(Attempt):
     def current_holder(self) -> tuple[Holder | None, float | None]:
         """Return the holder the last try saw and its seconds left, for the error."""
         if self.seen is None or self.seen.holder is None:
-            found = self.backend.store.holder(self.key)
+            with self.backend.reaching(self.key):
+                found = self.backend.store.holder(self.key)
             if found is None:
                 return None, None
             entry, now = found

@@ -13,6 +13,16 @@ What the seed gets wrong, and what this does instead:
 - Mutual exclusion rests on the protocol alone. Here the unique ``slot`` column also
   makes the database refuse a second ``using`` claim on a key.
 
+Failures: a dropped connection is retried on a new one, and a grant whose reply was
+lost is found by the attempt's token instead of being run again (see ``execute``). An
+acquire holds each statement to its time left (connect timeout, SQLite's busy wait,
+MariaDB's ``max_statement_time``, and a cut of the socket for a server that does not
+answer: :mod:`occupy.backends.cutoff`). A store that cannot be reached or used raises
+:class:`~occupy.exceptions.StoreUnavailable`; so does a lock taken inside the caller's
+SQLite transaction that has written, which could never be written (SQLite has one write
+lock per file). PostgreSQL sessions run in UTC, so expiries are right with
+``USE_TZ = False``.
+
 Waiting on PostgreSQL: each queued claim listens on a channel of its own
 (``occupy_<id>``), and a release or a cancelled waiter notifies only the next claim in
 line, so one release wakes one waiter instead of the whole queue. A release that was
@@ -41,20 +51,23 @@ with the app.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from typing import Any
 
 from django.apps import apps
-from django.db import DatabaseError, IntegrityError, OperationalError, connections
+from django.db import DatabaseError, IntegrityError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
 
 from occupy.backends.base import BaseBackend, Claim
+from occupy.backends.cutoff import cutoffs
 from occupy.backends.db_attempt import DatabaseAttempt
 from occupy.backends.records import digest
 from occupy.backends.sql import (
@@ -63,8 +76,9 @@ from occupy.backends.sql import (
     SQLITE_FUNCTIONS,
     Dialect,
     dialect_for,
+    is_busy,
 )
-from occupy.exceptions import InvalidBackendError, OccupyError
+from occupy.exceptions import InvalidBackendError, OccupyError, StoreUnavailable
 from occupy.leases import Holder, Lease, new_token
 
 __all__ = ["DatabaseBackend"]
@@ -73,6 +87,12 @@ logger = logging.getLogger("occupy.backends.db")
 
 #: Keys that name a model instance ("<app_label>.<model_name>:<pk>") are linked to it.
 _OBJECT_KEY = re.compile(r"^([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*):(.+)$")
+#: SQLite: how long a statement waits for the write lock while this thread has a
+#: transaction open on the same file (see ``DatabaseBackend.sharing_transaction``).
+SHARED_FILE_BUSY_MS = 500
+#: How long after a statement's bound its connection is cut, when the server has not
+#: answered (MariaDB's own max_statement_time, at the bound, should come first).
+CUT_SLACK = 0.25
 #: Connections a forked child inherited: kept referenced so that garbage collection
 #: never closes (and so terminates) the parent's session from the child.
 _inherited: list[BaseDatabaseWrapper] = []
@@ -95,10 +115,12 @@ class DatabaseBackend(BaseBackend):
         self._local = threading.local()
         self._dialect: Dialect | None = None
         self._opened: weakref.WeakSet[BaseDatabaseWrapper] = weakref.WeakSet()
+        self._connect_timeout: Any = None
 
     # --- connection ------------------------------------------------------------------
-    def connection(self) -> BaseDatabaseWrapper:
-        """Return this thread's own autocommit connection to the database."""
+    def connection(self, cutoff: float | None = None) -> BaseDatabaseWrapper:
+        """Return this thread's own autocommit connection to the database; a new one
+        must be made by ``cutoff`` (``time.monotonic()``) if given."""
         local = self._local
         conn = getattr(local, "conn", None)
         if conn is not None and conn._occupy_pid != os.getpid():
@@ -110,21 +132,41 @@ class DatabaseBackend(BaseBackend):
             local.conn = conn
             self._opened.add(conn)
         if conn.connection is None:
+            if cutoff is not None and conn.vendor in ("postgresql", "mysql"):
+                self._connect_within(conn, cutoff)
             conn.ensure_connection()
             if conn.vendor == "sqlite":
                 for name, func in SQLITE_FUNCTIONS.items():
                     conn.connection.create_function(name, 0, func)
+                busy_ms = conn.connection.execute("PRAGMA busy_timeout").fetchone()[0]
+                conn._occupy_busy_ms = conn._occupy_busy_now = busy_ms
             elif conn.vendor == "postgresql":
                 with conn.cursor() as cursor:
                     cursor.execute(PG_SESSION)
+            if getattr(local, "cut", None):
+                self._end_cut_sessions(conn)
         return conn
 
+    def _connect_within(self, conn: BaseDatabaseWrapper, cutoff: float) -> None:
+        """Make the driver give up connecting by ``cutoff`` (whole seconds; libpq
+        takes 2 at least), or sooner if the database's own ``connect_timeout`` says so."""
+        options = conn.settings_dict["OPTIONS"]
+        if "pool" in options:
+            return
+        configured = self._connect_timeout
+        if configured is None:
+            configured = self._connect_timeout = options.get("connect_timeout", 0)
+        seconds = max(math.ceil(cutoff - time.monotonic()), 2)
+        options["connect_timeout"] = min(seconds, int(configured)) if configured else seconds
+
     def _new_connection(self) -> BaseDatabaseWrapper:
-        """Return a new wrapper for the database: as configured, but on PostgreSQL with
-        psycopg 3 binding on the server and preparing statements (``PREPARE``)."""
+        """Return a new wrapper for the database: as configured (a copy of its settings,
+        which :meth:`_connect_within` may change), but on PostgreSQL with psycopg 3
+        binding on the server and preparing statements (``PREPARE``)."""
         settings_dict = connections.settings[self.database]
         wrapper = load_backend(settings_dict["ENGINE"]).DatabaseWrapper
-        options = settings_dict.get("OPTIONS") or {}
+        options = dict(settings_dict.get("OPTIONS") or {})
+        settings_dict = {**settings_dict, "OPTIONS": options}
         if self.prepare and wrapper.vendor == "postgresql" and "pool" not in options:
             from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
@@ -157,24 +199,50 @@ class DatabaseBackend(BaseBackend):
             self.execute(f"UNLISTEN {channel}", [])
 
     def execute(self, sql: str, params: Sequence[Any], *, key: str | None = None,
-                prepare: bool = True) -> Any:
+                prepare: bool = True,
+                settled: Callable[[], tuple[int, list[Any]] | None] | None = None,
+                bound: float | None = None) -> Any:
         """Run one autocommit statement; return ``(rowcount, rows)``.
 
         ``prepare=False`` plans the statement afresh even where statements are prepared
         (``PREPARE``): for sweeps, whose best plan depends on how many rows expired.
-        Deadlocks, lock-wait timeouts, SQLite's "database is locked" and a dropped
-        connection are retried a few times (a failed statement did nothing); after
-        that the error is raised as an :class:`OccupyError` that names the key.
+        Deadlocks, lock-wait timeouts and SQLite's "database is locked" are retried a
+        few times: the failed statement did nothing. So is a dropped connection, but
+        there the statement may have committed with only its reply lost: a statement
+        that must not run twice (a grant) passes ``settled``, which is asked first on
+        the new connection and returns the statement's result if it took effect (found
+        by the attempt's token), or ``None`` to run it again. A store that cannot be
+        reached or used, or stays busy, raises :class:`StoreUnavailable`.
+
+        ``bound`` (seconds) is how long the statement may take, retries included (an
+        acquire's time left): connecting, SQLite's busy wait and MariaDB's
+        ``max_statement_time`` are held to it, and a server that does not answer by
+        then has its connection cut (:mod:`occupy.backends.cutoff`).
         """
+        cutoff = None if bound is None else time.monotonic() + bound
+        dropped = False
         for attempt in range(6):
-            conn = self.connection()
+            if dropped and settled is not None:
+                done = settled()
+                if done is not None:
+                    return done
             try:
+                conn = self.connection(cutoff)
+            except DatabaseError as e:
+                raise self.unavailable(key, e) from e
+            sharing = conn.vendor == "sqlite" and self.sharing_transaction()
+            alarm = None
+            try:
+                statement = self._bounded(conn, sql, cutoff, sharing)
                 cursor = self._cursor(conn)
+                if cutoff is not None and conn.vendor != "sqlite":
+                    session = _session(conn)
+                    alarm = cutoffs.arm(conn.connection.fileno(), cutoff + CUT_SLACK)
                 if prepare or not getattr(conn, "_occupy_prepares", False):
-                    cursor.execute(sql, params)
+                    cursor.execute(statement, params)
                 else:
                     with conn.wrap_database_errors:
-                        cursor.cursor.execute(sql, params, prepare=False)
+                        cursor.cursor.execute(statement, params, prepare=False)
                 raw = cursor.cursor
                 with conn.wrap_database_errors:
                     rows = raw.fetchall() if raw.description else []
@@ -182,19 +250,94 @@ class DatabaseBackend(BaseBackend):
             except IntegrityError:
                 raise
             except DatabaseError as e:
+                if sharing and is_busy(conn.vendor, e):
+                    raise self._locked_by_caller(key, sharing) from e
+                late = cutoff is not None and time.monotonic() >= cutoff
                 if not conn.is_usable():
-                    conn.close()
+                    with suppress(DatabaseError):  # closing a dead connection may fail too
+                        conn.close()
+                    dropped = True
                 elif not _is_transient(conn.vendor, e):
-                    raise
-                if attempt == 5:
-                    raise OccupyError(
-                        f"The {conn.vendor} database stayed busy while occupy worked on "
-                        f"{key!r}: {e}",
-                        key=key,
-                    ) from e
+                    raise self.unavailable(key, e) from e
+                if attempt == 5 or late:
+                    raise self.unavailable(key, e) from e
                 logger.debug("retrying a statement on %r after %s", key, e)
                 time.sleep(0.01 * 2**attempt)
+            finally:
+                if alarm is not None and cutoffs.disarm(alarm):
+                    self._cut(conn, session)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _cut(self, conn: BaseDatabaseWrapper, session: int) -> None:
+        """Remember the server session of a connection cut off for not answering.
+
+        The server may still run the statement it was sent (a stopped process that
+        resumes reads it from its socket): the next new connection ends that session on
+        the server before anything else, so that a grant it would make cannot outlive
+        the attempt's cancellation. (A whole server that stalls cannot be reached to be
+        told; a grant it makes when it resumes holds the key until its ttl.)
+        """
+        with suppress(DatabaseError):
+            conn.close()
+        self._local.cut = [*getattr(self._local, "cut", []), (conn.vendor, session)]
+
+    def _end_cut_sessions(self, conn: BaseDatabaseWrapper) -> None:
+        cut, self._local.cut = getattr(self._local, "cut", []), []
+        for vendor, session in cut:
+            sql = "KILL %s" if vendor == "mysql" else "SELECT pg_terminate_backend(%s)"
+            with suppress(DatabaseError), conn.cursor() as cursor:
+                cursor.execute(sql, [session])
+
+    def _bounded(self, conn: BaseDatabaseWrapper, sql: str, cutoff: float | None,
+                 sharing: str | None) -> str:
+        """Hold the statement to ``cutoff`` on the server's side where the server can:
+        return the statement to run."""
+        left = None if cutoff is None else max(cutoff - time.monotonic(), 0.001)
+        if conn.vendor == "sqlite":
+            busy_ms = conn._occupy_busy_ms
+            if left is not None:
+                busy_ms = min(busy_ms, math.ceil(left * 1000))
+            if sharing:  # see sharing_transaction(): do not wait for nothing
+                busy_ms = min(busy_ms, SHARED_FILE_BUSY_MS)
+            if busy_ms != conn._occupy_busy_now:
+                conn.connection.execute(f"PRAGMA busy_timeout = {busy_ms}")
+                conn._occupy_busy_now = busy_ms
+        elif left is not None and conn.vendor == "mysql" and conn.mysql_is_mariadb:
+            return f"SET STATEMENT max_statement_time = {left:.3f} FOR {sql}"
+        return sql
+
+    def sharing_transaction(self) -> str | None:
+        """Return the alias of this thread's Django connection that has a transaction
+        open on the backend's SQLite file, if any (else ``None``).
+
+        SQLite has one write lock per file. A transaction that has written holds it
+        until it commits, and the backend's own connection, another connection to the
+        same file, waits for it: in the caller's own thread, for ever (until SQLite's
+        busy timeout, again and again). Whether that transaction has written cannot be
+        asked, so while one is open the backend's statements wait only briefly for the
+        lock and then say why they cannot go on.
+        """
+        name = connections.settings[self.database].get("NAME")
+        for alias, settings_dict in connections.settings.items():
+            if settings_dict.get("NAME") != name or "sqlite" not in settings_dict["ENGINE"]:
+                continue
+            conn = connections[alias]
+            raw = conn.connection
+            if raw is not None and conn.in_atomic_block and raw.in_transaction:
+                return alias
+        return None
+
+    def _locked_by_caller(self, key: str | None, alias: str) -> StoreUnavailable:
+        name = connections.settings[self.database].get("NAME")
+        return StoreUnavailable(
+            f"occupy backend {self.alias!r} cannot write the claim on {key!r}: SQLite "
+            f"database {name!r} is write-locked, and this thread's transaction on "
+            f"database {alias!r} is open. SQLite has one write lock per file; a "
+            "transaction that has written holds it until it commits, and occupy's claims "
+            "commit on a connection of their own, which would wait for it for ever. Take "
+            "the lock before the transaction writes, or outside transaction.atomic().",
+            key=key, using=self.alias,
+        )
 
     def _cursor(self, conn: BaseDatabaseWrapper) -> Any:
         """Return this thread's cursor on ``conn``, made once per database session: a
@@ -374,12 +517,16 @@ class DatabaseBackend(BaseBackend):
         return content_type.pk, object_id
 
 
+def _session(conn: BaseDatabaseWrapper) -> int:
+    """Return the server's id of the connection's session (no round trip)."""
+    raw = conn.connection
+    return raw.thread_id() if conn.vendor == "mysql" else raw.info.backend_pid
+
+
 def _is_transient(vendor: str, error: DatabaseError) -> bool:
     """Return whether a failed statement may simply be run again."""
     if vendor == "sqlite":
-        return isinstance(error, OperationalError) and (
-            "locked" in str(error) or "busy" in str(error)
-        )
+        return is_busy(vendor, error)
     if vendor == "mysql":
         return bool(error.args) and error.args[0] in (1205, 1213)  # lock wait, deadlock
     if vendor == "postgresql":

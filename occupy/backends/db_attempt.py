@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError
+from django.db import DatabaseError, IntegrityError
 
 from occupy.backends.base import Attempt
 from occupy.backends.records import digest
-from occupy.backends.sql import PG_WAKE_NEXT, Dialect
-from occupy.exceptions import OccupyError
+from occupy.backends.sql import PG_WAKE_NEXT, Dialect, is_busy
+from occupy.exceptions import StoreUnavailable
 from occupy.leases import Holder, Lease
 
 if TYPE_CHECKING:
@@ -42,9 +43,13 @@ class DatabaseAttempt(Attempt):
         self.max_delay = backend.poll_interval
         self.digest = digest(key)
         self.pending_id: int | None = None
+        #: Whether a claim of this attempt's may exist (else cancel has nothing to do).
+        self.claimed = False
         self.beat_at = 0.0
-        #: The channel this attempt listens on (PostgreSQL, while queued), or None.
+        #: The channel this attempt listens on (PostgreSQL, while queued), or None, and
+        #: the driver connection that listens (a new connection must listen again).
         self.listening: str | None = None
+        self.listener: Any = None
         #: Just queued: the next pause is skipped (see the module docstring).
         self.fresh = False
         self.pauses = 0
@@ -55,7 +60,7 @@ class DatabaseAttempt(Attempt):
         return self.backend.dialect
 
     def run(self, statement: str, params: Sequence[Any]) -> tuple[int, list[Any]]:
-        return self.backend.execute(statement, params, key=self.key)
+        return self.backend.execute(statement, params, key=self.key, bound=self.time_left())
 
     def lease(self, token: str, fence: Any, expires_at: Any) -> Lease:
         return Lease(
@@ -71,17 +76,40 @@ class DatabaseAttempt(Attempt):
             if self.pending_id is None:
                 return self._grant_if_free() or self._look()
             return self._promote()
-        except OccupyError:
-            if self.backend.dialect.vendor != "sqlite":
+        except StoreUnavailable as e:
+            if not is_busy(self.sql.vendor, e.__cause__) or self.backend.sharing_transaction():
                 raise
-            return None  # SQLite stayed locked by another writer: not granted this time
+            # SQLite stayed locked by another writer: the statement did nothing.
+            self.claimed = self.pending_id is not None
+            return None
 
     def _grant_if_free(self) -> Lease | None:
-        rows = self.run(self.sql.grant_if_free(), [
+        self.claimed = True
+        rows = self.backend.execute(self.sql.grant_if_free(), [
             self.key, self.digest, self.digest, self.content_type_id, self.object_id,
             self.owner, self.token, self.sql.seconds(self.ttl), self.digest,
-        ])[1]
-        return self.lease(self.token, *rows[0]) if rows else None
+        ], key=self.key, settled=self._granted, bound=self.time_left())[1]
+        if not rows:
+            self.claimed = self.pending_id is not None
+            return None
+        return self.lease(self.token, *rows[0])
+
+    def _granted(self) -> tuple[int, list[Any]] | None:
+        """Return this attempt's grant as a grant statement would (fence and expiry
+        first), if one whose reply was lost made it; else ``None``.
+
+        The token is this attempt's own, so a claim with it is this grant, never a
+        level to add: a lost reply retried blindly would re-enter the caller's own
+        fresh claim (depth 2, and one release would leave the key held).
+        """
+        rows = self.run(self.sql.granted(), [self.digest, self.token])[1]
+        return (len(rows), [row[:2] for row in rows]) if rows else None
+
+    def _queued(self) -> tuple[int, list[Any]] | None:
+        """Return this attempt's pending claim as the enqueue statement would (its id),
+        if one whose reply was lost made it; else ``None``."""
+        rows = self.run(self.sql.queued(), [self.digest, self.token])[1]
+        return (len(rows), rows) if rows else None
 
     def _look(self) -> Lease | None:
         """After the fast path failed: clear expired claims and try again, or report
@@ -99,10 +127,16 @@ class DatabaseAttempt(Attempt):
     def enqueue(self) -> None:
         """Insert the pending claim that holds this caller's place in the queue, and on
         PostgreSQL listen on its channel."""
-        self.pending_id = int(self.run(self.sql.enqueue(), [
-            self.key, self.digest, self.content_type_id, self.object_id, self.owner,
-            self.token, self.sql.seconds(self.backend.pending_ttl),
-        ])[1][0][0])
+        self.claimed = True
+        try:
+            self.pending_id = int(self.backend.execute(self.sql.enqueue(), [
+                self.key, self.digest, self.content_type_id, self.object_id, self.owner,
+                self.token, self.sql.seconds(self.backend.pending_ttl),
+            ], key=self.key, settled=self._queued, bound=self.time_left())[1][0][0])
+        except StoreUnavailable as e:
+            if is_busy(self.sql.vendor, e.__cause__):
+                self.claimed = False  # SQLite stayed locked: the insert did nothing
+            raise
         self.beat_at = time.monotonic()
         self.fresh = True
         self.pauses = 0
@@ -110,16 +144,21 @@ class DatabaseAttempt(Attempt):
             self._unlisten()  # queued again under a new id: listen on the new channel
             self.backend.forget_listen()
             self.listening = f"occupy_{self.pending_id}"
-            self.run(f"LISTEN {self.listening}", [])
+            self._listen()
+
+    def _listen(self) -> None:
+        """Listen on this claim's channel, on the connection the next statements use."""
+        self.run(f"LISTEN {self.listening}", [])
+        self.listener = self.backend.connection().connection
 
     def _promote(self) -> Lease | None:
         assert self.pending_id is not None
         for _ in range(2):
             try:
-                count, rows = self.run(self.sql.promote(), [
+                count, rows = self.backend.execute(self.sql.promote(), [
                     self.digest, self.digest, self.sql.seconds(self.ttl), self.pending_id,
                     self.digest, self.pending_id,
-                ])
+                ], key=self.key, settled=self._granted, bound=self.time_left())
                 break
             except IntegrityError:
                 # An expired holder still has the slot: clear it and try again at once
@@ -152,11 +191,19 @@ class DatabaseAttempt(Attempt):
             self.enqueue()
 
     def wait(self, seconds: float) -> None:
-        """Sleep, or on PostgreSQL wait for this claim's ``NOTIFY`` (polling as fallback)."""
+        """Sleep, or on PostgreSQL wait for this claim's ``NOTIFY`` (polling as fallback).
+
+        A waiter whose connection dropped keeps its place: the next try reconnects
+        (queueing again if its claim expired meanwhile), and the wait after it listens
+        again on the new connection.
+        """
         if not self.listening or seconds <= 0:
             time.sleep(seconds)
             return
-        raw = self.backend.connection().connection
+        conn = self.backend.connection()
+        if conn.connection is not self.listener:
+            self._listen()
+        raw = self.listener
         try:
             # Notifications for channels this connection listened on before are stale.
             for note in raw.notifies(timeout=seconds):
@@ -164,6 +211,9 @@ class DatabaseAttempt(Attempt):
                     break
         except TypeError:  # psycopg older than 3.2, or psycopg2: poll instead
             time.sleep(seconds)
+        except conn.Database.Error:
+            with suppress(DatabaseError):  # dropped: the next try reconnects
+                conn.close()
 
     def next_delay(self) -> float:
         """Return the next pause: none right after queueing; then on PostgreSQL the
@@ -178,7 +228,8 @@ class DatabaseAttempt(Attempt):
 
     def cancel(self) -> None:
         """Delete this attempt's claim, queued or granted, and wake the next waiter."""
-        self.run(self.sql.forget(), [self.digest, self.token])
+        if self.claimed:
+            self.run(self.sql.forget(), [self.digest, self.token])
         if self.pending_id is not None and self.sql.vendor == "postgresql":
             self.run(PG_WAKE_NEXT, [self.digest])
         self._unlisten()

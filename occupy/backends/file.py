@@ -75,6 +75,10 @@ _DIRS = ("using", "pending", "fences", "locks", "tmp")
 class FileBackend(BaseBackend):
     """Locks stored as files in a directory (see the module docstring)."""
 
+    #: A ``LOCATION`` that cannot be used (under a regular file, not writable, a
+    #: network filesystem gone) fails with one of these.
+    store_errors = (OSError,)
+
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         if not isinstance(self.location, str | os.PathLike) or not str(self.location):
@@ -169,7 +173,7 @@ class FileBackend(BaseBackend):
         """Retire the lease's claim (or undo one level of it); never another's claim."""
         d = digest(lease.key)
         lost = None
-        with self.locks.hold(d):
+        with self.reaching(lease.key), self.locks.hold(d):
             claim = self._claim(d)
             if claim is None or claim.token != lease.token:
                 lost = "it expired or was taken over before release"
@@ -184,7 +188,7 @@ class FileBackend(BaseBackend):
     def extend(self, lease: Lease, ttl: float) -> None:
         """Move the lease's expiry to ``ttl`` seconds after this host's now."""
         d = digest(lease.key)
-        with self.locks.hold(d):
+        with self.reaching(lease.key), self.locks.hold(d):
             claim = self._claim(d)
             now = now_us()
             held = claim is not None and claim.token == lease.token and claim.live(now)
@@ -233,7 +237,7 @@ class FileBackend(BaseBackend):
     def holder(self, key: str) -> Holder | None:
         """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""
         d = digest(key)
-        with self.locks.hold(d):
+        with self.reaching(key), self.locks.hold(d):
             claim = self._claim(d)
         if claim is None or not claim.live(now_us()):
             return None
@@ -243,7 +247,7 @@ class FileBackend(BaseBackend):
     def is_held(self, lease: Lease) -> bool:
         """Return whether the lease's token still holds an unexpired claim."""
         d = digest(lease.key)
-        with self.locks.hold(d):
+        with self.reaching(lease.key), self.locks.hold(d):
             claim = self._claim(d)
         return claim is not None and claim.token == lease.token and claim.live(now_us())
 
@@ -256,7 +260,10 @@ class FileBackend(BaseBackend):
         fence fell an hour behind the clock (the clock floor covers them) and stray
         temporary files go too, uncounted.
         """
-        now = now_us()
+        with self.reaching(None):
+            return self._sweep(now_us(), dry_run)
+
+    def _sweep(self, now: int, dry_run: bool) -> int:
         count = 0
         for d in fio.names(f"{self.root}/using"):
             with self.locks.hold(d):
@@ -294,7 +301,10 @@ class FileBackend(BaseBackend):
 
     def claims(self) -> Iterable[Claim]:
         """Yield every live claim, granted and queued, ordered by key."""
-        now = now_us()
+        with self.reaching(None):
+            return self._claims(now_us())
+
+    def _claims(self, now: int) -> list[Claim]:
         found = []
         for d in fio.names(f"{self.root}/using"):
             with self.locks.hold(d):
@@ -344,7 +354,7 @@ class FileAttempt(Attempt):
         """Grant the key if no live claim is ahead of us and none is using it; else
         return ``None``."""
         self.in_doubt = True
-        with self.backend.locks.hold(self.digest):
+        with self.backend.reaching(self.key), self.backend.locks.hold(self.digest):
             lease = self._try(now_us())
         self.in_doubt = False
         return lease
@@ -422,7 +432,7 @@ class FileAttempt(Attempt):
 
     def enqueue(self) -> None:
         """Write the pending claim that holds this caller's place in the queue."""
-        with self.backend.locks.hold(self.digest):
+        with self.backend.reaching(self.key), self.backend.locks.hold(self.digest):
             try:
                 names = os.listdir(self.queue)
             except FileNotFoundError:
@@ -463,7 +473,7 @@ class FileAttempt(Attempt):
 
     def cancel(self) -> None:
         """Remove our pending claim, and a grant we may have made without hearing of it."""
-        with self.backend.locks.hold(self.digest):
+        with self.backend.reaching(self.key), self.backend.locks.hold(self.digest):
             self._dequeue()
             if self.in_doubt:
                 claim = self.backend._claim(self.digest)

@@ -18,6 +18,10 @@ Waiting is first come, first served: a waiter joins the key's queue and blocks w
 and wakes it with the grant. A wake-up that never comes (the holder died, a failover)
 costs at most ``POLL_INTERVAL``, or less when the holder's lease expires sooner.
 
+An acquire's calls are held to its time left (:class:`BoundedCalls`), so a server that
+stops answering ends it with ``StoreUnavailable`` instead of blocking it; a failing
+server raises ``StoreUnavailable`` everywhere.
+
 OPTIONS: ``CACHE`` (the django-redis cache alias, default ``"default"``), ``PREFIX``
 (of every Redis key, default ``"occupy:"``), ``POLL_INTERVAL`` (longest block before a
 waiter looks again and refreshes its place, default 0.25 s), ``QUEUE_TTL`` (how long a
@@ -33,6 +37,7 @@ import asyncio
 import math
 import os
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -40,11 +45,11 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 from occupy.backends import redis_scripts
-from occupy.backends.base import Attempt, BaseBackend, Claim
+from occupy.backends.base import STORE_GRACE, Attempt, BaseBackend, Claim
 from occupy.backends.records import UNKNOWN_OWNER
 from occupy.backends.records import text as _text  # replies: bytes or str
 from occupy.backends.redis_scripts import RedisKeys, redis_keys
-from occupy.exceptions import InvalidBackendError, OccupyError
+from occupy.exceptions import InvalidBackendError
 from occupy.leases import Holder, Lease, new_token
 
 try:
@@ -57,7 +62,7 @@ except ImportError as e:  # pragma: no cover - depends on the installation
         "pip install 'django-occupy[redis]'."
     ) from e
 
-__all__ = ["RedisBackend", "RedisKeys"]
+__all__ = ["BoundedCalls", "RedisBackend", "RedisKeys"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: The expiry shown for a foreign value that Redis never expires: 9999-12-31, in ms.
@@ -68,18 +73,91 @@ _OPTIONS = {"CACHE", "PREFIX", "POLL_INTERVAL", "QUEUE_TTL", "FENCE_TTL"}
 _ASYNC_WAIT_THREADS = 64
 
 
+class BoundedCalls:
+    """Connections of the backend's own for the calls of an acquire, each bounded by
+    the time it has left (redis-py's client has no per-call timeout: a server that
+    stops answering blocks it up to the cache's socket timeout, by default for ever).
+
+    Connecting, the handshake and the reply are each held to the bound; a connection
+    whose call failed is dropped. Built only on a plain connection pool (not Sentinel's,
+    not Redis Cluster): elsewhere calls are not bounded. A command the server had
+    received before it stalled still runs when it resumes: a grant made so, after the
+    caller gave up, holds the key until its ttl.
+    """
+
+    def __init__(self, pool: Any) -> None:
+        self.connection_class = pool.connection_class
+        self.kwargs = dict(pool.connection_kwargs)
+        self.idle: list[Any] = []
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+
+    @classmethod
+    def of(cls, client: Any) -> BoundedCalls | None:
+        """Return bounded calls to the server of ``client``, or ``None`` if it has no
+        plain connection pool."""
+        from redis import BlockingConnectionPool, ConnectionPool
+
+        pool = getattr(client, "connection_pool", None)
+        return cls(pool) if type(pool) in (ConnectionPool, BlockingConnectionPool) else None
+
+    def __call__(self, bound: float, *command: Any) -> Any:
+        """Run ``command``; raise redis-py's ``TimeoutError`` if it takes over ``bound``."""
+        with self.lock:
+            if self.pid != os.getpid():  # a forked child: the parent's sockets are not ours
+                self.idle, self.pid = [], os.getpid()
+            conn = self.idle.pop() if self.idle else None
+        if conn is None:
+            conn = self.connection_class(**self.kwargs)
+        end = time.monotonic() + bound
+        done = False
+        try:
+            # Connecting takes a connect and a handshake: half the bound each at most.
+            conn.socket_connect_timeout = conn.socket_timeout = bound / 2
+            try:  # as redis-py's pool does: a connection the server closed is made again
+                if conn.can_read():
+                    conn.disconnect()
+            except (RedisError, OSError):
+                conn.disconnect()
+            conn.connect()  # at once if connected
+            conn.send_command(*command)
+            reply = conn.read_response(timeout=max(end - time.monotonic(), 0.001))
+            done = True
+            return reply
+        finally:
+            if done:
+                with self.lock:
+                    self.idle.append(conn)
+            else:
+                conn.disconnect()
+
+    def close(self) -> None:
+        """Close the idle connections."""
+        with self.lock:
+            idle, self.idle = self.idle, []
+        for conn in idle:
+            conn.disconnect()
+
+
 class _Script:
     """A Lua script called with one key by ``EVALSHA``, through redis-py's script cache
-    (``register_script``), loaded again if the server lost it (a restart, a failover)."""
+    (``register_script``), loaded again if the server lost it (a restart, a failover).
+    A call with a ``bound`` goes through :class:`BoundedCalls` where there are any."""
 
-    __slots__ = ("execute", "script", "sha")
+    __slots__ = ("bounded", "execute", "script", "sha")
 
-    def __init__(self, client: Any, text: str) -> None:
+    def __init__(self, client: Any, text: str, bounded: BoundedCalls | None) -> None:
         self.script = client.register_script(text)
         self.sha = self.script.sha
         self.execute = client.execute_command
+        self.bounded = bounded
 
-    def __call__(self, key: str, *args: Any) -> Any:
+    def __call__(self, key: str, *args: Any, bound: float | None = None) -> Any:
+        if bound is not None and self.bounded is not None:
+            try:
+                return self.bounded(bound, "EVALSHA", self.sha, 1, key, *args)
+            except NoScriptError:
+                return self.bounded(bound, "EVAL", self.script.script, 1, key, *args)
         try:
             return self.execute("EVALSHA", self.sha, 1, key, *args)
         except NoScriptError:
@@ -106,14 +184,6 @@ def to_ms(ttl: float, name: str = "ttl") -> int:
     if not (isinstance(ttl, int | float) and math.isfinite(ttl) and ttl > 0):
         raise ValueError(f"{name} must be a positive, finite number of seconds, not {ttl!r}.")
     return max(1, math.ceil(ttl * 1000))
-
-
-def failed(key: str | None, error: Exception) -> OccupyError:
-    """Return the error to raise when Redis fails while working on ``key``.
-
-    redis-py has already retried as its client is configured to; nothing was granted.
-    """
-    return OccupyError(f"Redis failed while occupy worked on {key!r}: {error}", key=key)
 
 
 class _Held(NamedTuple):
@@ -198,6 +268,7 @@ class RedisBackend(BaseBackend):
         self._texts = redis_scripts.scripts_for(to_ms(self.fence_ttl), to_ms(self.queue_ttl))
         self._client: Any = None
         self._scripts: Any = None
+        self._bounded: BoundedCalls | None = None
         self._longest_block = self.poll_interval
         self._executor: ThreadPoolExecutor | None = None
         self._executor_pid = 0
@@ -238,7 +309,10 @@ class RedisBackend(BaseBackend):
 
     def bind(self, client: Any) -> None:
         """Use the raw redis-py ``client`` (normally the cache's; tests bind others)."""
-        self._scripts = _Scripts(**{name: _Script(client, text)
+        if self._bounded is not None:
+            self._bounded.close()
+        self._bounded = BoundedCalls.of(client)
+        self._scripts = _Scripts(**{name: _Script(client, text, self._bounded)
                                     for name, text in self._texts.items()})
         # A BLPOP longer than the socket timeout would end in a TimeoutError.
         pool = getattr(client, "connection_pool", None)
@@ -266,7 +340,9 @@ class RedisBackend(BaseBackend):
             if self._executor is not None and self._executor_pid == os.getpid():
                 self._executor.shutdown(wait=False)
             self._executor = None
-        self._client = self._scripts = None
+        if self._bounded is not None:
+            self._bounded.close()
+        self._client = self._scripts = self._bounded = None
 
     # --- the contract -------------------------------------------------------------
     def attempt(self, key: str, owner: str, ttl: float) -> RedisAttempt:
@@ -278,7 +354,7 @@ class RedisBackend(BaseBackend):
         try:
             released = self.scripts.release(self.keys(lease.key).lock, lease.token)
         except RedisError as e:
-            raise failed(lease.key, e) from e
+            raise self.unavailable(lease.key, e) from e
         if not released:
             raise lease.mark_lost("it expired or was taken over before release")
 
@@ -288,7 +364,7 @@ class RedisBackend(BaseBackend):
         try:
             expires = self.scripts.extend(self.keys(lease.key).lock, lease.token, ttl_ms)
         except RedisError as e:
-            raise failed(lease.key, e) from e
+            raise self.unavailable(lease.key, e) from e
         if expires is None:
             raise lease.mark_lost("it expired or was taken over before it was extended")
         lease.expires_at = to_datetime(expires)
@@ -299,7 +375,7 @@ class RedisBackend(BaseBackend):
         try:
             reply = self.scripts.resume(self.keys(key).lock, token, to_ms(ttl), int(deeper))
         except RedisError as e:
-            raise failed(key, e) from e
+            raise self.unavailable(key, e) from e
         if reply is None:
             return None
         fence, expires, depth, tail = _text(reply).split(" ", 3)
@@ -315,7 +391,7 @@ class RedisBackend(BaseBackend):
             numbers, previous = self.scripts.takeover(self.keys(key).lock, token,
                                                       f"{owner}\0{key}", to_ms(ttl))
         except RedisError as e:
-            raise failed(key, e) from e
+            raise self.unavailable(key, e) from e
         fence, expires, _since = _text(numbers).split(" ")
         lease = Lease(key=key, owner=owner, token=token, fence=int(fence),
                       expires_at=to_datetime(expires), ttl=ttl, using=self.alias,
@@ -331,7 +407,7 @@ class RedisBackend(BaseBackend):
         try:
             held = _read(self.client, self.keys(key).lock, key)
         except RedisError as e:
-            raise failed(key, e) from e
+            raise self.unavailable(key, e) from e
         return None if held is None else held.holder()
 
     def is_held(self, lease: Lease) -> bool:
@@ -341,9 +417,9 @@ class RedisBackend(BaseBackend):
         except ResponseError as e:
             if _wrong_type(e):
                 return False  # another type under the key: not ours
-            raise failed(lease.key, e) from e
+            raise self.unavailable(lease.key, e) from e
         except RedisError as e:
-            raise failed(lease.key, e) from e
+            raise self.unavailable(lease.key, e) from e
         if isinstance(value, bytes):  # compared as bytes: a foreign value need not be UTF-8
             return value.startswith(f"{lease.token} ".encode())
         return value is not None and value.startswith(f"{lease.token} ")
@@ -455,9 +531,10 @@ class RedisAttempt(Attempt):
         scripts = self.backend.scripts
         script = scripts.acquire if mode == "try" else scripts.queue
         try:
-            reply = script(self.rkeys.lock, self.token, self.tail, self.ttl_ms)
+            reply = script(self.rkeys.lock, self.token, self.tail, self.ttl_ms,
+                           bound=self.time_left())
         except RedisError as e:
-            raise failed(self.key, e) from e
+            raise self.backend.unavailable(self.key, e) from e
         if isinstance(reply, list):
             now = int(reply[1])
             held = None
@@ -499,13 +576,17 @@ class RedisAttempt(Attempt):
         """Block on this attempt's wake-up list until a release hands it the key."""
         if self.handed is not None:
             return
+        name, block = self.rkeys.wake + self.token, round(max(seconds, 0.001), 3)
+        bounded = self.backend._bounded if self.deadline is not None else None
         try:
-            reply = self.backend.client.blpop([self.rkeys.wake + self.token],
-                                              timeout=round(max(seconds, 0.001), 3))
+            if bounded is None:
+                reply = self.backend.client.blpop([name], timeout=block)
+            else:
+                reply = bounded(block + STORE_GRACE, "BLPOP", name, block)
         except RedisTimeoutError:
             return  # the next try looks again
         except RedisError as e:
-            raise failed(self.key, e) from e
+            raise self.backend.unavailable(self.key, e) from e
         if reply:
             fence, expires, _since = _text(reply[1]).split(" ")
             self.handed = self._lease(self.token, fence, expires)
@@ -524,9 +605,9 @@ class RedisAttempt(Attempt):
     def cancel(self) -> None:
         """Leave the queue, drop the wake-up list, and give back a key handed over."""
         try:
-            self.backend.scripts.cancel(self.rkeys.lock, self.token)
+            self.backend.scripts.cancel(self.rkeys.lock, self.token, bound=self.time_left())
         except RedisError as e:
-            raise failed(self.key, e) from e
+            raise self.backend.unavailable(self.key, e) from e
 
     def current_holder(self) -> tuple[Holder | None, float | None]:
         """Return the holder the last refusal saw and its seconds left, by Redis's clock."""

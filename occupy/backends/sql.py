@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["PG_RELEASE_AND_WAKE", "PG_SESSION", "PG_WAKE_NEXT", "Dialect", "dialect_for"]
+from django.db import OperationalError
+
+__all__ = ["PG_RELEASE_AND_WAKE", "PG_SESSION", "PG_WAKE_NEXT", "Dialect", "dialect_for",
+           "is_busy"]
 
 TABLE = "occupy_occupation"
 # "key" is reserved in MySQL; {q} is the vendor's identifier quote.
@@ -181,6 +184,10 @@ class Dialect:
             f"AND state = 'pending' AND {self.live()}"
         )
 
+    def queued(self) -> str:
+        """The id of the pending claim with a token; digest, token."""
+        return f"SELECT id FROM {TABLE} WHERE digest = %s AND token = %s AND state = 'pending'"
+
     def resume(self) -> str:
         """Add levels (0 or 1) to the live using claim of a token and keep it at least
         ``seconds`` more; parameters: levels, seconds, digest, token. Where
@@ -288,8 +295,12 @@ class Dialect:
 # PostgreSQL, on the backend's own connections: every statement finds its rows through an
 # index (a key's digest or slot, an id, the expiry for sweeps). A lock table is small and
 # churns, so its statistics often say "empty"; a plan made then (and kept, when prepared)
-# would scan the whole table on every lock once it has grown.
-PG_SESSION = "SET enable_seqscan = off"
+# would scan the whole table on every lock once it has grown. And the session is in UTC:
+# with USE_TZ = False Django puts it in TIME_ZONE and reads timestamptz values as naive
+# local times, which Dialect.to_datetime would label UTC (off by the zone's offset).
+PG_SESSION = (
+    "SELECT set_config('enable_seqscan', 'off', false), set_config('TimeZone', 'UTC', false)"
+)
 # PostgreSQL: the oldest live queued claim on a digest: the one to wake. The key's claims
 # are gathered first (MATERIALIZED: through the digest index), because "ORDER BY id
 # LIMIT 1" over the table could be planned, and the plan kept, as a walk of the primary
@@ -351,6 +362,13 @@ _DIALECTS = {
         update_returning=sqlite3.sqlite_version_info >= (3, 35),
     ),
 }
+
+
+def is_busy(vendor: str, error: BaseException | None) -> bool:
+    """Return whether ``error`` says that SQLite is write-locked by another connection."""
+    return vendor == "sqlite" and isinstance(error, OperationalError) and (
+        "locked" in str(error) or "busy" in str(error)
+    )
 
 
 def dialect_for(vendor: str) -> Dialect:

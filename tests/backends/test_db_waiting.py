@@ -129,3 +129,44 @@ def test_a_waiter_that_leaves_passes_the_turn_to_the_next(queue: str) -> None:
     thread.join(timeout=5)
     assert not thread.is_alive(), "the next in line was not woken when the head left"
     assert outcome["next"] == "next"
+
+
+def _terminate_waiters() -> int:
+    """Terminate the sessions of this database's queued waiters; return how many."""
+    from django.db import connections
+
+    with connections["postgresql"].cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND (query LIKE 'LISTEN occupy_%%' OR query LIKE 'UPDATE occupy_occupation%%')"
+        )
+        return len(cursor.fetchall())
+
+
+@pytest.mark.parametrize("alias", backend_params(["db-postgresql"]))
+def test_a_waiter_whose_connection_drops_keeps_waiting(alias: str, live_db: None) -> None:
+    holder = occupy.acquire("book:1", owner="holder", ttl=30, using=alias)
+    outcome: list[object] = []
+
+    def wait_for_it() -> None:
+        try:
+            outcome.append(occupy.acquire("book:1", owner="waiter", ttl=30, timeout=10,
+                                          using=alias))
+        except BaseException as e:  # reported by the main thread
+            outcome.append(e)
+
+    thread = threading.Thread(target=wait_for_it)
+    started = time.monotonic()
+    thread.start()
+    _queued(1)
+    time.sleep(0.2)  # listening
+    assert _terminate_waiters() == 1
+    time.sleep(2)
+    assert not outcome, outcome
+    occupy.release(holder)
+    thread.join(10)
+    assert outcome and isinstance(outcome[0], occupy.Lease), outcome
+    assert 2 < time.monotonic() - started < 10
+    assert occupy.holder("book:1", using=alias).owner == "waiter"
+    occupy.release(outcome[0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -18,6 +19,7 @@ from django.conf import settings
 from django.test import override_settings
 
 import occupy
+from occupy.backends.base import STORE_GRACE
 from tests.conftest import server_skip
 
 REDIS_SERVER = shutil.which("redis-server")
@@ -56,7 +58,7 @@ def _spare_port(*, cluster: bool = False) -> int:
 
 
 @contextmanager
-def redis_server(port: int, directory: Path, *options: str) -> Iterator[None]:
+def redis_server(port: int, directory: Path, *options: str) -> Iterator[subprocess.Popen]:
     """Run ``redis-server`` on ``port`` without persistence until the block ends."""
     import redis
     from redis.backoff import NoBackoff
@@ -83,7 +85,7 @@ def redis_server(port: int, directory: Path, *options: str) -> Iterator[None]:
         else:
             raise AssertionError(f"redis-server did not start on port {port}")
         probe.close()
-        yield
+        yield proc
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -117,6 +119,71 @@ def test_fences_rise_across_a_restart_without_persistence(tmp_path: Path) -> Non
             occupy.release(lease)
         backend.client.connection_pool.disconnect()
     assert fences == sorted(set(fences)), fences
+
+
+#: How long the private server is stopped: far longer than any bound below.
+STALL = 6.0
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["connected", "connecting"])
+def test_a_stalled_server_does_not_outlast_the_timeout(tmp_path: Path, warm: bool) -> None:
+    """With the server stopped, ``acquire(timeout=0.5)`` gives up after about two seconds
+    (the try's and the cancel's calls each get the time left, at least a second),
+    whether its connection was made before the stall or has to be made during it;
+    before, it blocked until the server answered. (A grant the stopped server had
+    received runs when it resumes, and holds the key until its ttl.)"""
+    port = _spare_port()
+    caches = {**settings.CACHES, "spare": {
+        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/0"}}
+    with override_settings(CACHES=caches):
+        backend = _backend("spare")
+        with redis_server(port, tmp_path) as proc:
+            if warm:
+                occupy.release(backend.acquire("book:2", owner="bob", ttl=30, timeout=1))
+            assert backend.holder("book:1") is None
+            os.kill(proc.pid, signal.SIGSTOP)
+            timer = threading.Timer(STALL, os.kill, args=[proc.pid, signal.SIGCONT])
+            timer.start()
+            started = time.monotonic()
+            try:
+                with pytest.raises((occupy.LockTimeout, occupy.StoreUnavailable)) as info:
+                    backend.acquire("book:1", owner="alice", ttl=30, timeout=0.5)
+                took = time.monotonic() - started
+            finally:
+                timer.cancel()
+                os.kill(proc.pid, signal.SIGCONT)
+            assert took < 0.5 + 2 * STORE_GRACE + 0.5, f"took {took:.1f} s: {info.value!r}"
+            assert info.value.key == "book:1"
+        backend.close()
+        backend.client.connection_pool.disconnect()
+
+
+def test_a_grant_that_comes_after_the_timeout_is_given_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where calls cannot be bounded (Redis Cluster, Sentinel), a stalled server blocks
+    the call until it answers, but the grant it then makes is given back and reported
+    as ``LockTimeout``, never returned to a caller that stopped waiting long ago."""
+    from occupy.backends.redis import BoundedCalls
+
+    monkeypatch.setattr(BoundedCalls, "of", classmethod(lambda cls, client: None))
+    port = _spare_port()
+    caches = {**settings.CACHES, "spare": {
+        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/0"}}
+    with override_settings(CACHES=caches):
+        backend = _backend("spare")
+        with redis_server(port, tmp_path) as proc:
+            assert backend.holder("book:1") is None  # connected
+            os.kill(proc.pid, signal.SIGSTOP)
+            timer = threading.Timer(2.5, os.kill, args=[proc.pid, signal.SIGCONT])
+            timer.start()
+            try:
+                with pytest.raises(occupy.LockTimeout, match="after the timeout"):
+                    backend.acquire("book:1", owner="alice", ttl=30, timeout=0.5)
+            finally:
+                timer.join()
+            assert backend.holder("book:1") is None
+        backend.client.connection_pool.disconnect()
 
 
 def test_every_script_stays_in_one_cluster_slot(tmp_path: Path) -> None:
