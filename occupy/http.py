@@ -9,7 +9,8 @@ turns every occupy condition into a status, a ``code``, headers and a body.
   ``ETag``;
 - the writer's lease was fenced out or lost: 409 ``fenced_out`` / ``lease_lost``;
 - someone else holds the object: 423 ``locked``, ``Retry-After`` (whole seconds, ≥ 1);
-- a lease endpoint without its token: 428 ``lease_token_required``.
+- a lease endpoint without its token: 428 ``lease_token_required``;
+- the lock store cannot be reached: 503 ``store_unavailable``, ``Retry-After: 1``.
 
 ETags are strong, ``"<version>"``, derived from the version alone. ``If-Match`` is read
 with Django's :func:`~django.utils.http.parse_etags`, so comma lists and weak tags
@@ -27,7 +28,14 @@ from typing import Any
 
 from django.utils.http import parse_etags
 
-from occupy.exceptions import ConflictError, FencedOut, LeaseLost, Occupied, OccupyError
+from occupy.exceptions import (
+    ConflictError,
+    FencedOut,
+    LeaseLost,
+    Occupied,
+    OccupyError,
+    StoreUnavailable,
+)
 from occupy.leases import Holder
 
 __all__ = [
@@ -132,6 +140,10 @@ def problem_for(exc: OccupyError, *, display: Callable[[str], str] = str,
             extra={"holder": holder_body(exc.holder, display), "retry_after": seconds},
             headers={"Retry-After": str(seconds)},
         )
+    if isinstance(exc, StoreUnavailable):
+        return Problem(503, "store_unavailable", "The lock store cannot be reached right "
+                       "now; nothing was written. Try again shortly.",
+                       headers={"Retry-After": "1"})
     if isinstance(exc, FencedOut):
         return Problem(409, "fenced_out", "Your edit lease expired or was taken over "
                        "before this write; nothing was written.")

@@ -24,6 +24,7 @@ __all__ = [
     "OccupyAPIException",
     "PreconditionFailed",
     "PreconditionRequired",
+    "StoreUnavailableError",
     "VersionConflictError",
     "from_problem",
 ]
@@ -96,6 +97,14 @@ class Locked(OccupyAPIException):
     default_code = "locked"
 
 
+class StoreUnavailableError(OccupyAPIException):
+    """The lock store cannot be reached; nothing was written."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "The lock store cannot be reached right now."
+    default_code = "store_unavailable"
+
+
 class LeaseTokenRequired(OccupyAPIException):
     """A lease request came without the lease's token."""
 
@@ -108,6 +117,7 @@ _BY_CODE: dict[str, type[OccupyAPIException]] = {
     cls.default_code: cls for cls in (
         PreconditionFailed, PreconditionRequired, MalformedPreconditionError,
         VersionConflictError, FencedOutError, LeaseLostError, Locked, LeaseTokenRequired,
+        StoreUnavailableError,
     )
 }
 

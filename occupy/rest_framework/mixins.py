@@ -30,7 +30,13 @@ from rest_framework.response import Response
 import occupy
 from occupy import http
 from occupy.conf import occupy_settings
-from occupy.exceptions import ConflictError, FencedOut, LeaseLost, OccupyError
+from occupy.exceptions import (
+    ConflictError,
+    FencedOut,
+    LeaseLost,
+    OccupyError,
+    StoreUnavailable,
+)
 from occupy.http import MalformedPrecondition, Problem
 from occupy.leases import Holder, Lease
 from occupy.rest_framework.exceptions import OccupyAPIException, from_problem
@@ -88,7 +94,8 @@ class OccupyErrorsMixin:
 
     def handle_exception(self, exc: Exception) -> Response:
         """Map occupy's exceptions to the contract, then let DRF answer."""
-        if isinstance(exc, MalformedPrecondition | ConflictError | LeaseLost | occupy.Occupied):
+        if isinstance(exc, MalformedPrecondition | ConflictError | LeaseLost | occupy.Occupied
+                      | StoreUnavailable):
             exc = from_problem(self.occupy_problem(exc))
         response = super().handle_exception(exc)  # type: ignore[misc]
         problem = getattr(exc, "problem", None)

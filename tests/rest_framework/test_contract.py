@@ -290,3 +290,21 @@ def test_problem_details_handler(users, client_for, settings):
     assert body["type"] == "about:blank" and body["status"] == 412
     assert body["code"] == "precondition_failed" and body["instance"] == _url(book)
     assert response["ETag"] == '"1"'
+
+
+def test_an_unreachable_lock_store_is_503_not_500(users, client_for, monkeypatch):
+    from occupy.backends import get_backend
+
+    book = Book.objects.create(name="Dune")
+    backend = get_backend("default")
+
+    def down(*args, **kwargs):
+        raise occupy.StoreUnavailable("the lock store is down (test)", key="k",
+                                      using="default")
+
+    monkeypatch.setattr(backend, "acquire", down)
+    response = client_for(users.editor).patch(_url(book), {"name": "x"}, format="json",
+                                              HTTP_IF_MATCH='"1"')
+    assert response.status_code == 503 and response["Retry-After"] == "1"
+    assert response.json()["code"] == "store_unavailable"
+    assert Book.objects.get().name == "Dune"
