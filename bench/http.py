@@ -13,6 +13,9 @@ the same shape (the test app's ``Book``, ``VersionedMixin`` + ``OccupiableMixin`
   ``OccupiedWritesMixin``) with the Redis backend. Target: ≥ 0.8× plain;
 - the same with the database backend on PostgreSQL (reported).
 
+Also the CPU time each request costs in this process (client and server are both
+here; the database's and Redis's own CPU is not counted), median of rounds: on a
+shared machine, rates swing with the neighbours' load and CPU per request hardly does.
 The rows are deleted afterwards, and the Redis keys with them.
 """
 
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
+import time
 from collections.abc import Callable
 
 from bench.common import alternate, print_table, setup_django
@@ -65,6 +70,20 @@ def patcher(route: str, pk: int, user: object) -> Callable[[int], None]:
     return run
 
 
+def cpu_timed(fn: Callable[[int], None], ops: int,
+              cpu: list[float]) -> Callable[[int], None]:
+    """Return ``fn``, appending the process CPU seconds per op of each timed round (the
+    calls with ``ops`` operations, not the warm-up) to ``cpu``."""
+
+    def run(n: int) -> None:
+        started = time.process_time()
+        fn(n)
+        if n == ops:
+            cpu.append((time.process_time() - started) / n)
+
+    return run
+
+
 def main() -> None:
     """Print PATCH rates of plain DRF and occupy's mixins on PostgreSQL."""
     from django.core.exceptions import ImproperlyConfigured
@@ -98,10 +117,13 @@ def main() -> None:
         "redis": "OccupyViewMixin, Redis backend",
         "database": "OccupyViewMixin, database backend",
     }
+    cpu: dict[str, list[float]] = {names[route]: [] for route in routes}
     try:
         with override_settings(ROOT_URLCONF="bench.http_api", DEBUG=False):
-            results = alternate({names[route]: patcher(route, books[route].pk, user)
-                                 for route in routes}, ops=OPS, rounds=ROUNDS)
+            results = alternate({
+                names[route]: cpu_timed(patcher(route, books[route].pk, user), OPS,
+                                        cpu[names[route]])
+                for route in routes}, ops=OPS, rounds=ROUNDS)
     finally:
         Book.objects.filter(pk__in=[b.pk for b in books.values()]).delete()
         user.delete()
@@ -115,6 +137,11 @@ def main() -> None:
     print_table("PATCH of one field through DRF, PostgreSQL, test client (one client)",
                 results, reference=names["plain"],
                 target="ConditionalMixin ≥ 0.9×, OccupyViewMixin on Redis ≥ 0.8× plain DRF")
+    plain_cpu = statistics.median(cpu[names["plain"]])
+    print("  CPU per request in this process (median of rounds; × plain by CPU):")
+    for name, seconds in cpu.items():
+        median = statistics.median(seconds)
+        print(f"    {name.ljust(34)}  {median * 1e6:8,.0f} µs  {plain_cpu / median:5.2f}×")
 
 
 if __name__ == "__main__":
