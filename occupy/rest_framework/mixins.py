@@ -23,6 +23,7 @@ from django.db import transaction
 from django.utils.http import parse_etags
 from rest_framework import status
 from rest_framework.decorators import action
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -45,6 +46,21 @@ __all__ = [
 ]
 
 _USER_OWNER = re.compile(r"^user:([^:]+)")
+#: The edit-lease actions of :class:`EditLeaseMixin`.
+_LEASE_ACTIONS = frozenset({"lease", "release_lease", "takeover_lease"})
+
+
+class _AsChange:
+    """A request as permission classes see it on the lease endpoints' writes: a
+    ``PATCH``, that is a change of the object; everything else is the request's."""
+
+    method = "PATCH"
+
+    def __init__(self, request: Request) -> None:
+        self._request = request
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._request, name)
 
 
 class OccupyErrorsMixin:
@@ -316,7 +332,9 @@ class EditLeaseMixin(OccupiedWritesMixin):
     ``navigator.sendBeacon`` (form body ``token`` plus the CSRF token: nothing is CSRF
     exempt), ``POST …/lease/takeover/`` takes it over (needs
     ``occupy.force_release_occupation`` or ``<app>.takeover_<model>``, or being the same
-    user as the holder). Leasing needs the change permission on the object.
+    user as the holder). Leasing needs the change permission on the object, and the
+    view's permission classes judge the lease endpoints' writes as changes (so that
+    ``DjangoModelPermissions`` does not ask for the add or delete permission).
     """
 
     #: Default and longest lease, in seconds (defaults: the ``REST_FRAMEWORK`` settings).
@@ -351,6 +369,22 @@ class EditLeaseMixin(OccupiedWritesMixin):
         opts = instance._meta
         return bool(request.user.has_perm("occupy.force_release_occupation")
                     or request.user.has_perm(f"{opts.app_label}.takeover_{opts.model_name}"))
+
+    def _as_change(self, request: Request) -> Any:
+        """Return ``request`` as the view's permission classes should judge it: on the
+        lease endpoints' writes, a change of the object (``DjangoModelPermissions`` would
+        ask the add permission of ``POST`` and the delete permission of ``DELETE``)."""
+        if getattr(self, "action", None) in _LEASE_ACTIONS and request.method not in SAFE_METHODS:
+            return _AsChange(request)
+        return request
+
+    def check_permissions(self, request: Request) -> None:
+        """Check the view's permissions; a lease write as a change of the object."""
+        super().check_permissions(self._as_change(request))  # type: ignore[misc]
+
+    def check_object_permissions(self, request: Request, obj: Any) -> None:
+        """Check the object's permissions; a lease write as a change of the object."""
+        super().check_object_permissions(self._as_change(request), obj)  # type: ignore[misc]
 
     def _leased_object(self, request: Request) -> Any:
         instance = self.get_object()  # type: ignore[attr-defined]
