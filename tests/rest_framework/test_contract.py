@@ -168,6 +168,17 @@ def test_the_lease_endpoints(users, client_for):
     assert Book.objects.get().name == "Arrakis"
 
 
+@pytest.mark.parametrize("ttl", ["x", "nan", [1], 0, -1, 1e308])
+@pytest.mark.parametrize("endpoint", ["lease/", "lease/takeover/"])
+def test_an_invalid_ttl_is_400(users, client_for, endpoint, ttl):
+    book = Book.objects.create(name="Dune")
+    response = client_for(users.supervisor).post(_url(book, endpoint), {"ttl": ttl},
+                                                 format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "invalid_ttl"
+    assert occupy.holder(book.occupy_key) is None
+
+
 def test_leasing_needs_the_change_permission_not_add_or_delete(users, client_for):
     """Under DjangoModelPermissions, the lease endpoints' POST and DELETE are judged as a
     change of the object (not as an add or a delete): a user who may change books but
