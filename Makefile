@@ -48,7 +48,8 @@ databases:
 	  mariadb -h 127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS occupy CHARACTER SET utf8mb4"; \
 	else echo "MariaDB is not answering on 127.0.0.1:3306; its benchmarks will skip"; fi
 
-## bench: occupy against its peers on the local servers, figures and ratios
+## bench: occupy against its peers on the local servers, figures and ratios (the HTTP
+## benchmark, occupy's DRF mixins against plain DRF, last)
 bench: venv databases
 	$(PY) -m bench
 

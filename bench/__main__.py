@@ -6,7 +6,7 @@ import importlib
 import sys
 
 #: Benchmark modules in the order they run; each has a ``main()``.
-MODULES = ["db", "redis", "cache", "file", "models"]
+MODULES = ["db", "redis", "cache", "file", "models", "http"]
 
 
 def main(argv: list[str]) -> None:

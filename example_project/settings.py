@@ -29,6 +29,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
     "occupy",
     "example_project.library",
 ]
@@ -103,4 +104,17 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.BasicAuthentication",
     ],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.DjangoModelPermissionsOrAnonReadOnly",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+# Swagger UI at /api/docs/ loads its scripts from a CDN (drf-spectacular's default); the
+# drf-spectacular-sidecar package with "SWAGGER_UI_DIST": "SIDECAR" serves them locally.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "occupy example: the library",
+    "DESCRIPTION": "Books and tasks. Writes are conditional (If-Match with the ETag of a "
+                   "GET, or the body's version), never land inside someone else's edit "
+                   "lease, and the leases live under /{pk}/lease/.",
+    "VERSION": "1",
 }

@@ -26,9 +26,10 @@ class Book(VersionedMixin, OccupiableMixin, models.Model):
         return self.name
 
 
-class Task(OccupiableMixin, models.Model):
+class Task(VersionedMixin, OccupiableMixin, models.Model):
     """An article in seed 004's task pool, edited by one editor at a time
-    (``Task.objects.claim(owner=…, ttl=…)``)."""
+    (``Task.objects.claim(owner=…, ttl=…)``); versioned, so that the API's writes are
+    conditional (``If-Match``) like the books'."""
 
     title = models.CharField(max_length=200)
     category = models.CharField(max_length=50, blank=True, default="")

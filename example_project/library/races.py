@@ -3,7 +3,8 @@
 A race is a function of a *guard* (how each process protects its read-modify-write)
 that returns an :class:`Outcome`. ``ROWS`` pairs races with guards; ``race_demo``
 prints one table line per row. To add a technique, write a guard (a context manager
-factory taking the book) and append rows.
+factory taking the book) and append rows. The HTTP rows are in
+:mod:`example_project.library.http_races`.
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ Save = Callable[[Any], None]
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a race did: operations tried, updates lost, writes refused, time taken."""
+    """What a race did: operations tried, updates lost, writes refused, time taken, and
+    a note for under the table (``""``: none)."""
 
     operations: int
     lost: int
     refused: int
     seconds: float
+    note: str = ""
 
 
 @dataclass(frozen=True)

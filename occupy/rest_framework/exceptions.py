@@ -17,6 +17,7 @@ from occupy.http import Problem
 
 __all__ = [
     "FencedOutError",
+    "InvalidTTL",
     "LeaseLostError",
     "LeaseTokenRequired",
     "Locked",
@@ -113,11 +114,20 @@ class LeaseTokenRequired(OccupyAPIException):
     default_code = "lease_token_required"
 
 
+class InvalidTTL(OccupyAPIException):
+    """A lease request asked for a ttl that is no number of seconds within bounds."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_detail = "Invalid ttl."
+    default_code = "invalid_ttl"
+
+
 _BY_CODE: dict[str, type[OccupyAPIException]] = {
     cls.default_code: cls for cls in (
         PreconditionFailed, PreconditionRequired, MalformedPreconditionError,
         VersionConflictError, FencedOutError, LeaseLostError, Locked, LeaseTokenRequired,
         StoreUnavailableError,
+        InvalidTTL,
     )
 }
 

@@ -52,6 +52,8 @@ __all__ = [
 ]
 
 _USER_OWNER = re.compile(r"^user:([^:]+)")
+#: The edit-lease actions of :class:`EditLeaseMixin`.
+_LEASE_ACTIONS = frozenset({"lease", "release_lease", "takeover_lease"})
 
 
 class OccupyErrorsMixin:
@@ -324,7 +326,9 @@ class EditLeaseMixin(OccupiedWritesMixin):
     ``navigator.sendBeacon`` (form body ``token`` plus the CSRF token: nothing is CSRF
     exempt), ``POST …/lease/takeover/`` takes it over (needs
     ``occupy.force_release_occupation`` or ``<app>.takeover_<model>``, or being the same
-    user as the holder). Leasing needs the change permission on the object.
+    user as the holder). Leasing needs the change permission on the object, and the
+    view's permission classes judge the lease endpoints' writes as changes (so that
+    ``DjangoModelPermissions`` does not ask for the add or delete permission).
     """
 
     #: Default and longest lease, in seconds (defaults: the ``REST_FRAMEWORK`` settings).
@@ -353,7 +357,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         permissions (which would ask a ``POST`` for the *add* permission): leasing is
         decided by :meth:`has_lease_permission`, and needs an authenticated user."""
         permissions = super().get_permissions()  # type: ignore[misc]
-        if getattr(self, "action", None) not in ("lease", "release_lease", "takeover_lease"):
+        if getattr(self, "action", None) not in _LEASE_ACTIONS:
             return permissions
         kept = [p for p in permissions if not isinstance(p, DjangoModelPermissions)]
         return [IsAuthenticated(), *kept]

@@ -25,6 +25,9 @@ class VersionField(serializers.IntegerField):
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("min_value", 1)
+        # VersionedMixin's column is a PositiveIntegerField: a larger number would reach
+        # the database (an overflow there, a 500) instead of being refused with 400.
+        kwargs.setdefault("max_value", 2**31 - 1)
         kwargs.setdefault("required", False)
         kwargs.setdefault("help_text", "The version you read (the ETag without quotes). "
                                        "Send it back to write: a stale one is refused.")
@@ -41,6 +44,12 @@ class OccupyModelSerializerMixin:
         fields = super().get_fields()  # type: ignore[misc]
         fields["version"] = VersionField()
         return fields
+
+    def create(self, validated_data: dict[str, Any]) -> Any:
+        """Create the object at version 1, whatever ``version`` the request sent (a new
+        object has no version anyone read)."""
+        validated_data.pop("version", None)
+        return super().create(validated_data)  # type: ignore[misc]
 
     def update(self, instance: Any, validated_data: dict[str, Any]) -> Any:
         """Apply what the request sent and save those fields only (many-to-many ones

@@ -34,3 +34,6 @@ def test_race_demo_shows_plain_django_losing_updates_and_occupy_losing_none(tmp_
               if not technique.startswith("plain")}
     assert plain and all(lost > 0 for lost in plain.values()), table
     assert locked and all(lost == 0 for lost in locked.values()), table
+    over_http = {technique for technique, race in rows if "over HTTP" in race}
+    assert len(over_http) == 3, table
+    assert re.search(r"edit lease.*retried after \d+ × 423", table), table

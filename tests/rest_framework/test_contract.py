@@ -188,6 +188,43 @@ def test_leasing_needs_the_change_permission_not_the_add_one(users, client_for):
     assert APIClient().post(_url(book, "lease/"), {}, format="json").status_code in (401, 403)
 
 
+@pytest.mark.parametrize("ttl", ["x", "nan", [1], 0, -1, 1e308])
+@pytest.mark.parametrize("endpoint", ["lease/", "lease/takeover/"])
+def test_an_invalid_ttl_is_400(users, client_for, endpoint, ttl):
+    book = Book.objects.create(name="Dune")
+    response = client_for(users.supervisor).post(_url(book, endpoint), {"ttl": ttl},
+                                                 format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "invalid_ttl"
+    assert occupy.holder(book.occupy_key) is None
+
+
+def test_leasing_needs_the_change_permission_not_add_or_delete(users, client_for):
+    """Under DjangoModelPermissions, the lease endpoints' POST and DELETE are judged as a
+    change of the object (not as an add or a delete): a user who may change books but
+    not add or delete them takes, renews, releases and beacon-releases leases."""
+    from django.contrib.auth.models import Permission, User
+
+    changer = User.objects.create_user("changer", password="x")
+    changer.user_permissions.set(Permission.objects.filter(
+        codename__in=["change_book", "view_book"]))
+    changer = User.objects.get(pk=changer.pk)
+    book = Book.objects.create(name="Dune")
+    api = client_for(changer)
+    taken = api.post(_url(book, "lease/"), {"ttl": 60}, format="json")
+    assert taken.status_code == 201, taken.content
+    token = taken.json()["token"]
+    assert api.patch(_url(book, "lease/"), {}, format="json",
+                     HTTP_OCCUPY_LEASE=token).status_code == 200
+    assert api.delete(_url(book, "lease/"), HTTP_OCCUPY_LEASE=token).status_code == 204
+    token = api.post(_url(book, "lease/"), {}, format="json").json()["token"]
+    assert api.post(_url(book, "lease/release/"), {"token": token}).status_code == 204
+    assert occupy.holder(book.occupy_key) is None
+    assert api.delete(_url(book), HTTP_IF_MATCH='"1"').status_code == 403  # still no delete
+    viewer = client_for(users.viewer)
+    assert viewer.post(_url(book, "lease/"), {}, format="json").status_code == 403
+
+
 def test_another_holders_token_is_409_and_their_lease_survives(users, client_for):
     book = Book.objects.create(name="Dune")
     theirs = client_for(users.other).post(_url(book, "lease/"), {}, format="json").json()

@@ -1,0 +1,60 @@
+"""The routes ``python -m bench http`` times: one viewset per candidate, all on the test
+app's ``Book`` (``VersionedMixin`` + ``OccupiableMixin``), with the same fields and
+permissions. Imported once Django is set up (it is the benchmark's ``ROOT_URLCONF``)."""
+
+from __future__ import annotations
+
+from rest_framework import permissions, routers, serializers, viewsets
+
+from occupy.rest_framework import ConditionalMixin, OccupyModelSerializerMixin, OccupyViewMixin
+from tests.testapp.models import Book
+
+FIELDS = ["id", "name", "status", "note"]
+
+
+class PlainSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Book
+        fields = FIELDS
+
+
+class OccupySerializer(OccupyModelSerializerMixin, serializers.ModelSerializer):
+    class Meta:
+        model = Book
+        fields = FIELDS
+
+
+class PlainViewSet(viewsets.ModelViewSet):
+    """Plain DRF: the reference (one client, so its unguarded write never conflicts)."""
+
+    queryset = Book.objects.all()
+    serializer_class = PlainSerializer
+    permission_classes = [permissions.IsAuthenticated]
+
+
+class ConditionalViewSet(ConditionalMixin, PlainViewSet):
+    """``If-Match`` into the guarded UPDATE."""
+
+    serializer_class = OccupySerializer
+
+
+class RedisViewSet(OccupyViewMixin, PlainViewSet):
+    """Conditional, and each write holds the object's key on the Redis backend."""
+
+    serializer_class = OccupySerializer
+    occupy_using = "redis"
+
+
+class DatabaseViewSet(RedisViewSet):
+    """The same with the key on the database backend (PostgreSQL)."""
+
+    occupy_using = "db-postgresql"
+
+
+ROUTES = {"plain": PlainViewSet, "conditional": ConditionalViewSet, "redis": RedisViewSet,
+          "database": DatabaseViewSet}
+
+router = routers.SimpleRouter()
+for prefix, viewset in ROUTES.items():
+    router.register(prefix, viewset, basename=prefix)
+urlpatterns = router.urls
