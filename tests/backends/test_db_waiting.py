@@ -159,7 +159,7 @@ def test_a_waiter_whose_connection_drops_keeps_waiting(alias: str, live_db: None
     thread = threading.Thread(target=wait_for_it)
     started = time.monotonic()
     thread.start()
-    _queued(1)
+    _queued(alias, 1)
     time.sleep(0.2)  # listening
     assert _terminate_waiters() == 1
     time.sleep(2)
