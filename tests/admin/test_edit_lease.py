@@ -1,0 +1,152 @@
+"""EditLeaseAdminMixin over plain requests: who gets the editable form, the lease
+endpoints' permissions and answers, fenced saves, the admin log of a takeover."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.admin.utils import quote
+from django.test import Client
+
+import occupy
+from occupy.models import object_key
+from tests.admin.conftest import Users, login
+from tests.testapp.models import Document, Label, Shelf, UUIDBook
+
+
+def _page(client: Client, url: str) -> tuple[str, dict[str, str]]:
+    """Return the page and its lease box's hidden inputs."""
+    response = client.get(url)
+    assert response.status_code == 200, response.status_code
+    html = response.content.decode()
+    state = re.search(r'id="occupy-lease"[^>]*data-state="(\w+)"', html)
+    tab = re.search(r'name="_occupy_tab" value="([0-9a-f]+)"', html)
+    tokens = re.findall(r'name="_occupy_lease" value="([0-9a-f]+)"', html)
+    return html, {"state": state[1] if state else "", "tab": tab[1] if tab else "",
+                  "token": tokens[0] if tokens else ""}
+
+
+def _url(obj: object, suffix: str = "change/") -> str:
+    meta = obj._meta
+    return f"/admin/testapp/{meta.model_name}/{quote(obj.pk)}/{suffix}"
+
+
+def test_the_first_opener_edits_and_the_second_reads_only(users: Users) -> None:
+    doc = Document.objects.create(body="draft")
+    html, editor = _page(login(users.editor), _url(doc))
+    assert editor["state"] == "editing" and editor["token"]
+    assert 'name="body"' in html and 'name="occupy_version"' in html
+    holder = occupy.holder(object_key(Document, doc.pk))
+    assert holder.owner == f"admin:user:{users.editor.pk}:tab:{editor['tab']}"
+    html, other = _page(login(users.other), _url(doc))
+    assert other["state"] == "readonly" and not other["token"]
+    assert "Editor is editing this object since" in html
+    assert 'name="body"' not in html and 'name="_save"' not in html
+    assert "Take over" not in html  # no permission, no button
+
+
+def test_a_save_without_the_lease_is_refused_and_keeps_the_input(users: Users) -> None:
+    doc = Document.objects.create(body="draft")
+    _page(login(users.editor), _url(doc))
+    other = login(users.other)
+    response = other.post(_url(doc), {"body": "mine", "occupy_version": 1,
+                                      "_occupy_tab": "0" * 16, "_occupy_lease": "ab" * 16})
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Editor took over the editing: nothing was saved" in html
+    assert "mine</textarea>" in html  # the user's input is kept
+    doc.refresh_from_db()
+    assert doc.body == "draft"
+
+
+def test_the_save_goes_through_the_lease_and_frees_it(users: Users) -> None:
+    doc = Document.objects.create(body="draft")
+    client = login(users.editor)
+    _html, page = _page(client, _url(doc))
+    response = client.post(_url(doc), {"body": "final", "occupy_version": 1,
+                                       "_occupy_tab": page["tab"],
+                                       "_occupy_lease": page["token"]})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    doc.refresh_from_db()
+    assert doc.body == "final" and doc.version == 2 and doc.fence > 0
+    assert occupy.holder(object_key(Document, doc.pk)) is None
+
+
+def test_a_taken_over_tab_cannot_save(users: Users) -> None:
+    doc = Document.objects.create(body="draft")
+    editor = login(users.editor)
+    _html, old = _page(editor, _url(doc))
+    supervisor = login(users.supervisor)
+    html, _page_state = _page(supervisor, _url(doc))
+    assert "Take over from Editor" in html
+    response = supervisor.post(_url(doc, "occupy/takeover/"), {"_occupy_tab": "1" * 16})
+    assert response.status_code == 302
+    assert response["Location"].endswith("?_occupy_tab=" + "1" * 16)
+    html, new = _page(supervisor, response["Location"])
+    assert new["state"] == "editing"
+    entry = LogEntry.objects.get(object_id=str(doc.pk))
+    assert entry.change_message.startswith("Took over the edit lease from Editor (fence")
+    response = editor.post(_url(doc), {"body": "stale", "occupy_version": 1,
+                                       "_occupy_tab": old["tab"], "_occupy_lease": old["token"]})
+    assert "Supervisor took over the editing" in response.content.decode()
+    doc.refresh_from_db()
+    assert doc.body == "draft"
+
+
+def test_takeover_needs_the_permission(users: Users) -> None:
+    doc = Document.objects.create(body="draft")
+    _page(login(users.editor), _url(doc))
+    response = login(users.other).post(_url(doc, "occupy/takeover/"), {"_occupy_tab": "2" * 16})
+    assert response.status_code == 403
+    assert occupy.holder(object_key(Document, doc.pk)).owner.startswith(
+        f"admin:user:{users.editor.pk}:")
+
+
+def test_the_endpoints_answer_404_without_the_change_permission(users: Users) -> None:
+    from django.contrib.auth.models import Permission, User
+
+    viewer = User.objects.create_user("viewer", is_staff=True)
+    viewer.user_permissions.set(Permission.objects.filter(codename="view_document"))
+    doc = Document.objects.create(body="draft")
+    client = login(viewer)
+    for suffix, method in (("renew/", "post"), ("release/", "post"), ("takeover/", "post"),
+                           ("status/", "get")):
+        response = getattr(client, method)(_url(doc, f"occupy/{suffix}"),
+                                           {"_occupy_tab": "3" * 16})
+        assert response.status_code == 404, suffix
+
+
+def test_renew_release_and_status(users: Users) -> None:
+    doc = Document.objects.create(body="draft")
+    client = login(users.editor)
+    _html, page = _page(client, _url(doc))
+    body = {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]}
+    response = client.post(_url(doc, "occupy/renew/"), body)
+    assert response.status_code == 200 and response.json()["tokens"] == [page["token"]]
+    status = login(users.other).get(_url(doc, "occupy/status/")).json()
+    assert status["holder"] == "Editor" and status["free"] is False
+    assert client.post(_url(doc, "occupy/release/"), body).status_code == 204
+    assert client.get(_url(doc, "occupy/status/")).json() == {"free": True}
+    response = client.post(_url(doc, "occupy/renew/"), body)
+    assert response.status_code == 409 and response.json()["lost"] is True
+    again = client.post(_url(doc, "occupy/renew/"), {**body, "reacquire": "1"}).json()
+    assert again["tokens"] and again["tokens"] != [page["token"]]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: UUIDBook.objects.create(name="uuid"),
+    lambda: Label.objects.create(code="a/b_c 1", text="string"),
+    lambda: Shelf.objects.create(code="x_y/2", name="shelf"),
+], ids=["uuid", "label", "shelf"])
+def test_uuid_and_string_primary_keys(users: Users, make) -> None:
+    obj = make()
+    client = login(users.editor)
+    _html, page = _page(client, _url(obj))
+    assert page["state"] == "editing"
+    data = {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]}
+    assert client.post(_url(obj, "occupy/renew/"), data).status_code == 200
+    assert login(users.other).get(_url(obj, "occupy/status/")).json()["holder"] == "Editor"
+    assert client.post(_url(obj, "occupy/release/"), data).status_code == 204
+    assert occupy.holder(object_key(type(obj), obj.pk)) is None

@@ -1,0 +1,47 @@
+"""Admins of the test models: the edit-lease, versioned and status mixins on models with
+an integer, a UUID and a string primary key, fenced or not."""
+
+from django.contrib import admin
+
+from occupy.admin import EditLeaseAdminMixin, OccupyStatusAdminMixin, VersionedAdminMixin
+from tests.testapp.models import Book, Document, Label, Shelf, UUIDBook
+
+#: Short leases, so that the browser tests see renewals and expiry within seconds.
+TTL = 6
+
+
+class FullAdmin(EditLeaseAdminMixin, VersionedAdminMixin, OccupyStatusAdminMixin,
+                admin.ModelAdmin):
+    edit_lease_ttl = TTL
+    edit_lease_poll = 1
+
+
+@admin.register(Book)
+class BookAdmin(VersionedAdminMixin, OccupyStatusAdminMixin, admin.ModelAdmin):
+    """Versions only: two tabs may both edit, the stale save meets the conflict page."""
+
+    fields = ["name", "status", "note"]
+    list_display = ["name", "status", "occupy_status"]
+
+
+@admin.register(Document)
+class DocumentAdmin(FullAdmin):
+    """Fenced and versioned, integer primary key."""
+
+
+@admin.register(Label)
+class LabelAdmin(FullAdmin):
+    """Fenced and versioned, string primary key."""
+
+
+@admin.register(UUIDBook)
+class UUIDBookAdmin(FullAdmin):
+    """Versioned, UUID primary key."""
+
+
+@admin.register(Shelf)
+class ShelfAdmin(EditLeaseAdminMixin, OccupyStatusAdminMixin, admin.ModelAdmin):
+    """Edit leases without versions, string primary key."""
+
+    edit_lease_ttl = TTL
+    edit_lease_poll = 1
