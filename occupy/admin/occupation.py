@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import DELETION, LogEntry
+from django.contrib.admin.utils import quote
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -73,7 +74,7 @@ class OccupationAdmin(admin.ModelAdmin):
         opts = model._meta
         try:
             url = reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",
-                          args=[obj.object_id])
+                          args=[quote(obj.object_id)])
         except NoReverseMatch:
             return obj.key
         return format_html('<a href="{}">{}</a>', url, obj.key)

@@ -1,0 +1,59 @@
+"""VersionedAdminMixin: seed 000's two tabs over plain requests; the stale save is
+refused with the conflict page, never saved over the newer row."""
+
+from __future__ import annotations
+
+import re
+
+from django.test import Client
+
+from tests.admin.conftest import Users, login
+from tests.testapp.models import Book
+
+
+def _form(client: Client, url: str) -> dict[str, str]:
+    html = client.get(url).content.decode()
+    version = re.search(r'name="occupy_version" value="(\d+)"', html)
+    assert version, "the change form carries no version"
+    return {"name": re.search(r'name="name" value="([^"]*)"', html)[1],
+            "status": re.search(r'name="status" value="([^"]*)"', html)[1],
+            "note": "", "occupy_version": version[1]}
+
+
+def test_a_stale_tab_meets_the_conflict_page_and_nothing_is_reverted(users: Users) -> None:
+    book = Book.objects.create(name="Dune", status="use")
+    url = f"/admin/testapp/book/{book.pk}/change/"
+    tab_b, tab_a = login(users.editor), login(users.other)
+    form_b = _form(tab_b, url)  # opened earlier
+    form_a = _form(tab_a, url)
+    assert tab_a.post(url, {**form_a, "name": "Dune Messiah", "_save": "1"}).status_code == 302
+    response = tab_b.post(url, {**form_b, "status": "free", "_save": "1"})
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert re.search(r'class="mine">Dune</td><td class="theirs">Dune Messiah</td>', html)
+    assert re.search(r'class="mine">free</td><td class="theirs">use</td>', html)
+    book.refresh_from_db()
+    assert (book.name, book.status, book.version) == ("Dune Messiah", "use", 2)
+    # Keep mine: the same values, resubmitted on the current version, on purpose.
+    keep = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', html))
+    assert keep["occupy_version"] == "2"
+    assert tab_b.post(url, {**keep, "_continue": "1"}).status_code == 302
+    book.refresh_from_db()
+    assert (book.name, book.status, book.version) == ("Dune", "free", 3)
+
+
+def test_a_form_without_its_version_is_refused(users: Users) -> None:
+    book = Book.objects.create(name="Dune", status="use")
+    url = f"/admin/testapp/book/{book.pk}/change/"
+    response = login(users.editor).post(url, {"name": "X", "status": "use", "note": ""})
+    assert response.status_code == 200
+    assert "This form carries no version" in response.content.decode()
+    book.refresh_from_db()
+    assert book.name == "Dune"
+
+
+def test_adding_needs_no_version(users: Users) -> None:
+    response = login(users.editor).post("/admin/testapp/book/add/",
+                                        {"name": "New", "status": "use", "note": ""})
+    assert response.status_code == 302
+    assert Book.objects.get().version == 1
