@@ -52,7 +52,7 @@ def test_the_key_links_to_the_object_and_the_release_is_logged(staff: User) -> N
 
     shelf = Shelf.objects.create(code="s/1")
     key = object_key(Shelf, shelf.pk)
-    occupy.acquire(key, owner="alice")
+    lease = occupy.acquire(key, owner="alice")
     staff.user_permissions.add(Permission.objects.get(codename="force_release_occupation"))
     client = Client()
     client.force_login(staff)
@@ -63,6 +63,7 @@ def test_the_key_links_to_the_object_and_the_release_is_logged(staff: User) -> N
                                               "_selected_action": [pk]})
     entry = LogEntry.objects.get()
     assert entry.user == staff
-    assert entry.change_message == f"Force-released {key!r} (fence 1, using) held by 'alice'."
+    assert entry.change_message == (f"Force-released {key!r} (fence {lease.fence}, using) "
+                                    "held by 'alice'.")
     Shelf.objects.all().delete()
     LogEntry.objects.all().delete()
