@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
-from django.test import Client
+from django.test import Client, override_settings
 
 from tests.models.conftest import wipe_tables
 
@@ -84,9 +84,13 @@ def server_url(users: Users) -> Iterator[str]:
     httpd.set_app(StaticFilesHandler(WSGIHandler()))
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
+    # As LiveServerTestCase does: the server's host passes the Host and Origin checks.
+    hosts = override_settings(ALLOWED_HOSTS=[*settings.ALLOWED_HOSTS, "127.0.0.1"])
+    hosts.enable()
     try:
         yield f"http://127.0.0.1:{httpd.server_port}"
     finally:
+        hosts.disable()
         httpd.shutdown()
         httpd.server_close()
 

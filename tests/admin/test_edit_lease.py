@@ -150,3 +150,28 @@ def test_uuid_and_string_primary_keys(users: Users, make) -> None:
     assert login(users.other).get(_url(obj, "occupy/status/")).json()["holder"] == "Editor"
     assert client.post(_url(obj, "occupy/release/"), data).status_code == 204
     assert occupy.holder(object_key(type(obj), obj.pk)) is None
+
+
+def test_the_fence_refuses_a_save_whose_lease_check_passed_before_a_takeover(
+        users: Users, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tab's lease is checked, then (a pause) taken over and the new editor saves:
+    the old tab's UPDATE compares the fence and writes nothing."""
+    from occupy.admin.leases import EditLeaseAdminMixin
+
+    doc = Document.objects.create(body="draft")
+    editor = login(users.editor)
+    _html, old = _page(editor, _url(doc))
+    stale = occupy.resume(object_key(Document, doc.pk), old["token"])
+    supervisor = login(users.supervisor)
+    location = supervisor.post(_url(doc, "occupy/takeover/"), {"_occupy_tab": "4" * 16})
+    _html, new = _page(supervisor, location["Location"])
+    assert supervisor.post(_url(doc), {"body": "new editor", "occupy_version": 1,
+                                       "_occupy_tab": new["tab"],
+                                       "_occupy_lease": new["token"]}).status_code == 302
+    monkeypatch.setattr(EditLeaseAdminMixin, "_resume", lambda self, keys, tokens: [stale])
+    response = editor.post(_url(doc), {"body": "stale", "occupy_version": 2,
+                                       "_occupy_tab": old["tab"], "_occupy_lease": old["token"]})
+    assert response.status_code == 200
+    assert "nothing was saved" in response.content.decode()
+    doc.refresh_from_db()
+    assert doc.body == "new editor"
