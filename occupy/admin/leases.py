@@ -114,6 +114,41 @@ class EditLeaseAdminMixin:
             return False
         return super().has_change_permission(request, obj)  # type: ignore[misc]
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Answer ``False`` on the read-only form of an object another tab edits (no
+        *Delete* button there); :meth:`delete_view` itself holds the key to delete."""
+        state = getattr(request, STATE, None)
+        if obj is not None and state is not None and state.name == "readonly":
+            return False
+        return super().has_delete_permission(request, obj)  # type: ignore[misc]
+
+    def delete_view(self, request: HttpRequest, object_id: str,
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """Delete only while nobody edits the object: the confirmed delete holds its
+        key (``timeout=0``) around Django's delete; held by a tab, it is refused."""
+        parent = super().delete_view  # type: ignore[misc]
+        if request.method != "POST":
+            return parent(request, object_id, extra_context)
+        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
+        if obj is None:
+            return parent(request, object_id, extra_context)
+        keys = self._keys(request, obj)
+        owner = self._owner(request, _new_tab())
+        try:
+            leases = self._take(keys, owner)
+        except Occupied as e:
+            holder = occupy.holder(e.key or keys[0], using=self.edit_lease_using)
+            who = "someone" if holder is None else owner_display(holder.owner)
+            from django.contrib import messages
+
+            self.message_user(request,  # type: ignore[attr-defined]
+                              f"Not deleted: {who} is editing it.", messages.ERROR)
+            return HttpResponseRedirect(self._change_url(obj))
+        try:
+            return parent(request, object_id, extra_context)
+        finally:
+            self._release_all(leases)
+
     @property
     def media(self) -> forms.Media:
         return super().media + forms.Media(js=["occupy/admin/edit_lease.js"])  # type: ignore[misc]
@@ -188,6 +223,7 @@ class EditLeaseAdminMixin:
             "can_take_over": same_user or (holder is not None
                                            and self.has_takeover_permission(request, obj)),
             "error": state.error,
+            "version": getattr(obj, "version", None),
             "urls": {name: self._lease_url(name, obj)
                      for name in ("renew", "release", "status", "takeover")},
         }
@@ -378,10 +414,12 @@ class EditLeaseAdminMixin:
             self.log_change(request, obj,  # type: ignore[attr-defined]
                             f"Took over the edit lease from {owner_display(holder.owner)} "
                             f"(fence {holder.fence}).")
+        return HttpResponseRedirect(f"{self._change_url(obj)}?{urlencode({'_occupy_tab': tab})}")
+
+    def _change_url(self, obj: Any) -> str:
         opts = self.model._meta  # type: ignore[attr-defined]
-        change = reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",  # type: ignore[attr-defined]
-                         args=[quote(obj.pk)])
-        return HttpResponseRedirect(f"{change}?{urlencode({'_occupy_tab': tab})}")
+        return reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",  # type: ignore[attr-defined]
+                       args=[quote(obj.pk)])
 
     # --- the save ------------------------------------------------------------------------
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 
 from django import forms
 from django.contrib.admin.utils import flatten_fieldsets, quote, unquote
-from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
+from django.core import checks
+from django.core.exceptions import FieldDoesNotExist
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -72,14 +73,19 @@ class VersionedAdminMixin:
 
     version_conflict_template = "admin/occupy/version_conflict.html"
 
-    def _check_versioned(self) -> None:
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """Add ``occupy.E101``: the model has no version (no ``VersionedMixin``)."""
         from occupy.models import VersionedMixin
 
+        errors = super().check(**kwargs)  # type: ignore[misc]
         model = self.model  # type: ignore[attr-defined]
         if not issubclass(model, VersionedMixin):
-            raise ImproperlyConfigured(
+            errors.append(checks.Error(
                 f"{type(self).__name__} uses VersionedAdminMixin, which needs a model with "
-                f"occupy.models.VersionedMixin; {model._meta.label} has none.")
+                f"occupy.models.VersionedMixin; {model._meta.label} has none.",
+                hint="Add VersionedMixin to the model, or drop VersionedAdminMixin.",
+                obj=type(self), id="occupy.E101"))
+        return errors
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         """Leave the version out; :meth:`get_fieldsets` puts it where it belongs."""
@@ -99,7 +105,6 @@ class VersionedAdminMixin:
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
                  **kwargs: Any) -> type[forms.BaseForm]:
         """Return the model form with the hidden version field."""
-        self._check_versioned()
         if "fields" not in kwargs:
             kwargs["fields"] = flatten_fieldsets(self.get_fieldsets(request, obj))
         if kwargs["fields"] is not None:

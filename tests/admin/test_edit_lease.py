@@ -175,3 +175,77 @@ def test_the_fence_refuses_a_save_whose_lease_check_passed_before_a_takeover(
     assert "nothing was saved" in response.content.decode()
     doc.refresh_from_db()
     assert doc.body == "new editor"
+
+
+def test_related_keys_are_taken_all_or_nothing(users: Users,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """get_occupy_keys() adds related objects: held elsewhere, the page is read-only
+    and none of the keys is kept; free, the tab holds them all and renews them all."""
+    from django.contrib import admin
+
+    doc = Document.objects.create(body="draft")
+    related = "testapp.chapter:7"
+    model_admin = admin.site._registry[Document]
+    monkeypatch.setattr(type(model_admin), "get_occupy_keys",
+                        lambda self, request, obj: [self.get_occupy_key(obj), related],
+                        raising=False)
+    elsewhere = occupy.acquire(related, owner="someone", reentrant=False)
+    html, page = _page(login(users.editor), _url(doc))
+    assert page["state"] == "readonly"
+    assert occupy.holder(object_key(Document, doc.pk)) is None  # nothing kept
+    occupy.release(elsewhere)
+    client = login(users.editor)
+    html, page = _page(client, _url(doc))
+    tokens = re.findall(r'name="_occupy_lease" value="([0-9a-f]+)"', html)
+    assert page["state"] == "editing" and len(tokens) == 2
+    assert occupy.holder(related).owner == occupy.holder(object_key(Document, doc.pk)).owner
+    body = {"_occupy_tab": page["tab"], "_occupy_lease": tokens}
+    assert client.post(_url(doc, "occupy/renew/"), body).json()["tokens"] == tokens
+    response = client.post(_url(doc), {**body, "body": "both", "occupy_version": 1})
+    assert response.status_code == 302
+    assert occupy.holder(related) is None  # saved: the tab let both go
+
+
+def test_the_conflict_page_keeps_the_lease_and_keep_mine_saves(users: Users) -> None:
+    doc = Document.objects.create(body="draft")
+    client = login(users.editor)
+    _html, page = _page(client, _url(doc))
+    Document.objects.filter(pk=doc.pk).update_versioned(body="a script wrote")
+    lease = {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]}
+    response = client.post(_url(doc), {**lease, "body": "mine", "occupy_version": 1})
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert 'class="mine">mine</td><td class="theirs">a script wrote</td>' in html
+    assert f'name="_occupy_lease" value="{page["token"]}"' in html  # still this tab's
+    assert occupy.holder(object_key(Document, doc.pk)).owner.endswith(page["tab"])
+    keep = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', html))
+    assert client.post(_url(doc), {**keep, "_continue": "1"}).status_code == 302
+    doc.refresh_from_db()
+    assert (doc.body, doc.version) == ("mine", 3)
+
+
+def test_delete_is_refused_while_someone_edits(users: Users) -> None:
+    doc = Document.objects.create(body="draft")
+    _html, page = _page(login(users.editor), _url(doc))
+    other = login(users.other)
+    html, _state = _page(other, _url(doc))
+    assert "deletelink" not in html  # no Delete button on the read-only form
+    response = other.post(_url(doc, "delete/"), {"post": "yes"})
+    assert response.status_code == 302
+    assert Document.objects.filter(pk=doc.pk).exists()
+    login(users.editor).post(_url(doc, "occupy/release/"),
+                             {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]})
+    assert other.post(_url(doc, "delete/"), {"post": "yes"}).status_code == 302
+    assert not Document.objects.filter(pk=doc.pk).exists()
+
+
+def test_versioned_admin_on_a_model_without_version_fails_the_check() -> None:
+    from django.contrib import admin
+
+    from occupy.admin import VersionedAdminMixin
+
+    class ShelfVersions(VersionedAdminMixin, admin.ModelAdmin):
+        pass
+
+    errors = ShelfVersions(Shelf, admin.AdminSite()).check()
+    assert [e.id for e in errors] == ["occupy.E101"]

@@ -124,8 +124,9 @@
               setState("editing");
               saveButtons().forEach(function (button) { button.disabled = false; });
             }
-            say("You are editing: others see this object read-only until you save or " +
-              "leave (lease until " + timeOf(data.until) + ").", "info");
+            say("You are editing" + (box.dataset.version ? " version " + box.dataset.version
+              : "") + ": others see this object read-only until you save or leave " +
+              "(lease until " + timeOf(data.until) + ").", "info");
             return;
           }
           if (response.status === 409) {
