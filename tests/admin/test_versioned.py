@@ -57,3 +57,17 @@ def test_adding_needs_no_version(users: Users) -> None:
                                         {"name": "New", "status": "use", "note": ""})
     assert response.status_code == 302
     assert Book.objects.get().version == 1
+
+
+def test_control_django_admin_alone_silently_reverts_the_rename(users: Users) -> None:
+    """The issue's report, reproduced with Django's own ModelAdmin: both saves succeed
+    and tab B, opened before tab A's rename, writes the old name back."""
+    book = Book.objects.create(name="Dune", status="use")
+    url = f"/plain-admin/testapp/book/{book.pk}/change/"
+    tab_b, tab_a = login(users.editor), login(users.other)
+    shown_to_b = {"name": "Dune", "status": "use", "note": "", "tags": "[]"}
+    assert tab_b.get(url).status_code == 200
+    assert tab_a.post(url, {**shown_to_b, "name": "Dune Messiah"}).status_code == 302
+    assert tab_b.post(url, {**shown_to_b, "status": "free"}).status_code == 302
+    book.refresh_from_db()
+    assert (book.name, book.status) == ("Dune", "free")  # tab A's rename is lost
