@@ -10,7 +10,7 @@ give a ``ModelAdmin`` edit leases, version checks and an "is being edited" colum
 from occupy.admin.leases import EditLeaseAdminMixin
 from occupy.admin.occupation import OccupationAdmin
 from occupy.admin.status import OccupiedListFilter, OccupyStatusAdminMixin
-from occupy.admin.versioned import VersionedAdminMixin, versioned_form
+from occupy.admin.versioned import VersionedAdminMixin, VersionedInlineMixin, versioned_form
 
 __all__ = [
     "EditLeaseAdminMixin",
@@ -18,5 +18,6 @@ __all__ = [
     "OccupiedListFilter",
     "OccupyStatusAdminMixin",
     "VersionedAdminMixin",
+    "VersionedInlineMixin",
     "versioned_form",
 ]

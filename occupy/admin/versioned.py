@@ -22,7 +22,7 @@ from django.utils.http import urlencode
 
 from occupy.exceptions import VersionConflict
 
-__all__ = ["VERSION_FIELD", "VersionedAdminMixin", "versioned_form"]
+__all__ = ["VERSION_FIELD", "VersionedAdminMixin", "VersionedInlineMixin", "versioned_form"]
 
 #: The name of the hidden form field carrying the version.
 VERSION_FIELD = "occupy_version"
@@ -61,17 +61,8 @@ def versioned_form(form: type[forms.BaseForm]) -> type[forms.BaseForm]:
     return VersionedForm
 
 
-class VersionedAdminMixin:
-    """Refuse stale change forms of a :class:`~occupy.models.VersionedMixin` model.
-
-    A save whose row moved on since the form was rendered raises
-    :class:`~occupy.VersionConflict` inside the admin's transaction (nothing is
-    written) and answers with ``admin/occupy/version_conflict.html``: each field where
-    the submitted value and the current one differ, a button to save yours on the
-    current version, and a link to the current object.
-    """
-
-    version_conflict_template = "admin/occupy/version_conflict.html"
+class _VersionFieldMixin:
+    """Put the hidden version field in the fieldsets of an editable form."""
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         """Add ``occupy.E101``: the model has no version (no ``VersionedMixin``)."""
@@ -81,9 +72,9 @@ class VersionedAdminMixin:
         model = self.model  # type: ignore[attr-defined]
         if not issubclass(model, VersionedMixin):
             errors.append(checks.Error(
-                f"{type(self).__name__} uses VersionedAdminMixin, which needs a model with "
-                f"occupy.models.VersionedMixin; {model._meta.label} has none.",
-                hint="Add VersionedMixin to the model, or drop VersionedAdminMixin.",
+                f"{type(self).__name__} adds occupy's version field, which needs a model "
+                f"with occupy.models.VersionedMixin; {model._meta.label} has none.",
+                hint="Add VersionedMixin to the model, or drop the occupy admin mixin.",
                 obj=type(self), id="occupy.E101"))
         return errors
 
@@ -102,13 +93,45 @@ class VersionedAdminMixin:
         fieldsets[-1] = (name, {**options, "fields": [*options["fields"], VERSION_FIELD]})
         return fieldsets
 
-    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
-                 **kwargs: Any) -> type[forms.BaseForm]:
-        """Return the model form with the hidden version field."""
+    def _form_fields(self, request: HttpRequest, obj: Any, kwargs: dict[str, Any]) -> None:
+        """Leave the version out of the ``fields`` given to Django's form factory (it is
+        no model field: the form declares it)."""
         if "fields" not in kwargs:
             kwargs["fields"] = flatten_fieldsets(self.get_fieldsets(request, obj))
         if kwargs["fields"] is not None:
             kwargs["fields"] = [name for name in kwargs["fields"] if name != VERSION_FIELD]
+
+
+class VersionedInlineMixin(_VersionFieldMixin):
+    """Give each form of an inline (``TabularInline``, ``StackedInline``) of a
+    :class:`~occupy.models.VersionedMixin` model its own hidden version: a stale inline
+    row is refused like the main form (the parent admin needs
+    :class:`VersionedAdminMixin` to answer with the conflict page)."""
+
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        """Return the formset whose forms carry their row's version."""
+        self._form_fields(request, obj, kwargs)
+        formset = super().get_formset(request, obj, **kwargs)  # type: ignore[misc]
+        formset.form = versioned_form(formset.form)
+        return formset
+
+
+class VersionedAdminMixin(_VersionFieldMixin):
+    """Refuse stale change forms of a :class:`~occupy.models.VersionedMixin` model.
+
+    A save whose row moved on since the form was rendered raises
+    :class:`~occupy.VersionConflict` inside the admin's transaction (nothing is
+    written) and answers with ``admin/occupy/version_conflict.html``: each field where
+    the submitted value and the current one differ, a button to save yours on the
+    current version, and a link to the current object.
+    """
+
+    version_conflict_template = "admin/occupy/version_conflict.html"
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
+                 **kwargs: Any) -> type[forms.BaseForm]:
+        """Return the model form with the hidden version field."""
+        self._form_fields(request, obj, kwargs)
         form = super().get_form(request, obj, change=change, **kwargs)  # type: ignore[misc]
         return versioned_form(form) if obj is not None else form
 
@@ -117,6 +140,12 @@ class VersionedAdminMixin:
         request._occupy_version_form = form  # type: ignore[attr-defined]
         super().save_model(request, obj, form, change)  # type: ignore[misc]
 
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any,
+                     change: bool) -> None:
+        """Save the inlines; keep their forms for the conflict page."""
+        request._occupy_version_formsets = formsets  # type: ignore[attr-defined]
+        super().save_related(request, form, formsets, change)  # type: ignore[misc]
+
     def changeform_view(self, request: HttpRequest, object_id: str | None = None,
                         form_url: str = "", extra_context: dict[str, Any] | None = None
                         ) -> HttpResponse:
@@ -124,20 +153,35 @@ class VersionedAdminMixin:
         try:
             return super().changeform_view(request, object_id, form_url,  # type: ignore[misc]
                                            extra_context)
-        except VersionConflict:
-            form = getattr(request, "_occupy_version_form", None)
+        except VersionConflict as e:
+            form = self._conflicting_form(request, e)
             if object_id is None or request.method != "POST" or form is None:
                 raise
             return self.version_conflict_response(request, object_id, form)
 
+    def _conflicting_form(self, request: HttpRequest, exc: VersionConflict) -> Any:
+        """Return the submitted form whose row ``exc`` refused (main form or inline)."""
+        form = getattr(request, "_occupy_version_form", None)
+        for formset in getattr(request, "_occupy_version_formsets", ()):
+            for inline_form in formset.forms:
+                instance = inline_form.instance
+                if (exc.model is not None and isinstance(instance, exc.model)
+                        and instance.pk is not None and str(instance.pk) == str(exc.pk)):
+                    return inline_form
+        return form
+
     def version_conflict_response(self, request: HttpRequest, object_id: str,
                                   form: Any) -> HttpResponse:
-        """Render the conflict page: your values beside the current ones."""
+        """Render the conflict page: the refused form's values beside the current ones
+        (of the main object, or of the inline row that changed)."""
         opts = self.model._meta  # type: ignore[attr-defined]
-        current = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
+        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
+        current = obj
+        if obj is not None and not isinstance(form.instance, type(obj)):
+            current = type(form.instance)._base_manager.filter(pk=form.instance.pk).first()
         change_url = reverse(f"{self.admin_site.name}:{opts.app_label}_"  # type: ignore[attr-defined]
                              f"{opts.model_name}_change", args=[quote(object_id)])
-        if current is None:
+        if obj is None or current is None:
             return TemplateResponse(request, self.version_conflict_template, {
                 **self.admin_site.each_context(request), "opts": opts,  # type: ignore[attr-defined]
                 "title": "Deleted meanwhile", "gone": True, "rows": [],
@@ -145,7 +189,8 @@ class VersionedAdminMixin:
         fresh = type(form)(instance=current)
         rows = []
         for name, field in form.fields.items():
-            if name == VERSION_FIELD or name not in form.cleaned_data:
+            if (name == VERSION_FIELD or name not in form.cleaned_data
+                    or name not in fresh.fields):  # the formset's own id, DELETE, parent
                 continue
             theirs = fresh[name].initial
             if not field.has_changed(theirs, form[name].data):
@@ -153,8 +198,11 @@ class VersionedAdminMixin:
             rows.append({"label": form[name].label, "name": name,
                          "mine": _display(current, name, form.cleaned_data[name]),
                          "theirs": _display(current, name, getattr(current, name, theirs))})
+        version_key = form.add_prefix(VERSION_FIELD)
         resubmit = [(key, value) for key, values in request.POST.lists()
-                    if key not in _NOT_RESUBMITTED for value in values]
+                    if key not in _NOT_RESUBMITTED and key != version_key for value in values]
+        if version_key != VERSION_FIELD:  # an inline row: the main form's version stands
+            resubmit += [(VERSION_FIELD, value) for value in request.POST.getlist(VERSION_FIELD)]
         state = getattr(request, "_occupy_edit", None)
         edit_context = getattr(self, "edit_lease_context", None)
         take_current = change_url
@@ -164,15 +212,18 @@ class VersionedAdminMixin:
             **self.admin_site.each_context(request),  # type: ignore[attr-defined]
             "opts": opts,
             "title": f"{opts.verbose_name.capitalize()} changed while you edited it",
-            "object": current,
+            "object": obj,
+            "changed": current,
+            "related": (None if current is obj else
+                        f"{type(current)._meta.verbose_name} “{current}”"),
             "rows": rows,
             "resubmit": resubmit,
-            "version_field": VERSION_FIELD,
+            "version_field": version_key,
             "current_version": current.version,
             "change_url": change_url,
             "take_current_url": take_current,
             "media": self.media,  # type: ignore[attr-defined]
-            "occupy_edit": (edit_context(request, current, state)
+            "occupy_edit": (edit_context(request, obj, state)
                             if state is not None and edit_context is not None
                             and state.leases else None),
         }

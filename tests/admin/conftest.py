@@ -26,7 +26,7 @@ from django.test import Client, override_settings
 from tests.models.conftest import wipe_tables
 
 PASSWORD = "occupy-pass"
-MODELS = ["book", "document", "label", "uuidbook", "shelf"]
+MODELS = ["book", "chapter", "document", "label", "uuidbook", "shelf"]
 CHROMIUM = os.environ.get("OCCUPY_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("OCCUPY_TEST_CHROMEDRIVER", "/usr/bin/chromedriver")
 #: Where each state of the pages is photographed (ignored by git).

@@ -71,3 +71,34 @@ def test_control_django_admin_alone_silently_reverts_the_rename(users: Users) ->
     assert tab_b.post(url, {**shown_to_b, "status": "free"}).status_code == 302
     book.refresh_from_db()
     assert (book.name, book.status) == ("Dune", "free")  # tab A's rename is lost
+
+
+def _inputs(html: str) -> dict[str, str]:
+    """Return the page's text and hidden inputs, by name."""
+    return dict(re.findall(r'<input type="(?:hidden|text)" name="([^"]+)" value="([^"]*)"',
+                           html))
+
+
+def test_inline_rows_carry_their_own_versions(users: Users) -> None:
+    from tests.testapp.models import Chapter, UUIDBook
+
+    book = UUIDBook.objects.create(name="Dune")
+    chapter = Chapter.objects.create(book=book, title="Arrakis")
+    url = f"/admin/testapp/uuidbook/{book.pk}/change/"
+    client = login(users.editor)
+    page = client.get(url).content.decode()
+    form = _inputs(page)
+    assert form["chapters-0-occupy_version"] == "1" and form["occupy_version"] == "1"
+    Chapter.objects.filter(pk=chapter.pk).update_versioned(title="Arrakis, by a script")
+    response = client.post(url, {**form, "chapters-0-title": "Dune planet", "_save": "1"})
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert "What changed is the chapter “Arrakis, by a script”" in html
+    assert 'class="mine">Dune planet</td><td class="theirs">Arrakis, by a script</td>' in html
+    chapter.refresh_from_db()
+    assert chapter.title == "Arrakis, by a script"
+    keep = _inputs(html)
+    assert keep["chapters-0-occupy_version"] == "2" and keep["occupy_version"] == "1"
+    assert client.post(url, {**keep, "_continue": "1"}).status_code == 302
+    chapter.refresh_from_db()
+    assert (chapter.title, chapter.version) == ("Dune planet", 3)

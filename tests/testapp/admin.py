@@ -3,8 +3,13 @@ an integer, a UUID and a string primary key, fenced or not."""
 
 from django.contrib import admin
 
-from occupy.admin import EditLeaseAdminMixin, OccupyStatusAdminMixin, VersionedAdminMixin
-from tests.testapp.models import Book, Document, Label, Shelf, UUIDBook
+from occupy.admin import (
+    EditLeaseAdminMixin,
+    OccupyStatusAdminMixin,
+    VersionedAdminMixin,
+    VersionedInlineMixin,
+)
+from tests.testapp.models import Book, Chapter, Document, Label, Shelf, UUIDBook
 
 #: Short leases, so that the browser tests see renewals and expiry within seconds.
 TTL = 6
@@ -34,9 +39,16 @@ class LabelAdmin(FullAdmin):
     """Fenced and versioned, string primary key."""
 
 
+class ChapterInline(VersionedInlineMixin, admin.TabularInline):
+    model = Chapter
+    extra = 0
+
+
 @admin.register(UUIDBook)
 class UUIDBookAdmin(FullAdmin):
-    """Versioned, UUID primary key."""
+    """Versioned, UUID primary key, with versioned inline chapters."""
+
+    inlines = [ChapterInline]
 
 
 @admin.register(Shelf)
