@@ -18,7 +18,10 @@ from django.core.exceptions import FieldDoesNotExist
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html
 from django.utils.http import urlencode
+from django.utils.safestring import SafeString
 
 from occupy.exceptions import VersionConflict
 
@@ -46,6 +49,12 @@ def versioned_form(form: type[forms.BaseForm]) -> type[forms.BaseForm]:
             if self.instance.pk is not None:
                 self.fields[VERSION_FIELD].initial = self.instance.version
 
+        @cached_property
+        def changed_data(self) -> list[str]:
+            # The version is no change of the user's: a stale but untouched row (inline,
+            # list_editable) is not saved, and the history does not mention it.
+            return [name for name in super().changed_data if name != VERSION_FIELD]
+
         def clean(self) -> Any:
             cleaned = super().clean()
             version = self.cleaned_data.get(VERSION_FIELD)
@@ -59,6 +68,20 @@ def versioned_form(form: type[forms.BaseForm]) -> type[forms.BaseForm]:
 
     VersionedForm.__name__ = form.__name__
     return VersionedForm
+
+
+class _PkWithVersion(forms.HiddenInput):
+    """The changelist's hidden primary key, followed by the row's hidden version: the
+    only per-row hidden input Django's ``list_editable`` table renders."""
+
+    def __init__(self, version: Any, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs)
+        self.version = version
+
+    def render(self, name: str, value: Any, attrs: dict[str, Any] | None = None,
+               renderer: Any = None) -> SafeString:
+        return format_html("{}{}", super().render(name, value, attrs, renderer),
+                           self.version.as_hidden())
 
 
 class _VersionFieldMixin:
@@ -134,6 +157,39 @@ class VersionedAdminMixin(_VersionFieldMixin):
         self._form_fields(request, obj, kwargs)
         form = super().get_form(request, obj, change=change, **kwargs)  # type: ignore[misc]
         return versioned_form(form) if obj is not None else form
+
+    def get_changelist_formset(self, request: HttpRequest, **kwargs: Any) -> Any:
+        """Return the ``list_editable`` formset whose rows carry their versions (next to
+        their hidden primary key): a row changed since the list was loaded is refused."""
+        formset = super().get_changelist_formset(request, **kwargs)  # type: ignore[misc]
+        formset.form = versioned_form(formset.form)
+        pk_name = self.model._meta.pk.name  # type: ignore[attr-defined]
+
+        class VersionedChangelistFormSet(formset):  # type: ignore[misc, valid-type]
+            def add_fields(self, form: Any, index: Any) -> None:
+                super().add_fields(form, index)
+                field = form.fields.get(pk_name)
+                if (field is not None and field.widget.is_hidden
+                        and form.instance.pk is not None):
+                    field.widget = _PkWithVersion(form[VERSION_FIELD], field.widget.attrs)
+
+        return VersionedChangelistFormSet
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+                        ) -> HttpResponse:
+        """Refuse a ``list_editable`` save whose rows changed since the list was loaded
+        (everything is rolled back) with a message, instead of writing over them."""
+        try:
+            return super().changelist_view(request, extra_context)  # type: ignore[misc]
+        except VersionConflict as e:
+            from django.contrib import messages
+            from django.http import HttpResponseRedirect
+
+            self.message_user(  # type: ignore[attr-defined]
+                request, f"Nothing was saved: {self.model._meta.verbose_name} "  # type: ignore[attr-defined]
+                f"{e.pk} changed since this list was loaded. Here is the list as it is now.",
+                messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         """Save; keep the form for the conflict page if the row moved on."""

@@ -102,3 +102,42 @@ def test_inline_rows_carry_their_own_versions(users: Users) -> None:
     assert client.post(url, {**keep, "_continue": "1"}).status_code == 302
     chapter.refresh_from_db()
     assert (chapter.title, chapter.version) == ("Dune planet", 3)
+
+
+def test_list_editable_rows_carry_versions(users: Users) -> None:
+    first, second = Book.objects.create(name="A"), Book.objects.create(name="B")
+    client = login(users.editor)
+    page = client.get("/admin/testapp/book/?o=1").content.decode()
+    listed = _inputs(page)
+    rows = {listed[f"form-{i}-id"]: i for i in range(2)}
+    assert {listed[f"form-{i}-occupy_version"] for i in range(2)} == {"1"}
+    Book.objects.filter(pk=second.pk).update_versioned(note="someone")  # an untouched row
+    i = rows[str(first.pk)]
+    data = {**listed, f"form-{i}-status": "free", "_save": "Save"}
+    for n in range(2):
+        data.setdefault(f"form-{n}-status", "use")
+    assert client.post("/admin/testapp/book/?o=1", data).status_code == 302
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.status, first.version, second.version) == ("free", 2, 2)
+    Book.objects.filter(pk=first.pk).update_versioned(status="lost")  # the row edited
+    response = client.post("/admin/testapp/book/?o=1",
+                           {**data, f"form-{i}-status": "use",
+                            f"form-{i}-occupy_version": "2"}, follow=True)
+    assert "changed since this list was loaded" in response.content.decode()
+    first.refresh_from_db()
+    assert first.status == "lost"
+
+
+def test_admin_actions_go_through_update_versioned(users: Users) -> None:
+    book = Book.objects.create(name="Dune", status="use")
+    url = f"/admin/testapp/book/{book.pk}/change/"
+    client = login(users.editor)
+    html = client.get(url).content.decode()
+    stale = {**_inputs(html), "note": "", "name": "Dune 2"}
+    client.post("/admin/testapp/book/", {"action": "mark_free", "_selected_action": [book.pk]})
+    book.refresh_from_db()
+    assert (book.status, book.version) == ("free", 2)
+    assert client.post(url, {**stale, "_save": "1"}).status_code == 409
+    book.refresh_from_db()
+    assert (book.name, book.status) == ("Dune", "free")
