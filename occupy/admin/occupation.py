@@ -39,7 +39,9 @@ class OccupationAdmin(admin.ModelAdmin):
     """Read-only list of claims; releasing one by force needs
     ``occupy.force_release_occupation`` and is logged (admin log and ``occupy.admin``)."""
 
-    list_display = ["locked_object", "holder", "state", "fence", "since", "until"]
+    # Narrow columns, so that all fit beside the filter at 1280 px: the state shows as
+    # "(queued)" after a waiting owner, and the full owner string is the holder's title.
+    list_display = ["locked_object", "holder", "fence", "since", "until"]
     list_display_links = None
     list_filter = ["state"]
     list_select_related = ["content_type"]
@@ -81,8 +83,13 @@ class OccupationAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("holder"), ordering="owner")
     def holder(self, obj: Occupation) -> str:
-        """Return the owner, with the admin user it names (``admin:user:<pk>:tab:…``)."""
-        return owner_display(obj.owner, full=True)
+        """Return the user the owner names (``admin:user:<pk>:tab:…``), else the owner
+        (shortened); the whole owner string is its title. Queued claims say so."""
+        name = owner_display(obj.owner)
+        if name == "someone else":
+            name = obj.owner if len(obj.owner) <= 24 else f"{obj.owner[:23]}…"
+        queued = " (queued)" if obj.state == Occupation.State.PENDING else ""
+        return format_html('<span title="{}">{}</span>{}', obj.owner, name, queued)
 
     @admin.display(description=_("since"), ordering="created_at")
     def since(self, obj: Occupation) -> str:

@@ -21,10 +21,9 @@ def owner_user_pk(owner: str) -> str | None:
     return None if match is None else match["pk"]
 
 
-def owner_display(owner: str, *, full: bool = False) -> str:
+def owner_display(owner: str) -> str:
     """Return the user an owner names (full name, else username), or ``"someone
-    else"`` for owners that name no user (a host and process are nobody's business).
-    ``full=True`` (the Occupation list, for operators) appends the owner itself."""
+    else"`` for owners that name no user (a host and process are nobody's business)."""
     pk = owner_user_pk(owner)
     name = None
     if pk is not None:
@@ -37,6 +36,4 @@ def owner_display(owner: str, *, full: bool = False) -> str:
             name = None
         else:
             name = user.get_full_name() or user.get_username()
-    if full:
-        return owner if name is None else f"{name} ({owner})"
     return name or "someone else"

@@ -57,7 +57,8 @@ def users(live_db: None) -> Iterator[Users]:
     writes = [f"{action}_{model}" for model in MODELS
               for action in ("add", "change", "delete", "view")]
     yield Users(editor=_user("editor", *writes), other=_user("other", *writes),
-                supervisor=_user("supervisor", *writes, "force_release_occupation"))
+                supervisor=_user("supervisor", *writes, "force_release_occupation",
+                                "view_occupation"))
     wipe_tables()
     User.objects.all().delete()
 

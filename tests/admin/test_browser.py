@@ -172,6 +172,19 @@ def test_takeover_disables_the_old_tab_and_the_fence_refuses_its_save(users: Use
     assert "the editor's unsaved words" in editor.find("[name=body]").get_attribute("value")
     doc.refresh_from_db()
     assert doc.body == "the supervisor's text"
+    # The claims list, as an operator sees it at 1280 px: every column on screen.
+    lease = occupy.acquire(object_key(Document, doc.pk), reentrant=False,
+                           owner=f"admin:user:{users.editor.pk}:tab:0123456789abcdef")
+    supervisor.open("/admin/occupy/occupation/")
+    link = supervisor.find(f"#result_list a[href$='/testapp/document/{doc.pk}/change/']")
+    assert link.text == object_key(Document, doc.pk)
+    header, table = supervisor.find("#result_list th.column-until"), supervisor.find(".results")
+    assert header.rect["x"] + header.rect["width"] <= table.rect["x"] + table.rect["width"]
+    assert supervisor.driver.execute_script(
+        "var r = document.querySelector('.results'); return r.scrollWidth <= r.clientWidth;")
+    assert "Editor" in supervisor.text("#result_list")
+    supervisor.screenshot("occupations")
+    occupy.release(lease)
 
 
 def test_back_forward_takes_the_lease_again_or_shows_read_only(users: Users,
