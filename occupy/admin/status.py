@@ -44,12 +44,14 @@ def annotate_occupation(queryset: models.QuerySet, alias: str) -> models.QuerySe
     user_model = get_user_model()
     start = len(_ADMIN_PREFIX) + 1
     rest = Substr("owner", start)
-    claims = claims.annotate(occupy_user_pk=Case(
+    # Cast, so that MySQL compares both sides in the connection's collation (the
+    # owner column and a cast primary key may have different ones).
+    claims = claims.annotate(occupy_user_pk=Cast(Case(
         When(owner__startswith=_ADMIN_PREFIX,
              then=Substr(rest, 1, StrIndex(rest, Value(":")) - 1)),
-        default=Value(None), output_field=CharField()))
+        default=Value(None), output_field=CharField()), TextField()))
     user = user_model._default_manager.annotate(
-        occupy_pk_text=Cast("pk", CharField(max_length=255)),
+        occupy_pk_text=Cast("pk", TextField()),
     ).filter(occupy_pk_text=OuterRef("occupy_user_pk"))
     username = user_model.USERNAME_FIELD
     claims = claims.annotate(
