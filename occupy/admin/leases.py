@@ -51,6 +51,8 @@ class EditState:
     holder: Holder | None = None
     #: Why a save was refused (the lease was lost); the form keeps the user's input.
     error: str | None = None
+    #: The requesting user's primary key, as text.
+    user_pk: str | None = None
 
     @property
     def name(self) -> str:
@@ -234,6 +236,10 @@ class EditLeaseAdminMixin:
         main = keys[0]
         return [main, *sorted(set(keys) - {main})]
 
+    def _state(self, request: HttpRequest, obj: Any, tab: str) -> EditState:
+        return EditState(tab=tab, owner=self._owner(request, tab), keys=self._keys(request, obj),
+                         user_pk=str(request.user.pk))
+
     def _owner(self, request: HttpRequest, tab: str) -> str:
         return admin_owner(request.user.pk, tab)
 
@@ -276,8 +282,7 @@ class EditLeaseAdminMixin:
     def _get_state(self, request: HttpRequest, obj: Any) -> EditState:
         tab = request.GET.get("_occupy_tab", "")
         tab = tab if _TAB.match(tab) else _new_tab()
-        state = EditState(tab=tab, owner=self._owner(request, tab),
-                          keys=self._keys(request, obj))
+        state = self._state(request, obj, tab)
         try:
             state.leases = self._take(state.keys, state.owner)
         except Occupied as e:
@@ -290,23 +295,28 @@ class EditLeaseAdminMixin:
     def _post_state(self, request: HttpRequest, obj: Any) -> EditState:
         tab = request.POST.get("_occupy_tab", "")
         tab = tab if _TAB.match(tab) else _new_tab()
-        state = EditState(tab=tab, owner=self._owner(request, tab),
-                          keys=self._keys(request, obj))
+        state = self._state(request, obj, tab)
         try:
             state.leases = self._resume(state.keys, request.POST.getlist("_occupy_lease"))
         except LeaseLost:
             state.error = self._lost_message(state)
         return state
 
-    def _lost_message(self, state: EditState) -> str:
+    def _lost_message(self, state: EditState, *, saving: bool = True) -> str:
+        """Say why the tab's lease is gone and what became of the user's input."""
         holder = occupy.holder(state.keys[0], using=self.edit_lease_using)
         state.holder = holder
         if holder is None:
             who = "Your edit lease expired"
+        elif owner_user_pk(holder.owner) == str(getattr(state, "user_pk", None)):
+            who = "You are editing this in another tab"
         else:
             who = f"{owner_display(holder.owner)} took over the editing"
-        return (f"{who}: nothing was saved. Your changes are still in this form; "
-                "reload the page to edit the current version.")
+        if saving:
+            return (f"{who}: nothing was saved. Your changes are still in this form; "
+                    "reload the page to edit the current version.")
+        return (f"{who}. Your changes are still in this form but cannot be saved from "
+                "here; reload the page to edit the current version.")
 
     # --- the endpoints the script calls --------------------------------------------------
     def get_urls(self) -> list[Any]:
@@ -358,16 +368,16 @@ class EditLeaseAdminMixin:
         go, as after the back/forward cache); 409 with the holder when lost."""
         obj = self._leased_object(request, object_id)
         tab = self._tab(request)
-        keys = self._keys(request, obj)
+        state = self._state(request, obj, tab)
+        keys = state.keys
         tokens = request.POST.getlist("_occupy_lease")
-        state = EditState(tab=tab, owner=self._owner(request, tab), keys=keys)
         try:
             if request.POST.get("reacquire") == "1":
                 leases = self._take(keys, state.owner, tokens)
             else:
                 leases = self._resume(keys, tokens)
         except (LeaseLost, Occupied):
-            body = {"lost": True, "message": self._lost_message(state),
+            body = {"lost": True, "message": self._lost_message(state, saving=False),
                     **self._holder_body(request, keys[0])}
             return JsonResponse(body, status=409)
         return JsonResponse({"tokens": [lease.token for lease in leases],

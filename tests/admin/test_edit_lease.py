@@ -249,3 +249,20 @@ def test_versioned_admin_on_a_model_without_version_fails_the_check() -> None:
 
     errors = ShelfVersions(Shelf, admin.AdminSite()).check()
     assert [e.id for e in errors] == ["occupy.E101"]
+
+
+def test_the_same_users_other_tab_may_edit_here_instead(users: Users) -> None:
+    doc = Document.objects.create(body="draft")
+    client = login(users.editor)
+    _html, first = _page(client, _url(doc))
+    html, second = _page(client, _url(doc))
+    assert second["state"] == "readonly" and "Edit here instead" in html
+    response = client.post(_url(doc, "occupy/takeover/"), {"_occupy_tab": second["tab"]})
+    _html, second = _page(client, response["Location"])
+    assert second["state"] == "editing"
+    assert not LogEntry.objects.exists()  # one's own lease: nothing to log
+    lost = client.post(_url(doc, "occupy/renew/"), {"_occupy_tab": first["tab"],
+                                                    "_occupy_lease": first["token"]})
+    assert lost.status_code == 409
+    assert lost.json()["message"].startswith("You are editing this in another tab. Your "
+                                             "changes are still in this form")

@@ -96,9 +96,9 @@
           }
         });
       }
-      say((data.holder || "Someone else") + " is editing this object since " +
-        timeOf(data.since) + ", until " + timeOf(data.until) +
-        ". This page turns editable when they are done.", "warning");
+      say((data.holder || "Someone else") + " is editing this object" +
+        (data.since ? " since " + timeOf(data.since) : "") + ", until " +
+        timeOf(data.until) + ". This page turns editable when they are done.", "warning");
       timer = window.setInterval(checkFree, poll * 1000);
     }
 
