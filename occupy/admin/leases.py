@@ -77,8 +77,9 @@ class EditLeaseAdminMixin:
     A custom ``change_form_template`` should extend ``admin/occupy/change_form.html``.
     """
 
-    #: Lease length in seconds; the page renews it every third of it.
-    edit_lease_ttl: float = 60
+    #: Lease length in seconds; the page renews it every third of it. Chrome wakes the
+    #: timers of a tab hidden for 5 minutes only once a minute, so keep it >= 120 s.
+    edit_lease_ttl: float = 120
     #: The occupy backend alias the leases live in.
     edit_lease_using: str = "default"
     #: How often, in seconds, a read-only page asks whether the lease is free.
