@@ -8,6 +8,8 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth import get_user_model
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, models
 from django.db.models import Case, CharField, OuterRef, Subquery, TextField, Value, When
 from django.db.models.functions import Cast, Concat, Replace, StrIndex, Substr
@@ -101,6 +103,19 @@ class OccupyStatusAdminMixin:
 
     #: The occupy backend alias whose claims are shown (a ``DatabaseBackend``).
     occupy_status_using: str = "default"
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """Add ``occupy.E102``: ``occupy_status_using`` is no database backend."""
+        from occupy.exceptions import OccupyError
+
+        errors = super().check(**kwargs)  # type: ignore[misc]
+        try:
+            database_backend(self.occupy_status_using, type(self).__name__)
+        except (OccupyError, ImproperlyConfigured) as e:
+            errors.append(checks.Error(
+                str(e), hint="Set occupy_status_using to the alias of a DatabaseBackend: the "
+                "column reads its Occupation rows.", obj=type(self), id="occupy.E102"))
+        return errors
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet:
         """Annotate each row with its holder (one query for the whole page)."""

@@ -45,3 +45,14 @@ def test_the_changelist_shows_the_column_and_filters(users: Users) -> None:
     page = client.get("/admin/testapp/book/?occupied=0").content.decode()
     assert ">free<" in page and ">held<" not in page
     occupy.release(lease)
+
+
+def test_the_column_needs_a_database_backend() -> None:
+    from occupy.admin import OccupyStatusAdminMixin
+
+    class OnFiles(OccupyStatusAdminMixin, admin.ModelAdmin):
+        occupy_status_using = "files"
+
+    errors = OnFiles(Book, admin.AdminSite()).check()
+    assert [e.id for e in errors] == ["occupy.E102"]
+    assert "FileBackend" in errors[0].msg
