@@ -176,6 +176,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.admin",
+    "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
     "occupy",
@@ -210,5 +211,6 @@ TEMPLATES = [
     }
 ]
 ROOT_URLCONF = "tests.urls"
+STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGGING = {"version": 1, "disable_existing_loggers": False}

@@ -10,7 +10,7 @@ from django.db import connections
 
 #: The test tables, children before parents.
 TABLES = [
-    "testapp_ebook", "testapp_book", "testapp_strictbook", "testapp_uuidbook",
+    "testapp_ebook", "testapp_book", "testapp_chapter", "testapp_strictbook", "testapp_uuidbook",
     "testapp_shelf", "testapp_label", "testapp_goods", "testapp_task", "testapp_document",
     "testapp_page",
 ]

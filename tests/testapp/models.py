@@ -127,3 +127,13 @@ class Label(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
 
     def __str__(self) -> str:
         return self.code
+
+
+class Chapter(VersionedMixin, models.Model):
+    """A versioned row edited inline on its ``UUIDBook``'s change form."""
+
+    book = models.ForeignKey(UUIDBook, on_delete=models.CASCADE, related_name="chapters")
+    title = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.title

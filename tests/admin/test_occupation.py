@@ -42,3 +42,28 @@ def test_force_release_needs_the_permission_and_the_holder_then_loses(staff: Use
     assert occupy.holder("book:1") is None
     with pytest.raises(occupy.LeaseLost):
         occupy.release(lease)
+
+
+def test_the_key_links_to_the_object_and_the_release_is_logged(staff: User) -> None:
+    from django.contrib.admin.models import LogEntry
+
+    from occupy.models import object_key
+    from tests.testapp.models import Shelf
+
+    shelf = Shelf.objects.create(code="s/1")
+    key = object_key(Shelf, shelf.pk)
+    lease = occupy.acquire(key, owner="alice")
+    staff.user_permissions.add(Permission.objects.get(codename="force_release_occupation"))
+    client = Client()
+    client.force_login(staff)
+    page = client.get("/admin/occupy/occupation/").content.decode()
+    assert f'<a href="/admin/testapp/shelf/s_2F1/change/">{key}</a>' in page
+    pk = Occupation.objects.get(key=key).pk
+    client.post("/admin/occupy/occupation/", {"action": "force_release",
+                                              "_selected_action": [pk]})
+    entry = LogEntry.objects.get()
+    assert entry.user == staff
+    assert entry.change_message == (f"Force-released {key!r} (fence {lease.fence}, using) "
+                                    "held by 'alice'.")
+    Shelf.objects.all().delete()
+    LogEntry.objects.all().delete()

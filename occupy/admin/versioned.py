@@ -1,0 +1,297 @@
+"""``VersionedAdminMixin``: a change form saved over a newer row is refused, never
+saved, and the user sees field by field what they sent and what the row holds now.
+
+The version the form was rendered from travels as a hidden field (``occupy_version``)
+the mixin adds itself; the save compares it strictly in its ``UPDATE``
+(:meth:`~occupy.models.VersionedMixin.expect_version`), so the check and the write are
+one statement.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib.admin.utils import flatten_fieldsets, quote, unquote
+from django.core import checks
+from django.core.exceptions import FieldDoesNotExist
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+from django.utils.http import urlencode
+from django.utils.safestring import SafeString
+
+from occupy.exceptions import VersionConflict
+
+__all__ = ["VERSION_FIELD", "VersionedAdminMixin", "VersionedInlineMixin", "versioned_form"]
+
+#: The name of the hidden form field carrying the version.
+VERSION_FIELD = "occupy_version"
+#: POST members never copied into the "keep mine" form.
+_NOT_RESUBMITTED = {"csrfmiddlewaretoken", VERSION_FIELD, "_occupy_lease", "_occupy_tab",
+                    "_save", "_continue", "_addanother", "_saveasnew"}
+
+
+def versioned_form(form: type[forms.BaseForm]) -> type[forms.BaseForm]:
+    """Return ``form`` (a model form) with the hidden version field: rendered with the
+    instance's version, given back to the instance as the save's precondition."""
+    if VERSION_FIELD in form.base_fields:
+        return form
+
+    class VersionedForm(form):  # type: ignore[misc, valid-type]
+        occupy_version = forms.IntegerField(widget=forms.HiddenInput, required=False,
+                                            min_value=1)
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if self.instance.pk is not None:
+                self.fields[VERSION_FIELD].initial = self.instance.version
+
+        @cached_property
+        def changed_data(self) -> list[str]:
+            # The version is no change of the user's: a stale but untouched row (inline,
+            # list_editable) is not saved, and the history does not mention it.
+            return [name for name in super().changed_data if name != VERSION_FIELD]
+
+        def clean(self) -> Any:
+            cleaned = super().clean()
+            version = self.cleaned_data.get(VERSION_FIELD)
+            if self.instance.pk is not None and not self.instance._state.adding:
+                if version is None:
+                    raise forms.ValidationError(
+                        "This form carries no version: reload the page and make your "
+                        "change again.", code="version_required")
+                self.instance.expect_version(version)
+            return cleaned
+
+    VersionedForm.__name__ = form.__name__
+    return VersionedForm
+
+
+class _PkWithVersion(forms.HiddenInput):
+    """The changelist's hidden primary key, followed by the row's hidden version: the
+    only per-row hidden input Django's ``list_editable`` table renders."""
+
+    def __init__(self, version: Any, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs)
+        self.version = version
+
+    def render(self, name: str, value: Any, attrs: dict[str, Any] | None = None,
+               renderer: Any = None) -> SafeString:
+        return format_html("{}{}", super().render(name, value, attrs, renderer),
+                           self.version.as_hidden())
+
+
+class _VersionFieldMixin:
+    """Put the hidden version field in the fieldsets of an editable form."""
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """Add ``occupy.E101``: the model has no version (no ``VersionedMixin``)."""
+        from occupy.models import VersionedMixin
+
+        errors = super().check(**kwargs)  # type: ignore[misc]
+        model = self.model  # type: ignore[attr-defined]
+        if not issubclass(model, VersionedMixin):
+            errors.append(checks.Error(
+                f"{type(self).__name__} adds occupy's version field, which needs a model "
+                f"with occupy.models.VersionedMixin; {model._meta.label} has none.",
+                hint="Add VersionedMixin to the model, or drop the occupy admin mixin.",
+                obj=type(self), id="occupy.E101"))
+        return errors
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        """Leave the version out; :meth:`get_fieldsets` puts it where it belongs."""
+        fields = super().get_fields(request, obj)  # type: ignore[misc]
+        return [name for name in fields if name != VERSION_FIELD]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        """Add the hidden version to the last fieldset of an editable change form."""
+        fieldsets = list(super().get_fieldsets(request, obj))  # type: ignore[misc]
+        if (obj is None or not fieldsets or VERSION_FIELD in flatten_fieldsets(fieldsets)
+                or not self.has_change_permission(request, obj)):  # type: ignore[attr-defined]
+            return fieldsets
+        name, options = fieldsets[-1]
+        fieldsets[-1] = (name, {**options, "fields": [*options["fields"], VERSION_FIELD]})
+        return fieldsets
+
+    def _form_fields(self, request: HttpRequest, obj: Any, kwargs: dict[str, Any]) -> None:
+        """Leave the version out of the ``fields`` given to Django's form factory (it is
+        no model field: the form declares it)."""
+        if "fields" not in kwargs:
+            kwargs["fields"] = flatten_fieldsets(self.get_fieldsets(request, obj))
+        if kwargs["fields"] is not None:
+            kwargs["fields"] = [name for name in kwargs["fields"] if name != VERSION_FIELD]
+
+
+class VersionedInlineMixin(_VersionFieldMixin):
+    """Give each form of an inline (``TabularInline``, ``StackedInline``) of a
+    :class:`~occupy.models.VersionedMixin` model its own hidden version: a stale inline
+    row is refused like the main form (the parent admin needs
+    :class:`VersionedAdminMixin` to answer with the conflict page)."""
+
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        """Return the formset whose forms carry their row's version."""
+        self._form_fields(request, obj, kwargs)
+        formset = super().get_formset(request, obj, **kwargs)  # type: ignore[misc]
+        formset.form = versioned_form(formset.form)
+        return formset
+
+
+class VersionedAdminMixin(_VersionFieldMixin):
+    """Refuse stale change forms of a :class:`~occupy.models.VersionedMixin` model.
+
+    A save whose row moved on since the form was rendered raises
+    :class:`~occupy.VersionConflict` inside the admin's transaction (nothing is
+    written) and answers with ``admin/occupy/version_conflict.html``: each field where
+    the submitted value and the current one differ, a button to save yours on the
+    current version, and a link to the current object.
+    """
+
+    version_conflict_template = "admin/occupy/version_conflict.html"
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
+                 **kwargs: Any) -> type[forms.BaseForm]:
+        """Return the model form with the hidden version field."""
+        self._form_fields(request, obj, kwargs)
+        form = super().get_form(request, obj, change=change, **kwargs)  # type: ignore[misc]
+        return versioned_form(form) if obj is not None else form
+
+    def get_changelist_formset(self, request: HttpRequest, **kwargs: Any) -> Any:
+        """Return the ``list_editable`` formset whose rows carry their versions (next to
+        their hidden primary key): a row changed since the list was loaded is refused."""
+        formset = super().get_changelist_formset(request, **kwargs)  # type: ignore[misc]
+        formset.form = versioned_form(formset.form)
+        pk_name = self.model._meta.pk.name  # type: ignore[attr-defined]
+
+        class VersionedChangelistFormSet(formset):  # type: ignore[misc, valid-type]
+            def add_fields(self, form: Any, index: Any) -> None:
+                super().add_fields(form, index)
+                field = form.fields.get(pk_name)
+                if (field is not None and field.widget.is_hidden
+                        and form.instance.pk is not None):
+                    field.widget = _PkWithVersion(form[VERSION_FIELD], field.widget.attrs)
+
+        return VersionedChangelistFormSet
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+                        ) -> HttpResponse:
+        """Refuse a ``list_editable`` save whose rows changed since the list was loaded
+        (everything is rolled back) with a message, instead of writing over them."""
+        try:
+            return super().changelist_view(request, extra_context)  # type: ignore[misc]
+        except VersionConflict as e:
+            from django.contrib import messages
+            from django.http import HttpResponseRedirect
+
+            self.message_user(  # type: ignore[attr-defined]
+                request, f"Nothing was saved: {self.model._meta.verbose_name} "  # type: ignore[attr-defined]
+                f"{e.pk} changed since this list was loaded. Here is the list as it is now.",
+                messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        """Save; keep the form for the conflict page if the row moved on."""
+        request._occupy_version_form = form  # type: ignore[attr-defined]
+        super().save_model(request, obj, form, change)  # type: ignore[misc]
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any,
+                     change: bool) -> None:
+        """Save the inlines; keep their forms for the conflict page."""
+        request._occupy_version_formsets = formsets  # type: ignore[attr-defined]
+        super().save_related(request, form, formsets, change)  # type: ignore[misc]
+
+    def changeform_view(self, request: HttpRequest, object_id: str | None = None,
+                        form_url: str = "", extra_context: dict[str, Any] | None = None
+                        ) -> HttpResponse:
+        """Answer a stale save with the conflict page (the save was rolled back)."""
+        try:
+            return super().changeform_view(request, object_id, form_url,  # type: ignore[misc]
+                                           extra_context)
+        except VersionConflict as e:
+            form = self._conflicting_form(request, e)
+            if object_id is None or request.method != "POST" or form is None:
+                raise
+            return self.version_conflict_response(request, object_id, form)
+
+    def _conflicting_form(self, request: HttpRequest, exc: VersionConflict) -> Any:
+        """Return the submitted form whose row ``exc`` refused (main form or inline)."""
+        form = getattr(request, "_occupy_version_form", None)
+        for formset in getattr(request, "_occupy_version_formsets", ()):
+            for inline_form in formset.forms:
+                instance = inline_form.instance
+                if (exc.model is not None and isinstance(instance, exc.model)
+                        and instance.pk is not None and str(instance.pk) == str(exc.pk)):
+                    return inline_form
+        return form
+
+    def version_conflict_response(self, request: HttpRequest, object_id: str,
+                                  form: Any) -> HttpResponse:
+        """Render the conflict page: the refused form's values beside the current ones
+        (of the main object, or of the inline row that changed)."""
+        opts = self.model._meta  # type: ignore[attr-defined]
+        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
+        current = obj
+        if obj is not None and not isinstance(form.instance, type(obj)):
+            current = type(form.instance)._base_manager.filter(pk=form.instance.pk).first()
+        change_url = reverse(f"{self.admin_site.name}:{opts.app_label}_"  # type: ignore[attr-defined]
+                             f"{opts.model_name}_change", args=[quote(object_id)])
+        if obj is None or current is None:
+            return TemplateResponse(request, self.version_conflict_template, {
+                **self.admin_site.each_context(request), "opts": opts,  # type: ignore[attr-defined]
+                "title": "Deleted meanwhile", "gone": True, "rows": [],
+            }, status=409)
+        fresh = type(form)(instance=current)
+        rows = []
+        for name, field in form.fields.items():
+            if (name == VERSION_FIELD or name not in form.cleaned_data
+                    or name not in fresh.fields):  # the formset's own id, DELETE, parent
+                continue
+            theirs = fresh[name].initial
+            if not field.has_changed(theirs, form[name].data):
+                continue
+            rows.append({"label": form[name].label, "name": name,
+                         "mine": _display(current, name, form.cleaned_data[name]),
+                         "theirs": _display(current, name, getattr(current, name, theirs))})
+        version_key = form.add_prefix(VERSION_FIELD)
+        resubmit = [(key, value) for key, values in request.POST.lists()
+                    if key not in _NOT_RESUBMITTED and key != version_key for value in values]
+        if version_key != VERSION_FIELD:  # an inline row: the main form's version stands
+            resubmit += [(VERSION_FIELD, value) for value in request.POST.getlist(VERSION_FIELD)]
+        state = getattr(request, "_occupy_edit", None)
+        edit_context = getattr(self, "edit_lease_context", None)
+        take_current = change_url
+        if state is not None:
+            take_current = f"{change_url}?{urlencode({'_occupy_tab': state.tab})}"
+        context = {
+            **self.admin_site.each_context(request),  # type: ignore[attr-defined]
+            "opts": opts,
+            "title": f"{opts.verbose_name.capitalize()} changed while you edited it",
+            "object": obj,
+            "changed": current,
+            "related": (None if current is obj else
+                        f"{type(current)._meta.verbose_name} “{current}”"),
+            "rows": rows,
+            "resubmit": resubmit,
+            "version_field": version_key,
+            "current_version": current.version,
+            "change_url": change_url,
+            "take_current_url": take_current,
+            "media": self.media,  # type: ignore[attr-defined]
+            "occupy_edit": (edit_context(request, obj, state)
+                            if state is not None and edit_context is not None
+                            and state.leases else None),
+        }
+        return TemplateResponse(request, self.version_conflict_template, context, status=409)
+
+
+def _display(obj: Any, name: str, value: Any) -> str:
+    """Return ``value`` of field ``name`` as a user reads it (choices by their label)."""
+    try:
+        field = obj._meta.get_field(name)
+    except FieldDoesNotExist:
+        return "" if value is None else str(value)
+    if field.flatchoices:
+        return str(dict(field.flatchoices).get(value, value))
+    return "" if value is None else str(value)

@@ -1,0 +1,58 @@
+"""OccupyStatusAdminMixin: the "being edited" column costs no query per row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.test import RequestFactory
+
+import occupy
+from occupy.models import object_key
+from tests.admin.conftest import Users, login
+from tests.testapp.models import Book
+
+
+def test_the_column_for_100_rows_is_one_query(users: Users,
+                                              django_assert_num_queries: Any) -> None:
+    books = Book.objects.bulk_create(Book(name=f"b{i:03}") for i in range(100))
+    leases = [occupy.acquire(object_key(Book, b.pk), owner=f"admin:user:{users.editor.pk}:"
+                             "tab:0123456789abcdef", reentrant=False) for b in books[:10]]
+    occupy.acquire(object_key(Book, books[10].pk), owner="worker-7")
+    model_admin = admin.site._registry[Book]
+    request = RequestFactory().get("/admin/testapp/book/")
+    request.user = users.editor
+    with django_assert_num_queries(1):  # Django's assertNumQueries
+        rows = list(model_admin.get_queryset(request).order_by("name"))
+        cells = [model_admin.occupy_status(row) for row in rows]
+    assert len(rows) == 100
+    assert all(cell.startswith("by Editor until ") for cell in cells[:10])
+    assert cells[10].startswith("by someone else until ")
+    assert set(cells[11:]) == {"—"}
+    for lease in leases:
+        occupy.release(lease)
+
+
+def test_the_changelist_shows_the_column_and_filters(users: Users) -> None:
+    held, _free = Book.objects.create(name="held"), Book.objects.create(name="free")
+    lease = occupy.acquire(object_key(Book, held.pk),
+                           owner=f"admin:user:{users.other.pk}:tab:0123456789abcdef")
+    client = login(users.editor)
+    page = client.get("/admin/testapp/book/").content.decode()
+    assert "being edited" in page.lower() and "by Other until" in page
+    page = client.get("/admin/testapp/book/?occupied=1").content.decode()
+    assert ">held<" in page and ">free<" not in page
+    page = client.get("/admin/testapp/book/?occupied=0").content.decode()
+    assert ">free<" in page and ">held<" not in page
+    occupy.release(lease)
+
+
+def test_the_column_needs_a_database_backend() -> None:
+    from occupy.admin import OccupyStatusAdminMixin
+
+    class OnFiles(OccupyStatusAdminMixin, admin.ModelAdmin):
+        occupy_status_using = "files"
+
+    errors = OnFiles(Book, admin.AdminSite()).check()
+    assert [e.id for e in errors] == ["occupy.E102"]
+    assert "FileBackend" in errors[0].msg
