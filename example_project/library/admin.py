@@ -3,8 +3,7 @@
 ``BookAdmin`` uses all three of occupy's admin mixins: an edit lease per browser tab
 (the others get the read-only form and a banner), the hidden version (a stale form
 meets the conflict page instead of reverting someone's change: seed 000), and the
-"being edited" column and filter. ``Task`` has no version column (it is seed 004's
-task pool, leased by ``claim()``), so ``TaskAdmin`` uses the lease and the column.
+"being edited" column and filter. ``TaskAdmin`` uses the same three.
 """
 
 from django.contrib import admin
@@ -31,6 +30,7 @@ class BookAdmin(EditLeaseAdminMixin, VersionedAdminMixin, OccupyStatusAdminMixin
 
 
 @admin.register(Task)
-class TaskAdmin(EditLeaseAdminMixin, OccupyStatusAdminMixin, admin.ModelAdmin):
+class TaskAdmin(EditLeaseAdminMixin, VersionedAdminMixin, OccupyStatusAdminMixin,
+                admin.ModelAdmin):
     list_display = ["title", "category", "priority", "done", "created_at", "occupy_status"]
     list_filter = ["done", "category"]

@@ -211,7 +211,8 @@ class GuardedSaveMixin(ChangeTrackingMixin):
             f = self._meta.get_field(name)
             if f.primary_key:
                 raise ValueError(f"update_fields cannot name the primary key {name!r}.")
-            if f.name not in managed and f not in fields and not f.generated:
+            # Field.generated is Django 5.0+; on 4.2 no field is generated.
+            if f.name not in managed and f not in fields and not getattr(f, "generated", False):
                 fields.append(f)
         return fields
 

@@ -96,7 +96,7 @@ class ChangeTrackingMixin(models.Model):
         managed = self.managed_field_names()
         changed = []
         for f in self._meta.concrete_fields:
-            if f.primary_key or f.generated or f.name in managed:
+            if f.primary_key or getattr(f, "generated", False) or f.name in managed:
                 continue
             value = self.__dict__.get(f.attname, _MISSING)
             if value is _MISSING:  # deferred and never assigned
