@@ -4,7 +4,9 @@ saved, and the user sees field by field what they sent and what the row holds no
 The version the form was rendered from travels as a hidden field (``occupy_version``)
 the mixin adds itself; the save compares it strictly in its ``UPDATE``
 (:meth:`~occupy.models.VersionedMixin.expect_version`), so the check and the write are
-one statement.
+one statement. Beside it, a signed snapshot of the values the form was rendered with
+(``occupy_rendered``) tells the conflict page which fields the user changed: only those
+are theirs to keep; every other field keeps the value someone else saved meanwhile.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from django import forms
 from django.contrib.admin.utils import flatten_fieldsets, quote, unquote
-from django.core import checks
+from django.core import checks, signing
 from django.core.exceptions import FieldDoesNotExist
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -29,9 +31,21 @@ __all__ = ["VERSION_FIELD", "VersionedAdminMixin", "VersionedInlineMixin", "vers
 
 #: The name of the hidden form field carrying the version.
 VERSION_FIELD = "occupy_version"
+#: The hidden field carrying the signed values the form was rendered with.
+RENDERED_FIELD = "occupy_rendered"
+_RENDERED_SALT = "occupy.admin.rendered"
 #: POST members never copied into the "keep mine" form.
-_NOT_RESUBMITTED = {"csrfmiddlewaretoken", VERSION_FIELD, "_occupy_lease", "_occupy_tab",
-                    "_save", "_continue", "_addanother", "_saveasnew"}
+_NOT_RESUBMITTED = {"csrfmiddlewaretoken", VERSION_FIELD, RENDERED_FIELD, "_occupy_lease",
+                    "_occupy_tab", "_save", "_continue", "_addanother", "_saveasnew"}
+
+
+def _plain(value: Any) -> Any:
+    """Return a form value as JSON can carry it (lists of text, text, numbers)."""
+    if isinstance(value, list | tuple):
+        return [str(item) for item in value]
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    return str(value)
 
 
 def versioned_form(form: type[forms.BaseForm]) -> type[forms.BaseForm]:
@@ -43,17 +57,37 @@ def versioned_form(form: type[forms.BaseForm]) -> type[forms.BaseForm]:
     class VersionedForm(form):  # type: ignore[misc, valid-type]
         occupy_version = forms.IntegerField(widget=forms.HiddenInput, required=False,
                                             min_value=1)
+        occupy_rendered = forms.CharField(widget=forms.HiddenInput, required=False)
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             if self.instance.pk is not None:
                 self.fields[VERSION_FIELD].initial = self.instance.version
+                if not self.is_bound:
+                    self.fields[RENDERED_FIELD].initial = signing.dumps(
+                        {name: _plain(self[name].value()) for name in self.fields
+                         if name not in (VERSION_FIELD, RENDERED_FIELD)},
+                        salt=_RENDERED_SALT, compress=True)
 
         @cached_property
         def changed_data(self) -> list[str]:
             # The version is no change of the user's: a stale but untouched row (inline,
             # list_editable) is not saved, and the history does not mention it.
-            return [name for name in super().changed_data if name != VERSION_FIELD]
+            return [name for name in super().changed_data
+                    if name not in (VERSION_FIELD, RENDERED_FIELD)]
+
+        def changed_by_user(self) -> set[str] | None:
+            """Return the fields whose submitted value differs from the one the form
+            was rendered with, or ``None`` if that is not known (no or a bad snapshot)."""
+            try:
+                rendered = signing.loads(self[RENDERED_FIELD].data or "",
+                                         salt=_RENDERED_SALT)
+            except signing.BadSignature:
+                return None
+            return {name for name, field in self.fields.items()
+                    if name not in (VERSION_FIELD, RENDERED_FIELD) and (
+                        name not in rendered
+                        or field.has_changed(rendered[name], self[name].data))}
 
         def clean(self) -> Any:
             cleaned = super().clean()
@@ -104,7 +138,7 @@ class _VersionFieldMixin:
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         """Leave the version out; :meth:`get_fieldsets` puts it where it belongs."""
         fields = super().get_fields(request, obj)  # type: ignore[misc]
-        return [name for name in fields if name != VERSION_FIELD]
+        return [name for name in fields if name not in (VERSION_FIELD, RENDERED_FIELD)]
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         """Add the hidden version to the last fieldset of an editable change form."""
@@ -113,7 +147,8 @@ class _VersionFieldMixin:
                 or not self.has_change_permission(request, obj)):  # type: ignore[attr-defined]
             return fieldsets
         name, options = fieldsets[-1]
-        fieldsets[-1] = (name, {**options, "fields": [*options["fields"], VERSION_FIELD]})
+        fieldsets[-1] = (name, {**options, "fields": [*options["fields"], VERSION_FIELD,
+                                                     RENDERED_FIELD]})
         return fieldsets
 
     def _form_fields(self, request: HttpRequest, obj: Any, kwargs: dict[str, Any]) -> None:
@@ -122,7 +157,8 @@ class _VersionFieldMixin:
         if "fields" not in kwargs:
             kwargs["fields"] = flatten_fieldsets(self.get_fieldsets(request, obj))
         if kwargs["fields"] is not None:
-            kwargs["fields"] = [name for name in kwargs["fields"] if name != VERSION_FIELD]
+            kwargs["fields"] = [name for name in kwargs["fields"]
+                                if name not in (VERSION_FIELD, RENDERED_FIELD)]
 
 
 class VersionedInlineMixin(_VersionFieldMixin):
@@ -243,20 +279,32 @@ class VersionedAdminMixin(_VersionFieldMixin):
                 "title": "Deleted meanwhile", "gone": True, "rows": [],
             }, status=409)
         fresh = type(form)(instance=current)
+        users = form.changed_by_user() if hasattr(form, "changed_by_user") else None
         rows = []
+        kept: dict[str, list[str]] = {}  # fields the user left alone: the current values
         for name, field in form.fields.items():
-            if (name == VERSION_FIELD or name not in form.cleaned_data
+            if (name in (VERSION_FIELD, RENDERED_FIELD) or name not in form.cleaned_data
                     or name not in fresh.fields):  # the formset's own id, DELETE, parent
                 continue
             theirs = fresh[name].initial
+            if users is not None and name not in users:
+                if not isinstance(field.widget, forms.MultiWidget):
+                    value = fresh[name].value()
+                    kept[form.add_prefix(name)] = (
+                        [str(v) for v in value] if isinstance(value, list | tuple)
+                        else [] if value is None or value is False
+                        else ["on"] if value is True else [str(value)])
+                continue
             if not field.has_changed(theirs, form[name].data):
                 continue
             rows.append({"label": form[name].label, "name": name,
                          "mine": _display(current, name, form.cleaned_data[name]),
                          "theirs": _display(current, name, getattr(current, name, theirs))})
         version_key = form.add_prefix(VERSION_FIELD)
+        skipped = {version_key, form.add_prefix(RENDERED_FIELD), *kept}
         resubmit = [(key, value) for key, values in request.POST.lists()
-                    if key not in _NOT_RESUBMITTED and key != version_key for value in values]
+                    if key not in _NOT_RESUBMITTED and key not in skipped for value in values]
+        resubmit += [(key, value) for key, values in kept.items() for value in values]
         if version_key != VERSION_FIELD:  # an inline row: the main form's version stands
             resubmit += [(VERSION_FIELD, value) for value in request.POST.getlist(VERSION_FIELD)]
         state = getattr(request, "_occupy_edit", None)

@@ -15,9 +15,11 @@ def _form(client: Client, url: str) -> dict[str, str]:
     html = client.get(url).content.decode()
     version = re.search(r'name="occupy_version" value="(\d+)"', html)
     assert version, "the change form carries no version"
+    rendered = re.search(r'name="occupy_rendered" value="([^"]*)"', html)
+    assert rendered, "the change form carries no snapshot of its values"
     return {"name": re.search(r'name="name" value="([^"]*)"', html)[1],
             "status": re.search(r'name="status" value="([^"]*)"', html)[1],
-            "note": "", "occupy_version": version[1]}
+            "note": "", "occupy_version": version[1], "occupy_rendered": rendered[1]}
 
 
 def test_a_stale_tab_meets_the_conflict_page_and_nothing_is_reverted(users: Users) -> None:
@@ -30,16 +32,34 @@ def test_a_stale_tab_meets_the_conflict_page_and_nothing_is_reverted(users: User
     response = tab_b.post(url, {**form_b, "status": "free", "_save": "1"})
     assert response.status_code == 409
     html = response.content.decode()
-    assert re.search(r'class="mine">Dune</td><td class="theirs">Dune Messiah</td>', html)
+    # Only what tab B changed is shown as its own: it never touched the name.
     assert re.search(r'class="mine">free</td><td class="theirs">use</td>', html)
+    assert "occupy-conflict-name" not in html
     book.refresh_from_db()
     assert (book.name, book.status, book.version) == ("Dune Messiah", "use", 2)
-    # Keep mine: the same values, resubmitted on the current version, on purpose.
+    # Keep mine: tab B's change on the current version; the rename it never made stands.
     keep = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', html))
-    assert keep["occupy_version"] == "2"
+    assert keep["occupy_version"] == "2" and keep["name"] == "Dune Messiah"
     assert tab_b.post(url, {**keep, "_continue": "1"}).status_code == 302
     book.refresh_from_db()
-    assert (book.name, book.status, book.version) == ("Dune", "free", 3)
+    assert (book.name, book.status, book.version) == ("Dune Messiah", "free", 3)
+
+
+def test_a_field_both_tabs_changed_is_shown_and_keep_mine_writes_it(users: Users) -> None:
+    book = Book.objects.create(name="Dune", status="use")
+    url = f"/admin/testapp/book/{book.pk}/change/"
+    tab_b, tab_a = login(users.editor), login(users.other)
+    form_b = _form(tab_b, url)
+    form_a = _form(tab_a, url)
+    assert tab_a.post(url, {**form_a, "name": "Dune Messiah", "_save": "1"}).status_code == 302
+    html = tab_b.post(url, {**form_b, "name": "Children of Dune", "_save": "1"}
+                      ).content.decode()
+    assert re.search(r'class="mine">Children of Dune</td><td class="theirs">Dune Messiah</td>',
+                     html)
+    keep = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', html))
+    assert tab_b.post(url, {**keep, "_continue": "1"}).status_code == 302
+    book.refresh_from_db()
+    assert (book.name, book.version) == ("Children of Dune", 3)
 
 
 def test_a_form_without_its_version_is_refused(users: Users) -> None:
