@@ -6,9 +6,8 @@ import logging
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.models import DELETION, LogEntry
+from django.contrib.admin.models import DELETION
 from django.contrib.admin.utils import quote
-from django.contrib.contenttypes.models import ContentType
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
@@ -17,6 +16,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from occupy.admin.owners import owner_display
+from occupy.history import log_entry
 from occupy.models import Occupation
 
 __all__ = ["OccupationAdmin"]
@@ -105,16 +105,10 @@ class OccupationAdmin(admin.ModelAdmin):
         """Delete the selected claims and log, for each, what was released from whom;
         their holders' next release or extend fails."""
         claims = list(queryset)
-        content_type = ContentType.objects.get_for_model(Occupation)
         for claim in claims:
-            message = (f"Force-released {claim.key!r} (fence {claim.fence}, {claim.state}) "
-                       f"held by {claim.owner!r}.")
-            if hasattr(LogEntry.objects, "log_actions"):  # Django 5.1+
-                LogEntry.objects.log_actions(request.user.pk, [claim], DELETION,
-                                             change_message=message, single_object=True)
-            else:  # pragma: no cover - Django 4.2
-                LogEntry.objects.log_action(request.user.pk, content_type.pk, str(claim.pk),
-                                            str(claim)[:200], DELETION, message)
+            log_entry(request.user.pk, claim, DELETION,
+                      f"Force-released {claim.key!r} (fence {claim.fence}, {claim.state}) "
+                      f"held by {claim.owner!r}.")
             logger.warning("%s force-released %r held by %r", request.user, claim.key,
                            claim.owner)
         queryset.filter(pk__in=[c.pk for c in claims]).delete()

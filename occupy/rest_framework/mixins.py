@@ -37,6 +37,7 @@ from occupy.exceptions import (
     OccupyError,
     StoreUnavailable,
 )
+from occupy.history import log_entry
 from occupy.http import MalformedPrecondition, Problem
 from occupy.leases import Holder, Lease
 from occupy.rest_framework.exceptions import OccupyAPIException, from_problem
@@ -478,17 +479,10 @@ def _log_takeover(request: Request, instance: Any, holder: Holder, display: str)
 
     if not apps.is_installed("django.contrib.admin") or not request.user.is_authenticated:
         return
-    from django.contrib.admin.models import CHANGE, LogEntry
-    from django.contrib.contenttypes.models import ContentType
+    from django.contrib.admin.models import CHANGE
 
-    message = f"Took over the edit lease from {display} (fence {holder.fence})."
-    content_type = ContentType.objects.get_for_model(type(instance))
-    if hasattr(LogEntry.objects, "log_actions"):  # Django 5.1+
-        LogEntry.objects.log_actions(request.user.pk, [instance], CHANGE,
-                                     change_message=message, single_object=True)
-    else:  # pragma: no cover - Django 4.2
-        LogEntry.objects.log_action(request.user.pk, content_type.pk, str(instance.pk),
-                                    str(instance)[:200], CHANGE, message)
+    log_entry(request.user.pk, instance, CHANGE,
+              f"Took over the edit lease from {display} (fence {holder.fence}).")
 
 
 class OccupyViewMixin(EditLeaseMixin, ConditionalMixin):

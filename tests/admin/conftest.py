@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,8 +20,9 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
-from django.test import Client, override_settings
+from django.test import Client
 
+from tests.live_server import serve
 from tests.models.conftest import wipe_tables
 
 PASSWORD = "occupy-pass"
@@ -73,27 +73,8 @@ def login(user: User) -> Client:
 @pytest.fixture
 def server_url(users: Users) -> Iterator[str]:
     """A real threaded HTTP server running the test project and its static files."""
-    from django.contrib.staticfiles.handlers import StaticFilesHandler
-    from django.core.handlers.wsgi import WSGIHandler
-    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
-
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    httpd = ThreadedWSGIServer(("127.0.0.1", 0), Quiet, allow_reuse_address=False)
-    httpd.set_app(StaticFilesHandler(WSGIHandler()))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    # As LiveServerTestCase does: the server's host passes the Host and Origin checks.
-    hosts = override_settings(ALLOWED_HOSTS=[*settings.ALLOWED_HOSTS, "127.0.0.1"])
-    hosts.enable()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_port}"
-    finally:
-        hosts.disable()
-        httpd.shutdown()
-        httpd.server_close()
+    with serve(static=True) as url:
+        yield url
 
 
 def browser_missing() -> str | None:

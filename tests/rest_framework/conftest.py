@@ -3,7 +3,6 @@ real HTTP server for the tests where several client processes race."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -11,6 +10,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from rest_framework.test import APIClient
 
+from tests.live_server import serve
 from tests.models.conftest import wipe_tables
 
 PASSWORD = "occupy-pass"
@@ -73,19 +73,5 @@ def client_for(users: Users):
 @pytest.fixture
 def server_url(users: Users) -> Iterator[str]:
     """A real threaded HTTP server running the test project, on a free port."""
-    from django.core.handlers.wsgi import WSGIHandler
-    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
-
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    httpd = ThreadedWSGIServer(("127.0.0.1", 0), Quiet, allow_reuse_address=False)
-    httpd.set_app(WSGIHandler())
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_port}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serve() as url:
+        yield url

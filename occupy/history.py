@@ -1,0 +1,24 @@
+"""Entries in Django's admin log (an object's *History*) for what occupy does on
+someone's behalf to another holder's lease: a takeover, a force release."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["log_entry"]
+
+
+def log_entry(user_pk: Any, obj: Any, action_flag: int, message: str) -> None:
+    """Write one admin log entry for ``obj`` by user ``user_pk`` (needs
+    ``django.contrib.admin``; the caller checks it is installed)."""
+    from django.contrib.admin.models import LogEntry
+
+    if hasattr(LogEntry.objects, "log_actions"):  # Django 5.1+
+        LogEntry.objects.log_actions(user_pk, [obj], action_flag, change_message=message,
+                                     single_object=True)
+        return
+    from django.contrib.contenttypes.models import ContentType  # pragma: no cover - 4.2
+
+    LogEntry.objects.log_action(  # pragma: no cover - Django 4.2
+        user_pk, ContentType.objects.get_for_model(type(obj)).pk, str(obj.pk),
+        str(obj)[:200], action_flag, message)

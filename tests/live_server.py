@@ -1,0 +1,42 @@
+"""A real threaded HTTP server running the test project in this process, on a free port:
+for the tests whose clients are other processes or a browser."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+@contextmanager
+def serve(*, static: bool = False) -> Iterator[str]:
+    """Serve the test project (with its static files if ``static``) until the block
+    ends; yield its base URL. The server's host passes Django's Host and Origin checks,
+    as with ``LiveServerTestCase``."""
+    from django.conf import settings
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
+    from django.test import override_settings
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    app: Any = WSGIHandler()
+    if static:
+        from django.contrib.staticfiles.handlers import StaticFilesHandler
+
+        app = StaticFilesHandler(app)
+    httpd = ThreadedWSGIServer(("127.0.0.1", 0), Quiet, allow_reuse_address=False)
+    httpd.set_app(app)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    hosts = override_settings(ALLOWED_HOSTS=[*settings.ALLOWED_HOSTS, "127.0.0.1"])
+    hosts.enable()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}"
+    finally:
+        hosts.disable()
+        httpd.shutdown()
+        httpd.server_close()
