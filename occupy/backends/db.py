@@ -375,8 +375,19 @@ class DatabaseBackend(BaseBackend):
             count = self.execute(sql.release(), [d, lease.token], key=lease.key)[0]
         if count:
             return
-        if self.execute(sql.unwind(), [d, lease.token], key=lease.key)[0]:
-            return
+        for _ in range(5):  # the depth may change between the read and the write
+            rows = self.execute(sql.granted(), [d, lease.token], key=lease.key)[1]
+            depth = int(rows[0][2]) if rows else 0
+            if depth < 2:
+                break
+
+            def unwound(depth: int = depth) -> tuple[int, list[Any]] | None:
+                now = self.execute(sql.granted(), [d, lease.token], key=lease.key)[1]
+                return (1, []) if now and int(now[0][2]) == depth - 1 else None
+
+            if self.execute(sql.unwind(), [d, lease.token, depth], key=lease.key,
+                            settled=unwound)[0]:
+                return
         # Not held any more: clear our own expired row, which nobody else may touch.
         self.execute(sql.forget(), [d, lease.token], key=lease.key)
         raise lease.mark_lost("it expired or was taken over before release")

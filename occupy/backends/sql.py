@@ -236,10 +236,12 @@ class Dialect:
         )
 
     def unwind(self) -> str:
-        """Remove one of several levels of a live lease; digest, token."""
+        """Remove one of several levels of a live lease, if it still has the depth read
+        (a compare-and-set: run again after a lost reply, it takes no second level);
+        digest, token, depth."""
         return (
             f"UPDATE {TABLE} SET depth = depth - 1 WHERE slot = %s AND token = %s "
-            f"AND depth > 1 AND {self.live()}"
+            f"AND depth = %s AND depth > 1 AND {self.live()}"
         )
 
     def forget(self) -> str:

@@ -122,3 +122,18 @@ def test_a_queued_claim_whose_reply_was_lost_is_not_queued_twice(
     assert [(c.owner, c.state) for c in backend.claims()] == [("bob", "using")]
     occupy.release(lease)
     assert list(backend.claims()) == []
+
+
+def test_an_unwind_whose_reply_was_lost_takes_one_level(alias: str, lose_reply) -> None:
+    """Run again blindly, the undoing of an inner level found the depth already down and
+    deleted the claim: the outer holder, still inside its section, lost the key."""
+    backend = get_backend(alias)
+    outer = occupy.acquire("lost:4", owner="alice", ttl=30, timeout=0, using=alias)
+    inner = occupy.acquire("lost:4", owner="alice", ttl=30, timeout=0, using=alias)
+    assert inner.depth == 2
+    lose_reply(backend.dialect.unwind())
+    occupy.release(inner)
+    assert occupy.holder("lost:4", using=alias).owner == "alice"
+    outer.ensure_held()
+    occupy.release(outer)
+    assert occupy.holder("lost:4", using=alias) is None
