@@ -122,11 +122,7 @@ def resume(key: str, token: str, *, ttl: float = DEFAULT, using: str = "default"
     No level is added: release the lease once.
     """
     backend, key, _owner, ttl, _timeout = _prepare(key, None, ttl, 0, using)
-    lease = backend.resume(key, check_token(token), ttl, deeper=False)
-    if lease is None:
-        raise LeaseLost(f"The token does not hold {key!r}: it expired, was released or "
-                        "was taken over.", key=key)
-    return lease
+    return _held_by_token(key, backend.resume(key, check_token(token), ttl, deeper=False))
 
 
 async def aresume(key: str, token: str, *, ttl: float = DEFAULT,
@@ -134,6 +130,11 @@ async def aresume(key: str, token: str, *, ttl: float = DEFAULT,
     """Async twin of :func:`resume`."""
     backend, key, _owner, ttl, _timeout = _prepare(key, None, ttl, 0, using)
     lease = await backend.aresume(key, check_token(token), ttl, deeper=False)
+    return _held_by_token(key, lease)
+
+
+def _held_by_token(key: str, lease: Lease | None) -> Lease:
+    """Return ``lease``, or raise ``LeaseLost`` when the token held nothing."""
     if lease is None:
         raise LeaseLost(f"The token does not hold {key!r}: it expired, was released or "
                         "was taken over.", key=key)
