@@ -40,3 +40,29 @@ def serve(*, static: bool = False) -> Iterator[str]:
         hosts.disable()
         httpd.shutdown()
         httpd.server_close()
+
+
+def send(method: str, url: str, *, user: str | None = None, password: str = "",
+         body: dict | None = None, **headers: str) -> tuple[int, dict[str, str], bytes]:
+    """Send one request with ``urllib``, as ``user`` by HTTP Basic (or anonymously), a
+    JSON ``body`` if given, and ``headers`` (``If_Match`` is sent as ``If-Match``);
+    return the status, the headers and the raw body, whatever the status."""
+    import base64
+    import json
+    import urllib.error
+    import urllib.request
+
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    if user is not None:
+        credentials = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {credentials}")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    for name, value in headers.items():
+        request.add_header(name.replace("_", "-"), value)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.live_server import send
+
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "example-pass"
 
@@ -74,22 +76,4 @@ def call(method: str, url: str, user: str | None = None, body: dict | None = Non
          **headers: str) -> tuple[int, dict[str, str], bytes]:
     """Send one request, as ``user`` by HTTP Basic or anonymously; return the status,
     the headers and the raw body."""
-    import base64
-    import json
-    import urllib.error
-    import urllib.request
-
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method)
-    if user is not None:
-        credentials = base64.b64encode(f"{user}:{PASSWORD}".encode()).decode()
-        request.add_header("Authorization", f"Basic {credentials}")
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    for name, value in headers.items():
-        request.add_header(name.replace("_", "-"), value)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
+    return send(method, url, user=user, password=PASSWORD, body=body, **headers)

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 PASSWORD = "occupy-pass"
@@ -15,19 +12,9 @@ PASSWORD = "occupy-pass"
 def call(method: str, url: str, user: str, body: dict | None = None,
          **headers: str) -> tuple[int, dict[str, str], Any]:
     """Send one request as ``user`` (HTTP Basic); return status, headers and JSON body."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method)
-    credentials = base64.b64encode(f"{user}:{PASSWORD}".encode()).decode()
-    request.add_header("Authorization", f"Basic {credentials}")
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    for name, value in headers.items():
-        request.add_header(name.replace("_", "-"), value)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            status, head, raw = response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as e:
-        status, head, raw = e.code, dict(e.headers), e.read()
+    from tests.live_server import send
+
+    status, head, raw = send(method, url, user=user, password=PASSWORD, body=body, **headers)
     try:
         return status, head, json.loads(raw) if raw else None
     except ValueError:
