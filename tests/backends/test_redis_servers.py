@@ -91,6 +91,15 @@ def redis_server(port: int, directory: Path, *options: str) -> Iterator[subproce
         proc.wait(timeout=10)
 
 
+@contextmanager
+def _spare_cache(port: int) -> Iterator[None]:
+    """Add the django-redis cache ``spare``, on the server at ``port``, to ``CACHES``."""
+    caches = {**settings.CACHES, "spare": {
+        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/0"}}
+    with override_settings(CACHES=caches):
+        yield
+
+
 def _backend(cache: str):
     from occupy.backends.redis import RedisBackend
 
@@ -100,9 +109,7 @@ def _backend(cache: str):
 
 def test_fences_rise_across_a_restart_without_persistence(tmp_path: Path) -> None:
     port = _spare_port()
-    caches = {**settings.CACHES, "spare": {
-        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/0"}}
-    with override_settings(CACHES=caches):
+    with _spare_cache(port):
         backend = _backend("spare")
         fences = []
         with redis_server(port, tmp_path):
@@ -133,9 +140,7 @@ def test_a_stalled_server_does_not_outlast_the_timeout(tmp_path: Path, warm: boo
     before, it blocked until the server answered. (A grant the stopped server had
     received runs when it resumes, and holds the key until its ttl.)"""
     port = _spare_port()
-    caches = {**settings.CACHES, "spare": {
-        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/0"}}
-    with override_settings(CACHES=caches):
+    with _spare_cache(port):
         backend = _backend("spare")
         with redis_server(port, tmp_path) as proc:
             if warm:
@@ -168,9 +173,7 @@ def test_a_grant_that_comes_after_the_timeout_is_given_back(
 
     monkeypatch.setattr(BoundedCalls, "of", classmethod(lambda cls, client: None))
     port = _spare_port()
-    caches = {**settings.CACHES, "spare": {
-        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/0"}}
-    with override_settings(CACHES=caches):
+    with _spare_cache(port):
         backend = _backend("spare")
         with redis_server(port, tmp_path) as proc:
             assert backend.holder("book:1") is None  # connected
