@@ -177,7 +177,7 @@ def vacuum() -> None:
     """
     from django.db import connections
 
-    from occupy.backends.sql import TABLE
+    from occupy.backends.db.dialects import TABLE
 
     with connections[DATABASE].cursor() as cursor:
         for table in (TABLE, PLAIN_TABLE):
@@ -343,7 +343,7 @@ def sweep(database: str) -> None:
     from django.db import connections
 
     from occupy.backends import get_backend
-    from occupy.backends.sql import TABLE
+    from occupy.backends.db.dialects import TABLE
     from tests.claims import count_claims, insert_claims, tokens_of
 
     backend = f"db-{database}"

@@ -1,14 +1,17 @@
-"""System checks: occupy.E001-E003, occupy.W001 and occupy.W004."""
+"""System checks: the loop over backends, the settings values, the ids, W001, W004."""
 
 from __future__ import annotations
 
 import os
+import re
 
+import pytest
 from django.core.checks import run_checks
 from django.test import override_settings
 
 from occupy.backends import get_backend
-from occupy.checks import check_backends, check_foreign_claims, check_occupation_table
+from occupy.checks import check_backends, check_settings, check_stores
+from occupy.exceptions import InvalidBackendError
 from tests.conftest import server_skip
 
 
@@ -34,7 +37,7 @@ def test_a_class_that_is_not_a_backend_is_e001() -> None:
 
 @override_settings(OCCUPY={"BACKENDS": []})
 def test_a_malformed_setting_is_e002() -> None:
-    assert ids(check_backends()) == ["occupy.E002"]
+    assert ids(check_settings()) == ["occupy.E002"]
 
 
 @override_settings(OCCUPY={"BACKENDS": {"default": {
@@ -47,15 +50,15 @@ def test_a_database_backend_on_an_unknown_database_is_e003() -> None:
 def test_a_missing_occupation_table_is_w001(live_db: None) -> None:
     from django.db import connection
 
-    assert check_occupation_table(databases=["default"]) == []
+    assert check_stores(databases=["default"]) == []
     with connection.schema_editor() as editor:
         from occupy.models import Occupation
 
         editor.delete_model(Occupation)
     try:
-        warnings = check_occupation_table(databases=["default"])
+        warnings = check_stores(databases=["default"])
         assert ids(warnings) == ["occupy.W001"]
-        assert "migrate occupy" in warnings[0].hint
+        assert "migrate occupy zero --fake" in warnings[0].hint
     finally:
         with connection.schema_editor() as editor:
             editor.create_model(Occupation)
@@ -73,9 +76,58 @@ def test_claims_occupy_did_not_write_are_w004_when_asked(live_db: None) -> None:
         name = redis.keys("book:1").lock
         redis.client.set(name, "not ours", px=60_000)
         planted["redis"] = name
-    assert check_foreign_claims() == []  # reading every claim: only on --database
-    warnings = check_foreign_claims(databases=["default"])
+    assert check_stores() == []  # reading every claim: only on --database
+    warnings = [w for w in check_stores(databases=["default"]) if w.id == "occupy.W004"]
     assert ids(warnings) == ["occupy.W004"] * len(planted)
     by_backend = {w.obj: w.msg for w in warnings}
     for alias, name in planted.items():
         assert repr(name) in by_backend[f"OCCUPY['BACKENDS'][{alias!r}]"]
+
+
+@pytest.mark.parametrize(("config", "named"), [
+    ({"BACKEND": "occupy.backends.db.DatabaseBackend",
+      "OPTIONS": {"POLL_INTERVALL": 0.1}}, "'POLL_INTERVALL'"),
+    ({"BACKEND": "occupy.backends.db.DatabaseBackend",
+      "OPTIONS": {"DATABSE": "other"}}, "'DATABSE'"),
+    ({"BACKEND": "occupy.backends.db.DatabaseBackend",
+      "OPTION": {"DATABASE": "other"}}, "'OPTION'"),
+    ({"BACKEND": "occupy.backends.db.DatabaseBackend",
+      "OPTIONS": {"POLL_INTERVAL": -1}}, "POLL_INTERVAL"),
+    ({"BACKEND": "occupy.backends.db.DatabaseBackend",
+      "OPTIONS": {"PREPARE": "yes"}}, "PREPARE"),
+    ({"BACKEND": "occupy.backends.cache.CacheBackend",
+      "OPTIONS": {"CACHE": "default", "SINGLE_PROCES": True}}, "'SINGLE_PROCES'"),
+    ({"BACKEND": "occupy.backends.file.FileBackend",
+      "LOCATION": "/tmp/occupy-typo", "OPTIONS": {"POLL_INTERVALL": 0.1}}, "'POLL_INTERVALL'"),
+    ({"BACKEND": "occupy.backends.file.FileBackend"}, "LOCATION"),
+    ({"BACKEND": "occupy.backends.redis.RedisBackend",
+      "OPTIONS": {"QUEUE_TTL": 0.1}}, "QUEUE_TTL"),
+    ({"BACKEND": "occupy.backends.redis.RedisBackend",
+      "OPTIONS": {"PREFX": "x:"}}, "'PREFX'"),
+])
+def test_a_typo_or_a_bad_value_in_any_backend_is_e006_and_refused(config, named) -> None:
+    """What ``check`` reports is what building the backend refuses, naming the key."""
+    with override_settings(OCCUPY={"BACKENDS": {"default": {
+            "BACKEND": "occupy.backends.db.DatabaseBackend"}, "typo": config}}):
+        errors = [m for m in check_backends() if m.id == "occupy.E006"]
+        assert len(errors) == 1, check_backends()
+        assert "'typo'" in errors[0].msg and named in errors[0].msg
+        with pytest.raises(InvalidBackendError) as raised:
+            get_backend("typo")
+        assert str(raised.value) == errors[0].msg
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("TTL", -5), ("TTL", "60"), ("TIMEOUT", -1), ("REST_FRAMEWORK", {"LEASE_TTL": 0})])
+def test_a_bad_setting_value_is_e007(name: str, value: object) -> None:
+    with override_settings(OCCUPY={name: value}):
+        errors = check_settings()
+        assert ids(errors) == ["occupy.E007"] and name in errors[0].msg
+
+
+def test_every_check_id_names_one_problem() -> None:
+    """The module docstring lists each id once."""
+    import occupy.checks
+
+    listed = re.findall(r"``(occupy\.[EW]\d{3})``", occupy.checks.__doc__ or "")
+    assert len(listed) == len(set(listed)) >= 12

@@ -10,14 +10,14 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections, models
+from django.db import models
 from django.db.models import Case, CharField, OuterRef, Subquery, TextField, Value, When
-from django.db.models.functions import Cast, Concat, Replace, StrIndex, Substr
+from django.db.models.functions import Cast, Concat, StrIndex, Substr
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from occupy.models.pool import _pk_field, database_backend, live_claims, occupation_filter
+from occupy.models.pool import live_claims, occupation_filter, occupation_rows
 
 __all__ = ["OccupiedListFilter", "OccupyStatusAdminMixin"]
 
@@ -26,16 +26,8 @@ _ADMIN_PREFIX = "admin:user:"
 
 def _claims_of_row(queryset: models.QuerySet, alias: str) -> models.QuerySet:
     """Return the live claims on the outer query's row (``OuterRef("pk")``)."""
-    model = queryset.model
-    backend = database_backend(alias, "OccupyStatusAdminMixin")
-    claims = live_claims(model, backend)
-    conn = connections[queryset.db]
-    object_id: Any = (Cast("object_id", TextField()) if conn.vendor == "mysql"
-                      else models.F("object_id"))
-    if isinstance(_pk_field(model), models.UUIDField) and not conn.features.has_native_uuid_field:
-        object_id = Replace(object_id, Value("-"), Value(""), output_field=TextField())
-    return claims.alias(occupy_object_id=object_id).filter(
-        occupy_object_id=Cast(OuterRef("pk"), TextField()))
+    claims = live_claims(queryset.model, occupation_rows(alias, "OccupyStatusAdminMixin"))
+    return claims.filter(occupy_object_id=Cast(OuterRef("pk"), TextField()))
 
 
 def annotate_occupation(queryset: models.QuerySet, alias: str) -> models.QuerySet:
@@ -110,7 +102,7 @@ class OccupyStatusAdminMixin:
 
         errors = super().check(**kwargs)  # type: ignore[misc]
         try:
-            database_backend(self.occupy_status_using, type(self).__name__)
+            occupation_rows(self.occupy_status_using, type(self).__name__)
         except (OccupyError, ImproperlyConfigured) as e:
             errors.append(checks.Error(
                 str(e), hint="Set occupy_status_using to the alias of a DatabaseBackend: the "

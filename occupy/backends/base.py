@@ -19,18 +19,24 @@ import math
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from asgiref.sync import sync_to_async
+from django.core.checks import CheckMessage, Error, Warning
 
+from occupy.backends.claims import UNKNOWN_OWNER
+from occupy.backends.options import Option, raise_problems, read_options, where
 from occupy.exceptions import LeaseLost, LockTimeout, Occupied, OccupyError, StoreUnavailable
 from occupy.leases import Holder, Lease, new_token
 
-__all__ = ["STORE_GRACE", "Attempt", "BaseBackend", "Claim"]
+if TYPE_CHECKING:
+    from django.db.models import Model, QuerySet
+
+__all__ = ["STORE_GRACE", "Attempt", "BaseBackend", "Claim", "OccupationRows"]
 
 #: How far a store call may run past the caller's deadline: a ``timeout`` of 0 still
 #: allows a round trip. A grant that comes back later than this is given back.
@@ -145,20 +151,128 @@ class Attempt:
             self.backend.release(lease)
 
 
-class BaseBackend:
-    """Base class of the lock stores. Subclasses write the contract block."""
+class OccupationRows:
+    """What the model side reads of a backend that keeps its claims as ``Occupation``
+    rows (``occupied()``, ``free()``, ``claim()``, the admin's status column).
 
-    #: Whether :meth:`sweep` has anything to do (stores that expire keys themselves: no).
-    sweeps = True
+    A backend offers it through :meth:`BaseBackend.occupation_rows`; one that keeps its
+    claims elsewhere returns ``None`` there, and those features say so.
+    """
+
+    #: The database alias that holds the ``occupy_occupation`` table.
+    database: str
+
+    def live(self, model: type[Model]) -> QuerySet[Any]:
+        """Return the live granted claims on rows of ``model`` (the model the lock keys
+        name), as ``Occupation`` rows."""
+        raise NotImplementedError("subclasses of OccupationRows must provide a live() method")
+
+    def object_id_text(self) -> Any:
+        """Return an expression of a claim's ``object_id`` as text that equals
+        ``Cast(pk, TextField())`` of its row, in the claims' database."""
+        raise NotImplementedError(
+            "subclasses of OccupationRows must provide an object_id_text() method")
+
+    def lease(self, claim: Mapping[str, Any], ttl: float) -> Lease:
+        """Return the lease a live claim (a ``values()`` row of :meth:`live`) stands for."""
+        raise NotImplementedError("subclasses of OccupationRows must provide a lease() method")
+
+
+class BaseBackend:
+    """Base class of the lock stores: the whole of what occupy asks of one.
+
+    A backend is configured as ``OCCUPY["BACKENDS"][alias]``: ``BACKEND`` (this class's
+    dotted path), ``LOCATION`` where the store needs one, and ``OPTIONS`` as declared in
+    :attr:`options_schema`. Nothing outside ``occupy.backends`` asks which class a
+    backend is: what differs is declared here (the options, :meth:`check`,
+    :meth:`occupation_rows`) and written in the contract block.
+    """
+
+    #: The ``OPTIONS`` keys this backend takes; any other key is refused (a typo).
+    options_schema: ClassVar[Mapping[str, Option]] = {}
+    #: Whether the configuration must give a ``LOCATION`` (a directory, a URL).
+    requires_location: ClassVar[bool] = False
     #: The errors by which the store's client says it cannot be reached or used
     #: (see :meth:`reaching`).
     store_errors: tuple[type[BaseException], ...] = ()
 
-    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+    def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
+        options, problems = read_options(alias, params, self.options_schema)
+        raise_problems(problems + self.config_problems(alias, params, options))
         self.alias = alias
         self.params = params
-        self.options: dict[str, Any] = dict(params.get("OPTIONS") or {})
+        self.options: dict[str, Any] = options
         self.location = params.get("LOCATION")
+
+    @classmethod
+    def config_problems(cls, alias: str, params: Mapping[str, Any],
+                        options: Mapping[str, Any]) -> list[str]:
+        """Return what is wrong with the configuration beyond each option's own type and
+        range: ``LOCATION``, options that must agree with each other. ``options`` holds
+        every option, defaults filled in. The default checks only that a backend which
+        :attr:`requires_location` has one."""
+        if cls.requires_location and not params.get("LOCATION"):
+            return [f"{where(alias)} ({cls.__name__}) has no LOCATION."]
+        return []
+
+    @classmethod
+    def check(cls, alias: str, params: Mapping[str, Any]) -> list[CheckMessage]:
+        """Return the system check messages for this backend's configuration.
+
+        ``manage.py check`` calls it for every alias. The default reports what building
+        the backend would refuse (``occupy.E006``); a backend adds what it can only
+        check against the rest of the settings (a database or cache that is not
+        configured, a cache that cannot lock) with ``super().check(...) + [...]``.
+        """
+        options, problems = read_options(alias, params, cls.options_schema)
+        problems += cls.config_problems(alias, params, options)
+        return [Error(problem, obj=where(alias), id="occupy.E006",
+                      hint=f"See the {cls.__name__} section of occupy's documentation.")
+                for problem in problems]
+
+    def check_store(self, databases: Collection[str]) -> list[CheckMessage]:
+        """Return the check messages that need to read the store (``manage.py check
+        --database``, whose aliases are ``databases``): the default finds claims occupy
+        did not write (``occupy.W004``) where :meth:`claims` can list them."""
+        try:
+            found = [c.key for c in self.claims()
+                     if c.owner == UNKNOWN_OWNER and c.since is None]
+        except NotImplementedError:
+            return []
+        except Exception as e:  # a store that cannot be read is no reason to stop a check
+            return [Warning(f"Could not look for claims occupy did not write in backend "
+                            f"{self.alias!r}: {e}", obj=where(self.alias), id="occupy.W004")]
+        if not found:
+            return []
+        shown = ", ".join(repr(name) for name in found[:3])
+        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+        return [Warning(
+            f"occupy backend {self.alias!r} has {len(found)} claim(s) occupy did not write: "
+            f"{shown}{more}. Each is held by an unknown holder until it expires.",
+            hint="Give occupy a store of its own (a Redis PREFIX, a LOCATION); "
+            "sweep_locks removes expired claim files, and Redis drops values when they "
+            "expire (delete those without an expiry by hand).",
+            obj=where(self.alias), id="occupy.W004",
+        )]
+
+    def make_lease(self, key: str, *, owner: str, token: str, fence: int,
+                   expires_at: datetime, ttl: float, depth: int = 1) -> Lease:
+        """Return the :class:`~occupy.leases.Lease` for a grant this backend made."""
+        return Lease(key=key, owner=owner, token=token, fence=int(fence),
+                     expires_at=_utc(expires_at), ttl=ttl, using=self.alias, depth=depth,
+                     backend=self)
+
+    @staticmethod
+    def make_holder(owner: str, expires_at: datetime, fence: int,
+                    since: datetime | None = None) -> Holder:
+        """Return the :class:`~occupy.leases.Holder` for a claim read from the store."""
+        return Holder(owner=owner, expires_at=_utc(expires_at), fence=int(fence),
+                      since=None if since is None else _utc(since))
+
+    def occupation_rows(self) -> OccupationRows | None:
+        """Return how the model side reads this backend's claims as ``Occupation`` rows,
+        or ``None`` (the default) when it keeps them elsewhere."""
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} alias={self.alias!r}>"
@@ -227,13 +341,24 @@ class BaseBackend:
         """Return whether the store still grants ``lease`` (its token, unexpired)."""
         raise NotImplementedError("subclasses of BaseBackend must provide an is_held() method")
 
-    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
-        """Delete expired claims in batches and return how many (or would be, if dry)."""
-        raise NotImplementedError("subclasses of BaseBackend must provide a sweep() method")
-
     def claims(self) -> Iterable[Claim]:
         """Yield the live claims, for ``list_locks``."""
-        raise NotImplementedError(f"{type(self).__name__} cannot list its claims.")
+        raise NotImplementedError("subclasses of BaseBackend must provide a claims() method")
+
+    def drop_claim(self, key: str) -> None:
+        """Delete the granted claim on ``key`` behind its holder's back, as an operator
+        or a bug would: a test hook, so that the contract suite can check that a holder
+        finds out (``ensure_held``, the watchdog, ``release``)."""
+        raise NotImplementedError("subclasses of BaseBackend must provide a drop_claim() method")
+
+    # --- what a backend may override ---------------------------------------------------
+    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
+        """Delete expired claims in batches and return how many (or would be, if dry).
+
+        The default does nothing and returns 0: for stores that drop expired keys
+        themselves (Redis, caches).
+        """
+        return 0
 
     def close(self) -> None:
         """Release connections and threads this backend holds (on settings reload)."""
@@ -361,6 +486,13 @@ class BaseBackend:
         return await sync_to_async(self.sweep, thread_sensitive=False)(
             batch_size=batch_size, dry_run=dry_run
         )
+
+
+def _utc(moment: datetime) -> datetime:
+    """Return ``moment`` as an aware UTC ``datetime`` (a naive one is taken as UTC)."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
 
 
 def _left(deadline: float | None) -> float:

@@ -33,15 +33,17 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.core.cache import InvalidCacheBackendError, caches
+from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
 from occupy.backends.base import Attempt, BaseBackend, Claim
 from occupy.backends.cache_scripts import FENCE_MEMORY_MS, LuaStore, Outcome, names
-from occupy.backends.records import Entry, from_us, now_us
+from occupy.backends.claims import Entry, from_us, now_us
+from occupy.backends.options import Option, missing_cache, where
 from occupy.exceptions import InvalidBackendError
 from occupy.leases import Holder, Lease, new_token
 
@@ -287,16 +289,55 @@ class CacheStore:
 class CacheBackend(BaseBackend):
     """Locks stored as entries in a Django cache (see the module docstring)."""
 
-    #: Every entry expires in the cache itself: nothing to sweep.
-    sweeps = False
     store_errors = _store_errors()
+    options_schema = {
+        "CACHE": Option(str, "default", "the cache alias"),
+        "SINGLE_PROCESS": Option(bool, False, "the deployment is one process (LocMemCache)"),
+        "POLL_INTERVAL": Option(float, 0.05, "longest pause between two tries while "
+                                "waiting", positive=True),
+        "SAFETY_MARGIN": Option(float, 0.1, "non-Redis caches: how much life an entry read "
+                                "must have left for a write after it", positive=True),
+    }
 
-    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+    @classmethod
+    def check(cls, alias: str, params: Mapping[str, Any]) -> list[CheckMessage]:
+        """Add ``occupy.E004`` (the cache is not configured), ``occupy.E005`` (it cannot
+        lock across processes) and ``occupy.W002`` (its ``add`` is a read then a write)."""
+        options = params.get("OPTIONS") or {}
+        cache = options.get("CACHE", "default")
+        messages = super().check(alias, params) + missing_cache(alias, cache)
+        if not isinstance(cache, str) or cache not in caches.settings:
+            return messages
+        path = caches.settings[cache].get("BACKEND", "")
+        try:
+            kind = cache_safety(path)
+        except ImportError:
+            return messages  # Django's own cache checks report an unimportable cache
+        cache_class = import_string(path)
+        if kind == NO_STORE or (kind == ONE_PROCESS and not options.get("SINGLE_PROCESS")):
+            hint = ("Put the locks on a shared cache (Redis, memcached), or use "
+                    "occupy.backends.db.DatabaseBackend.")
+            if kind == ONE_PROCESS:
+                hint += (" If this deployment really is one process, set "
+                         "OPTIONS['SINGLE_PROCESS'] = True.")
+            messages.append(Error(_refusal(alias, cache, cache_class, kind), hint=hint,
+                                  obj=where(alias), id="occupy.E005"))
+        elif kind == RACY_ADD:
+            messages.append(Warning(
+                f"occupy backend {alias!r} uses cache {cache!r} ({path}), whose add() is a "
+                "read then a write: two processes can both take a free key.",
+                hint="Put the locks on a Redis or memcached cache, or use "
+                "occupy.backends.db.DatabaseBackend or occupy.backends.file.FileBackend.",
+                obj=where(alias), id="occupy.W002",
+            ))
+        return messages
+
+    def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
         super().__init__(alias, params)
-        self.cache_alias: str = self.options.get("CACHE", "default")
-        self.single_process = bool(self.options.get("SINGLE_PROCESS", False))
-        self.poll_interval = float(self.options.get("POLL_INTERVAL", 0.05))
-        self.margin = float(self.options.get("SAFETY_MARGIN", 0.1))
+        self.cache_alias: str = self.options["CACHE"]
+        self.single_process: bool = self.options["SINGLE_PROCESS"]
+        self.poll_interval = float(self.options["POLL_INTERVAL"])
+        self.margin = float(self.options["SAFETY_MARGIN"])
         try:
             cache = caches[self.cache_alias]
         except InvalidCacheBackendError as e:
@@ -312,6 +353,10 @@ class CacheBackend(BaseBackend):
             LuaStore(client, cache.make_key) if client is not None
             else CacheStore(self.cache_alias, self.margin)
         )
+
+    def drop_claim(self, key: str) -> None:
+        """Delete the granted claim on ``key`` behind its holder's back (a test hook)."""
+        caches[self.cache_alias].delete(self.lock_name(key))
 
     def lock_name(self, key: str) -> str:
         """Return the cache key (before the cache's own ``make_key``) of ``key``'s entry."""

@@ -16,8 +16,8 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from occupy.backends.records import Entry, digest
-from occupy.backends.records import text as _text  # replies: bytes or str
+from occupy.backends.claims import Entry, digest
+from occupy.backends.claims import text as _text  # replies: bytes or str
 
 __all__ = ["LuaStore", "Names", "Outcome"]
 

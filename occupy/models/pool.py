@@ -17,41 +17,43 @@ from django.db.models.functions import Cast, Replace
 
 from occupy.api import DEFAULT, acquire, release
 from occupy.backends import get_backend
-from occupy.backends.db import DatabaseBackend
+from occupy.backends.base import OccupationRows
 from occupy.conf import occupy_settings
 from occupy.exceptions import InvalidBackendError, Occupied
 from occupy.leases import Lease, default_owner
 from occupy.models.keys import lock_model, object_key
-from occupy.models.occupation import Occupation
 from occupy.validation import check_owner, check_ttl
 
-__all__ = ["Pool", "database_backend", "live_claims", "occupation_filter"]
+__all__ = ["Pool", "live_claims", "occupation_filter", "occupation_rows", "pk_field"]
 
 
-def database_backend(alias: str, what: str) -> DatabaseBackend:
-    """Return the backend ``alias`` if it keeps ``Occupation`` rows, else raise."""
+def occupation_rows(alias: str, what: str) -> OccupationRows:
+    """Return how to read backend ``alias``'s claims as ``Occupation`` rows, or raise
+    ``InvalidBackendError`` saying that ``what`` needs them."""
     backend = get_backend(alias)
-    if not isinstance(backend, DatabaseBackend):
+    rows = backend.occupation_rows()
+    if rows is None:
         raise InvalidBackendError(
-            f"{what} reads the database backend's Occupation rows, but the occupy backend "
-            f"{alias!r} is a {type(backend).__name__}; pass using= a DatabaseBackend alias."
+            f"{what} reads the claims as Occupation rows, but the occupy backend {alias!r} "
+            f"({type(backend).__name__}) keeps them elsewhere; pass the alias of a "
+            "DatabaseBackend."
         )
-    return backend
+    return rows
 
 
-def live_claims(model: type[models.Model], backend: DatabaseBackend) -> models.QuerySet:
-    """Return the live granted claims on rows of ``model`` in ``backend``'s database."""
-    from django.contrib.contenttypes.models import ContentType
+def live_claims(model: type[models.Model], rows: OccupationRows) -> models.QuerySet:
+    """Return the live granted claims on rows of ``model``, each annotated with
+    ``occupy_object_id``: the object id as text equal to ``Cast(pk, TextField())``
+    (where the database has no uuid type, a UUID is stored as 32 hex digits: the
+    dashes go)."""
+    object_id = rows.object_id_text()
+    native_uuid = connections[rows.database].features.has_native_uuid_field
+    if isinstance(pk_field(model), models.UUIDField) and not native_uuid:
+        object_id = Replace(object_id, Value("-"), Value(""), output_field=TextField())
+    return rows.live(lock_model(model)).alias(occupy_object_id=object_id)
 
-    content_type = ContentType.objects.db_manager(backend.database).get_for_model(
-        lock_model(model))
-    return Occupation.objects.using(backend.database).filter(
-        content_type_id=content_type.pk, state=Occupation.State.USING,
-        expires_at__gt=backend.now(),
-    )
 
-
-def _pk_field(model: type[models.Model]) -> models.Field:
+def pk_field(model: type[models.Model]) -> models.Field:
     """Return the field whose values the primary key holds (through parent links)."""
     field = model._meta.pk
     while field.is_relation:
@@ -61,7 +63,7 @@ def _pk_field(model: type[models.Model]) -> models.Field:
 
 def _to_pk(model: type[models.Model], object_id: str) -> Any:
     try:
-        return _pk_field(model).to_python(object_id)
+        return pk_field(model).to_python(object_id)
     except ValidationError:
         return None  # a key of this model's form that names no valid pk
 
@@ -74,28 +76,18 @@ def occupation_filter(queryset: models.QuerySet, alias: str) -> Q | Exists:
     otherwise the held primary keys are read now.
     """
     model = queryset.model
-    backend = database_backend(alias, "occupied() and free()")
-    claims = live_claims(model, backend)
-    if backend.database != queryset.db:
+    rows = occupation_rows(alias, "occupied() and free()")
+    claims = live_claims(model, rows)
+    if rows.database != queryset.db:
         pks = [_to_pk(model, oid) for oid in claims.values_list("object_id", flat=True)]
         return Q(pk__in=[pk for pk in pks if pk is not None])
-    vendor = connections[queryset.db].vendor
-    # object_id holds str(pk). Compare text with text: a UUID is stored as 32 hex
-    # digits where the database has no uuid type, so the dashes go; MySQL compares both
-    # sides cast, so that columns of different collations never meet.
-    object_id: Any = Cast("object_id", TextField()) if vendor == "mysql" else models.F(
-        "object_id")
-    native_uuid = connections[queryset.db].features.has_native_uuid_field
-    if isinstance(_pk_field(model), models.UUIDField) and not native_uuid:
-        object_id = Replace(object_id, Value("-"), Value(""), output_field=TextField())
-    pk_text = Cast(OuterRef("pk"), TextField())
-    return Exists(claims.alias(occupy_object_id=object_id).filter(occupy_object_id=pk_text))
+    return Exists(claims.filter(occupy_object_id=Cast(OuterRef("pk"), TextField())))
 
 
 class Pool:
     """One ``claim()`` call: the owner's held row, or the next free one."""
 
-    def __init__(self, queryset: models.QuerySet, alias: str, backend: DatabaseBackend, *,
+    def __init__(self, queryset: models.QuerySet, alias: str, rows: OccupationRows, *,
                  owner: str | None, ttl: Any, order_by: Any) -> None:
         self.owner = default_owner() if owner is None else check_owner(owner)
         self.ttl = occupy_settings.TTL if ttl is DEFAULT else check_ttl(ttl)
@@ -108,23 +100,20 @@ class Pool:
         self.queryset = queryset
         self.model = queryset.model
         self.alias = alias
-        self.backend = backend
+        self.rows = rows
 
     def held(self) -> Any:
         """Return the row of the pool the owner holds (oldest grant first), its lease
         rebuilt from the claim, or ``None``."""
-        rows = (live_claims(self.model, self.backend).filter(owner=self.owner)
-                .order_by("fence")
-                .values_list("object_id", "key", "token", "fence", "expires_at", "depth"))
-        for object_id, key, token, fence, expires_at, depth in rows:
-            pk = _to_pk(self.model, object_id)
+        claims = (live_claims(self.model, self.rows).filter(owner=self.owner)
+                  .order_by("fence")
+                  .values("object_id", "key", "owner", "token", "fence", "expires_at",
+                          "depth"))
+        for claim in claims:
+            pk = _to_pk(self.model, claim["object_id"])
             item = None if pk is None else self.queryset.filter(pk=pk).first()
             if item is not None:
-                item.lease = Lease(
-                    key=key, owner=self.owner, token=token, fence=int(fence),
-                    expires_at=self.backend.dialect.to_datetime(expires_at), ttl=self.ttl,
-                    using=self.alias, depth=depth, backend=self.backend,
-                )
+                item.lease = self.rows.lease(claim, self.ttl)
                 return item
         return None
 

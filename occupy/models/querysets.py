@@ -33,7 +33,7 @@ from django.db.models import F
 from occupy.api import DEFAULT, lock
 from occupy.exceptions import Occupied, VersionConflict
 from occupy.models.keys import lock_model, object_key
-from occupy.models.pool import Pool, database_backend, occupation_filter
+from occupy.models.pool import Pool, occupation_filter, occupation_rows
 
 __all__ = ["OccupyManager", "OccupyQuerySet", "OccupyQuerySetMixin"]
 
@@ -184,8 +184,8 @@ class OccupyQuerySetMixin:
         queueing behind them. Needs the database backend.
         """
         alias = self._occupy_alias(using)
-        backend = database_backend(alias, "claim()")
-        pool = Pool(self, alias, backend, owner=owner, ttl=ttl, order_by=order_by)
+        rows = occupation_rows(alias, "claim()")
+        pool = Pool(self, alias, rows, owner=owner, ttl=ttl, order_by=order_by)
         # Claims of one owner run one at a time (they may come from several requests
         # at once), so that two of them cannot each take a different row.
         with lock(_claim_key(self.model, pool.owner), ttl=30, timeout=30, using=alias):

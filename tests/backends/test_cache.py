@@ -15,7 +15,7 @@ import occupy
 from occupy.backends import get_backend
 from occupy.backends.cache import CacheBackend, CacheStore
 from occupy.backends.cache_scripts import LuaStore
-from occupy.checks import check_cache_backends
+from occupy.checks import check_backends
 from occupy.exceptions import InvalidBackendError
 from tests import multiproc
 from tests.backends.exclusion import assert_exclusive, count_under_lock, taken_over_after_kill
@@ -46,7 +46,7 @@ def test_a_killed_holder_frees_the_key_after_its_ttl(using: str, live_db: None) 
 def test_redis_caches_run_the_scripts(using: str, live_db: None) -> None:
     backend = get_backend(using)
     assert isinstance(backend.store, LuaStore) and backend.store.atomic
-    assert backend.sweeps is False and backend.sweep() == 0
+    assert backend.sweep() == 0
 
 
 def test_other_caches_take_the_add_path(live_db: None) -> None:
@@ -88,7 +88,7 @@ def _cache_setup(cache_backend: str, **options) -> dict:
 
 
 def _ids() -> list[str]:
-    return [m.id for m in check_cache_backends()]
+    return [m.id for m in check_backends()]
 
 
 @pytest.mark.parametrize("single_process", [False, True])
@@ -102,7 +102,7 @@ def test_dummy_cache_is_refused_always(single_process: bool) -> None:
 
 def test_locmem_is_refused_unless_single_process() -> None:
     with override_settings(**_cache_setup(LOCMEM)):
-        messages = check_cache_backends()
+        messages = check_backends()
         assert [m.id for m in messages] == ["occupy.E005"]
         assert "SINGLE_PROCESS" in messages[0].hint
         with pytest.raises(InvalidBackendError, match="SINGLE_PROCESS"):
@@ -118,7 +118,7 @@ def test_locmem_is_refused_unless_single_process() -> None:
 ])
 def test_file_and_database_caches_warn(cache_backend: str) -> None:
     with override_settings(**_cache_setup(cache_backend)):
-        messages = check_cache_backends()
+        messages = check_backends()
         assert [m.id for m in messages] == ["occupy.W002"]
         assert "not atomic" in messages[0].msg or "read then a write" in messages[0].msg
 

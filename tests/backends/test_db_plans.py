@@ -15,7 +15,7 @@ from django.db import connections
 
 import occupy
 from occupy.backends import get_backend
-from occupy.backends.sql import TABLE
+from occupy.backends.db.dialects import TABLE
 from tests.claims import insert_claims
 from tests.conftest import backend_params
 

@@ -15,7 +15,7 @@ from django.test import override_settings
 import occupy
 from occupy.backends import get_backend
 from occupy.backends.file import FileBackend
-from occupy.checks import check_file_backends
+from occupy.checks import check_backends as check_file_backends
 from occupy.exceptions import InvalidBackendError
 from tests import multiproc
 from tests.backends.exclusion import assert_exclusive, count_under_lock, taken_over_after_kill
@@ -82,7 +82,7 @@ def test_fences_survive_a_restart_and_a_clock_step_back(
     restarted = FileBackend("files", settings.OCCUPY["BACKENDS"][USING])
     # The clock is an hour behind: only the fence file can keep the fence rising.
     behind = lease.fence - 3600 * 1_000_000
-    monkeypatch.setattr("occupy.backends.file.now_us", lambda: behind)
+    monkeypatch.setattr("occupy.backends.file.backend.now_us", lambda: behind)
     again = restarted.acquire("book:1", owner="x", ttl=30, timeout=0)
     assert again.fence == lease.fence + 1
     restarted.release(again)
@@ -132,7 +132,7 @@ def test_a_claim_file_occupy_did_not_write_is_held_until_it_expires(
 ) -> None:
     """Held by an unknown holder, never free, until FOREIGN_TTL after its mtime; then the
     next grant replaces it and sweep_locks removes it."""
-    from occupy.backends.records import UNKNOWN_OWNER
+    from occupy.backends.claims import UNKNOWN_OWNER
 
     backend = get_backend(USING)
     path = backend.using_path("book:1")
@@ -206,13 +206,13 @@ def test_checks(tmp_path) -> None:
     with override_settings(**_file_setup(str(tmp_path / "locks"))):
         assert check_file_backends() == []
     with override_settings(**_file_setup(None)):
-        assert [m.id for m in check_file_backends()] == ["occupy.E004"]
+        assert [m.id for m in check_file_backends()] == ["occupy.E006"]
     with override_settings(**_file_setup("relative/locks")):
         assert [m.id for m in check_file_backends()] == ["occupy.W003"]
     not_a_directory = tmp_path / "file.txt"  # unusable even for root
     not_a_directory.write_text("")
     with override_settings(**_file_setup(str(not_a_directory / "locks"))):
-        assert [m.id for m in check_file_backends()] == ["occupy.W003"]
+        assert [m.id for m in check_file_backends()] == ["occupy.W005"]
 
 
 @pytest.mark.timeout(20)

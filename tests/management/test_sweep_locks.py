@@ -19,8 +19,8 @@ from django.db import connections
 
 import occupy
 from occupy.backends import get_backend
+from occupy.backends.claims import digest
 from occupy.backends.db import DatabaseBackend
-from occupy.backends.records import digest
 from tests.claims import count_claims, insert_claims, tokens_of
 from tests.conftest import DATABASE_BACKENDS, backend_params
 

@@ -87,11 +87,11 @@ def claim_loop(alias: str, backend: str, me: str, seconds: float,
     import time
 
     import occupy
-    from occupy.models.pool import database_backend, live_claims
+    from occupy.models.pool import live_claims, occupation_rows
     from tests.testapp.models import Task
 
     tasks = Task.objects.using(alias)
-    claims = live_claims(Task, database_backend(backend, "test"))
+    claims = live_claims(Task, occupation_rows(backend, "test"))
     log, problems = [], []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

@@ -38,10 +38,6 @@ class Command(BaseCommand):
             raise CommandError(str(e)) from e
         verb = "would delete" if dry_run else "deleted"
         for backend in backends:
-            if not backend.sweeps:
-                self.stdout.write(f"{backend.alias}: nothing to sweep (the store expires "
-                                  "claims itself)")
-                continue
             count = backend.sweep(batch_size=batch_size, dry_run=dry_run)
             if count and not dry_run:
                 signals.lease_expired.send(sender=type(backend), key=None, count=count)

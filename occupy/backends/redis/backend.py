@@ -5,7 +5,7 @@ takes the key with its fence and queue in one step, and releases and extends
 compare the token on the server. Redis expires claims itself, so nothing needs sweeping.
 A value under a lock's key that occupy did not write (an older layout, another app's
 value under a shared prefix, another type) is held by an unknown holder
-(:data:`~occupy.backends.records.UNKNOWN_OWNER`) until Redis expires it, never free;
+(:data:`~occupy.backends.claims.UNKNOWN_OWNER`) until Redis expires it, never free;
 ``list_locks`` shows it under its Redis key's name.
 
 What seed 004 gets wrong, and what this does instead: ``SETNX`` then ``EXPIRE`` is two
@@ -38,17 +38,20 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
-from occupy.backends import redis_scripts
+from django.core.checks import CheckMessage
+
 from occupy.backends.base import STORE_GRACE, Attempt, BaseBackend, Claim
-from occupy.backends.records import UNKNOWN_OWNER
-from occupy.backends.records import text as _text  # replies: bytes or str
-from occupy.backends.redis_scripts import RedisKeys, redis_keys
+from occupy.backends.claims import UNKNOWN_OWNER
+from occupy.backends.claims import text as _text  # replies: bytes or str
+from occupy.backends.options import Option, missing_cache, where
+from occupy.backends.redis import scripts as redis_scripts
+from occupy.backends.redis.scripts import RedisKeys, redis_keys
 from occupy.exceptions import InvalidBackendError
 from occupy.leases import Holder, Lease, new_token
 
@@ -67,7 +70,6 @@ __all__ = ["BoundedCalls", "RedisBackend", "RedisKeys"]
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: The expiry shown for a foreign value that Redis never expires: 9999-12-31, in ms.
 _NEVER_MS = 253402300799000
-_OPTIONS = {"CACHE", "PREFIX", "POLL_INTERVAL", "QUEUE_TTL", "FENCE_TTL"}
 #: Async waiters block in threads of their own pool, never in the event loop's default
 #: executor (which a few long ``BLPOP`` calls would starve).
 _ASYNC_WAIT_THREADS = 64
@@ -224,47 +226,57 @@ class _Held(NamedTuple):
                       to_datetime(self.since))
 
 
-def _seconds_option(options: dict[str, Any], name: str, default: float, alias: str) -> float:
-    value = options.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (
-        math.isfinite(value) and value > 0
-    ):
-        raise InvalidBackendError(
-            f"OCCUPY['BACKENDS'][{alias!r}]['OPTIONS'][{name!r}] must be a positive number "
-            f"of seconds, not {value!r}."
-        )
-    return float(value)
+def _prefix_problem(prefix: str) -> str | None:
+    if "{" in prefix or "}" in prefix:
+        return "must have no braces (they would pick the Redis Cluster slot)"
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class RedisBackend(BaseBackend):
     """Locks in Redis; see the module docstring for the keys, options and guarantees."""
 
-    sweeps = False
+    options_schema = {
+        "CACHE": Option(str, "default", "the django-redis cache alias",
+                        check=lambda v: None if v else "must name a cache alias"),
+        "PREFIX": Option(str, "occupy:", "what every key occupy writes starts with",
+                         check=_prefix_problem),
+        "POLL_INTERVAL": Option(float, 0.25, "longest pause between two looks while "
+                                "waiting", positive=True),
+        "QUEUE_TTL": Option(float, 3, "how long a waiter's place outlives its last look",
+                            positive=True),
+        "FENCE_TTL": Option(float, 86400, "how long a key's fence is remembered",
+                            positive=True),
+    }
 
-    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+    @classmethod
+    def config_problems(cls, alias: str, params: Mapping[str, Any],
+                        options: Mapping[str, Any]) -> list[str]:
+        """Add: ``QUEUE_TTL`` must be at least twice ``POLL_INTERVAL``."""
+        problems = super().config_problems(alias, params, options)
+        queue_ttl, poll = options["QUEUE_TTL"], options["POLL_INTERVAL"]
+        if _number(queue_ttl) and _number(poll) and queue_ttl < 2 * poll:
+            problems.append(
+                f"{where(alias, 'QUEUE_TTL')} ({queue_ttl:g} s) must be at least twice "
+                f"POLL_INTERVAL ({poll:g} s), or live waiters lose their place.")
+        return problems
+
+    @classmethod
+    def check(cls, alias: str, params: Mapping[str, Any]) -> list[CheckMessage]:
+        """Add ``occupy.E004``: ``OPTIONS["CACHE"]`` is not in ``settings.CACHES``."""
+        cache = (params.get("OPTIONS") or {}).get("CACHE", "default")
+        return super().check(alias, params) + missing_cache(alias, cache)
+
+    def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
         super().__init__(alias, params)
-        where = f"OCCUPY['BACKENDS'][{alias!r}]['OPTIONS']"
-        unknown = set(self.options) - _OPTIONS
-        if unknown:
-            raise InvalidBackendError(
-                f"{where} has unknown keys {sorted(unknown)}; known keys are {sorted(_OPTIONS)}."
-            )
-        self.cache_alias = self.options.get("CACHE", "default")
-        self.prefix = self.options.get("PREFIX", "occupy:")
-        if not isinstance(self.cache_alias, str) or not self.cache_alias:
-            raise InvalidBackendError(f"{where}['CACHE'] must name a cache alias, "
-                                      f"not {self.cache_alias!r}.")
-        if not isinstance(self.prefix, str) or "{" in self.prefix or "}" in self.prefix:
-            raise InvalidBackendError(f"{where}['PREFIX'] must be a str without braces (they "
-                                      f"would pick the Redis Cluster slot), not {self.prefix!r}.")
-        self.poll_interval = _seconds_option(self.options, "POLL_INTERVAL", 0.25, alias)
-        self.queue_ttl = _seconds_option(self.options, "QUEUE_TTL", 3, alias)
-        self.fence_ttl = _seconds_option(self.options, "FENCE_TTL", 86400, alias)
-        if self.queue_ttl < 2 * self.poll_interval:
-            raise InvalidBackendError(
-                f"{where}['QUEUE_TTL'] ({self.queue_ttl:g} s) must be at least twice "
-                f"POLL_INTERVAL ({self.poll_interval:g} s), or live waiters lose their place."
-            )
+        self.cache_alias: str = self.options["CACHE"]
+        self.prefix: str = self.options["PREFIX"]
+        self.poll_interval = float(self.options["POLL_INTERVAL"])
+        self.queue_ttl = float(self.options["QUEUE_TTL"])
+        self.fence_ttl = float(self.options["FENCE_TTL"])
         self._texts = redis_scripts.scripts_for(to_ms(self.fence_ttl), to_ms(self.queue_ttl))
         self._client: Any = None
         self._scripts: Any = None
@@ -288,6 +300,10 @@ class RedisBackend(BaseBackend):
         if self._scripts is None:
             self._connect()
         return self._scripts
+
+    def drop_claim(self, key: str) -> None:
+        """Delete the granted claim on ``key`` behind its holder's back (a test hook)."""
+        self.client.delete(self.keys(key).lock)
 
     def _connect(self) -> None:
         from django.core.cache import InvalidCacheBackendError
@@ -401,7 +417,7 @@ class RedisBackend(BaseBackend):
     def holder(self, key: str) -> Holder | None:
         """Return the holder's owner, expiry and fence, or ``None`` (never the token).
 
-        A value occupy did not write is held by :data:`~occupy.backends.records.UNKNOWN_OWNER`
+        A value occupy did not write is held by :data:`~occupy.backends.claims.UNKNOWN_OWNER`
         (fence 0) until Redis expires it.
         """
         try:
@@ -433,7 +449,7 @@ class RedisBackend(BaseBackend):
 
         A value occupy did not write is listed under its Redis key's name (the lock key
         it stands for cannot be known), held by
-        :data:`~occupy.backends.records.UNKNOWN_OWNER`, with no start and no fence.
+        :data:`~occupy.backends.claims.UNKNOWN_OWNER`, with no start and no fence.
         """
         client = self.client
         pattern = _glob_escape(self.prefix) + "{*}:"

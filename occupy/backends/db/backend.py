@@ -57,27 +57,32 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
 from django.apps import apps
+from django.core.checks import CheckMessage, Error
 from django.db import DatabaseError, IntegrityError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
 
 from occupy.backends.base import BaseBackend, Claim
+from occupy.backends.claims import digest
 from occupy.backends.cutoff import cutoffs
-from occupy.backends.db_attempt import DatabaseAttempt
-from occupy.backends.records import digest
-from occupy.backends.sql import (
+from occupy.backends.db.attempt import DatabaseAttempt
+from occupy.backends.db.checks import no_database, occupation_table_warnings
+from occupy.backends.db.dialects import (
     PG_RELEASE_AND_WAKE,
     PG_SESSION,
     SQLITE_FUNCTIONS,
+    TABLE,
     Dialect,
     dialect_for,
     is_busy,
 )
+from occupy.backends.db.rows import DatabaseOccupationRows
+from occupy.backends.options import Option, where
 from occupy.exceptions import InvalidBackendError, OccupyError, StoreUnavailable
 from occupy.leases import Holder, Lease, new_token
 
@@ -101,21 +106,50 @@ _inherited: list[BaseDatabaseWrapper] = []
 class DatabaseBackend(BaseBackend):
     """Locks stored as :class:`~occupy.models.Occupation` rows in a Django database."""
 
-    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+    options_schema = {
+        "DATABASE": Option(str, "default", "the database alias"),
+        "POLL_INTERVAL": Option(float, 0.02, "longest pause between two tries while "
+                                "waiting", positive=True),
+        "PENDING_TTL": Option(float, 10, "how long a waiter's queued claim outlives its "
+                              "last heartbeat", positive=True),
+        "PREPARE": Option(bool, True, "PostgreSQL with psycopg 3: prepare the statements"),
+    }
+
+    def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
         super().__init__(alias, params)
-        self.database: str = self.options.get("DATABASE", "default")
+        self.database: str = self.options["DATABASE"]
         if self.database not in connections.settings:
-            raise InvalidBackendError(
-                f"occupy backend {alias!r} uses database {self.database!r}, which is not "
-                f"in settings.DATABASES ({sorted(connections.settings)})."
-            )
-        self.poll_interval = float(self.options.get("POLL_INTERVAL", 0.02))
-        self.pending_ttl = float(self.options.get("PENDING_TTL", 10))
-        self.prepare = bool(self.options.get("PREPARE", True))
+            raise InvalidBackendError(no_database(alias, self.database))
+        self.poll_interval = float(self.options["POLL_INTERVAL"])
+        self.pending_ttl = float(self.options["PENDING_TTL"])
+        self.prepare: bool = self.options["PREPARE"]
         self._local = threading.local()
         self._dialect: Dialect | None = None
         self._opened: weakref.WeakSet[BaseDatabaseWrapper] = weakref.WeakSet()
         self._connect_timeout: Any = None
+
+    def occupation_rows(self) -> DatabaseOccupationRows:
+        """Return this backend's claims as ``Occupation`` rows, for the model side."""
+        return DatabaseOccupationRows(self)
+
+    @classmethod
+    def check(cls, alias: str, params: Mapping[str, Any]) -> list[CheckMessage]:
+        """Add ``occupy.E003``: ``OPTIONS["DATABASE"]`` is not in ``settings.DATABASES``."""
+        messages = super().check(alias, params)
+        database = (params.get("OPTIONS") or {}).get("DATABASE", "default")
+        if isinstance(database, str) and database not in connections.settings:
+            messages.append(Error(
+                no_database(alias, database),
+                hint=f"Set OPTIONS['DATABASE'] to one of {sorted(connections.settings)}.",
+                obj=where(alias), id="occupy.E003"))
+        return messages
+
+    def check_store(self, databases: Collection[str]) -> list[CheckMessage]:
+        """Add ``occupy.W001``: the claims table is missing though occupy's migration is
+        recorded as applied (a database check: ``check --database``)."""
+        if self.database not in databases:
+            return []
+        return occupation_table_warnings(self.alias, self.database)
 
     # --- connection ------------------------------------------------------------------
     def connection(self, cutoff: float | None = None) -> BaseDatabaseWrapper:
@@ -472,6 +506,10 @@ class DatabaseBackend(BaseBackend):
         """Return whether the lease's token still holds a live ``using`` claim."""
         return bool(self.execute(self.dialect.granted(), [digest(lease.key), lease.token],
                                  key=lease.key)[1])
+
+    def drop_claim(self, key: str) -> None:
+        """Delete the granted claim on ``key`` behind its holder's back (a test hook)."""
+        self.execute(f"DELETE FROM {TABLE} WHERE slot = %s", [digest(key)], key=key)
 
     def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
         """Delete expired claims ``batch_size`` at a time; return how many.

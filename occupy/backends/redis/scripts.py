@@ -52,7 +52,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import NamedTuple
 
-from occupy.backends.records import digest
+from occupy.backends.claims import digest
 
 __all__ = ["ACQUIRE", "CANCEL", "EXTEND", "RELEASE", "RESUME", "TAKEOVER", "RedisKeys",
            "redis_keys", "scripts_for"]

@@ -31,7 +31,7 @@ What the seed gets wrong, and what this does instead:
 
 A file in ``using/`` that is not a claim occupy wrote (torn by a power cut, left by an
 older version or another program) is held by an unknown holder
-(:data:`~occupy.backends.records.UNKNOWN_OWNER`, fence 0), never free: it expires
+(:data:`~occupy.backends.claims.UNKNOWN_OWNER`, fence 0), never free: it expires
 ``FOREIGN_TTL`` after it was last written (its mtime), since nothing in it says when
 its holder's lease ends. Then it counts as expired like any claim: the next grant
 replaces it (its fence comes from the clock floor) and ``sweep_locks`` removes it.
@@ -55,14 +55,17 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from typing import Any
 
-from occupy.backends import file_io as fio
+from django.core.checks import CheckMessage, Warning
+
 from occupy.backends.base import Attempt, BaseBackend, Claim
-from occupy.backends.records import UNKNOWN_OWNER, Entry, digest, from_us, now_us
-from occupy.exceptions import InvalidBackendError, OccupyError
+from occupy.backends.claims import UNKNOWN_OWNER, Entry, digest, from_us, now_us
+from occupy.backends.file import claimfiles as fio
+from occupy.backends.options import Option, where
+from occupy.exceptions import OccupyError
 from occupy.leases import Holder, Lease
 
 __all__ = ["FileBackend"]
@@ -79,21 +82,69 @@ class FileBackend(BaseBackend):
     #: network filesystem gone) fails with one of these.
     store_errors = (OSError,)
 
-    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+    requires_location = True
+    options_schema = {
+        "POLL_INTERVAL": Option(float, 0.05, "longest pause between two tries while "
+                                "waiting", positive=True),
+        "PENDING_TTL": Option(float, 10, "how long a waiter's queued claim outlives its "
+                              "last heartbeat", positive=True),
+        "FOREIGN_TTL": Option(float, 600, "how long a claim file occupy cannot read counts "
+                              "as held", positive=True),
+    }
+
+    @classmethod
+    def config_problems(cls, alias: str, params: Mapping[str, Any],
+                        options: Mapping[str, Any]) -> list[str]:
+        """Add: ``LOCATION`` must be a path."""
+        location = params.get("LOCATION")
+        if location and not isinstance(location, str | os.PathLike):
+            return [f"{where(alias)}['LOCATION'] must be the path of a directory, not "
+                    f"{location!r}."]
+        return super().config_problems(alias, params, options)
+
+    @classmethod
+    def check(cls, alias: str, params: Mapping[str, Any]) -> list[CheckMessage]:
+        """Add ``occupy.W003`` (a relative ``LOCATION``) and ``occupy.W005`` (a
+        ``LOCATION`` this process cannot write)."""
+        messages = super().check(alias, params)
+        location = params.get("LOCATION")
+        if not location or not isinstance(location, str | os.PathLike):
+            return messages
+        location = os.fspath(location)
+        if not os.path.isabs(location):
+            messages.append(Warning(
+                f"occupy backend {alias!r} has the relative LOCATION {location!r}: "
+                "processes started in different directories would not see each other's "
+                "locks.",
+                hint=f"Use an absolute path, e.g. {os.path.abspath(location)!r}.",
+                obj=where(alias), id="occupy.W003",
+            ))
+        existing = os.path.abspath(location)  # the directory, or its nearest ancestor
+        while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+            existing = os.path.dirname(existing)
+        if not (os.path.isdir(existing) and os.access(existing, os.W_OK | os.X_OK)):
+            messages.append(Warning(
+                f"occupy backend {alias!r} cannot write its LOCATION {location!r} "
+                f"({existing!r} is not a directory this process can write).",
+                hint="Create the directory and let the site's user write it.",
+                obj=where(alias), id="occupy.W005",
+            ))
+        return messages
+
+    def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
         super().__init__(alias, params)
-        if not isinstance(self.location, str | os.PathLike) or not str(self.location):
-            raise InvalidBackendError(
-                f"occupy backend {alias!r} (FileBackend) needs LOCATION, the directory "
-                f"its lock files live in, not {self.location!r}."
-            )
         self.root = os.path.abspath(os.fspath(self.location))
-        self.poll_interval = float(self.options.get("POLL_INTERVAL", 0.05))
-        self.pending_ttl = float(self.options.get("PENDING_TTL", 10))
-        self.foreign_ttl = float(self.options.get("FOREIGN_TTL", 600))
+        self.poll_interval = float(self.options["POLL_INTERVAL"])
+        self.pending_ttl = float(self.options["PENDING_TTL"])
+        self.foreign_ttl = float(self.options["FOREIGN_TTL"])
         self.locks = fio.KeyLocks(f"{self.root}/locks")
 
     def __repr__(self) -> str:
         return f"<FileBackend alias={self.alias!r} location={self.root!r}>"
+
+    def drop_claim(self, key: str) -> None:
+        """Delete the granted claim on ``key`` behind its holder's back (a test hook)."""
+        os.unlink(self.using_path(key))
 
     # --- paths and files --------------------------------------------------------------
     def using_path(self, key: str) -> str:

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, IntegrityError
 
 from occupy.backends.base import Attempt
-from occupy.backends.records import digest
-from occupy.backends.sql import PG_WAKE_NEXT, Dialect, is_busy
+from occupy.backends.claims import digest
+from occupy.backends.db.dialects import PG_WAKE_NEXT, Dialect, is_busy
 from occupy.exceptions import StoreUnavailable
 from occupy.leases import Holder, Lease
 
 if TYPE_CHECKING:
-    from occupy.backends.db import DatabaseBackend
+    from occupy.backends.db.backend import DatabaseBackend
 
 __all__ = ["DatabaseAttempt"]
 

@@ -10,7 +10,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import suppress
 
-from occupy.backends.records import Entry
+from occupy.backends.claims import Entry
 
 __all__ = ["DEAD", "KeyLocks", "create", "dump", "expires_ns", "load", "mtime_us", "names",
            "read", "rmdir", "unlink"]

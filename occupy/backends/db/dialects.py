@@ -60,6 +60,15 @@ class Dialect:
             return f"+{seconds:.6f} seconds"
         return seconds
 
+    def object_id_text(self, column: str) -> Any:
+        """Return ``column`` (text) as an ORM expression that compares equal with a
+        ``Cast(..., TextField())`` of a primary key: cast too on MySQL, so that columns
+        of different collations never meet."""
+        from django.db.models import F, TextField
+        from django.db.models.functions import Cast
+
+        return Cast(column, TextField()) if self.vendor == "mysql" else F(column)
+
     def to_datetime(self, value: Any) -> datetime:
         """Return a column or expression value of the store's time as an aware UTC datetime."""
         if isinstance(value, str):  # SQLite keeps naive UTC text
