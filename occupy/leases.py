@@ -82,9 +82,10 @@ class Lease:
 
     def _backend(self) -> BaseBackend:
         if self.backend is None:
-            from occupy.backends import get_backend
-
-            self.backend = get_backend(self.using)
+            raise TypeError(
+                f"This lease on {self.key!r} has no backend: leases are made by their "
+                "backend (BaseBackend.make_lease), or rebuilt with occupy.resume()."
+            )
         return self.backend
 
     def mark_lost(self, reason: str) -> LeaseLost:

@@ -61,6 +61,9 @@ def wipe() -> None:
 def wipe_stores() -> None:
     """Delete the suite's Redis keys (by prefix), the locmem cache and the lock files."""
     caches["locmem"].clear()
+    from occupy.backends import get_backend
+
+    get_backend("memory").clear()  # type: ignore[attr-defined]
     shutil.rmtree(settings.FILES_LOCATION, ignore_errors=True)
     if "redis" in settings.CACHES:
         from django_redis import get_redis_connection
@@ -99,7 +102,10 @@ def backend_params(aliases: list[str]) -> list:
 
 #: Every lock backend the contract suite is bound to.
 CONTRACT_BACKENDS = ["default", "db-postgresql", "db-mysql", "redis", "cache", "cache-django",
-                     "cache-addonly", "cache-locmem", "files"]
+                     "cache-addonly", "cache-locmem", "files", "memory",
+                     *(["extra"] if "extra" in settings.OCCUPY["BACKENDS"] else [])]
+#: The backends whose store lives in one process's memory (no multiprocess tests).
+ONE_PROCESS_BACKENDS = ["cache-locmem", "memory"]
 
 
 @pytest.fixture(params=backend_params(CONTRACT_BACKENDS))

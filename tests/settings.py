@@ -6,6 +6,8 @@
   can run their suites against the same servers at once.
 - ``OCCUPY_TEST_REDIS_DB``: the Redis database number the tests use (default 0); every
   Redis key they create starts with :data:`REDIS_PREFIX`, so only those are wiped.
+- ``OCCUPY_TEST_BACKEND`` (and ``OCCUPY_TEST_BACKEND_CONFIG``, JSON): a third-party
+  backend class the contract suite is bound to as well, as alias ``extra``.
 - ``OCCUPY_REQUIRE_SERVERS=1``: fail at start-up when PostgreSQL, MariaDB or Redis is
   not reachable (CI and ``make test-all``) instead of skipping the tests that need them.
 - ``OCCUPY_TEST_REDIS_DB_CACHE``: the Redis database number of the ``locks`` and
@@ -20,6 +22,7 @@ on each of them in one session.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 from pathlib import Path
@@ -129,7 +132,15 @@ STORE_BACKENDS = {
     "cache-locmem": {"BACKEND": _CACHE_BACKEND,
                      "OPTIONS": {"CACHE": "locmem", "SINGLE_PROCESS": True}},
     "files": {"BACKEND": "occupy.backends.file.FileBackend", "LOCATION": FILES_LOCATION},
+    # The README's "Writing a backend" example: the contract suite runs on it unchanged.
+    "memory": {"BACKEND": "tests.support.memory.MemoryBackend"},
 }
+#: A third-party backend to bind the contract suite to as well (alias ``extra``):
+#: ``OCCUPY_TEST_BACKEND=dotted.path.Backend``, its settings as JSON in
+#: ``OCCUPY_TEST_BACKEND_CONFIG`` (e.g. ``{"LOCATION": "...", "OPTIONS": {...}}``).
+if os.environ.get("OCCUPY_TEST_BACKEND"):
+    STORE_BACKENDS["extra"] = {"BACKEND": os.environ["OCCUPY_TEST_BACKEND"],
+                               **json.loads(os.environ.get("OCCUPY_TEST_BACKEND_CONFIG", "{}"))}
 if "redis" not in SKIPS:
     STORE_BACKENDS["cache"] = {"BACKEND": _CACHE_BACKEND, "OPTIONS": {"CACHE": "locks"}}
     STORE_BACKENDS["cache-django"] = {"BACKEND": _CACHE_BACKEND,

@@ -14,11 +14,11 @@ import occupy
 from occupy.backends import get_backend
 from tests import multiproc
 from tests.backends.exclusion import assert_exclusive, count_with_failed_release, try_acquire
-from tests.conftest import CONTRACT_BACKENDS, backend_params
+from tests.conftest import CONTRACT_BACKENDS, ONE_PROCESS_BACKENDS, backend_params
 from tests.testapp.models import Counter
 
 #: Backends whose store other processes can see (locmem is one process's memory).
-SHARED_BACKENDS = [alias for alias in CONTRACT_BACKENDS if alias != "cache-locmem"]
+SHARED_BACKENDS = [alias for alias in CONTRACT_BACKENDS if alias not in ONE_PROCESS_BACKENDS]
 
 
 def test_the_holding_thread_reenters_by_token(using: str) -> None:

@@ -110,12 +110,14 @@ class Attempt:
         return None
 
     def current_holder(self) -> tuple[Holder | None, float | None]:
-        """Return the key's holder and the seconds left on its lease, for the error."""
+        """Return the key's holder and the seconds left on its lease by the store's
+        clock, for the error's ``retry_after``. The default asks :meth:`BaseBackend.holder`
+        and knows no seconds left: a backend overrides it to give them."""
         return self.backend.holder(self.key), None
 
     def next_delay(self) -> float:
         """Return the next pause: capped exponential backoff with jitter."""
-        delay = min(self.max_delay, self.first_delay * (2 ** min(self._tries, 16)))
+        delay: float = min(self.max_delay, self.first_delay * (2 ** min(self._tries, 16)))
         self._tries += 1
         return delay * random.uniform(0.5, 1.0)
 
@@ -408,6 +410,7 @@ class BaseBackend:
                 raise await sync_to_async(self._occupied, thread_sensitive=False)(
                     attempt, waited=timeout
                 )
+            assert isinstance(lease, Lease)  # what try_acquire and enqueue return
             self._in_time(lease, deadline, timeout, give_back=False)
             granted = True
             return lease

@@ -55,7 +55,8 @@ class Option:
             return f"must be {_names(kinds)}, not {value!r}"
         if not isinstance(value, kinds):
             return f"must be {_names(kinds)}, not {type(value).__name__} {value!r}"
-        if self.positive and not (math.isfinite(value) and value > 0):
+        if self.positive and not (isinstance(value, int | float) and math.isfinite(value)
+                                  and value > 0):
             return f"must be a positive number of seconds, not {value!r}"
         return self.check(value) if self.check else None
 

@@ -1,0 +1,1 @@
+"""Helpers the tests share (no fixtures: those are in the conftest files)."""
