@@ -60,8 +60,12 @@ serve: venv
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py runserver 127.0.0.1:8000
 
+## lint: ruff, mypy (strict, with django-stubs) and the import-linter contracts
+## (.importlinter: the layers, concrete backends only under occupy.backends, no cycles)
 lint: venv
 	$(PY) -m ruff check occupy tests bench example_project
+	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) example_project/var .pytest_cache .ruff_cache
