@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-all mysql-driver databases bench serve lint clean
+.PHONY: venv demo test test-all mysql-driver databases bench serve lint docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,5 +67,14 @@ lint: venv
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 
+## docs: the documentation site (Sphinx, furo) into docs/_build/html; any warning fails
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(PY) -m sphinx -E -W --keep-going -b html docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) example_project/var .pytest_cache .ruff_cache
+	rm -rf $(VENV) example_project/var .pytest_cache .ruff_cache docs/_build

@@ -1,5 +1,5 @@
 """occupy in the Django admin: ``OccupationAdmin`` (registered), and the mixins that
-give a ``ModelAdmin`` edit leases, version checks and an "is being edited" column.
+give a ``ModelAdmin`` edit leases, version checks and an "is being edited" column::
 
     @admin.register(Book)
     class BookAdmin(EditLeaseAdminMixin, VersionedAdminMixin, OccupyStatusAdminMixin,

@@ -1,4 +1,4 @@
-"""An optional RFC 9457 exception handler: occupy's answers as ``application/problem+json``.
+"""An optional RFC 9457 exception handler: occupy's answers as ``application/problem+json``::
 
     REST_FRAMEWORK = {
         "EXCEPTION_HANDLER": "occupy.rest_framework.handlers.problem_exception_handler",
