@@ -19,7 +19,7 @@ from django.db import OperationalError
 
 import occupy
 from occupy.backends import get_backend
-from tests.conftest import DATABASE_BACKENDS, backend_params
+from tests.support.aliases import DATABASE_BACKENDS, backend_params
 
 
 @pytest.fixture(params=backend_params(DATABASE_BACKENDS))

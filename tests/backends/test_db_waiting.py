@@ -20,7 +20,7 @@ from django.test import override_settings
 import occupy
 from occupy.backends import get_backend
 from occupy.models import Occupation
-from tests.conftest import DATABASE_BACKENDS, backend_params
+from tests.support.aliases import DATABASE_BACKENDS, backend_params
 
 SLOW_POLL = "db-postgresql-slow-poll"
 

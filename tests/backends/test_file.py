@@ -17,8 +17,8 @@ from occupy.backends import get_backend
 from occupy.backends.file import FileBackend
 from occupy.checks import check_backends as check_file_backends
 from occupy.exceptions import InvalidBackendError
-from tests import multiproc
-from tests.backends.exclusion import assert_exclusive, count_under_lock, taken_over_after_kill
+from tests.support import multiproc
+from tests.support.exclusion import assert_exclusive, count_under_lock, taken_over_after_kill
 from tests.testapp.models import Counter
 
 USING = "files"

@@ -22,8 +22,8 @@ import occupy
 from occupy.backends import get_backend
 from occupy.exceptions import InvalidBackendError
 from occupy.leases import Lease
-from tests import multiproc
-from tests.conftest import server_skip
+from tests.support import multiproc
+from tests.support.aliases import server_skip
 
 pytestmark = pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or "")
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
-from tests.example.conftest import PASSWORD, call
+from tests.support.example_site import PASSWORD, call
 
 #: Examples per operation, mode and ``id``: enough to reach the contract's statuses
 #: (400, 404, 409, 412, 423, 428) while the whole run stays within two minutes.

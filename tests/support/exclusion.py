@@ -1,6 +1,6 @@
 """Workers and assertions for the multiprocess tests of a lock backend.
 
-Workers run in spawned processes (tests/multiproc.py), so they live at module level
+Workers run in spawned processes (tests/support/multiproc.py), so they live at module level
 and import what they need inside.
 """
 
@@ -11,7 +11,7 @@ import os
 import signal
 import time
 
-from tests import multiproc
+from tests.support import multiproc
 
 __all__ = [
     "assert_exclusive",
