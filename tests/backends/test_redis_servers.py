@@ -21,6 +21,7 @@ from django.test import override_settings
 import occupy
 from occupy.backends.base import STORE_GRACE
 from tests.support.aliases import server_skip
+from tests.support.waiting import wait_for_waiters
 
 REDIS_SERVER = shutil.which("redis-server")
 pytestmark = [
@@ -229,10 +230,7 @@ def _exercise(backend, key: str) -> None:
     waiter = threading.Thread(target=lambda: got.append(
         backend.acquire(key, owner="bob", ttl=30, timeout=10)))
     waiter.start()
-    for _ in range(200):
-        if backend.client.zcard(backend.keys(key).queue):
-            break
-        time.sleep(0.01)
+    wait_for_waiters(backend, key)
     assert [(c.owner, c.state) for c in backend.claims()] == [("alice", "using"),
                                                              ("bob", "pending")]
     alice.extend(60)
