@@ -114,6 +114,7 @@ def test_the_others_read_only_until_the_beacon_frees_it(users: StaffUsers, brows
     assert _holder_owner(obj).startswith(f"admin:user:{users.other.pk}:tab:")
 
 
+@pytest.mark.slow
 def test_the_heartbeat_keeps_the_lease_past_several_ttls_also_hidden(users: StaffUsers,
                                                                     browser: Make) -> None:
     doc = Document.objects.create(body="draft")

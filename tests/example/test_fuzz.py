@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
@@ -37,6 +38,7 @@ def _fuzz(operation, url: str, mode: GenerationMode, path_parameters: dict) -> N
     run()
 
 
+@pytest.mark.slow
 def test_no_generated_request_gets_a_server_error(example_site) -> None:
     existing = {}
     for kind, body in (("books", {"name": "fuzzed"}), ("tasks", {"title": "fuzzed"})):

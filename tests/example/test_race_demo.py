@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import re
 
+import pytest
+
 from tests.support.example_site import manage
+
+pytestmark = pytest.mark.slow
 
 
 def test_race_demo_shows_plain_django_losing_updates_and_occupy_losing_none(tmp_path) -> None:

@@ -47,6 +47,7 @@ def sweep(*args: str) -> str:
     return out.getvalue()
 
 
+@pytest.mark.slow
 def test_sweep_removes_every_expired_claim_and_keeps_every_live_one(alias: str) -> None:
     database = _database(alias)
     insert_claims(database, EXPIRED, tag="expired", expired=True)
