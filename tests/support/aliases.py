@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any, cast
 
 import pytest
 from django.conf import settings
@@ -43,13 +44,14 @@ def server_skip(alias: str) -> str | None:
         return "OCCUPY_TEST_ONLY_DB=1: store backends run in make test, not again here"
     if alias == f"db-{settings.DEFAULT_DB}":
         return f"the {settings.DEFAULT_DB} database is 'default' in this run"
-    if alias not in settings.OCCUPY["BACKENDS"]:
+    backends = cast("dict[str, Any]", settings.OCCUPY["BACKENDS"])
+    if alias not in backends:
         server = SERVER_OF.get(alias, alias.removeprefix("db-"))
         return settings.SKIPS.get(server, f"backend {alias!r} is not configured")
     return None
 
 
-def backend_params(aliases: list[str]) -> list:
+def backend_params(aliases: list[str]) -> list[Any]:
     """Return pytest params for backend aliases, skipped with the server's reason."""
     params = []
     for alias in aliases:
@@ -59,7 +61,7 @@ def backend_params(aliases: list[str]) -> list:
     return params
 
 
-def database_params(aliases: list[str]) -> list:
+def database_params(aliases: list[str]) -> list[Any]:
     """Return pytest params for database aliases, skipped with the server's reason."""
     params = []
     for alias in aliases:

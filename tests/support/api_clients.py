@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 
-def call(method: str, url: str, user: str, body: dict | None = None,
+def call(method: str, url: str, user: str, body: dict[str, Any] | None = None,
          **headers: str) -> tuple[int, dict[str, str], Any]:
     """Send one request as ``user`` (HTTP Basic); return status, headers and JSON body."""
     from tests.support.live_server import send

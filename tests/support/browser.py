@@ -56,7 +56,8 @@ class Browser:
     def finds(self, css: str) -> list[Any]:
         from selenium.webdriver.common.by import By
 
-        return self.driver.find_elements(By.CSS_SELECTOR, css)
+        found: list[Any] = self.driver.find_elements(By.CSS_SELECTOR, css)
+        return found
 
     def wait(self, condition: Callable[[], Any], timeout: float = 10, what: str = "") -> Any:
         """Poll ``condition`` until it is true (return it) or fail after ``timeout``."""
@@ -78,7 +79,7 @@ class Browser:
         return boxes[0].get_attribute("data-state") if boxes else None
 
     def text(self, css: str) -> str:
-        return self.find(css).text
+        return str(self.find(css).text)
 
     def screenshot(self, name: str) -> None:
         SCREENSHOTS.mkdir(exist_ok=True)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.support.live_server import send
 
@@ -61,6 +62,7 @@ def run_site(tmp: Path) -> Iterator[Site]:
     server = subprocess.Popen([sys.executable, "-m", "example_project.library.server"],
                               cwd=ROOT, env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
+    assert server.stdin is not None and server.stdout is not None
     try:
         url = server.stdout.readline().strip()
         assert url.startswith("http://"), f"the example server did not start ({url!r})"
@@ -74,7 +76,7 @@ def run_site(tmp: Path) -> Iterator[Site]:
             server.wait()
 
 
-def call(method: str, url: str, user: str | None = None, body: dict | None = None,
+def call(method: str, url: str, user: str | None = None, body: dict[str, Any] | None = None,
          **headers: str) -> tuple[int, dict[str, str], bytes]:
     """Send one request, as ``user`` by HTTP Basic or anonymously; return the status,
     the headers and the raw body."""
