@@ -1,10 +1,11 @@
-# occupy: the two commands are `make demo` and `make test`; see README.md.
+# occupy: the two commands are `make demo` and `make test` (`make test-slow` for the
+# slow tests); see README.md.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-all mysql-driver databases bench serve lint docs clean
+.PHONY: venv demo test test-slow test-all mysql-driver databases bench serve lint docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,19 +20,27 @@ demo: venv
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py race_demo
 
-## test: the whole suite; tests needing PostgreSQL, MariaDB or Redis skip when absent
+## test: the suite but the tests marked slow (`make test-slow` runs those, `make test
+## SLOW=1` everything at once); tests needing PostgreSQL, MariaDB or Redis skip when absent
 test: venv
-	$(PY) -m pytest
+	@$(PY) -m pytest $(if $(SLOW),,-m "not slow"); status=$$?; \
+	  [ -n "$(SLOW)" ] || echo "make test: the tests marked slow were left out;" \
+	    "make test-slow runs them (make test SLOW=1: everything)"; exit $$status
+
+## test-slow: the tests marked slow (the race demo, the 100,000-row sweep, the API fuzz,
+## the admin heartbeat); CI runs them after `make test`
+test-slow: venv
+	$(PY) -m pytest -m slow
 
 ## mysql-driver: mysqlclient compiles against the MariaDB client headers
 ## (Debian: apt-get install libmariadb-dev pkg-config)
 mysql-driver: venv
 	$(PY) -m pip install --quiet -e ".[dev,mysql]"
 
-## test-all: the suite with PostgreSQL, then MariaDB, as the default database; fails
-## when a server is missing. The Redis, cache and file backends, the example site (its
-## own SQLite) and the browser's view of the admin (the admin's requests and queries run
-## here too, over plain requests) ran in `make test` and are skipped here.
+## test-all: the suite with PostgreSQL, then MariaDB, as the default database, slow tests
+## included; fails when a server is missing. The Redis, cache and file backends, the
+## example site (its own SQLite) and the browser's view of the admin (the admin's requests
+## and queries run here too, over plain requests) ran in `make test` and are skipped here.
 STORE_TESTS := --ignore=tests/backends/test_redis.py --ignore=tests/backends/test_redis_servers.py \
 	--ignore=tests/backends/test_cache.py --ignore=tests/backends/test_file.py \
 	--ignore=tests/example --ignore=tests/admin/test_browser.py

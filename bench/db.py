@@ -344,7 +344,7 @@ def sweep(database: str) -> None:
 
     from occupy.backends import get_backend
     from occupy.backends.db.dialects import TABLE
-    from tests.claims import count_claims, insert_claims, tokens_of
+    from tests.support.bulk_claims import count_claims, insert_claims, tokens_of
 
     backend = f"db-{database}"
     vendor = connections[database].vendor
@@ -411,7 +411,7 @@ def sweep(database: str) -> None:
 
 
 def _check(database: str, live: set[str]) -> None:
-    from tests.claims import count_claims, tokens_of
+    from tests.support.bulk_claims import count_claims, tokens_of
 
     left = count_claims(database, expired=True)
     kept = tokens_of(database, "bench-live")

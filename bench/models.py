@@ -97,7 +97,7 @@ def bench_saves() -> None:
 
 def bench_claims(database: str, backend: str, label: str) -> None:
     """Time claim() and the naive peer with PROCESSES processes over POOL tasks."""
-    from tests import multiproc
+    from tests.support import multiproc
     from tests.testapp.models import Task
 
     title = f"bench-claim-{time.time_ns()}"

@@ -2,36 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 
 import pytest
-from django.conf import settings
-from django.core.cache import caches
 from django.db import connections
 
 from occupy.backends import reset_backends
-
-#: Which server each backend alias needs (to skip with the server's reason).
-SERVER_OF = {"db-postgresql": "postgresql", "db-mysql": "mysql", "cache": "redis",
-             "cache-django": "redis", "cache-addonly": "redis"}
-
-
-#: The database backends (the ones ``make test-all`` runs again on each default database).
-DATABASE_BACKENDS = ["default", "db-postgresql", "db-mysql"]
-
-
-def server_skip(alias: str) -> str | None:
-    """Return why backend ``alias`` cannot run here, or ``None``."""
-    if os.environ.get("OCCUPY_TEST_ONLY_DB") == "1" and alias not in DATABASE_BACKENDS:
-        return "OCCUPY_TEST_ONLY_DB=1: store backends run in make test, not again here"
-    if alias == f"db-{settings.DEFAULT_DB}":
-        return f"the {settings.DEFAULT_DB} database is 'default' in this run"
-    if alias not in settings.OCCUPY["BACKENDS"]:
-        server = SERVER_OF.get(alias, alias.removeprefix("db-"))
-        return settings.SKIPS.get(server, f"backend {alias!r} is not configured")
-    return None
+from tests.support.aliases import CONTRACT_BACKENDS, backend_params
+from tests.support.cleanup import wipe
 
 
 @pytest.fixture(scope="session")
@@ -49,38 +27,6 @@ def django_db_setup(django_test_environment: None, django_db_blocker) -> Iterato
         teardown_databases(config, verbosity=0)
 
 
-def wipe() -> None:
-    """Delete every claim and test row in every test database, cache and lock directory."""
-    for alias in connections:
-        with connections[alias].cursor() as cursor:
-            cursor.execute("DELETE FROM occupy_occupation")
-            cursor.execute("DELETE FROM testapp_counter")
-    wipe_stores()
-
-
-def wipe_stores() -> None:
-    """Delete the suite's Redis keys (by prefix), the locmem cache and the lock files."""
-    caches["locmem"].clear()
-    from occupy.backends import get_backend
-
-    get_backend("memory").clear()  # type: ignore[attr-defined]
-    shutil.rmtree(settings.FILES_LOCATION, ignore_errors=True)
-    if "redis" in settings.CACHES:
-        from django_redis import get_redis_connection
-
-        client = get_redis_connection("redis")
-        names = list(client.scan_iter(match=f"{settings.REDIS_PREFIX}*", count=1000))
-        if names:
-            client.delete(*names)
-    if "locks" in settings.CACHES:
-        from django_redis import get_redis_connection
-
-        client = get_redis_connection("locks")
-        names = list(client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}:*", count=1000))
-        if names:
-            client.delete(*names)
-
-
 @pytest.fixture
 def live_db(django_db_setup: None, django_db_blocker) -> Iterator[None]:
     """Real, committed database access (locks commit on their own connection anyway)."""
@@ -88,24 +34,6 @@ def live_db(django_db_setup: None, django_db_blocker) -> Iterator[None]:
         wipe()
         yield
         wipe()
-
-
-def backend_params(aliases: list[str]) -> list:
-    """Return pytest params for backend aliases, skipped with the server's reason."""
-    params = []
-    for alias in aliases:
-        why = server_skip(alias)
-        marks = [pytest.mark.skip(reason=why)] if why else []
-        params.append(pytest.param(alias, id=alias, marks=marks))
-    return params
-
-
-#: Every lock backend the contract suite is bound to.
-CONTRACT_BACKENDS = ["default", "db-postgresql", "db-mysql", "redis", "cache", "cache-django",
-                     "cache-addonly", "cache-locmem", "files", "memory",
-                     *(["extra"] if "extra" in settings.OCCUPY["BACKENDS"] else [])]
-#: The backends whose store lives in one process's memory (no multiprocess tests).
-ONE_PROCESS_BACKENDS = ["cache-locmem", "memory"]
 
 
 @pytest.fixture(params=backend_params(CONTRACT_BACKENDS))

@@ -146,7 +146,7 @@ if "redis" not in SKIPS:
     STORE_BACKENDS["cache-django"] = {"BACKEND": _CACHE_BACKEND,
                                       "OPTIONS": {"CACHE": "locks-django"}}
     # The add/get/set path memcached-like caches take, on a cache other processes share.
-    STORE_BACKENDS["cache-addonly"] = {"BACKEND": "tests.backends.stores.AddOnlyCacheBackend",
+    STORE_BACKENDS["cache-addonly"] = {"BACKEND": "tests.support.backends.AddOnlyCacheBackend",
                                        "OPTIONS": {"CACHE": "locks"}}
 
 #: One database backend per database alias, so every server runs the same tests.

@@ -12,7 +12,7 @@ from django.test import override_settings
 from occupy.backends import get_backend
 from occupy.checks import check_backends, check_settings, check_stores
 from occupy.exceptions import InvalidBackendError
-from tests.conftest import server_skip
+from tests.support.aliases import server_skip
 
 
 def ids(messages) -> list[str]:

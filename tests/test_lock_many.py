@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests import multiproc
-from tests.models import workers
-from tests.models.conftest import BACKEND_OF, SERVERS, database_params
+from tests.support import model_workers, multiproc
+from tests.support.aliases import BACKEND_OF, SERVERS, database_params
 from tests.testapp.models import Counter
 
 
@@ -17,7 +16,7 @@ def test_opposite_orders_both_finish(live_db: None, server: str) -> None:
     both finish, and the counter they update inside shows no overlap."""
     Counter.objects.using(server).create(name="many")
     using = BACKEND_OF[server]
-    done = multiproc.run(workers.lock_many_loop, [
+    done = multiproc.run(model_workers.lock_many_loop, [
         (using, ["k:a", "k:b"], 25, server),
         (using, ["k:b", "k:a"], 25, server),
     ], timeout=120)

@@ -12,9 +12,9 @@ import pytest
 
 import occupy
 from occupy.backends import get_backend
-from tests import multiproc
-from tests.backends.exclusion import assert_exclusive, count_with_failed_release, try_acquire
-from tests.conftest import CONTRACT_BACKENDS, ONE_PROCESS_BACKENDS, backend_params
+from tests.support import multiproc
+from tests.support.aliases import CONTRACT_BACKENDS, ONE_PROCESS_BACKENDS, backend_params
+from tests.support.exclusion import assert_exclusive, count_with_failed_release, try_acquire
 from tests.testapp.models import Counter
 
 #: Backends whose store other processes can see (locmem is one process's memory).

@@ -10,6 +10,7 @@ import pytest
 
 import occupy
 from occupy import signals
+from tests.support.waiting import watch_waiters
 
 
 def test_takeover_replaces_the_holder_with_a_higher_fence(using: str) -> None:
@@ -49,15 +50,18 @@ def test_takeover_of_a_free_key_is_a_grant(using: str) -> None:
     assert occupy.holder("book:1", using=using) is None
 
 
-def test_a_waiter_keeps_waiting_through_a_takeover(using: str) -> None:
+def test_a_waiter_keeps_waiting_through_a_takeover(
+    using: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     alice = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    waiting = watch_waiters(using, monkeypatch)
     got = []
     waiter = threading.Thread(target=lambda: got.append(
         occupy.acquire("book:1", owner="carol", ttl=30, timeout=10, using=using)))
     waiter.start()
-    time.sleep(0.3)
+    waiting.wait_for(1)
     bob = occupy.takeover("book:1", owner="bob", ttl=30, using=using)
-    time.sleep(0.3)
+    time.sleep(0.3)  # a waiter that the takeover let in would hold the key by now
     assert not got and occupy.holder("book:1", using=using).owner == "bob"
     occupy.release(bob)
     waiter.join(10)

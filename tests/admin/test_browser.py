@@ -13,7 +13,8 @@ from django.contrib.admin.utils import quote
 
 import occupy
 from occupy.models import object_key
-from tests.admin.conftest import Browser, Users
+from tests.support.browser import Browser
+from tests.support.users import StaffUsers
 from tests.testapp.admin import TTL
 from tests.testapp.models import Book, Document, Label, UUIDBook
 
@@ -40,7 +41,7 @@ def _save(page: Browser, button: str = "_save") -> None:
 
 
 @pytest.mark.parametrize("same_user", [True, False], ids=["same-user", "two-users"])
-def test_seed_000_two_tabs_nothing_is_reverted(users: Users, browser: Make,
+def test_seed_000_two_tabs_nothing_is_reverted(users: StaffUsers, browser: Make,
                                                same_user: bool) -> None:
     """Tab B opened first changes only the status after tab A renamed: B meets the
     conflict page with both values, and the rename stands."""
@@ -82,7 +83,7 @@ def test_seed_000_two_tabs_nothing_is_reverted(users: Users, browser: Make,
 
 
 @pytest.mark.parametrize("model", [Label, UUIDBook], ids=["string-pk", "uuid-pk"])
-def test_the_others_read_only_until_the_beacon_frees_it(users: Users, browser: Make,
+def test_the_others_read_only_until_the_beacon_frees_it(users: StaffUsers, browser: Make,
                                                         model: type) -> None:
     """Another user sees the read-only form and the banner; when the holder closes its
     tab the beacon frees the lease, and the waiting page turns editable."""
@@ -113,7 +114,8 @@ def test_the_others_read_only_until_the_beacon_frees_it(users: Users, browser: M
     assert _holder_owner(obj).startswith(f"admin:user:{users.other.pk}:tab:")
 
 
-def test_the_heartbeat_keeps_the_lease_past_several_ttls_also_hidden(users: Users,
+@pytest.mark.slow
+def test_the_heartbeat_keeps_the_lease_past_several_ttls_also_hidden(users: StaffUsers,
                                                                     browser: Make) -> None:
     doc = Document.objects.create(body="draft")
     page = browser(users.editor)
@@ -141,7 +143,7 @@ def test_the_heartbeat_keeps_the_lease_past_several_ttls_also_hidden(users: User
     assert doc.body == "after a while"
 
 
-def test_takeover_disables_the_old_tab_and_the_fence_refuses_its_save(users: Users,
+def test_takeover_disables_the_old_tab_and_the_fence_refuses_its_save(users: StaffUsers,
                                                                      browser: Make) -> None:
     doc = Document.objects.create(body="draft")
     editor, supervisor = browser(users.editor), browser(users.supervisor)
@@ -185,7 +187,7 @@ def test_takeover_disables_the_old_tab_and_the_fence_refuses_its_save(users: Use
     occupy.release(lease)
 
 
-def test_back_forward_takes_the_lease_again_or_shows_read_only(users: Users,
+def test_back_forward_takes_the_lease_again_or_shows_read_only(users: StaffUsers,
                                                               browser: Make) -> None:
     doc = Document.objects.create(body="draft")
     page = browser(users.editor)

@@ -12,7 +12,7 @@ from django.test import Client
 
 import occupy
 from occupy.models import object_key
-from tests.admin.conftest import Users, login
+from tests.support.users import StaffUsers, login
 from tests.testapp.models import Document, Label, Shelf, UUIDBook
 
 
@@ -33,7 +33,7 @@ def _url(obj: object, suffix: str = "change/") -> str:
     return f"/admin/testapp/{meta.model_name}/{quote(obj.pk)}/{suffix}"
 
 
-def test_the_first_opener_edits_and_the_second_reads_only(users: Users) -> None:
+def test_the_first_opener_edits_and_the_second_reads_only(users: StaffUsers) -> None:
     doc = Document.objects.create(body="draft")
     html, editor = _page(login(users.editor), _url(doc))
     assert editor["state"] == "editing" and editor["token"]
@@ -47,7 +47,7 @@ def test_the_first_opener_edits_and_the_second_reads_only(users: Users) -> None:
     assert "Take over" not in html  # no permission, no button
 
 
-def test_a_save_without_the_lease_is_refused_and_keeps_the_input(users: Users) -> None:
+def test_a_save_without_the_lease_is_refused_and_keeps_the_input(users: StaffUsers) -> None:
     doc = Document.objects.create(body="draft")
     _page(login(users.editor), _url(doc))
     other = login(users.other)
@@ -61,7 +61,7 @@ def test_a_save_without_the_lease_is_refused_and_keeps_the_input(users: Users) -
     assert doc.body == "draft"
 
 
-def test_the_save_goes_through_the_lease_and_frees_it(users: Users) -> None:
+def test_the_save_goes_through_the_lease_and_frees_it(users: StaffUsers) -> None:
     doc = Document.objects.create(body="draft")
     client = login(users.editor)
     _html, page = _page(client, _url(doc))
@@ -74,7 +74,7 @@ def test_the_save_goes_through_the_lease_and_frees_it(users: Users) -> None:
     assert occupy.holder(object_key(Document, doc.pk)) is None
 
 
-def test_a_taken_over_tab_cannot_save(users: Users) -> None:
+def test_a_taken_over_tab_cannot_save(users: StaffUsers) -> None:
     doc = Document.objects.create(body="draft")
     editor = login(users.editor)
     _html, old = _page(editor, _url(doc))
@@ -95,7 +95,7 @@ def test_a_taken_over_tab_cannot_save(users: Users) -> None:
     assert doc.body == "draft"
 
 
-def test_takeover_needs_the_permission(users: Users) -> None:
+def test_takeover_needs_the_permission(users: StaffUsers) -> None:
     doc = Document.objects.create(body="draft")
     _page(login(users.editor), _url(doc))
     response = login(users.other).post(_url(doc, "occupy/takeover/"), {"_occupy_tab": "2" * 16})
@@ -104,7 +104,7 @@ def test_takeover_needs_the_permission(users: Users) -> None:
         f"admin:user:{users.editor.pk}:")
 
 
-def test_the_endpoints_answer_404_without_the_change_permission(users: Users) -> None:
+def test_the_endpoints_answer_404_without_the_change_permission(users: StaffUsers) -> None:
     from django.contrib.auth.models import Permission, User
 
     viewer = User.objects.create_user("viewer", is_staff=True)
@@ -118,7 +118,7 @@ def test_the_endpoints_answer_404_without_the_change_permission(users: Users) ->
         assert response.status_code == 404, suffix
 
 
-def test_renew_release_and_status(users: Users) -> None:
+def test_renew_release_and_status(users: StaffUsers) -> None:
     doc = Document.objects.create(body="draft")
     client = login(users.editor)
     _html, page = _page(client, _url(doc))
@@ -140,7 +140,7 @@ def test_renew_release_and_status(users: Users) -> None:
     lambda: Label.objects.create(code="a/b_c 1", text="string"),
     lambda: Shelf.objects.create(code="x_y/2", name="shelf"),
 ], ids=["uuid", "label", "shelf"])
-def test_uuid_and_string_primary_keys(users: Users, make) -> None:
+def test_uuid_and_string_primary_keys(users: StaffUsers, make) -> None:
     obj = make()
     client = login(users.editor)
     _html, page = _page(client, _url(obj))
@@ -153,7 +153,7 @@ def test_uuid_and_string_primary_keys(users: Users, make) -> None:
 
 
 def test_the_fence_refuses_a_save_whose_lease_check_passed_before_a_takeover(
-        users: Users, monkeypatch: pytest.MonkeyPatch) -> None:
+        users: StaffUsers, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tab's lease is checked, then (a pause) taken over and the new editor saves:
     the old tab's UPDATE compares the fence and writes nothing."""
     from occupy.admin.leases import EditLeaseAdminMixin
@@ -177,7 +177,7 @@ def test_the_fence_refuses_a_save_whose_lease_check_passed_before_a_takeover(
     assert doc.body == "new editor"
 
 
-def test_related_keys_are_taken_all_or_nothing(users: Users,
+def test_related_keys_are_taken_all_or_nothing(users: StaffUsers,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """get_occupy_keys() adds related objects: held elsewhere, the page is read-only
     and none of the keys is kept; free, the tab holds them all and renews them all."""
@@ -206,7 +206,7 @@ def test_related_keys_are_taken_all_or_nothing(users: Users,
     assert occupy.holder(related) is None  # saved: the tab let both go
 
 
-def test_the_conflict_page_keeps_the_lease_and_keep_mine_saves(users: Users) -> None:
+def test_the_conflict_page_keeps_the_lease_and_keep_mine_saves(users: StaffUsers) -> None:
     doc = Document.objects.create(body="draft")
     client = login(users.editor)
     _html, page = _page(client, _url(doc))
@@ -224,7 +224,7 @@ def test_the_conflict_page_keeps_the_lease_and_keep_mine_saves(users: Users) -> 
     assert (doc.body, doc.version) == ("mine", 3)
 
 
-def test_delete_is_refused_while_someone_edits(users: Users) -> None:
+def test_delete_is_refused_while_someone_edits(users: StaffUsers) -> None:
     doc = Document.objects.create(body="draft")
     _html, page = _page(login(users.editor), _url(doc))
     other = login(users.other)
@@ -251,7 +251,7 @@ def test_versioned_admin_on_a_model_without_version_fails_the_check() -> None:
     assert [e.id for e in errors] == ["occupy.E101"]
 
 
-def test_the_same_users_other_tab_may_edit_here_instead(users: Users) -> None:
+def test_the_same_users_other_tab_may_edit_here_instead(users: StaffUsers) -> None:
     doc = Document.objects.create(body="draft")
     client = login(users.editor)
     _html, first = _page(client, _url(doc))

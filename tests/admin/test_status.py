@@ -9,11 +9,11 @@ from django.test import RequestFactory
 
 import occupy
 from occupy.models import object_key
-from tests.admin.conftest import Users, login
+from tests.support.users import StaffUsers, login
 from tests.testapp.models import Book
 
 
-def test_the_column_for_100_rows_is_one_query(users: Users,
+def test_the_column_for_100_rows_is_one_query(users: StaffUsers,
                                               django_assert_num_queries: Any) -> None:
     books = Book.objects.bulk_create(Book(name=f"b{i:03}") for i in range(100))
     leases = [occupy.acquire(object_key(Book, b.pk), owner=f"admin:user:{users.editor.pk}:"
@@ -33,7 +33,7 @@ def test_the_column_for_100_rows_is_one_query(users: Users,
         occupy.release(lease)
 
 
-def test_the_changelist_shows_the_column_and_filters(users: Users) -> None:
+def test_the_changelist_shows_the_column_and_filters(users: StaffUsers) -> None:
     held, _free = Book.objects.create(name="held"), Book.objects.create(name="free")
     lease = occupy.acquire(object_key(Book, held.pk),
                            owner=f"admin:user:{users.other.pk}:tab:0123456789abcdef")

@@ -7,7 +7,7 @@ import re
 
 from django.test import Client
 
-from tests.admin.conftest import Users, login
+from tests.support.users import StaffUsers, login
 from tests.testapp.models import Book
 
 
@@ -22,7 +22,7 @@ def _form(client: Client, url: str) -> dict[str, str]:
             "note": "", "occupy_version": version[1], "occupy_rendered": rendered[1]}
 
 
-def test_a_stale_tab_meets_the_conflict_page_and_nothing_is_reverted(users: Users) -> None:
+def test_a_stale_tab_meets_the_conflict_page_and_nothing_is_reverted(users: StaffUsers) -> None:
     book = Book.objects.create(name="Dune", status="use")
     url = f"/admin/testapp/book/{book.pk}/change/"
     tab_b, tab_a = login(users.editor), login(users.other)
@@ -45,7 +45,7 @@ def test_a_stale_tab_meets_the_conflict_page_and_nothing_is_reverted(users: User
     assert (book.name, book.status, book.version) == ("Dune Messiah", "free", 3)
 
 
-def test_a_field_both_tabs_changed_is_shown_and_keep_mine_writes_it(users: Users) -> None:
+def test_a_field_both_tabs_changed_is_shown_and_keep_mine_writes_it(users: StaffUsers) -> None:
     book = Book.objects.create(name="Dune", status="use")
     url = f"/admin/testapp/book/{book.pk}/change/"
     tab_b, tab_a = login(users.editor), login(users.other)
@@ -62,7 +62,7 @@ def test_a_field_both_tabs_changed_is_shown_and_keep_mine_writes_it(users: Users
     assert (book.name, book.version) == ("Children of Dune", 3)
 
 
-def test_a_form_without_its_version_is_refused(users: Users) -> None:
+def test_a_form_without_its_version_is_refused(users: StaffUsers) -> None:
     book = Book.objects.create(name="Dune", status="use")
     url = f"/admin/testapp/book/{book.pk}/change/"
     response = login(users.editor).post(url, {"name": "X", "status": "use", "note": ""})
@@ -72,14 +72,14 @@ def test_a_form_without_its_version_is_refused(users: Users) -> None:
     assert book.name == "Dune"
 
 
-def test_adding_needs_no_version(users: Users) -> None:
+def test_adding_needs_no_version(users: StaffUsers) -> None:
     response = login(users.editor).post("/admin/testapp/book/add/",
                                         {"name": "New", "status": "use", "note": ""})
     assert response.status_code == 302
     assert Book.objects.get().version == 1
 
 
-def test_control_django_admin_alone_silently_reverts_the_rename(users: Users) -> None:
+def test_control_django_admin_alone_silently_reverts_the_rename(users: StaffUsers) -> None:
     """The issue's report, reproduced with Django's own ModelAdmin: both saves succeed
     and tab B, opened before tab A's rename, writes the old name back."""
     book = Book.objects.create(name="Dune", status="use")
@@ -99,7 +99,7 @@ def _inputs(html: str) -> dict[str, str]:
                            html))
 
 
-def test_inline_rows_carry_their_own_versions(users: Users) -> None:
+def test_inline_rows_carry_their_own_versions(users: StaffUsers) -> None:
     from tests.testapp.models import Chapter, UUIDBook
 
     book = UUIDBook.objects.create(name="Dune")
@@ -124,7 +124,7 @@ def test_inline_rows_carry_their_own_versions(users: Users) -> None:
     assert (chapter.title, chapter.version) == ("Dune planet", 3)
 
 
-def test_list_editable_rows_carry_versions(users: Users) -> None:
+def test_list_editable_rows_carry_versions(users: StaffUsers) -> None:
     first, second = Book.objects.create(name="A"), Book.objects.create(name="B")
     client = login(users.editor)
     page = client.get("/admin/testapp/book/?o=1").content.decode()
@@ -149,7 +149,7 @@ def test_list_editable_rows_carry_versions(users: Users) -> None:
     assert first.status == "lost"
 
 
-def test_admin_actions_go_through_update_versioned(users: Users) -> None:
+def test_admin_actions_go_through_update_versioned(users: StaffUsers) -> None:
     book = Book.objects.create(name="Dune", status="use")
     url = f"/admin/testapp/book/{book.pk}/change/"
     client = login(users.editor)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -72,13 +73,19 @@ class _SlowGrant(_Attempt):
     """A try that grants, but only after its async caller has been cancelled."""
 
     def try_acquire(self) -> Lease | None:
-        time.sleep(0.3)
+        self.backend.trying.set()
+        time.sleep(0.3)  # the store's reply is slow: the caller is cancelled meanwhile
         self.calls.append("try")
         return Lease(key=self.key, owner=self.owner, token=self.token, fence=8,
                      expires_at=datetime.now(timezone.utc), ttl=self.ttl, using="stub")
 
 
 class _SlowBackend(_Backend):
+    def __init__(self, alias: str, params: dict) -> None:
+        super().__init__(alias, params)
+        self.released: list[Lease] = []
+        self.trying = threading.Event()  # set when a try has begun
+
     def attempt(self, key: str, owner: str, ttl: float) -> Attempt:
         self.last = _SlowGrant(self, key, owner, ttl)
         return self.last
@@ -93,11 +100,10 @@ def test_a_grant_made_after_the_async_caller_was_cancelled_is_released() -> None
     import asyncio
 
     backend = _SlowBackend("stub", {})
-    backend.released = []
 
     async def main() -> None:
         task = asyncio.ensure_future(backend.aacquire("k", owner="o", ttl=30, timeout=5))
-        await asyncio.sleep(0.1)  # the try is running in its thread
+        assert await asyncio.to_thread(backend.trying.wait, 10)  # the try is running
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

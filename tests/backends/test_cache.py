@@ -17,9 +17,9 @@ from occupy.backends.cache import CacheBackend, CacheStore
 from occupy.backends.cache_scripts import LuaStore
 from occupy.checks import check_backends
 from occupy.exceptions import InvalidBackendError
-from tests import multiproc
-from tests.backends.exclusion import assert_exclusive, count_under_lock, taken_over_after_kill
-from tests.conftest import backend_params
+from tests.support import multiproc
+from tests.support.aliases import backend_params
+from tests.support.exclusion import assert_exclusive, count_under_lock, taken_over_after_kill
 from tests.testapp.models import Counter
 
 #: The cache backends several processes can share here.

@@ -13,6 +13,7 @@ import pytest
 import occupy
 from occupy import signals
 from occupy.backends import get_backend
+from tests.support.waiting import watch_waiters
 
 
 def test_acquire_and_release(using: str) -> None:
@@ -312,12 +313,16 @@ def test_async_tasks_on_one_loop_exclude_each_other(using: str) -> None:
     assert overlaps == []
 
 
-def test_cancelling_an_async_waiter_leaves_no_claim(using: str) -> None:
+def test_cancelling_an_async_waiter_leaves_no_claim(
+    using: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waiting = watch_waiters(using, monkeypatch)
+
     async def main() -> None:
         lease = await occupy.aacquire("book:1", owner="alice", ttl=30, using=using)
         waiter = asyncio.ensure_future(
             occupy.aacquire("book:1", owner="bob", timeout=30, using=using))
-        await asyncio.sleep(0.3)
+        await waiting.await_for(1)
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
@@ -329,16 +334,19 @@ def test_cancelling_an_async_waiter_leaves_no_claim(using: str) -> None:
     asyncio.run(main())
 
 
-def test_holder_since_is_when_the_holder_was_granted_the_key(using: str) -> None:
+def test_holder_since_is_when_the_holder_was_granted_the_key(
+    using: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     alice = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
     first = occupy.holder("book:1", using=using)
     assert abs((first.since - datetime.now(timezone.utc)).total_seconds()) < 5
     assert first.since < first.expires_at
+    waiting = watch_waiters(using, monkeypatch)
     got = []
     waiter = threading.Thread(target=lambda: got.append(
         occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, using=using)))
     waiter.start()
-    time.sleep(0.3)
+    waiting.wait_for(1)
     occupy.release(alice)
     waiter.join(10)
     second = occupy.holder("book:1", using=using)

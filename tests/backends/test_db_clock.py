@@ -16,7 +16,7 @@ from django.db import connections
 
 import occupy
 from occupy.backends import get_backend
-from tests.conftest import backend_params
+from tests.support.aliases import backend_params
 
 pytestmark = pytest.mark.parametrize("alias", backend_params(["db-mysql"]))
 

@@ -7,7 +7,7 @@ import pytest
 
 import occupy
 from occupy.backends import get_backend
-from tests.conftest import DATABASE_BACKENDS, backend_params
+from tests.support.aliases import DATABASE_BACKENDS, backend_params
 
 pytestmark = pytest.mark.parametrize("alias", backend_params(DATABASE_BACKENDS))
 

@@ -10,7 +10,6 @@ read. SQLite has no connection to lose.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,7 +18,8 @@ from django.db import OperationalError
 
 import occupy
 from occupy.backends import get_backend
-from tests.conftest import DATABASE_BACKENDS, backend_params
+from tests.support.aliases import DATABASE_BACKENDS, backend_params
+from tests.support.waiting import wait_for_waiters
 
 
 @pytest.fixture(params=backend_params(DATABASE_BACKENDS))
@@ -96,7 +96,7 @@ def test_a_promotion_whose_reply_was_lost_is_kept(alias: str, lose_reply) -> Non
     waiter = threading.Thread(target=wait)
     lose_reply(backend.dialect.promote())  # the waiter's thread: the same backend
     waiter.start()
-    time.sleep(0.3)
+    wait_for_waiters(alias, "lost:2")
     occupy.release(holder)
     waiter.join(10)
     assert got and isinstance(got[0], occupy.Lease), got
@@ -115,10 +115,15 @@ def test_a_queued_claim_whose_reply_was_lost_is_not_queued_twice(
     backend = get_backend(alias)
     holder = occupy.acquire("lost:3", owner="alice", ttl=30, timeout=0, using=alias)
     lose_reply(backend.dialect.enqueue())
-    timer = threading.Timer(0.3, occupy.release, args=[holder])
-    timer.start()
-    lease = occupy.acquire("lost:3", owner="bob", ttl=30, timeout=3, using=alias)
-    timer.join()
+    got: list[occupy.Lease] = []
+    waiter = threading.Thread(target=lambda: got.append(
+        occupy.acquire("lost:3", owner="bob", ttl=30, timeout=3, using=alias)))
+    waiter.start()
+    wait_for_waiters(alias, "lost:3")
+    occupy.release(holder)
+    waiter.join(10)
+    assert got, "the waiter was not served within its timeout"
+    lease = got[0]
     assert [(c.owner, c.state) for c in backend.claims()] == [("bob", "using")]
     occupy.release(lease)
     assert list(backend.claims()) == []

@@ -16,8 +16,8 @@ from django.db import connections
 import occupy
 from occupy.backends import get_backend
 from occupy.backends.db.dialects import TABLE
-from tests.claims import insert_claims
-from tests.conftest import backend_params
+from tests.support.aliases import backend_params
+from tests.support.bulk_claims import insert_claims
 
 pytestmark = pytest.mark.parametrize("alias", backend_params(["db-postgresql"]))
 

@@ -24,7 +24,7 @@ from django.db import connections
 import occupy
 from occupy.backends import get_backend
 from occupy.backends.base import STORE_GRACE
-from tests.conftest import DATABASE_BACKENDS, backend_params
+from tests.support.aliases import DATABASE_BACKENDS, backend_params
 
 #: How long the store stalls at most; far longer than any bound below.
 STALL = 8.0

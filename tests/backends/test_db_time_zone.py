@@ -16,7 +16,7 @@ from django.test import override_settings
 
 import occupy
 from occupy.backends import reset_backends
-from tests.conftest import DATABASE_BACKENDS, backend_params
+from tests.support.aliases import DATABASE_BACKENDS, backend_params
 
 
 @pytest.fixture(params=backend_params(DATABASE_BACKENDS))

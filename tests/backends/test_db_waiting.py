@@ -19,8 +19,8 @@ from django.test import override_settings
 
 import occupy
 from occupy.backends import get_backend
-from occupy.models import Occupation
-from tests.conftest import DATABASE_BACKENDS, backend_params
+from tests.support.aliases import DATABASE_BACKENDS, backend_params
+from tests.support.waiting import wait_for_waiters, wait_until
 
 SLOW_POLL = "db-postgresql-slow-poll"
 
@@ -43,15 +43,6 @@ def queue(request: pytest.FixtureRequest, live_db: None) -> Iterator[str]:
     }
     with override_settings(OCCUPY={**settings.OCCUPY, "BACKENDS": backends}):
         yield SLOW_POLL
-
-
-def _queued(using: str, count: int) -> None:
-    """Wait until ``count`` claims are queued (pending) in backend ``using``'s database."""
-    database = get_backend(using).database
-    deadline = time.monotonic() + 10
-    while Occupation.objects.using(database).filter(state="pending").count() < count:
-        assert time.monotonic() < deadline, f"{count} waiters never queued"
-        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("freed_by", ["release", "expiry"])
@@ -93,7 +84,7 @@ def test_waiters_are_woken_one_by_one_in_arrival_order(queue: str) -> None:
         thread = threading.Thread(target=wait_for_it, args=(name,))
         thread.start()
         threads.append(thread)
-        _queued(queue, i + 1)
+        wait_for_waiters(queue, "book:1", i + 1)
     occupy.release(holder)
     for thread in threads:
         thread.join(timeout=5)
@@ -121,7 +112,7 @@ def test_a_waiter_that_leaves_passes_the_turn_to_the_next(queue: str) -> None:
 
     thread = threading.Thread(target=wait_for_it)
     thread.start()
-    _queued(queue, 2)
+    wait_for_waiters(queue, "book:1", 2)
     occupy.release(holder)
     thread.join(timeout=0.3)
     assert thread.is_alive(), "the second in line overtook the head of the queue"
@@ -131,13 +122,15 @@ def test_a_waiter_that_leaves_passes_the_turn_to_the_next(queue: str) -> None:
     assert outcome["next"] == "next"
 
 
-def _terminate_waiters() -> int:
-    """Terminate the sessions of this database's queued waiters; return how many."""
+def _waiter_sessions(*, terminate: bool = False) -> int:
+    """Return how many sessions of this database are queued waiters (their last
+    statement a LISTEN or a queue update); terminate them if asked."""
     from django.db import connections
 
     with connections["postgresql"].cursor() as cursor:
         cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"SELECT {'pg_terminate_backend(pid)' if terminate else 'pid'} "
+            "FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid() "
             "AND (query LIKE 'LISTEN occupy_%%' OR query LIKE 'UPDATE occupy_occupation%%')"
         )
@@ -159,9 +152,9 @@ def test_a_waiter_whose_connection_drops_keeps_waiting(alias: str, live_db: None
     thread = threading.Thread(target=wait_for_it)
     started = time.monotonic()
     thread.start()
-    _queued(alias, 1)
-    time.sleep(0.2)  # listening
-    assert _terminate_waiters() == 1
+    wait_for_waiters(alias, "book:1")
+    wait_until(lambda: _waiter_sessions() == 1, what="the waiter to listen")
+    assert _waiter_sessions(terminate=True) == 1
     time.sleep(2)
     assert not outcome, outcome
     occupy.release(holder)

@@ -17,8 +17,9 @@ from occupy.backends import get_backend
 from occupy.backends.file import FileBackend
 from occupy.checks import check_backends as check_file_backends
 from occupy.exceptions import InvalidBackendError
-from tests import multiproc
-from tests.backends.exclusion import assert_exclusive, count_under_lock, taken_over_after_kill
+from tests.support import multiproc
+from tests.support.exclusion import assert_exclusive, count_under_lock, taken_over_after_kill
+from tests.support.waiting import wait_for_waiters
 from tests.testapp.models import Counter
 
 USING = "files"
@@ -57,10 +58,7 @@ def test_waiters_are_served_in_arrival_order(live_db: None) -> None:
         thread = threading.Thread(target=wait, args=(owner,))
         thread.start()
         threads.append(thread)
-        deadline = time.monotonic() + 5
-        while len(_queued()) < len(threads):  # each has queued before the next arrives
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
+        wait_for_waiters(USING, "book:1", len(threads))  # before the next one arrives
     # A newcomer does not jump the queue, even while the key is between two holders.
     with pytest.raises(occupy.Occupied):
         occupy.acquire("book:1", owner="newcomer", timeout=0, using=USING)
@@ -68,10 +66,6 @@ def test_waiters_are_served_in_arrival_order(live_db: None) -> None:
     for thread in threads:
         thread.join(timeout=20)
     assert served == ["a", "b", "c", "d"]
-
-
-def _queued() -> list[str]:
-    return [c.owner for c in get_backend(USING).claims() if c.state == "pending"]
 
 
 def test_fences_survive_a_restart_and_a_clock_step_back(

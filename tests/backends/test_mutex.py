@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 import occupy
-from tests import multiproc
-from tests.backends.exclusion import (
+from tests.support import multiproc
+from tests.support.aliases import backend_params
+from tests.support.exclusion import (
     assert_exclusive,
     count_under_lock,
     database_of,
     taken_over_after_kill,
     try_acquire,
 )
-from tests.conftest import backend_params
 from tests.testapp.models import Counter
 
 PROCESSES = 4

@@ -22,8 +22,9 @@ import occupy
 from occupy.backends import get_backend
 from occupy.exceptions import InvalidBackendError
 from occupy.leases import Lease
-from tests import multiproc
-from tests.conftest import server_skip
+from tests.support import multiproc
+from tests.support.aliases import server_skip
+from tests.support.waiting import wait_for_waiters, wait_until, waiters, watch_waiters
 
 pytestmark = pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or "")
 
@@ -48,15 +49,6 @@ def _brisk(**options):
 
     return RedisBackend("brisk", {"OPTIONS": {
         "CACHE": "redis", "PREFIX": f"{settings.REDIS_PREFIX}occupy:", **options}})
-
-
-def _queued(backend, key: str, count: int) -> None:
-    """Wait (bounded) until ``count`` attempts queue for ``key``."""
-    for _ in range(200):
-        if backend.client.zcard(backend.keys(key).queue) == count:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"{count} waiters never queued for {key!r}")
 
 
 # --- keys, options, refusals ----------------------------------------------------------
@@ -169,7 +161,7 @@ def test_claims_show_the_holder_and_the_waiters_never_tokens(backend) -> None:
     waiter = threading.Thread(target=lambda: got.append(
         occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, using=ALIAS)))
     waiter.start()
-    _queued(backend, "book:1", 1)
+    wait_for_waiters(backend, "book:1")
     claims = list(backend.claims())
     assert [(c.key, c.owner, c.state) for c in claims] == [
         ("book:1", "alice", "using"), ("book:1", "bob", "pending")]
@@ -195,13 +187,10 @@ def test_waiting_leaves_nothing_behind_but_the_fence(backend) -> None:
         "book:1", owner=f"w{n}", ttl=30, timeout=10, using=ALIAS))) for n in range(3)]
     for thread in waiters:
         thread.start()
-    _queued(backend, "book:1", 3)
+    wait_for_waiters(backend, "book:1", 3)
     occupy.release(holder)
     for _ in range(3):
-        for _ in range(500):
-            if leases:
-                break
-            time.sleep(0.01)
+        wait_until(lambda: leases, what="the next waiter to be served")
         occupy.release(leases.pop())
     for thread in waiters:
         thread.join(10)
@@ -209,12 +198,16 @@ def test_waiting_leaves_nothing_behind_but_the_fence(backend) -> None:
     assert backend.sweep() == 0
 
 
-def test_cancelling_an_async_waiter_leaves_no_trace(backend) -> None:
+def test_cancelling_an_async_waiter_leaves_no_trace(
+    backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waiting = watch_waiters(ALIAS, monkeypatch)
+
     async def main() -> None:
         lease = await occupy.aacquire("book:1", owner="alice", ttl=30, using=ALIAS)
         waiter = asyncio.ensure_future(
             occupy.aacquire("book:1", owner="bob", timeout=30, using=ALIAS))
-        await asyncio.sleep(0.2)
+        await waiting.await_for(1)
         assert backend.client.zcard(backend.keys("book:1").queue) == 1
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -287,7 +280,7 @@ def test_a_dead_waiter_blocks_the_queue_only_until_its_place_expires(live_db: No
     carol = threading.Thread(target=lambda: got.append(
         brisk.acquire("book:1", owner="carol", ttl=30, timeout=5)))
     carol.start()
-    _queued(brisk, "book:1", 2)
+    wait_until(lambda: "carol" in waiters(brisk, "book:1"), what="carol to queue")
     time.sleep(0.6)  # the dead waiter's place expires; carol's is kept alive by her polls
     occupy.release(alice)
     carol.join(5)
@@ -458,24 +451,26 @@ def test_a_killed_holder_frees_the_key_within_its_ttl(backend) -> None:
             proc.join(10)
 
 
-def _busy(alias: str, done, hold: float) -> list:
-    """Re-take the key in a tight loop until the patient process is done (≤ 20 s)."""
+def _busy(alias: str, looping, done, hold: float) -> list:
+    """Re-take the key in a tight loop until the patient process is done (≤ 20 s); set
+    ``looping`` once inside the first section."""
     starts = []
     deadline = time.monotonic() + 20
     while not done.is_set() and time.monotonic() < deadline:
         with occupy.lock("busy", owner="busy", ttl=30, timeout=30, using=alias):
             starts.append(time.monotonic())
+            looping.set()
             time.sleep(hold)
     return starts
 
 
-def _patient(alias: str, done, rounds: int) -> list:
+def _patient(alias: str, looping, done, rounds: int) -> list:
     """Ask for the key ``rounds`` times while the busy process loops; return (asked, got)."""
     waits = []
     try:
         # Connect and load the scripts first: only the wait itself is measured.
         occupy.release(occupy.acquire("warm-up", owner="patient", using=alias))
-        time.sleep(0.3)  # the busy loop is running
+        assert looping.wait(30), "the busy process never took the key"
         for _ in range(rounds):
             asked = time.monotonic()
             with occupy.lock("busy", owner="patient", ttl=30, timeout=10, using=alias):
@@ -499,8 +494,9 @@ def test_a_waiter_is_served_before_a_process_that_retakes_the_key_in_a_loop(back
 
 
 def _run_pair(done) -> tuple[list, list]:
-    busy = multiproc.start(_busy, [(ALIAS, done, 0.002)])
-    patient = multiproc.start(_patient, [(ALIAS, done, 10)])
+    looping = multiproc._ctx.Event()
+    busy = multiproc.start(_busy, [(ALIAS, looping, done, 0.002)])
+    patient = multiproc.start(_patient, [(ALIAS, looping, done, 10)])
     waits = multiproc.collect(patient, timeout=60)[0]
     starts = multiproc.collect(busy, timeout=60)[0]
     return starts, waits

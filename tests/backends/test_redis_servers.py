@@ -20,7 +20,8 @@ from django.test import override_settings
 
 import occupy
 from occupy.backends.base import STORE_GRACE
-from tests.conftest import server_skip
+from tests.support.aliases import server_skip
+from tests.support.waiting import wait_for_waiters
 
 REDIS_SERVER = shutil.which("redis-server")
 pytestmark = [
@@ -229,10 +230,7 @@ def _exercise(backend, key: str) -> None:
     waiter = threading.Thread(target=lambda: got.append(
         backend.acquire(key, owner="bob", ttl=30, timeout=10)))
     waiter.start()
-    for _ in range(200):
-        if backend.client.zcard(backend.keys(key).queue):
-            break
-        time.sleep(0.01)
+    wait_for_waiters(backend, key)
     assert [(c.owner, c.state) for c in backend.claims()] == [("alice", "using"),
                                                              ("bob", "pending")]
     alice.extend(60)
@@ -290,8 +288,8 @@ def test_no_overlap_and_rising_fences_while_the_server_restarts(tmp_path: Path,
     append-only file, so that its locks survive a restart) is restarted three times.
     Without the append-only file the holder inside its section loses its lock to the
     next worker at each restart, and the overlap check fails."""
-    from tests import multiproc
-    from tests.backends.exclusion import assert_exclusive
+    from tests.support import multiproc
+    from tests.support.exclusion import assert_exclusive
     from tests.testapp.models import Counter
 
     port = _spare_port()

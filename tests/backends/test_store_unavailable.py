@@ -22,7 +22,7 @@ from occupy.backends.base import BaseBackend
 from occupy.backends.cache import CacheBackend
 from occupy.backends.db import DatabaseBackend
 from occupy.backends.file import FileBackend
-from tests.conftest import server_skip
+from tests.support.aliases import server_skip
 
 
 def _closed_port() -> int:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
-from tests.example.conftest import PASSWORD, call
+from tests.support.example_site import PASSWORD, call
 
 #: Examples per operation, mode and ``id``: enough to reach the contract's statuses
 #: (400, 404, 409, 412, 423, 428) while the whole run stays within two minutes.
@@ -37,6 +38,7 @@ def _fuzz(operation, url: str, mode: GenerationMode, path_parameters: dict) -> N
     run()
 
 
+@pytest.mark.slow
 def test_no_generated_request_gets_a_server_error(example_site) -> None:
     existing = {}
     for kind, body in (("books", {"name": "fuzzed"}), ("tasks", {"title": "fuzzed"})):

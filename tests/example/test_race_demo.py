@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import pytest
 
+from tests.support.example_site import manage
 
-def manage(*args: str, env: dict[str, str]) -> str:
-    done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+pytestmark = pytest.mark.slow
 
 
 def test_race_demo_shows_plain_django_losing_updates_and_occupy_losing_none(tmp_path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.example.conftest import Site, call
+from tests.support.example_site import Site, call
 
 
 def _json(raw: bytes) -> dict:

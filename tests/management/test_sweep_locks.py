@@ -1,7 +1,7 @@
 """``manage.py sweep_locks`` and ``manage.py list_locks`` on every database backend.
 
-Claims are inserted in bulk with one raw statement (:mod:`tests.claims`), so that a
-sweep meets 100,000 expired claims in a few seconds.
+Claims are inserted in bulk with one raw statement (:mod:`tests.support.bulk_claims`), so
+that a sweep meets 100,000 expired claims in a few seconds.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import occupy
 from occupy.backends import get_backend
 from occupy.backends.claims import digest
 from occupy.backends.db import DatabaseBackend
-from tests.claims import count_claims, insert_claims, tokens_of
-from tests.conftest import DATABASE_BACKENDS, backend_params
+from tests.support.aliases import DATABASE_BACKENDS, backend_params
+from tests.support.bulk_claims import count_claims, insert_claims, tokens_of
 
 EXPIRED = 100_000
 LIVE = 1_000
@@ -47,6 +47,7 @@ def sweep(*args: str) -> str:
     return out.getvalue()
 
 
+@pytest.mark.slow
 def test_sweep_removes_every_expired_claim_and_keeps_every_live_one(alias: str) -> None:
     database = _database(alias)
     insert_claims(database, EXPIRED, tag="expired", expired=True)

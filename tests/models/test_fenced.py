@@ -11,9 +11,8 @@ import pytest
 
 import occupy
 from occupy.models import object_key
-from tests import multiproc
-from tests.models import workers
-from tests.models.conftest import BACKEND_OF
+from tests.support import model_workers, multiproc
+from tests.support.aliases import BACKEND_OF
 from tests.testapp.models import Document, Page
 
 
@@ -25,7 +24,7 @@ def test_a_holder_paused_past_its_lease_is_fenced_out(server: str) -> None:
     using = BACKEND_OF[server]
     page = Page.objects.using(server).create(body="original")
     acquired = multiprocessing.get_context("spawn").Event()
-    paused = multiproc.start(workers.paused_writer, [(server, using, page.pk, 1.0, acquired)])
+    paused = multiproc.start(model_workers.paused_writer, [(server, using, page.pk, 1.0, acquired)])
     assert acquired.wait(60)
     os.kill(paused.procs[0].pid, signal.SIGSTOP)
     try:

@@ -16,9 +16,8 @@ from django.test import override_settings
 import occupy
 from occupy.backends.base import BaseBackend
 from occupy.models import OccupyQuerySet, OccupyQuerySetMixin
-from tests import multiproc
-from tests.models import workers
-from tests.models.conftest import BACKEND_OF
+from tests.support import model_workers, multiproc
+from tests.support.aliases import BACKEND_OF
 from tests.testapp.models import Book, EBook, Goods, ProxyBook, Shelf, UUIDBook
 
 
@@ -28,7 +27,7 @@ def test_locked_decrements_lose_nothing(database: str) -> None:
     """Four processes take one from the stock 15 times each, by a slow read-modify-
     write inside locked(): none is lost and no two critical sections overlap."""
     goods = Goods.objects.using(database).create(name="g", count=100)
-    results = multiproc.run(workers.decrement, [(database, goods.pk, 15, 0.002)] * 4,
+    results = multiproc.run(model_workers.decrement, [(database, goods.pk, 15, 0.002)] * 4,
                             timeout=120)
     assert Goods.objects.using(database).get(pk=goods.pk).count == 100 - 4 * 15
     sections = sorted(s for result in results for s in result)

@@ -14,8 +14,7 @@ from django.db.models.signals import post_save, pre_save
 
 import occupy
 from occupy.models import VersionedMixin
-from tests import multiproc
-from tests.models import workers
+from tests.support import model_workers, multiproc
 from tests.testapp.models import Book, EBook, ProxyBook, StrictBook, UUIDBook
 
 ROUNDS = 8
@@ -28,7 +27,7 @@ def test_seed000_student_and_admin_both_succeed(server: str) -> None:
     the same loaded row: with VersionedMixin both changes survive, every round."""
     book = Book.objects.using(server).create(name="naem", status="use")
     barrier = multiprocessing.get_context("spawn").Barrier(2)
-    results = multiproc.run(workers.seed000_writer, [
+    results = multiproc.run(model_workers.seed000_writer, [
         (server, book.pk, "status", ROUNDS, False, barrier),
         (server, book.pk, "name", ROUNDS, False, barrier),
     ], timeout=90)
@@ -42,7 +41,7 @@ def test_seed000_plain_save_loses_one_change_every_round(server: str) -> None:
     """The control: the same harness with Django's whole-row save loses a change."""
     book = Book.objects.using(server).create(name="naem", status="use")
     barrier = multiprocessing.get_context("spawn").Barrier(2)
-    results = multiproc.run(workers.seed000_writer, [
+    results = multiproc.run(model_workers.seed000_writer, [
         (server, book.pk, "status", 3, True, barrier),
         (server, book.pk, "name", 3, True, barrier),
     ], timeout=90)
@@ -54,7 +53,7 @@ def test_seed000_plain_save_loses_one_change_every_round(server: str) -> None:
 def test_two_writers_of_one_field_one_wins_the_other_conflicts(server: str) -> None:
     book = Book.objects.using(server).create(name="naem", status="use", note="")
     barrier = multiprocessing.get_context("spawn").Barrier(2)
-    a, b = multiproc.run(workers.same_field_writer, [
+    a, b = multiproc.run(model_workers.same_field_writer, [
         (server, book.pk, "A", "status", ROUNDS, barrier),
         (server, book.pk, "B", "note", ROUNDS, barrier),
     ], timeout=90)

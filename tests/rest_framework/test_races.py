@@ -6,8 +6,7 @@ import multiprocessing
 
 import pytest
 
-from tests import multiproc
-from tests.rest_framework import clients
+from tests.support import api_clients, multiproc
 from tests.testapp.models import Book, Document, Shelf
 
 pytestmark = pytest.mark.multiprocess
@@ -20,7 +19,7 @@ def test_two_patches_with_the_same_if_match_one_wins_one_gets_412(users, server_
     book = Book.objects.create(name="Dune")
     url = f"{server_url}/api/conditional-books/{book.pk}/"
     barrier = multiprocessing.get_context("spawn").Barrier(2)
-    a, b = multiproc.run(clients.append_at_once, [
+    a, b = multiproc.run(api_clients.append_at_once, [
         (url, users.editor.username, "a", ROUNDS, barrier),
         (url, users.other.username, "b", ROUNDS, barrier),
     ], timeout=180)
@@ -35,7 +34,7 @@ def test_plain_drf_loses_one_of_two_appends(users, server_url):
     shelf = Shelf.objects.create(code="s1", name="")
     url = f"{server_url}/api/plain-shelves/{shelf.pk}/"
     barrier = multiprocessing.get_context("spawn").Barrier(2)
-    a, b = multiproc.run(clients.append_at_once, [
+    a, b = multiproc.run(api_clients.append_at_once, [
         (url, users.editor.username, "a", 3, barrier, "name"),
         (url, users.other.username, "b", 3, barrier, "name"),
     ], timeout=180)
@@ -46,7 +45,7 @@ def test_plain_drf_loses_one_of_two_appends(users, server_url):
 def test_no_write_ever_lands_inside_someone_elses_lease(users, server_url):
     doc = Document.objects.create(body="draft")
     url = f"{server_url}/api/documents/{doc.pk}/"
-    leased, unleased = multiproc.run(clients.lease_race, [
+    leased, unleased = multiproc.run(api_clients.lease_race, [
         ("lease", url, users.editor.username), ("free", url, users.other.username),
     ], timeout=180)
     assert leased == [200] * 10  # nobody wrote between the lease holder's read and write

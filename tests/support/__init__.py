@@ -1,1 +1,8 @@
-"""Helpers the tests share (no fixtures: those are in the conftest files)."""
+"""What the tests share besides fixtures: backend and database aliases to run on, clean-up,
+worker processes and their workers, a live HTTP server, users, a browser, the example site.
+
+Test modules and ``conftest.py`` files import from here; no test module imports from a
+``conftest.py``. Modules whose functions run in spawned worker processes
+(:mod:`.multiproc`, :mod:`.exclusion`, :mod:`.model_workers`, :mod:`.api_clients`) import
+Django models inside their functions only: a child imports them before Django is set up.
+"""

@@ -6,13 +6,12 @@ import json
 import time
 from typing import Any
 
-PASSWORD = "occupy-pass"
 
-
-def call(method: str, url: str, user: str, body: dict | None = None,
+def call(method: str, url: str, user: str, body: dict[str, Any] | None = None,
          **headers: str) -> tuple[int, dict[str, str], Any]:
     """Send one request as ``user`` (HTTP Basic); return status, headers and JSON body."""
-    from tests.live_server import send
+    from tests.support.live_server import send
+    from tests.support.users import PASSWORD
 
     status, head, raw = send(method, url, user=user, password=PASSWORD, body=body, **headers)
     try:

@@ -34,7 +34,7 @@ def seed000_writer(alias: str, pk: int, field: str, rounds: int, plain: bool,
 
 
 def same_field_writer(alias: str, pk: int, me: str, private: str, rounds: int,
-                       barrier: Any) -> list[tuple[str, tuple]]:
+                       barrier: Any) -> list[tuple[str, tuple[str, str, str]]]:
     """Each round: load, wait, change ``name`` and a field only this writer writes."""
     from occupy import VersionConflict
     from tests.testapp.models import Book
@@ -80,7 +80,7 @@ def decrement(alias: str, pk: int, times: int, hold: float) -> list[tuple[float,
 
 
 def claim_loop(alias: str, backend: str, me: str, seconds: float,
-               hold: float) -> tuple[list[tuple[int, int]], list[tuple]]:
+               hold: float) -> tuple[list[tuple[int, int]], list[tuple[Any, ...]]]:
     """Claim, work on and release tasks for ``seconds``; return the (pk, fence) of every
     claim and the violations seen: another owner's mark on a claimed task, a second
     claim() answering with another task or lease, more than one task held."""
@@ -92,7 +92,8 @@ def claim_loop(alias: str, backend: str, me: str, seconds: float,
 
     tasks = Task.objects.using(alias)
     claims = live_claims(Task, occupation_rows(backend, "test"))
-    log, problems = [], []
+    log: list[tuple[int, int]] = []
+    problems: list[tuple[Any, ...]] = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         task = tasks.claim(owner=me, ttl=10, using=backend)
@@ -148,7 +149,8 @@ def claim_as(alias: str, backend: str, owner: str, rounds: int, release: bool,
     return out
 
 
-def paused_writer(alias: str, backend: str, pk: int, ttl: float, acquired: Any) -> tuple:
+def paused_writer(alias: str, backend: str, pk: int, ttl: float,
+                  acquired: Any) -> tuple[str, int, str]:
     """Take the page's lock, change the page, signal, and save with the lease after a
     pause (during which the parent stops this process past the lease's ttl)."""
     import time

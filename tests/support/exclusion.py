@@ -1,7 +1,7 @@
 """Workers and assertions for the multiprocess tests of a lock backend.
 
-Workers run in spawned processes (tests/multiproc.py), so they live at module level
-and import what they need inside.
+Workers run in spawned processes (tests/support/multiproc.py), so they live at module
+level and import what they need inside.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import itertools
 import os
 import signal
 import time
+from typing import Any, cast
 
-from tests import multiproc
+from tests.support import multiproc
 
 __all__ = [
     "assert_exclusive",
@@ -23,17 +24,22 @@ __all__ = [
     "try_acquire",
 ]
 
+#: One critical section: when it was entered and left (``time.monotonic()``, which every
+#: process of the host shares) and the fence of the lease it ran under.
+Span = tuple[float, float, int]
+
 
 def database_of(using: str) -> str:
     """Return the database a database backend alias keeps its claims in (else default)."""
     from django.conf import settings
 
-    options = settings.OCCUPY["BACKENDS"][using].get("OPTIONS") or {}
-    return options.get("DATABASE", "default")
+    backends = cast("dict[str, Any]", settings.OCCUPY["BACKENDS"])
+    options = backends[using].get("OPTIONS") or {}
+    return str(options.get("DATABASE", "default"))
 
 
 def count_under_lock(using: str | None, key: str, rounds: int, hold: float,
-                     database: str = "default") -> list[tuple]:
+                     database: str = "default") -> list[Span]:
     """Increment the ``key`` Counter row ``rounds`` times, each a slow read-modify-write
     inside the lock (none when ``using`` is ``None``); return ``(entered, left, fence)``
     per round (monotonic clock, which every process of the host shares)."""
@@ -58,7 +64,7 @@ def count_under_lock(using: str | None, key: str, rounds: int, hold: float,
 
 
 def count_with_failed_release(using: str, key: str, seconds: float,
-                              fail_first: bool) -> tuple[list[tuple], bool]:
+                              fail_first: bool) -> tuple[list[Span], bool]:
     """Loop over ``key`` for ``seconds`` as a worker does, incrementing its Counter row
     under the lock (ttl 1 s); with ``fail_first``, the first release fails as it would
     when the store is restarted. Return the ``(entered, left, fence)`` spans and whether
@@ -72,11 +78,11 @@ def count_with_failed_release(using: str, key: str, seconds: float,
     failed = False
 
     def failing_release(lease: occupy.Lease) -> None:
-        backend.release = real_release
+        backend.release = real_release  # type: ignore[method-assign]
         raise occupy.OccupyError("the store restarted", key=lease.key)
 
     if fail_first:
-        backend.release = failing_release
+        backend.release = failing_release  # type: ignore[method-assign]
     spans = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -97,7 +103,7 @@ def count_with_failed_release(using: str, key: str, seconds: float,
     return spans, failed
 
 
-def assert_exclusive(results: list[list[tuple]], key: str, database: str = "default") -> None:
+def assert_exclusive(results: list[list[Span]], key: str, database: str = "default") -> None:
     """Assert no two holders overlapped, no increment was lost, and fences rose in the
     order the lock was granted."""
     from tests.testapp.models import Counter
@@ -137,10 +143,10 @@ def taken_over_after_kill(using: str, key: str, ttl: float) -> float:
     proc = workers.procs[0]
     try:
         deadline = time.monotonic() + 60
-        while occupy.holder(key, using=using) is None:
+        while (held := occupy.holder(key, using=using)) is None:
             assert proc.is_alive() and time.monotonic() < deadline, "the holder never held"
             time.sleep(0.02)
-        assert occupy.holder(key, using=using).owner == f"doomed:{proc.pid}"
+        assert held.owner == f"doomed:{proc.pid}"
         os.kill(proc.pid, signal.SIGKILL)
         killed_at = time.monotonic()
         proc.join(timeout=10)

@@ -20,7 +20,7 @@ from django.db import connections
 _ctx = multiprocessing.get_context("spawn")
 
 
-def _child(target: Callable[..., Any], args: tuple, names: dict[str, str], barrier: Any,
+def _child(target: Callable[..., Any], args: tuple[Any, ...], names: dict[str, str], barrier: Any,
            results: Any, index: int) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     import django
@@ -40,13 +40,13 @@ def _child(target: Callable[..., Any], args: tuple, names: dict[str, str], barri
 class Workers:
     """Started worker processes, with what must outlive their start (the barrier)."""
 
-    def __init__(self, procs: list, results: Any, barrier: Any) -> None:
+    def __init__(self, procs: list[Any], results: Any, barrier: Any) -> None:
         self.procs = procs
         self.results = results
         self.barrier = barrier  # referenced until collected: children unpickle it late
 
 
-def start(target: Callable[..., Any], args_list: Sequence[tuple]) -> Workers:
+def start(target: Callable[..., Any], args_list: Sequence[tuple[Any, ...]]) -> Workers:
     """Start one process per argument tuple, all released together by a barrier."""
     names = {alias: connections[alias].settings_dict["NAME"] for alias in connections}
     barrier = _ctx.Barrier(len(args_list))
@@ -58,7 +58,7 @@ def start(target: Callable[..., Any], args_list: Sequence[tuple]) -> Workers:
     for proc in procs:
         # Process.start() drops its args, and a spawn-context semaphore is unlinked when
         # its last reference goes: keep the barrier alive until every child has it.
-        proc.barrier = barrier
+        proc.barrier = barrier  # type: ignore[attr-defined]
         proc.start()
     return Workers(procs, results, barrier)
 
@@ -68,7 +68,7 @@ def collect(workers: Workers, timeout: float = 240) -> list[Any]:
     died without answering."""
     procs, results = workers.procs, workers.results
     out: dict[int, Any] = {}
-    errors = []
+    errors: list[str] = []
     deadline = time.monotonic() + timeout
     while len(out) + len(errors) < len(procs):
         try:
@@ -94,6 +94,7 @@ def collect(workers: Workers, timeout: float = 240) -> list[Any]:
     return [out[i] for i in range(len(procs))]
 
 
-def run(target: Callable[..., Any], args_list: Sequence[tuple], timeout: float = 240) -> list:
+def run(target: Callable[..., Any], args_list: Sequence[tuple[Any, ...]],
+        timeout: float = 240) -> list[Any]:
     """Run ``target(*args)`` in one process per tuple, all at once; return the results."""
     return collect(start(target, args_list), timeout)

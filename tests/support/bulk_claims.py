@@ -41,7 +41,7 @@ def insert_claims(database: str, count: int, *, tag: str, expired: bool) -> None
             "FROM (SELECT i, k, encode(sha256(convert_to(k, 'UTF8')), 'hex') AS d "
             "FROM (SELECT i, %s || ':' || i AS k FROM generate_series(1, %s) AS i) s) t"
         )
-        params: list = [tag, count]
+        params: list[str | int] = [tag, count]
     elif vendor == "mysql":
         # MariaDB's SEQUENCE engine: seq_1_to_<n> is a table of 1..n.
         sql = (

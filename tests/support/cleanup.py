@@ -1,0 +1,58 @@
+"""Delete what a test left behind: claims, test rows, Redis keys, cache entries, lock files."""
+
+from __future__ import annotations
+
+import shutil
+
+from django.conf import settings
+from django.core.cache import caches
+from django.db import connections
+
+__all__ = ["TABLES", "wipe", "wipe_stores", "wipe_tables"]
+
+#: The model-side test tables, children before parents.
+TABLES = [
+    "testapp_ebook", "testapp_book", "testapp_chapter", "testapp_strictbook", "testapp_uuidbook",
+    "testapp_shelf", "testapp_label", "testapp_goods", "testapp_task", "testapp_document",
+    "testapp_page",
+]
+
+
+def wipe() -> None:
+    """Delete every claim and test row in every test database, cache and lock directory."""
+    for alias in connections:
+        with connections[alias].cursor() as cursor:
+            cursor.execute("DELETE FROM occupy_occupation")
+            cursor.execute("DELETE FROM testapp_counter")
+    wipe_stores()
+
+
+def wipe_stores() -> None:
+    """Delete the suite's Redis keys (by prefix), the locmem cache and the lock files."""
+    caches["locmem"].clear()
+    from occupy.backends import get_backend
+
+    get_backend("memory").clear()  # type: ignore[attr-defined]
+    shutil.rmtree(settings.FILES_LOCATION, ignore_errors=True)
+    if "redis" in settings.CACHES:
+        from django_redis import get_redis_connection
+
+        client = get_redis_connection("redis")
+        names = list(client.scan_iter(match=f"{settings.REDIS_PREFIX}*", count=1000))
+        if names:
+            client.delete(*names)
+    if "locks" in settings.CACHES:
+        from django_redis import get_redis_connection
+
+        client = get_redis_connection("locks")
+        names = list(client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}:*", count=1000))
+        if names:
+            client.delete(*names)
+
+
+def wipe_tables() -> None:
+    """Delete every row of the model-side test tables in every test database."""
+    for alias in connections:
+        with connections[alias].cursor() as cursor:
+            for table in TABLES:
+                cursor.execute(f"DELETE FROM {table}")
