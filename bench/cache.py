@@ -3,7 +3,8 @@
 The peer is the seed's lock as written: ``cache.add(key, uuid4(), expires)`` to take it,
 ``get`` then ``delete`` to release it (three round trips, and the release race the
 backend fixes). occupy's ``CacheBackend`` takes and releases through the public API,
-one Lua script each way. Run: ``python -m bench cache``.
+one Lua script each way (the Redis backend's, on the cache's client). Run:
+``python -m bench cache``.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ def main() -> None:
         results = alternate(candidates, ops=1500, rounds=11)
     finally:
         for using in ("cache", "cache-django"):  # the fence counters outlive the locks
-            store = get_backend(using).store
-            store.client.delete(*store.keys("bench:cache"))
+            protocol = get_backend(using).protocol
+            protocol.client.delete(*protocol.keys("bench:cache"))
     print_table("Uncontended acquire + release on a Redis cache (one process)", results,
                 reference="seed 003 CacheLock (add, get+delete)",
                 target="occupy ≥ 1.0× the seed's lock on the same django-redis cache")

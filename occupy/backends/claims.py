@@ -1,6 +1,6 @@
-"""What the cache and file backends store for a granted key, their clock helpers, and
-what the backends share: the key digest keys are stored under, and the text of a
-Redis reply.
+"""What the cache (on its ``add`` path) and file backends store for a granted key, their
+clock helpers, and what the backends share: the key digest keys are stored under, and
+the owner shown for a claim occupy did not write.
 
 Times are integer microseconds since the epoch, so that an expiry written by one call
 and read back by another converts to the very same ``datetime``.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-__all__ = ["UNKNOWN_OWNER", "Entry", "digest", "from_us", "now_us", "text"]
+__all__ = ["UNKNOWN_OWNER", "Entry", "digest", "from_us", "now_us"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -44,11 +44,6 @@ def digest(key: str) -> str:
     """Return the SHA-256 hex digest a key is stored under (safe in file and cache names,
     the database's lookup column, Redis's hash tag)."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
-def text(value: Any) -> str:
-    """Return a Redis reply as ``str``: decoded bytes, or the value's own text."""
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 def now_us() -> int:

@@ -1,6 +1,7 @@
-"""``CacheBackend`` beyond the contract: several processes, a killed holder, the caches
-it refuses, its system checks, and the documented limit of caches without
-compare-and-set."""
+"""``CacheBackend`` beyond the contract: several processes, a killed holder, the Redis
+backend's protocol on Redis caches, the caches it refuses, its system checks, and the
+documented limit of caches without compare-and-set. (What the Redis protocol adds, on
+the Redis caches too, is in ``test_redis.py``.)"""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from django.test import override_settings
 
 import occupy
 from occupy.backends import get_backend
-from occupy.backends.cache import CacheBackend, CacheStore
-from occupy.backends.cache_scripts import LuaStore
+from occupy.backends.cache import AddProtocol, CacheBackend, CacheStore
+from occupy.backends.cache.store import names
+from occupy.backends.claims import UNKNOWN_OWNER
 from occupy.checks import check_backends
 from occupy.exceptions import InvalidBackendError
 from tests.support import multiproc
@@ -42,16 +44,66 @@ def test_a_killed_holder_frees_the_key_after_its_ttl(using: str, live_db: None) 
     assert taken_over_after_kill(using, "cache:killed", ttl=2) <= 3
 
 
-@pytest.mark.parametrize("using", backend_params(["cache", "cache-django"]))
-def test_redis_caches_run_the_scripts(using: str, live_db: None) -> None:
-    backend = get_backend(using)
-    assert isinstance(backend.store, LuaStore) and backend.store.atomic
+REDIS_CACHES = backend_params(["cache", "cache-django"])
+
+
+@pytest.mark.parametrize("using", REDIS_CACHES)
+def test_redis_caches_run_the_redis_backends_protocol(using: str, live_db: None) -> None:
+    """One Redis lock protocol: the cache backend runs the very scripts the Redis
+    backend runs (same text, so same SHA), on the cache's own client."""
+    from occupy.backends.redis.protocol import RedisAttempt, RedisProtocol
+
+    backend, redis_backend = get_backend(using), get_backend("redis")
+    assert isinstance(backend.protocol, RedisProtocol)
+    assert isinstance(backend.attempt("book:1", "alice", 30), RedisAttempt)
+    ours, theirs = backend.protocol.scripts, redis_backend.protocol.scripts
+    assert ours._fields == theirs._fields
+    assert [s.text for s in ours] == [s.text for s in theirs]
+    assert [s.sha for s in ours] == [s.sha for s in theirs]
+    assert backend.protocol.client is not redis_backend.protocol.client
     assert backend.sweep() == 0
 
 
+@pytest.mark.parametrize("using", REDIS_CACHES)
+def test_redis_cache_keys_go_through_the_caches_make_key(using: str, live_db: None) -> None:
+    """``KEY_PREFIX`` and ``VERSION`` apply: the lock's keys are the cache's names."""
+    backend = get_backend(using)
+    cache = caches[backend.cache_alias]
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    keys = backend.protocol.keys("book:1")
+    assert keys.lock == cache.make_key(names("book:1").entry)
+    assert keys.fence == cache.make_key(names("book:1").fence)
+    assert keys.lock.startswith(cache.make_key("occupy:"))
+    client = backend.protocol.client
+    assert client.exists(keys.lock, keys.fence) == 2
+    occupy.release(lease)
+    assert client.exists(keys.lock) == 0
+
+
+@pytest.mark.parametrize("using", REDIS_CACHES)
+def test_a_redis_cache_entry_the_scripts_did_not_write_is_held(using: str, live_db: None
+                                                               ) -> None:
+    """A hash (the cache backend's layout before it ran the Redis protocol, during a
+    rolling deploy) or a pickled entry under a lock's name is held by an unknown holder
+    until it expires, never free."""
+    backend = get_backend(using)
+    client, name = backend.protocol.client, backend.protocol.keys("book:1").lock
+    client.hset(name, mapping={"token": "0" * 32, "owner": "old", "fence": 7, "depth": 1})
+    client.pexpire(name, 60_000)
+    with pytest.raises(occupy.Occupied) as info:
+        occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=using)
+    assert info.value.holder.owner == UNKNOWN_OWNER
+    client.delete(name)
+    caches[backend.cache_alias].set(names("book:1").entry, ("t", "old", 7), 60)
+    assert occupy.holder("book:1", using=using).owner == UNKNOWN_OWNER
+    caches[backend.cache_alias].delete(names("book:1").entry)
+    occupy.release(occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=using))
+
+
 def test_other_caches_take_the_add_path(live_db: None) -> None:
-    store = get_backend("cache-locmem").store
-    assert isinstance(store, CacheStore) and not store.atomic
+    protocol = get_backend("cache-locmem").protocol
+    assert isinstance(protocol, AddProtocol)
+    assert isinstance(protocol.store, CacheStore) and not protocol.store.atomic
 
 
 @pytest.mark.parametrize("using", backend_params(["cache", "cache-django"]))
@@ -227,8 +279,6 @@ def test_fences_rise_by_one_when_the_clock_is_behind_the_counter(
 ) -> None:
     """A counter ahead of the clock (a clock stepped back, two grants in one µs): each
     grant is one above the last, never equal to it."""
-    from occupy.backends.cache_scripts import names
-
     backend = get_backend(using)
     ahead = (int(time.time()) + 3600) * 1_000_000
     caches[backend.cache_alias].set(names("book:1").fence, ahead, None)

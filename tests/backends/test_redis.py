@@ -1,6 +1,9 @@
-"""What the Redis backend adds to the contract: one slot per lock, refusals made in Lua,
-first-come-first-served waiting with hand-over, nothing left behind, and mutual exclusion
-proven with several OS processes on the real server.
+"""What the Redis lock protocol adds to the contract: one slot per lock, refusals made
+in Lua, first-come-first-served waiting with hand-over, fences floored by the server's
+clock, values occupy did not write, nothing left behind, and mutual exclusion proven
+with several OS processes on the real server. The tests that take the ``backend``
+fixture run on every backend that runs the protocol: ``RedisBackend``, and
+``CacheBackend`` on both Redis caches.
 """
 
 from __future__ import annotations
@@ -23,24 +26,34 @@ from occupy.backends import get_backend
 from occupy.exceptions import InvalidBackendError
 from occupy.leases import Lease
 from tests.support import multiproc
-from tests.support.aliases import server_skip
+from tests.support.aliases import backend_params, server_skip
 from tests.support.waiting import wait_for_waiters, wait_until, waiters, watch_waiters
 
 pytestmark = pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or "")
 
 ALIAS = "redis"
+#: Every backend that runs the Redis lock protocol: the Redis backend, and the cache
+#: backend on django-redis and on Django's own ``RedisCache``.
+PROTOCOL_BACKENDS = backend_params(["redis", "cache", "cache-django"])
+
+
+@pytest.fixture(params=PROTOCOL_BACKENDS)
+def backend(request: pytest.FixtureRequest, live_db: None):
+    """Each backend that runs the Redis lock protocol, on clean keys."""
+    return get_backend(request.param)
 
 
 @pytest.fixture
-def backend(live_db: None):
+def redis_backend(live_db: None):
     """The configured Redis backend, on clean keys."""
     return get_backend(ALIAS)
 
 
 def _names(backend, pattern: str = "*") -> list[str]:
     """Return the backend's Redis keys that exist now, sorted."""
+    protocol = backend.protocol
     return sorted(name.decode() for name in
-                  backend.client.scan_iter(match=f"{backend.prefix}{pattern}", count=1000))
+                  protocol.client.scan_iter(match=f"{protocol.prefix}{pattern}", count=1000))
 
 
 def _brisk(**options):
@@ -57,10 +70,10 @@ def _brisk(**options):
 def test_every_redis_key_of_a_lock_is_in_one_slot(backend, key: str) -> None:
     from redis.crc import key_slot
 
-    names = [*backend.keys(key), backend.keys(key).wake + "0" * 32]
+    names = [*backend.protocol.keys(key), backend.protocol.keys(key).wake + "0" * 32]
     slots = {key_slot(name.encode()) for name in names}
     assert len(slots) == 1, (key, names)
-    assert backend.keys(key) != backend.keys(key + " ")
+    assert backend.protocol.keys(key) != backend.protocol.keys(key + " ")
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -93,30 +106,31 @@ def test_a_ttl_that_is_not_positive_is_refused_in_python_and_in_lua(backend) -> 
     for ttl in (0, -1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="ttl"):
             backend.acquire("book:1", owner="alice", ttl=ttl, timeout=0)
-    lease = occupy.acquire("book:1", ttl=30, using=ALIAS)
+    lease = occupy.acquire("book:1", ttl=30, using=backend.alias)
     with pytest.raises(ValueError, match="ttl"):
         backend.extend(lease, 0)
-    keys = backend.keys("book:2")
+    scripts, keys = backend.protocol.scripts, backend.protocol.keys("book:2")
+    held = backend.protocol.keys("book:1").lock
     # Lua's tonumber() reads all of these; none is a whole number of milliseconds.
     for ttl_ms in ("0", "-5", "soon", "nan", "inf", "-inf", "0.5", "1e300"):
         with pytest.raises(ResponseError, match="ttl must be positive"):
-            backend.scripts.acquire(keys.lock, "t" * 32, "bob\0book:2", ttl_ms)
+            scripts.acquire(keys.lock, "t" * 32, "bob\0book:2", ttl_ms)
         with pytest.raises(ResponseError, match="ttl must be positive"):
-            backend.scripts.queue(keys.lock, "t" * 32, "bob\0book:2", ttl_ms)
+            scripts.queue(keys.lock, "t" * 32, "bob\0book:2", ttl_ms)
         with pytest.raises(ResponseError, match="ttl must be positive"):
-            backend.scripts.extend(backend.keys("book:1").lock, lease.token, ttl_ms)
+            scripts.extend(held, lease.token, ttl_ms)
         with pytest.raises(ResponseError, match="ttl must be positive"):  # re-entry
-            backend.scripts.resume(backend.keys("book:1").lock, lease.token, ttl_ms, 1)
-    assert backend.client.exists(*keys) == 0  # nothing was written for the refused ttl
-    assert occupy.holder("book:1", using=ALIAS).expires_at == lease.expires_at
+            scripts.resume(held, lease.token, ttl_ms, 1)
+    assert backend.protocol.client.exists(*keys) == 0  # nothing was written for the refused ttl
+    assert occupy.holder("book:1", using=backend.alias).expires_at == lease.expires_at
     occupy.release(lease)
-    assert occupy.holder("book:1", using=ALIAS) is None  # no level was added
+    assert occupy.holder("book:1", using=backend.alias) is None  # no level was added
 
 
 # --- re-entry, claims, cleanliness -------------------------------------------------------
 def test_reentry_returns_the_same_token_and_fence(backend) -> None:
-    outer = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
-    inner = occupy.acquire("book:1", owner="alice", ttl=5, using=ALIAS)
+    outer = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
+    inner = occupy.acquire("book:1", owner="alice", ttl=5, using=backend.alias)
     assert (inner.token, inner.fence, inner.depth) == (outer.token, outer.fence, 2)
     assert inner.expires_at == outer.expires_at  # a shorter ttl never shortens the lease
     occupy.release(inner)
@@ -126,15 +140,15 @@ def test_reentry_returns_the_same_token_and_fence(backend) -> None:
 
 
 def test_reentry_with_a_longer_ttl_moves_the_expiry_in_redis_too(backend) -> None:
-    outer = occupy.acquire("book:1", owner="alice", ttl=5, using=ALIAS)
-    inner = occupy.acquire("book:1", owner="alice", ttl=60, using=ALIAS)
+    outer = occupy.acquire("book:1", owner="alice", ttl=5, using=backend.alias)
+    inner = occupy.acquire("book:1", owner="alice", ttl=60, using=backend.alias)
     assert inner.expires_at > outer.expires_at
-    assert backend.client.pttl(backend.keys("book:1").lock) > 50_000
-    assert occupy.holder("book:1", using=ALIAS).expires_at == inner.expires_at
+    assert backend.protocol.client.pttl(backend.protocol.keys("book:1").lock) > 50_000
+    assert occupy.holder("book:1", using=backend.alias).expires_at == inner.expires_at
     occupy.release(inner)  # one level undone: the expiry stays where re-entry put it
-    assert backend.client.pttl(backend.keys("book:1").lock) > 50_000
+    assert backend.protocol.client.pttl(backend.protocol.keys("book:1").lock) > 50_000
     occupy.release(outer)
-    assert occupy.holder("book:1", using=ALIAS) is None
+    assert occupy.holder("book:1", using=backend.alias) is None
 
 
 def test_a_newcomer_does_not_overtake_a_waiter_when_the_holder_expires(live_db: None) -> None:
@@ -156,10 +170,10 @@ def test_a_newcomer_does_not_overtake_a_waiter_when_the_holder_expires(live_db: 
 
 
 def test_claims_show_the_holder_and_the_waiters_never_tokens(backend) -> None:
-    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
     got = []
     waiter = threading.Thread(target=lambda: got.append(
-        occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, using=ALIAS)))
+        occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, using=backend.alias)))
     waiter.start()
     wait_for_waiters(backend, "book:1")
     claims = list(backend.claims())
@@ -168,7 +182,7 @@ def test_claims_show_the_holder_and_the_waiters_never_tokens(backend) -> None:
     assert claims[0].fence == alice.fence and claims[1].fence is None
     assert claims[0].since <= claims[1].since
     out = StringIO()
-    call_command("list_locks", using=[ALIAS], stdout=out)
+    call_command("list_locks", using=[backend.alias], stdout=out)
     assert "alice" in out.getvalue() and "bob" in out.getvalue()
     assert alice.token not in repr(claims) + out.getvalue()
     occupy.release(alice)
@@ -179,12 +193,12 @@ def test_claims_show_the_holder_and_the_waiters_never_tokens(backend) -> None:
 
 def test_waiting_leaves_nothing_behind_but_the_fence(backend) -> None:
     """Queue places, wake-up lists and claims all go; only the fence counter stays."""
-    holder = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
+    holder = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
     with pytest.raises(occupy.LockTimeout):
-        occupy.acquire("book:1", owner="bob", timeout=0.3, using=ALIAS)
+        occupy.acquire("book:1", owner="bob", timeout=0.3, using=backend.alias)
     leases = []
     waiters = [threading.Thread(target=lambda n=n: leases.append(occupy.acquire(
-        "book:1", owner=f"w{n}", ttl=30, timeout=10, using=ALIAS))) for n in range(3)]
+        "book:1", owner=f"w{n}", ttl=30, timeout=10, using=backend.alias))) for n in range(3)]
     for thread in waiters:
         thread.start()
     wait_for_waiters(backend, "book:1", 3)
@@ -194,80 +208,80 @@ def test_waiting_leaves_nothing_behind_but_the_fence(backend) -> None:
         occupy.release(leases.pop())
     for thread in waiters:
         thread.join(10)
-    assert _names(backend) == [backend.keys("book:1").fence]
+    assert _names(backend) == [backend.protocol.keys("book:1").fence]
     assert backend.sweep() == 0
 
 
 def test_cancelling_an_async_waiter_leaves_no_trace(
     backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    waiting = watch_waiters(ALIAS, monkeypatch)
+    waiting = watch_waiters(backend.alias, monkeypatch)
 
     async def main() -> None:
-        lease = await occupy.aacquire("book:1", owner="alice", ttl=30, using=ALIAS)
+        lease = await occupy.aacquire("book:1", owner="alice", ttl=30, using=backend.alias)
         waiter = asyncio.ensure_future(
-            occupy.aacquire("book:1", owner="bob", timeout=30, using=ALIAS))
+            occupy.aacquire("book:1", owner="bob", timeout=30, using=backend.alias))
         await waiting.await_for(1)
-        assert backend.client.zcard(backend.keys("book:1").queue) == 1
+        assert backend.protocol.client.zcard(backend.protocol.keys("book:1").queue) == 1
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
-        assert backend.client.exists(backend.keys("book:1").queue) == 0
+        assert backend.protocol.client.exists(backend.protocol.keys("book:1").queue) == 0
         await occupy.arelease(lease)
 
     asyncio.run(main())
-    assert _names(backend) == [backend.keys("book:1").fence]
+    assert _names(backend) == [backend.protocol.keys("book:1").fence]
 
 
 def test_a_waiter_that_gives_up_after_being_handed_the_key_passes_it_on(backend) -> None:
     """Cancel removes a grant that a release handed over before the waiter saw it."""
-    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
     bob = backend.attempt("book:1", "bob", 30)
     assert bob.try_acquire() is None
     bob.enqueue()
     occupy.release(alice)  # hands the key to bob, who is not looking
-    assert occupy.holder("book:1", using=ALIAS).owner == "bob"
+    assert occupy.holder("book:1", using=backend.alias).owner == "bob"
     bob.cancel()
-    assert occupy.holder("book:1", using=ALIAS) is None
-    assert _names(backend) == [backend.keys("book:1").fence]
+    assert occupy.holder("book:1", using=backend.alias) is None
+    assert _names(backend) == [backend.protocol.keys("book:1").fence]
 
 
 def test_a_key_handed_over_and_then_reentered_survives_the_waiter_giving_up(backend) -> None:
     """A waiter is handed the key; before it looks, the key is re-entered by its token.
     The waiter giving up takes back its own level only."""
-    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
     waiter = backend.attempt("book:1", "xavier", 30)
     assert waiter.try_acquire() is None and waiter.enqueue() is None
     occupy.release(alice)  # hands the key to the waiter, who is not looking
     with pytest.raises(occupy.Occupied):  # the owner string alone never re-enters
-        occupy.acquire("book:1", owner="xavier", ttl=30, timeout=0, using=ALIAS)
+        occupy.acquire("book:1", owner="xavier", ttl=30, timeout=0, using=backend.alias)
     again = backend.resume("book:1", waiter.token, 30)
     assert again.depth == 2
     waiter.cancel()
     with pytest.raises(occupy.Occupied):
-        occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=ALIAS)
-    assert occupy.holder("book:1", using=ALIAS).owner == "xavier"
+        occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=backend.alias)
+    assert occupy.holder("book:1", using=backend.alias).owner == "xavier"
     occupy.release(again)
-    assert occupy.holder("book:1", using=ALIAS) is None
+    assert occupy.holder("book:1", using=backend.alias) is None
 
 
 def test_joining_the_queue_can_grant_the_key_which_acquire_returns(backend) -> None:
     """The key comes free between a refused try and the queueing: queueing takes it,
     and that lease is the caller's. Another attempt of the same owner that got there
     first makes the late one queue behind it (owners do not re-enter)."""
-    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=ALIAS)
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
     late = backend.attempt("book:1", "xavier", 30)
     assert late.try_acquire() is None
     occupy.release(alice)
     granted = late.enqueue()
     assert granted is not None and (granted.token, granted.depth) == (late.token, 1)
     occupy.release(granted)
-    early = occupy.acquire("book:1", owner="xavier", ttl=30, timeout=0, using=ALIAS)
+    early = occupy.acquire("book:1", owner="xavier", ttl=30, timeout=0, using=backend.alias)
     later = backend.attempt("book:1", "xavier", 30)
     assert later.try_acquire() is None and later.enqueue() is None
     later.cancel()
     occupy.release(early)
-    assert occupy.holder("book:1", using=ALIAS) is None
+    assert occupy.holder("book:1", using=backend.alias) is None
 
 
 def test_a_dead_waiter_blocks_the_queue_only_until_its_place_expires(live_db: None) -> None:
@@ -289,7 +303,7 @@ def test_a_dead_waiter_blocks_the_queue_only_until_its_place_expires(live_db: No
     assert not _names(brisk, "*wake*")
 
 
-def test_expiry_of_the_holder_wakes_the_waiter_without_a_release(backend) -> None:
+def test_expiry_of_the_holder_wakes_the_waiter_without_a_release(live_db: None) -> None:
     brisk = _brisk(POLL_INTERVAL=5, QUEUE_TTL=10)  # a poll would come far too late
     alice = brisk.acquire("book:1", owner="alice", ttl=0.4, timeout=0)
     started = time.monotonic()
@@ -302,10 +316,10 @@ def test_expiry_of_the_holder_wakes_the_waiter_without_a_release(backend) -> Non
 def test_fences_rise_when_the_counter_was_set_back(backend) -> None:
     """A restore of an older snapshot, or a failover to a replica that lagged, sets the
     counter back; the next fence is still above every fence handed out before."""
-    first = occupy.acquire("book:1", using=ALIAS)
+    first = occupy.acquire("book:1", using=backend.alias)
     occupy.release(first)
-    backend.client.set(backend.keys("book:1").fence, 5)
-    again = occupy.acquire("book:1", using=ALIAS)
+    backend.protocol.client.set(backend.protocol.keys("book:1").fence, 5)
+    again = occupy.acquire("book:1", using=backend.alias)
     assert again.fence > first.fence
     occupy.release(again)
 
@@ -313,11 +327,11 @@ def test_fences_rise_when_the_counter_was_set_back(backend) -> None:
 def test_fences_never_fall_below_the_counter_when_the_clock_is_behind(backend) -> None:
     """A counter ahead of the server's clock (a clock stepped back) still rises by one."""
     ahead = (int(time.time()) + 3600) * 1_000_000
-    backend.client.set(backend.keys("book:1").fence, ahead)
-    lease = occupy.acquire("book:1", using=ALIAS)
+    backend.protocol.client.set(backend.protocol.keys("book:1").fence, ahead)
+    lease = occupy.acquire("book:1", using=backend.alias)
     assert lease.fence == ahead + 1
     occupy.release(lease)
-    assert occupy.acquire("book:1", using=ALIAS).fence == ahead + 2
+    assert occupy.acquire("book:1", using=backend.alias).fence == ahead + 2
 
 
 # --- values occupy did not write ---------------------------------------------------------
@@ -336,18 +350,18 @@ FOREIGN = {
 def test_a_foreign_value_is_held_by_an_unknown_holder(backend, plant) -> None:
     from occupy.backends.claims import UNKNOWN_OWNER
 
-    name = backend.keys("book:1").lock
-    plant(backend.client, name)
-    holder = occupy.holder("book:1", using=ALIAS)
+    name = backend.protocol.keys("book:1").lock
+    plant(backend.protocol.client, name)
+    holder = occupy.holder("book:1", using=backend.alias)
     assert holder.owner == UNKNOWN_OWNER and holder.fence == 0
     assert 55 < (holder.expires_at - datetime.now(timezone.utc)).total_seconds() <= 60
     with pytest.raises(occupy.Occupied) as info:
-        occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=ALIAS)
+        occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=backend.alias)
     assert info.value.holder.owner == UNKNOWN_OWNER
     with pytest.raises(occupy.LockTimeout):  # the queueing script refuses it too
-        occupy.acquire("book:1", owner="alice", ttl=30, timeout=0.1, using=ALIAS)
+        occupy.acquire("book:1", owner="alice", ttl=30, timeout=0.1, using=backend.alias)
     stale = Lease(key="book:1", owner="alice", token="0" * 32, fence=1,
-                  expires_at=holder.expires_at, ttl=30, using=ALIAS, backend=backend)
+                  expires_at=holder.expires_at, ttl=30, using=backend.alias, backend=backend)
     for call in (lambda: backend.extend(stale, 30), lambda: backend.release(stale)):
         stale.lost = False
         with pytest.raises(occupy.LeaseLost):
@@ -357,25 +371,25 @@ def test_a_foreign_value_is_held_by_an_unknown_holder(backend, plant) -> None:
     assert [(c.key, c.state, c.since, c.fence) for c in claims] == [
         (name, "using", None, None)]
     out = StringIO()
-    call_command("list_locks", using=[ALIAS], stdout=out)
+    call_command("list_locks", using=[backend.alias], stdout=out)
     assert UNKNOWN_OWNER in out.getvalue() and name in out.getvalue()
-    backend.client.delete(name)
-    occupy.release(occupy.acquire("book:1", timeout=0, using=ALIAS))
+    backend.protocol.client.delete(name)
+    occupy.release(occupy.acquire("book:1", timeout=0, using=backend.alias))
 
 
 def test_a_foreign_value_without_expiry_is_held_for_ever(backend) -> None:
-    backend.client.set(backend.keys("book:1").lock, "not ours")
-    assert occupy.holder("book:1", using=ALIAS).expires_at.year == 9999
+    backend.protocol.client.set(backend.protocol.keys("book:1").lock, "not ours")
+    assert occupy.holder("book:1", using=backend.alias).expires_at.year == 9999
     with pytest.raises(occupy.Occupied):
-        occupy.acquire("book:1", timeout=0, using=ALIAS)
+        occupy.acquire("book:1", timeout=0, using=backend.alias)
 
 
 def test_a_foreign_value_frees_the_key_when_redis_expires_it(backend) -> None:
-    backend.client.set(backend.keys("book:1").lock, "not ours", px=300)
+    backend.protocol.client.set(backend.protocol.keys("book:1").lock, "not ours", px=300)
     started = time.monotonic()
-    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=5, using=ALIAS)
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=5, using=backend.alias)
     assert 0.2 < time.monotonic() - started < 2
-    assert occupy.holder("book:1", using=ALIAS).owner == "alice"
+    assert occupy.holder("book:1", using=backend.alias).owner == "alice"
     occupy.release(lease)
 
 
@@ -411,7 +425,7 @@ def _count(alias: str, kind: str, sections: int, hold: float) -> list:
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("kind", ["redis", "db"])
-def test_processes_exclude_each_other(backend, kind: str) -> None:
+def test_processes_exclude_each_other(redis_backend, kind: str) -> None:
     from tests.testapp.models import Counter
 
     Counter.objects.create(name="c")
@@ -432,7 +446,7 @@ def _hold_and_hang(alias: str, ttl: float, granted) -> None:
 
 
 @pytest.mark.multiprocess
-def test_a_killed_holder_frees_the_key_within_its_ttl(backend) -> None:
+def test_a_killed_holder_frees_the_key_within_its_ttl(redis_backend) -> None:
     ttl = 1.5
     granted = multiproc._ctx.Queue()
     workers = multiproc.start(_hold_and_hang, [(ALIAS, ttl, granted)])
@@ -484,7 +498,7 @@ def _patient(alias: str, looping, done, rounds: int) -> list:
 @pytest.mark.multiprocess
 def test_a_waiter_is_served_before_a_process_that_retakes_the_key_in_a_loop(backend) -> None:
     done = multiproc._ctx.Event()
-    starts, waits = _run_pair(done)
+    starts, waits = _run_pair(backend.alias, done)
     assert len(waits) == 10
     for asked, got in waits:
         overtaking = [s for s in starts if asked < s < got]
@@ -493,10 +507,10 @@ def test_a_waiter_is_served_before_a_process_that_retakes_the_key_in_a_loop(back
     assert len(starts) > 20  # the busy process really was looping
 
 
-def _run_pair(done) -> tuple[list, list]:
+def _run_pair(alias: str, done) -> tuple[list, list]:
     looping = multiproc._ctx.Event()
-    busy = multiproc.start(_busy, [(ALIAS, looping, done, 0.002)])
-    patient = multiproc.start(_patient, [(ALIAS, looping, done, 10)])
+    busy = multiproc.start(_busy, [(alias, looping, done, 0.002)])
+    patient = multiproc.start(_patient, [(alias, looping, done, 10)])
     waits = multiproc.collect(patient, timeout=60)[0]
     starts = multiproc.collect(busy, timeout=60)[0]
     return starts, waits

@@ -170,7 +170,7 @@ def test_a_grant_that_comes_after_the_timeout_is_given_back(
     """Where calls cannot be bounded (Redis Cluster, Sentinel), a stalled server blocks
     the call until it answers, but the grant it then makes is given back and reported
     as ``LockTimeout``, never returned to a caller that stopped waiting long ago."""
-    from occupy.backends.redis.backend import BoundedCalls
+    from occupy.backends.redis.calls import BoundedCalls
 
     monkeypatch.setattr(BoundedCalls, "of", classmethod(lambda cls, client: None))
     port = _spare_port()

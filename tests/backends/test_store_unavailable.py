@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,20 @@ def _exercise(backend: BaseBackend, cause) -> None:
     _assert_unavailable(
         backend, lambda: backend.acquire("down:1", owner="alice", ttl=30, timeout=0.2), cause)
     _assert_unavailable(backend, lambda: backend.holder("down:1"), cause)
+    # A lease the store granted before it went away.
+    lease = backend.make_lease("down:1", owner="alice", token="0" * 32, fence=1,
+                               expires_at=datetime.now(timezone.utc) + timedelta(seconds=30),
+                               ttl=30)
+    _assert_unavailable(backend, lambda: backend.release(lease), cause)
+    _assert_unavailable(backend, lambda: backend.extend(lease, 30), cause)
+    _assert_unavailable(backend, lambda: backend.is_held(lease), cause)
+
+
+def _exercise_all(backend: BaseBackend, cause) -> None:
+    """:func:`_exercise`, then re-entry by token and takeover."""
+    _exercise(backend, cause)
+    _assert_unavailable(backend, lambda: backend.resume("down:1", "0" * 32, 30), cause)
+    _assert_unavailable(backend, lambda: backend.takeover("down:1", "bob", 30), cause)
 
 
 @pytest.fixture
@@ -80,7 +95,7 @@ def test_database_backend(like: str, down_database, tmp_path: Path) -> None:
     else:
         database = down_database(like, {"PORT": _closed_port()})
     backend = DatabaseBackend("db-down", {"OPTIONS": {"DATABASE": database}})
-    _exercise(backend, DatabaseError)
+    _exercise_all(backend, DatabaseError)
 
 
 def _down_caches(backend_path: str) -> dict:
@@ -95,19 +110,29 @@ def test_redis_backend() -> None:
     from occupy.backends.redis import RedisBackend
 
     with override_settings(CACHES=_down_caches("django_redis.cache.RedisCache")):
-        _exercise(RedisBackend("redis-down", {"OPTIONS": {"CACHE": "down"}}), RedisError)
+        _exercise_all(RedisBackend("redis-down", {"OPTIONS": {"CACHE": "down"}}), RedisError)
 
 
 @pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or "")
 @pytest.mark.parametrize("cache", ["django_redis.cache.RedisCache",
                                    "django.core.cache.backends.redis.RedisCache"])
-def test_cache_backend(cache: str) -> None:
+@pytest.mark.parametrize("path", ["redis", "add"])
+def test_cache_backend(cache: str, path: str) -> None:
+    """On a Redis cache the backend runs the Redis protocol on the cache's raw client
+    (redis-py's errors); the ``add`` path goes through the cache's API (django-redis
+    wraps redis-py's errors in its own)."""
     from django_redis.exceptions import ConnectionInterrupted
     from redis.exceptions import RedisError
 
+    from tests.backends.stores import AddOnlyCacheBackend
+
     with override_settings(CACHES=_down_caches(cache)):
-        _exercise(CacheBackend("cache-down", {"OPTIONS": {"CACHE": "down"}}),
-                  (RedisError, ConnectionInterrupted))
+        if path == "redis":
+            _exercise_all(CacheBackend("cache-down", {"OPTIONS": {"CACHE": "down"}}),
+                          RedisError)
+        else:
+            _exercise_all(AddOnlyCacheBackend("cache-down", {"OPTIONS": {"CACHE": "down"}}),
+                          (RedisError, ConnectionInterrupted))
 
 
 def test_file_backend(tmp_path: Path) -> None:

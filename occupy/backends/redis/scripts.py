@@ -1,5 +1,8 @@
-"""The Lua scripts of :class:`~occupy.backends.redis.RedisBackend`, as named constants,
-and the layout of Redis keys they share with the Python side (:func:`redis_keys`).
+"""The Lua scripts of occupy's Redis lock protocol, as named constants, and the layout
+of Redis keys they share with the Python side (:func:`redis_keys`). They are the one
+Redis protocol: :class:`~occupy.backends.redis.RedisBackend` and
+:class:`~occupy.backends.cache.CacheBackend` on a Redis cache both run them, through
+:class:`~occupy.backends.redis.protocol.RedisProtocol`.
 
 Every script is given one key, the lock's, and works on the keys that share its hash
 tag (so one Redis Cluster slot): ``<prefix>{<digest>}:`` followed by
@@ -49,6 +52,7 @@ call sends only what changes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -69,13 +73,15 @@ class RedisKeys(NamedTuple):
 
 
 @lru_cache(maxsize=4096)
-def redis_keys(prefix: str, key: str) -> RedisKeys:
+def redis_keys(prefix: str, key: str, digest_chars: int = 32) -> RedisKeys:
     """Return the Redis keys of lock ``key``.
 
-    The hash tag is a digest of the key, so that a key holding ``{`` or ``}`` (or any
-    other text) still puts all its Redis keys in one slot.
+    The hash tag is the first ``digest_chars`` hex digits of the key's SHA-256 digest,
+    so that a key holding ``{`` or ``}`` (or any other text) still puts all its Redis
+    keys in one slot. The scripts find the other keys from ``lock``'s name, whatever
+    the prefix and the tag's length.
     """
-    base = f"{prefix}{{{digest(key)[:32]}}}:"
+    base = f"{prefix}{{{digest(key)[:digest_chars]}}}:"
     return RedisKeys(f"{base}lock", f"{base}fence", f"{base}queue", f"{base}waiters",
                      f"{base}wake:")
 
@@ -366,8 +372,9 @@ return 1
 """
 
 
-def scripts_for(fence_ttl_ms: int, queue_ttl_ms: int) -> dict[str, str]:
-    """Return the scripts by name, with a backend's TTLs written in."""
+@lru_cache(maxsize=16)
+def scripts_for(fence_ttl_ms: int, queue_ttl_ms: int) -> Mapping[str, str]:
+    """Return the scripts by name, with a protocol's TTLs written in."""
     def fill(text: str) -> str:
         return text.replace("@FENCE_TTL@", str(int(fence_ttl_ms))).replace(
             "@QUEUE_TTL@", str(int(queue_ttl_ms)))

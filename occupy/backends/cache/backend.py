@@ -1,0 +1,278 @@
+"""``CacheBackend``: locks on a Django cache, seed 003's ``CacheLock`` made correct.
+
+The seed takes a lock with ``cache.add(key, uuid4(), expires)``, releases it with a
+``get`` then a ``delete`` (which deletes the next holder's lock if its own expired in
+between), waits with ``sleep(1)`` counting tries, and has no reentrancy, holder or
+fencing token. Here every lease has an owner, a token, a fence that strictly increases
+for its key, and a depth (the context holding it re-enters by its token, see
+``occupy.reentry``); waiting is bounded by a monotonic deadline. How the cache holds
+them depends on what it can do:
+
+- **A Redis cache** (django-redis with one primary, or Django's own ``RedisCache``):
+  every operation is occupy's one Redis lock protocol,
+  :class:`~occupy.backends.redis.protocol.RedisProtocol`, the very scripts
+  :class:`~occupy.backends.redis.RedisBackend` runs, on the cache's raw client. So it
+  has the Redis backend's guarantees: one script per step, release and extend
+  comparing the token on the server; fences floored by the server's ``TIME``;
+  first-come-first-served waiting (a release hands the key to the oldest waiter,
+  blocked on ``BLPOP`` for at most ``POLL_INTERVAL`` before it looks again); re-entry
+  by token, takeover, resume, and ``list_locks``. Its Redis keys are
+  ``make_key("occupy:")`` followed by ``{<SHA-256 of the key>}:lock`` (and ``:fence``,
+  ``:queue``, ``:waiters``, ``:wake:<token>``), so the cache's ``KEY_PREFIX`` and
+  ``VERSION`` apply and each lock's keys share one Redis Cluster slot.
+  ``SAFETY_MARGIN`` is ignored: nothing is read then written.
+- **Any other cache** (memcached, and the file, database and local-memory caches):
+  Django's cache API has ``add`` but no compare-and-set, so release and extend read,
+  compare, then write, within a *safety margin*; fences and expiry follow this host's
+  clock; waiters poll, and whoever polls first after a release wins; claims cannot be
+  listed. :mod:`occupy.backends.cache.store` states what remains of the race.
+
+A cache that cannot lock across processes is refused: ``DummyCache`` (stores nothing)
+always, ``LocMemCache`` (one process's memory) unless ``OPTIONS["SINGLE_PROCESS"]`` says
+the deployment is one process. The system checks report the same (``occupy.E005``),
+and warn about the file and database caches, whose ``add`` is not atomic (``W002``).
+A cache server that cannot be reached raises ``StoreUnavailable`` on either path.
+
+OPTIONS: ``CACHE`` (the cache alias, default ``"default"``), ``SINGLE_PROCESS`` (default
+``False``), ``POLL_INTERVAL`` (longest pause between two looks while waiting, default
+0.05 s), ``SAFETY_MARGIN`` (non-Redis caches only, default 0.1 s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from django.core.cache import InvalidCacheBackendError, caches
+from django.core.checks import CheckMessage, Error, Warning
+from django.utils.module_loading import import_string
+
+from occupy.backends.base import Attempt, BaseBackend, Claim
+from occupy.backends.cache.store import PREFIX, AddProtocol, CacheStore
+from occupy.backends.options import Option, missing_cache, where
+from occupy.exceptions import InvalidBackendError
+from occupy.leases import Holder, Lease
+
+if TYPE_CHECKING:
+    from occupy.backends.redis.protocol import RedisProtocol
+
+__all__ = ["ATOMIC", "NO_STORE", "ONE_PROCESS", "RACY_ADD", "REDIS", "CacheBackend",
+           "cache_safety"]
+
+#: What a cache class can do for a lock (see :func:`cache_safety`).
+REDIS = "redis"  # the Redis lock protocol on the cache's raw client
+ATOMIC = "atomic"  # atomic add across processes (memcached); release reads then writes
+RACY_ADD = "racy-add"  # add is a read then a write: two processes can both win
+ONE_PROCESS = "one-process"  # lives in one process's memory
+NO_STORE = "no-store"  # stores nothing: every add succeeds
+
+_KINDS = [
+    ("django_redis.cache.RedisCache", REDIS),
+    ("django.core.cache.backends.redis.RedisCache", REDIS),
+    ("django.core.cache.backends.dummy.DummyCache", NO_STORE),
+    ("django.core.cache.backends.locmem.LocMemCache", ONE_PROCESS),
+    ("django.core.cache.backends.filebased.FileBasedCache", RACY_ADD),
+    ("django.core.cache.backends.db.DatabaseCache", RACY_ADD),
+]
+
+
+def _store_errors() -> tuple[type[BaseException], ...]:
+    """Return the errors by which a cache client says its server cannot be reached or used
+    (those of the clients installed here)."""
+    errors: list[type[BaseException]] = [OSError]
+    for path in ("redis.exceptions.RedisError", "django_redis.exceptions.ConnectionInterrupted",
+                 "pymemcache.exceptions.MemcacheError", "pylibmc.Error"):
+        try:
+            errors.append(import_string(path))
+        except ImportError:
+            continue
+    return tuple(errors)
+
+
+def cache_safety(cache_class: type | str) -> str:
+    """Return what the cache class (or its dotted path) can do for a lock: one of
+    :data:`REDIS`, :data:`ATOMIC`, :data:`RACY_ADD`, :data:`ONE_PROCESS`, :data:`NO_STORE`.
+
+    Classes occupy does not know are taken to have an atomic ``add`` (memcached does).
+    """
+    cls: type = import_string(cache_class) if isinstance(cache_class, str) else cache_class
+    for path, kind in _KINDS:
+        try:
+            known = import_string(path)
+        except ImportError:  # django-redis not installed
+            continue
+        if issubclass(cls, known):
+            return kind
+    return ATOMIC
+
+
+def _redis_client(cache: Any) -> Any | None:
+    """Return the raw redis-py client of a Redis cache, or ``None`` for other caches."""
+    try:
+        from django_redis.cache import RedisCache as DjangoRedisCache
+        from django_redis.client import DefaultClient, ShardClient
+    except ImportError:
+        DjangoRedisCache = None
+    if DjangoRedisCache is not None and isinstance(cache, DjangoRedisCache):
+        client = cache.client
+        # A sharded client spreads keys over servers: a script may not span them.
+        if isinstance(client, DefaultClient) and not isinstance(client, ShardClient):
+            return client.get_client(write=True)
+        return None
+    from django.core.cache.backends.redis import RedisCache
+
+    if isinstance(cache, RedisCache):
+        return cache._cache.get_client(write=True)  # the primary; scripts write
+    return None
+
+
+def _redis_protocol(backend: CacheBackend, cache: Any) -> RedisProtocol | None:
+    """Return the Redis lock protocol on ``cache``'s raw client, or ``None`` if it has
+    none (not a Redis cache, or a sharded one)."""
+    client = _redis_client(cache)
+    if client is None:
+        return None
+    from occupy.backends.redis.protocol import QUEUE_TTL, RedisProtocol
+
+    # The names are CacheStore's (the full digest, through the cache's make_key): a
+    # value found under them that the scripts did not write (a pickled entry, a hash of
+    # an older layout during a rolling deploy) is held by an unknown holder until it
+    # expires, never free, and a fence counter found there is carried on.
+    return RedisProtocol(backend, client, prefix=str(cache.make_key(PREFIX)),
+                         poll_interval=backend.poll_interval,
+                         queue_ttl=max(QUEUE_TTL, 2 * backend.poll_interval),
+                         digest_chars=64)
+
+
+class CacheBackend(BaseBackend):
+    """Locks stored in a Django cache: by the Redis lock protocol on a Redis cache, by
+    ``add`` and a safety margin on any other (see the module docstring)."""
+
+    store_errors = _store_errors()
+    options_schema = {
+        "CACHE": Option(str, "default", "the cache alias"),
+        "SINGLE_PROCESS": Option(bool, False, "the deployment is one process (LocMemCache)"),
+        "POLL_INTERVAL": Option(float, 0.05, "longest pause between two looks while "
+                                "waiting", positive=True),
+        "SAFETY_MARGIN": Option(float, 0.1, "non-Redis caches: how much life an entry read "
+                                "must have left for a write after it", positive=True),
+    }
+
+    @classmethod
+    def check(cls, alias: str, params: Mapping[str, Any]) -> list[CheckMessage]:
+        """Add ``occupy.E004`` (the cache is not configured), ``occupy.E005`` (it cannot
+        lock across processes) and ``occupy.W002`` (its ``add`` is a read then a write)."""
+        options = params.get("OPTIONS") or {}
+        cache = options.get("CACHE", "default")
+        messages = super().check(alias, params) + missing_cache(alias, cache)
+        if not isinstance(cache, str) or cache not in caches.settings:
+            return messages
+        path = caches.settings[cache].get("BACKEND", "")
+        try:
+            kind = cache_safety(path)
+        except ImportError:
+            return messages  # Django's own cache checks report an unimportable cache
+        cache_class = import_string(path)
+        if kind == NO_STORE or (kind == ONE_PROCESS and not options.get("SINGLE_PROCESS")):
+            hint = ("Put the locks on a shared cache (Redis, memcached), or use "
+                    "occupy.backends.db.DatabaseBackend.")
+            if kind == ONE_PROCESS:
+                hint += (" If this deployment really is one process, set "
+                         "OPTIONS['SINGLE_PROCESS'] = True.")
+            messages.append(Error(_refusal(alias, cache, cache_class, kind), hint=hint,
+                                  obj=where(alias), id="occupy.E005"))
+        elif kind == RACY_ADD:
+            messages.append(Warning(
+                f"occupy backend {alias!r} uses cache {cache!r} ({path}), whose add() is a "
+                "read then a write: two processes can both take a free key.",
+                hint="Put the locks on a Redis or memcached cache, or use "
+                "occupy.backends.db.DatabaseBackend or occupy.backends.file.FileBackend.",
+                obj=where(alias), id="occupy.W002",
+            ))
+        return messages
+
+    def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.cache_alias: str = self.options["CACHE"]
+        self.single_process: bool = self.options["SINGLE_PROCESS"]
+        self.poll_interval = float(self.options["POLL_INTERVAL"])
+        self.margin = float(self.options["SAFETY_MARGIN"])
+        try:
+            cache = caches[self.cache_alias]
+        except InvalidCacheBackendError as e:
+            raise InvalidBackendError(
+                f"occupy backend {alias!r} uses cache {self.cache_alias!r}, which is not "
+                f"in settings.CACHES: {e}"
+            ) from e
+        kind = cache_safety(type(cache))
+        if kind == NO_STORE or (kind == ONE_PROCESS and not self.single_process):
+            raise InvalidBackendError(_refusal(alias, self.cache_alias, type(cache), kind))
+        #: What carries out the contract: the Redis lock protocol, or ``add`` and a margin.
+        self.protocol: RedisProtocol | AddProtocol = (
+            _redis_protocol(self, cache)
+            or AddProtocol(self, CacheStore(self.cache_alias, self.margin), self.poll_interval))
+
+    def close(self) -> None:
+        """Stop the Redis protocol's async waiters' threads; the connections are the
+        cache's."""
+        self.protocol.close()
+
+    # --- the contract: the protocol's -------------------------------------------------
+    def attempt(self, key: str, owner: str, ttl: float) -> Attempt:
+        """Return an attempt to take ``key``: a queue to wait in on Redis, polling
+        elsewhere."""
+        return self.protocol.attempt(key, owner, ttl)
+
+    def release(self, lease: Lease) -> None:
+        """Undo one level of the lease; raise ``LeaseLost`` if it was no longer held."""
+        self.protocol.release(lease)
+
+    def extend(self, lease: Lease, ttl: float) -> None:
+        """Move the lease's expiry to ``ttl`` seconds after now (the Redis server's now)."""
+        self.protocol.extend(lease, ttl)
+
+    def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
+        """Return the lease ``token`` holds on ``key`` (a level deeper if ``deeper``,
+        kept at least ``ttl`` more), or ``None``."""
+        return self.protocol.resume(key, token, ttl, deeper=deeper)
+
+    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
+        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (one
+        script on Redis caches); return the lease and the holder replaced."""
+        return self.protocol.takeover(key, owner, ttl)
+
+    def holder(self, key: str) -> Holder | None:
+        """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""
+        return self.protocol.holder(key)
+
+    def is_held(self, lease: Lease) -> bool:
+        """Return whether the lease's token still holds its key."""
+        return self.protocol.is_held(lease)
+
+    def claims(self) -> Iterable[Claim]:
+        """Return the live claims, ordered by key (Redis caches only: Django's cache API
+        cannot enumerate keys)."""
+        return self.protocol.claims()
+
+    def drop_claim(self, key: str) -> None:
+        """Delete the granted claim on ``key`` behind its holder's back (a test hook)."""
+        self.protocol.drop_claim(key)
+
+    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
+        """Return 0: the cache expires entries itself."""
+        return 0
+
+
+def _refusal(alias: str, cache_alias: str, cache_class: type, kind: str) -> str:
+    """Return why a cache cannot hold ``alias``'s locks, and the fix."""
+    name = f"{cache_class.__module__}.{cache_class.__qualname__}"
+    if kind == NO_STORE:
+        return (f"occupy backend {alias!r} uses cache {cache_alias!r} ({name}), which stores "
+                "nothing, so it cannot lock even within one process. Use a Redis or "
+                "memcached cache, or occupy's DatabaseBackend.")
+    return (f"occupy backend {alias!r} uses cache {cache_alias!r} ({name}), which lives in "
+            "one process's memory, so other processes cannot see its locks. Use a shared "
+            "cache (Redis, memcached), or set OPTIONS['SINGLE_PROCESS'] = True if this "
+            "deployment really is one process.")
+
+
