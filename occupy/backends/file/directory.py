@@ -20,7 +20,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import suppress
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 from occupy.backends.claims import Entry
 from occupy.backends.file import records
@@ -28,6 +28,7 @@ from occupy.backends.file.records import Queued
 
 __all__ = ["ClaimDirectory"]
 
+_P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
@@ -48,17 +49,16 @@ class ClaimDirectory:
         for path in self._layout:
             os.makedirs(path, exist_ok=True)
 
-    def _made(self, call: Callable[[], _T], *directories: str) -> _T:
-        """Return ``call()``; if a directory was missing, make ``directories`` (default:
-        the layout) and call it once more."""
+    def _made(self, making: tuple[str, ...], call: Callable[_P, _T], *args: _P.args,
+              **kwargs: _P.kwargs) -> _T:
+        """Return ``call(*args, **kwargs)``; if a directory was missing, make the
+        directories ``making`` and call it once more."""
         try:
-            return call()
+            return call(*args, **kwargs)
         except FileNotFoundError:
-            if not directories:
-                self.make()
-            for path in directories:
+            for path in making:
                 os.makedirs(path, exist_ok=True)
-            return call()
+            return call(*args, **kwargs)
 
     # --- granted claims: using/ and fences/ ------------------------------------------
     def using_path(self, d: str) -> str:
@@ -93,34 +93,26 @@ class ClaimDirectory:
         except FileNotFoundError:
             entry = claim(0)
             data = records.dump_claim(entry)
-            return entry if self._made(lambda: _create(using, data)) else None
+            return entry if self._made(self._layout, _create, using, data) else None
         try:
             entry = claim(records.load_claim(os.pread(fd, records.MAX_SIZE, 0)).fence)
             os.pwrite(fd, records.dump_claim(entry), 0)
         finally:
             os.close(fd)
-        self._made(lambda: os.rename(fences, using))
+        self._made(self._layout, os.rename, fences, using)
         return entry
 
     def rewrite(self, d: str, entry: Entry) -> None:
         """Replace the key's granted claim with ``entry`` in one step (a rename)."""
         tmp = f"{self._tmp}/{d}.{os.getpid()}.{threading.get_ident()}"
-        data = records.dump_claim(entry)
-
-        def write() -> None:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
-            os.replace(tmp, f"{self._using}/{d}")
-
-        self._made(write)
+        self._made(self._layout, _replace, tmp, f"{self._using}/{d}", records.dump_claim(entry))
 
     def retire(self, d: str) -> None:
         """Move the key's granted claim to ``fences/``, where its fence outlives it."""
-        with suppress(FileNotFoundError):  # it has none
-            self._made(lambda: os.replace(f"{self._using}/{d}", f"{self._fences}/{d}"))
+        try:
+            self._made(self._layout, os.replace, f"{self._using}/{d}", f"{self._fences}/{d}")
+        except FileNotFoundError:
+            return  # it has none
 
     def remove(self, d: str) -> None:
         """Delete the key's granted claim, fence and all."""
@@ -154,13 +146,16 @@ class ClaimDirectory:
 
     def tickets(self, d: str) -> list[str]:
         """Return the tickets queued on the key, oldest first."""
-        return sorted(_names(f"{self._pending}/{d}"))
+        try:  # on every try: listdir is the quickest way to learn the queue is empty
+            names = os.listdir(f"{self._pending}/{d}")
+        except FileNotFoundError:
+            return []
+        return sorted(name for name in names if not name.startswith("."))
 
     def enqueue(self, d: str, ticket: str, queued: Queued) -> None:
         """Write ``queued`` as the key's queued claim ``ticket``."""
         queue = f"{self._pending}/{d}"
-        data = records.dump_queued(queued)
-        self._made(lambda: _create(f"{queue}/{ticket}", data), queue)
+        self._made((queue,), _create, f"{queue}/{ticket}", records.dump_queued(queued))
 
     def read_ticket(self, d: str, ticket: str) -> Queued | None:
         """Return the queued claim ``ticket``, or ``None`` if it is gone or not one."""
@@ -229,6 +224,16 @@ def _create(path: str, data: bytes) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+def _replace(tmp: str, path: str, data: bytes) -> None:
+    """Replace ``path`` by a file holding ``data``, written at ``tmp`` first."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def _unlink(path: str) -> None:
