@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from occupy import reentry, signals
 from occupy.backends import get_backend
@@ -290,7 +290,7 @@ def _template_fields(template: str) -> set[str]:
     return names
 
 
-class lock(AbstractContextManager, AbstractAsyncContextManager):
+class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Lease, None]):
     """Hold ``key`` for the duration of a ``with`` / ``async with`` block, or of every
     call of a decorated function (sync or async).
 
@@ -386,14 +386,14 @@ class lock(AbstractContextManager, AbstractAsyncContextManager):
                 async with bound_lock(args, kwargs):
                     return await func(*args, **kwargs)
 
-            return async_wrapper  # type: ignore[return-value]
+            return cast(F, async_wrapper)
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             with bound_lock(args, kwargs):
                 return func(*args, **kwargs)
 
-        return wrapper  # type: ignore[return-value]
+        return cast(F, wrapper)
 
 
 def _lost_on_exit(lease: Lease, exc: BaseException | None) -> None:
@@ -403,7 +403,7 @@ def _lost_on_exit(lease: Lease, exc: BaseException | None) -> None:
     logger.warning("lease on %r was lost while the block raised %r", lease.key, exc)
 
 
-class lock_many(AbstractContextManager):
+class lock_many(AbstractContextManager[list[Lease], None]):
     """Hold several keys at once, all or nothing.
 
     Keys are taken in sorted order, so two callers locking the same keys in different

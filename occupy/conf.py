@@ -51,6 +51,7 @@ class OccupySettings:
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] = {}
+        self._rest_framework: dict[str, Any] | None = None
         self._reload_hooks: list[Callable[[], None]] = []
 
     def on_reload(self, hook: Callable[[], None]) -> None:
@@ -60,6 +61,7 @@ class OccupySettings:
     def reload(self) -> None:
         """Forget what was read; the next access reads ``settings.OCCUPY`` again."""
         self._cache.clear()
+        self._rest_framework = None
         for hook in self._reload_hooks:
             hook()
 
@@ -111,7 +113,7 @@ class OccupySettings:
     @property
     def REST_FRAMEWORK(self) -> dict[str, Any]:
         """Return the HTTP contract's settings, the project's over the defaults."""
-        if "REST_FRAMEWORK!" not in self._cache:
+        if self._rest_framework is None:
             value = self._get("REST_FRAMEWORK")
             if not isinstance(value, dict):
                 raise InvalidBackendError("settings.OCCUPY['REST_FRAMEWORK'] must be a dict.")
@@ -128,8 +130,8 @@ class OccupySettings:
             merged["PRECONDITION_REQUIRED"] = tuple(m.upper() for m in methods)
             for name in ("LEASE_TTL", "LEASE_TTL_MAX"):
                 _positive_seconds(f"OCCUPY['REST_FRAMEWORK'][{name!r}]", merged[name])
-            self._cache["REST_FRAMEWORK!"] = merged
-        return self._cache["REST_FRAMEWORK!"]
+            self._rest_framework = merged
+        return self._rest_framework
 
 
 def _positive_seconds(name: str, value: Any, *, allow_zero: bool = False) -> float:

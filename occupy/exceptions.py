@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 
 if TYPE_CHECKING:
+    from django.db.models import Model
+
     from occupy.leases import Holder
 
 __all__ = [
@@ -87,7 +89,7 @@ class ConflictError(OccupyError):
         self,
         message: str,
         *,
-        model: type[Any] | None = None,
+        model: type[Model] | None = None,
         pk: Any = None,
         fields: tuple[str, ...] = (),
         key: str | None = None,

@@ -3,12 +3,15 @@ someone's behalf to another holder's lease: a takeover, a force release."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django.db.models import Model
 
 __all__ = ["log_entry"]
 
 
-def log_entry(user_pk: Any, obj: Any, action_flag: int, message: str) -> None:
+def log_entry(user_pk: Any, obj: Model, action_flag: int, message: str) -> None:
     """Write one admin log entry for ``obj`` by user ``user_pk`` (needs
     ``django.contrib.admin``; the caller checks it is installed)."""
     from django.contrib.admin.models import LogEntry
@@ -19,6 +22,7 @@ def log_entry(user_pk: Any, obj: Any, action_flag: int, message: str) -> None:
         return
     from django.contrib.contenttypes.models import ContentType  # pragma: no cover - 4.2
 
-    LogEntry.objects.log_action(  # pragma: no cover - Django 4.2
+    # Django 6.0 removed log_action (deprecated since 5.1), and the stubs follow it.
+    LogEntry.objects.log_action(  # type: ignore[attr-defined]  # pragma: no cover - 4.2
         user_pk, ContentType.objects.get_for_model(type(obj)).pk, str(obj.pk),
         str(obj)[:200], action_flag, message)

@@ -10,7 +10,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast, overload
 
 from occupy.exceptions import VersionConflict
 
@@ -20,9 +20,19 @@ logger = logging.getLogger("occupy.retry")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+@overload
+def retry_on_conflict(func: F, /, *, attempts: int = 3, backoff: float = 0.05) -> F: ...
+
+
+@overload
+def retry_on_conflict(
+    func: None = None, /, *, attempts: int = 3, backoff: float = 0.05
+) -> Callable[[F], F]: ...
+
+
 def retry_on_conflict(
     func: F | None = None, /, *, attempts: int = 3, backoff: float = 0.05
-) -> Any:
+) -> F | Callable[[F], F]:
     """Re-run the decorated function when it raises :class:`~occupy.VersionConflict`.
 
     The function must load the row itself and re-apply its change, so that each run
@@ -68,7 +78,7 @@ def retry_on_conflict(
                         await asyncio.sleep(pause(attempt))
                 raise AssertionError("unreachable")  # pragma: no cover
 
-            return async_wrapper  # type: ignore[return-value]
+            return cast(F, async_wrapper)
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -82,7 +92,7 @@ def retry_on_conflict(
                     time.sleep(pause(attempt))
             raise AssertionError("unreachable")  # pragma: no cover
 
-        return wrapper  # type: ignore[return-value]
+        return cast(F, wrapper)
 
     if func is not None:
         if not callable(func):

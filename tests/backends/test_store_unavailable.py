@@ -8,6 +8,9 @@ file backend ``OSError``).
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shutil
 import socket
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -34,14 +37,17 @@ def _closed_port() -> int:
 
 
 def _assert_unavailable(backend: BaseBackend, call: Callable[[], object],
-                        cause: type[BaseException] | tuple[type[BaseException], ...]) -> None:
+                        cause: type[BaseException] | tuple[type[BaseException], ...],
+                        *, key: str | None = "down:1", call_name: str = ""
+                        ) -> occupy.StoreUnavailable:
     with pytest.raises(occupy.OccupyError) as info:
         call()
     error = info.value
-    assert isinstance(error, occupy.StoreUnavailable), repr(error)
-    assert (error.key, error.using) == ("down:1", backend.alias)
-    assert "'down:1'" in str(error) and repr(backend.alias) in str(error)
-    assert isinstance(error.__cause__, cause), repr(error.__cause__)
+    assert isinstance(error, occupy.StoreUnavailable), (call_name, repr(error))
+    assert (error.key, error.using) == (key, backend.alias), call_name
+    assert repr(key) in str(error) and repr(backend.alias) in str(error), call_name
+    assert isinstance(error.__cause__, cause), (call_name, repr(error.__cause__))
+    return error
 
 
 def _exercise(backend: BaseBackend, cause) -> None:
@@ -135,8 +141,74 @@ def test_cache_backend(cache: str, path: str) -> None:
                           (RedisError, ConnectionInterrupted))
 
 
-def test_file_backend(tmp_path: Path) -> None:
-    (tmp_path / "file").write_text("not a directory")
-    backend = FileBackend("files-down", {"LOCATION": str(tmp_path / "file" / "locks")})
-    _exercise(backend, OSError)
-    backend.close()
+def _every_call(backend: BaseBackend) -> dict[str, tuple[str | None, Callable[[], object]]]:
+    """Return each public call of ``backend``, by name, with the key it works on."""
+    lease = backend.make_lease(
+        "down:1", owner="alice", token="a-token", fence=1, ttl=30,
+        expires_at=datetime.now(timezone.utc) + timedelta(seconds=30))
+    return {
+        "acquire": ("down:1", lambda: backend.acquire(
+            "down:1", owner="alice", ttl=30, timeout=0)),
+        "acquire, waiting": ("down:1", lambda: backend.acquire(
+            "down:1", owner="alice", ttl=30, timeout=0.2)),
+        "aacquire": ("down:1", lambda: asyncio.run(backend.aacquire(
+            "down:1", owner="alice", ttl=30, timeout=0.2))),
+        "release": ("down:1", lambda: backend.release(lease)),
+        "extend": ("down:1", lambda: backend.extend(lease, 30)),
+        "holder": ("down:1", lambda: backend.holder("down:1")),
+        "is_held": ("down:1", lambda: backend.is_held(lease)),
+        "takeover": ("down:1", lambda: backend.takeover("down:1", "bob", 30)),
+        "resume": ("down:1", lambda: backend.resume("down:1", "a-token", 30)),
+        "claims": (None, lambda: list(backend.claims())),
+        "sweep": (None, lambda: backend.sweep()),
+        "sweep, dry run": (None, lambda: backend.sweep(dry_run=True)),
+    }
+
+
+def _exercise_every_call(backend: BaseBackend) -> None:
+    for name, (key, call) in _every_call(backend).items():
+        error = _assert_unavailable(backend, call, OSError, key=key, call_name=name)
+        # One failure, not a second one from clearing up after it (a failed acquire
+        # that made nothing has nothing to cancel).
+        assert error.__context__ is error.__cause__, (name, repr(error.__context__))
+
+
+def _unusable_location(how: str, tmp_path: Path) -> str:
+    """Return a ``LOCATION`` the file backend cannot use, in the way ``how``."""
+    if how == "under a regular file":
+        (tmp_path / "file").write_text("not a directory")
+        return str(tmp_path / "file" / "locks")
+    if how == "a regular file":
+        (tmp_path / "file").write_text("not a directory")
+        return str(tmp_path / "file")
+    read_only = tmp_path / "read-only"
+    read_only.mkdir(mode=0o555)
+    if not os.access(read_only, os.W_OK):
+        return str(read_only / "locks")
+    # Root writes whatever the mode says; procfs refuses a new entry even to root.
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("no directory here that this process cannot write")
+    return "/proc/occupy-locks"
+
+
+@pytest.mark.parametrize("how", ["under a regular file", "a regular file", "not writable"])
+def test_file_backend(how: str, tmp_path: Path) -> None:
+    backend = FileBackend("files-down", {"LOCATION": _unusable_location(how, tmp_path)})
+    try:
+        _exercise_every_call(backend)
+    finally:
+        backend.close()
+
+
+def test_file_backend_whose_location_is_replaced_by_a_file(tmp_path: Path) -> None:
+    """A backend that has used its LOCATION (its lock files are open) when the directory
+    goes and a regular file takes its place."""
+    location = tmp_path / "locks"
+    backend = FileBackend("files-down", {"LOCATION": str(location)})
+    try:
+        backend.release(backend.acquire("down:1", owner="alice", ttl=30, timeout=0))
+        shutil.rmtree(location)
+        location.write_text("not a directory")
+        _exercise_every_call(backend)
+    finally:
+        backend.close()

@@ -1,33 +1,19 @@
-"""``FileBackend``: locks as files under ``LOCATION``, seed 000's filesystem variant.
+"""``FileBackend``: locks as files under ``LOCATION``, seed 000's filesystem variant: a
+claimant queues a pending claim, looks at the pending claims ahead of it first, then at
+the key's granted claim in ``using/``, and moves in when both are clear. The files and
+the system calls are :class:`~.directory.ClaimDirectory`'s; this module is the protocol.
 
-The seed keeps two directories, ``pending`` and ``using``: a claimant writes a pending
-file, looks for other pending files, then for a file in ``using``, and moves on from
-there. Layout here, under ``LOCATION``::
-
-    using/<digest>              the granted claim of a key (at most one)
-    pending/<digest>/<ticket>   queued claims, served in ticket (arrival) order
-    fences/<digest>             the key's last retired claim: its fence outlives it
-    locks/<xx>                  256 lock files: each step on a key holds one (flock)
-    tmp/                        rewrites are written here, then renamed into place
-
-What the seed gets wrong, and what this does instead:
-
-- Its checks and writes are separate steps, so two claimants can both see nothing and
-  both move in. Here each step on a key (grant, release, extend, expiry) holds an
-  exclusive ``flock`` on the key's lock file for a few system calls; the kernel drops it
-  if the process dies. POSIX has no compare-and-delete, so without it a late release
-  could delete the next holder's claim. A key's claim file is created once, with
-  ``O_CREAT | O_EXCL``; release renames it into ``fences/`` and the next grant rewrites
-  it there and renames it back, so no file is created or deleted per grant (creating
-  one costs more than the rest of a grant on ext4). Extend and resume write a
-  temporary file and ``rename`` it over the claim.
-- Ties are broken by random sleeps, which can livelock. Here waiters queue as pending
-  files named by ticket; the oldest live one is served first, and a newcomer is not
-  granted while any live claim is pending (the pending check comes before the using
-  check, as in the seed).
-- No expiry, so a crashed holder blocks the key forever. Here every claim carries its
-  expiry (written into the granted claim; a pending claim's expiry is its mtime, pushed
-  forward by its waiter's heartbeat), and an expired claim counts as absent.
+- Each step on a key (grant, release, extend, expiry) is done under the key's
+  ``flock`` (:mod:`.keylocks`), so its checks and writes are one step and two
+  claimants never both see the key free. POSIX has no compare-and-delete: without
+  the lock a late release could delete the next holder's claim. The kernel drops the
+  lock if its process dies.
+- Waiters queue as pending files named by ticket; the oldest live one is served
+  first, and a newcomer is not granted while any live claim is pending (the pending
+  check comes before the granted one), so ties never livelock and nobody starves.
+- Every claim carries its expiry (written into the granted claim; a pending claim's
+  expiry is its mtime, pushed forward by its waiter's heartbeat), and an expired claim
+  counts as absent, so a crashed holder blocks its key for its ttl at most.
 
 A file in ``using/`` that is not a claim occupy wrote (torn by a power cut, left by an
 older version or another program) is held by an unknown holder
@@ -43,6 +29,9 @@ directory over a network filesystem must keep their clocks in step. The fence is
 rises across releases, expiry, sweeps and restarts. Nothing is fsynced: after a power
 cut a key may have no holder, and fences fall back to the clock floor.
 
+A ``LOCATION`` that cannot be used (under a regular file, not writable, a network
+filesystem gone) fails every call with :class:`~occupy.exceptions.StoreUnavailable`.
+
 OPTIONS: ``POLL_INTERVAL`` (longest pause between two tries while waiting, default
 0.05 s), ``PENDING_TTL`` (how long a waiter's queued claim outlives its last heartbeat,
 default 10 s), ``FOREIGN_TTL`` (how long an unreadable claim file holds its key after
@@ -53,26 +42,28 @@ from __future__ import annotations
 
 import os
 import secrets
-import threading
 import time
 from collections.abc import Iterable, Mapping
-from contextlib import suppress
 from typing import Any
 
 from django.core.checks import CheckMessage, Warning
 
 from occupy.backends.base import Attempt, BaseBackend, Claim
 from occupy.backends.claims import UNKNOWN_OWNER, Entry, digest, from_us, now_us
-from occupy.backends.file import claimfiles as fio
+from occupy.backends.file.directory import ClaimDirectory
+from occupy.backends.file.keylocks import KeyLocks
+from occupy.backends.file.records import DEAD, Queued
 from occupy.backends.options import Option, where
 from occupy.exceptions import OccupyError
 from occupy.leases import Holder, Lease
 
-__all__ = ["FileBackend"]
+__all__ = ["FileAttempt", "FileBackend"]
 
-#: How long sweep keeps a key's fence file after its fence fell behind the clock.
+#: How long sweep keeps a key's fence file after its fence fell behind the clock (the
+#: clock floor covers it from then on).
 FENCE_MEMORY_US = 3600 * 1_000_000
-_DIRS = ("using", "pending", "fences", "locks", "tmp")
+#: How old a temporary file must be for sweep to remove it: a rewrite takes far less.
+TMP_MEMORY_US = 60 * 1_000_000
 
 
 class FileBackend(BaseBackend):
@@ -133,87 +124,58 @@ class FileBackend(BaseBackend):
 
     def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
         super().__init__(alias, params)
-        self.root = os.path.abspath(os.fspath(self.location))
+        # A str or os.PathLike: config_problems refused anything else.
+        self.root = os.path.abspath(os.fspath(params["LOCATION"]))
         self.poll_interval = float(self.options["POLL_INTERVAL"])
         self.pending_ttl = float(self.options["PENDING_TTL"])
         self.foreign_ttl = float(self.options["FOREIGN_TTL"])
-        self.locks = fio.KeyLocks(f"{self.root}/locks")
+        self.directory = ClaimDirectory(self.root)
+        self.locks = KeyLocks(self.directory.locks_path)
 
     def __repr__(self) -> str:
         return f"<FileBackend alias={self.alias!r} location={self.root!r}>"
 
     def drop_claim(self, key: str) -> None:
         """Delete the granted claim on ``key`` behind its holder's back (a test hook)."""
-        os.unlink(self.using_path(key))
+        self.directory.remove(digest(key))
 
-    # --- paths and files --------------------------------------------------------------
     def using_path(self, key: str) -> str:
         """Return the path of ``key``'s granted claim."""
-        return f"{self.root}/using/{digest(key)}"
-
-    def _claim(self, d: str) -> Entry | None:
-        """Return the key's claim (held under the key's lock), or ``None``; a file that is
-        not a claim occupy wrote as a foreign one (see the module docstring)."""
-        path = f"{self.root}/using/{d}"
-        data = fio.read(path)
-        if data is None:
-            return None
-        entry = fio.load(data)
-        if entry is not fio.DEAD:
-            return entry
-        written = fio.mtime_us(path)
-        if written is None:
-            return None
-        # The token is empty, which no lease has: nobody can release or extend it.
-        return Entry("", UNKNOWN_OWNER, 0, 1, written + round(self.foreign_ttl * 1e6),
-                     written, path)
-
-    def _last_fence(self, d: str) -> int:
-        data = fio.read(f"{self.root}/fences/{d}")
-        return 0 if data is None else fio.load(data).fence
-
-    def _retire(self, d: str) -> None:
-        """Move the key's claim to ``fences/``, where its fence outlives it."""
-        try:
-            os.replace(f"{self.root}/using/{d}", f"{self.root}/fences/{d}")
-        except FileNotFoundError:
-            self._make_dirs()
-            with suppress(FileNotFoundError):
-                os.replace(f"{self.root}/using/{d}", f"{self.root}/fences/{d}")
-
-    def _unwind(self, d: str, claim: Entry) -> None:
-        """Undo one level of the key's claim; retire it on its last (under the key's lock)."""
-        if claim.depth > 1:
-            self._rewrite(d, claim._replace(depth=claim.depth - 1))
-        else:
-            self._retire(d)
-
-    def _rewrite(self, d: str, entry: Entry) -> None:
-        """Replace the key's claim with ``entry`` (held under the key's lock)."""
-        tmp = f"{self.root}/tmp/{d}.{os.getpid()}.{threading.get_ident()}"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        except FileNotFoundError:
-            self._make_dirs()
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, fio.dump(entry))
-        finally:
-            os.close(fd)
-        os.replace(tmp, f"{self.root}/using/{d}")
-
-    def _make_dirs(self) -> None:
-        for name in _DIRS:
-            os.makedirs(f"{self.root}/{name}", exist_ok=True)
-
-    def _lease(self, key: str, owner: str, ttl: float, entry: Entry) -> Lease:
-        return Lease(key=key, owner=owner, token=entry.token, fence=entry.fence,
-                     expires_at=from_us(entry.expires_us), ttl=ttl, using=self.alias,
-                     depth=entry.depth, backend=self)
+        return self.directory.using_path(digest(key))
 
     def close(self) -> None:
         """Close this process's lock files."""
         self.locks.close()
+
+    # --- steps on one key, each under the key's lock -------------------------------------
+    def _claim(self, d: str) -> Entry | None:
+        """Return the key's claim, or ``None``; a file that is not a claim occupy wrote as
+        a foreign one (see the module docstring)."""
+        entry = self.directory.claim(d)
+        if entry is not DEAD:
+            return entry
+        written = self.directory.written_us(d)
+        if written is None:
+            return None
+        # The token is empty, which no lease has: nobody can release or extend it.
+        return Entry("", UNKNOWN_OWNER, 0, 1, written + round(self.foreign_ttl * 1e6),
+                     written, self.directory.using_path(d))
+
+    def _unwind(self, d: str, claim: Entry) -> None:
+        """Undo one level of the key's claim; retire it on its last."""
+        if claim.depth > 1:
+            self.directory.rewrite(d, claim._replace(depth=claim.depth - 1))
+        else:
+            self.directory.retire(d)
+
+    def _lease(self, key: str, ttl: float, entry: Entry) -> Lease:
+        return self.make_lease(key, owner=entry.owner, token=entry.token, fence=entry.fence,
+                               expires_at=from_us(entry.expires_us), ttl=ttl,
+                               depth=entry.depth)
+
+    def _holder(self, claim: Entry) -> Holder:
+        return self.make_holder(claim.owner, from_us(claim.expires_us), claim.fence,
+                                from_us(claim.since_us))
 
     # --- the contract -------------------------------------------------------------
     def attempt(self, key: str, owner: str, ttl: float) -> FileAttempt:
@@ -229,7 +191,7 @@ class FileBackend(BaseBackend):
             if claim is None or claim.token != lease.token:
                 lost = "it expired or was taken over before release"
             elif not claim.live(now_us()):
-                self._retire(d)
+                self.directory.retire(d)
                 lost = "it expired before release"
             else:
                 self._unwind(d, claim)
@@ -239,30 +201,30 @@ class FileBackend(BaseBackend):
     def extend(self, lease: Lease, ttl: float) -> None:
         """Move the lease's expiry to ``ttl`` seconds after this host's now."""
         d = digest(lease.key)
+        extended = None
         with self.reaching(lease.key), self.locks.hold(d):
             claim = self._claim(d)
             now = now_us()
-            held = claim is not None and claim.token == lease.token and claim.live(now)
-            if held:
-                claim = claim._replace(expires_us=now + round(ttl * 1e6))
-                self._rewrite(d, claim)
-        if not held:
+            if claim is not None and claim.token == lease.token and claim.live(now):
+                extended = claim._replace(expires_us=now + round(ttl * 1e6))
+                self.directory.rewrite(d, extended)
+        if extended is None:  # outside the key's lock, as in release
             raise lease.mark_lost("it expired or was taken over before it was extended")
-        lease.expires_at = from_us(claim.expires_us)
+        lease.expires_at = from_us(extended.expires_us)
 
     def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
         """Return the lease ``token`` holds on ``key`` (a level deeper if ``deeper``,
         kept at least ``ttl`` more), or ``None``."""
         d = digest(key)
-        with self.locks.hold(d):
+        with self.reaching(key), self.locks.hold(d):
             claim = self._claim(d)
             now = now_us()
             if claim is None or claim.token != token or not claim.live(now):
                 return None
             claim = claim._replace(depth=claim.depth + int(deeper),
                                    expires_us=max(claim.expires_us, now + round(ttl * 1e6)))
-            self._rewrite(d, claim)
-        return self._lease(key, claim.owner, ttl, claim)
+            self.directory.rewrite(d, claim)
+        return self._lease(key, ttl, claim)
 
     def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
         """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (under
@@ -270,15 +232,14 @@ class FileBackend(BaseBackend):
         return the lease and the holder replaced."""
         d = digest(key)
         attempt = FileAttempt(self, key, owner, ttl)
-        with self.locks.hold(d):
+        with self.reaching(key), self.locks.hold(d):
             now = now_us()
             claim = self._claim(d)
             previous = None
             if claim is not None:
                 if claim.live(now):
-                    previous = Holder(owner=claim.owner, expires_at=from_us(claim.expires_us),
-                                      fence=claim.fence, since=from_us(claim.since_us))
-                self._retire(d)
+                    previous = self._holder(claim)
+                self.directory.retire(d)
             lease = attempt._grant(now)
         if lease is None:  # only if flock is not shared on this filesystem
             raise OccupyError(f"{key!r} could not be taken over: another process wrote its "
@@ -292,8 +253,7 @@ class FileBackend(BaseBackend):
             claim = self._claim(d)
         if claim is None or not claim.live(now_us()):
             return None
-        return Holder(owner=claim.owner, expires_at=from_us(claim.expires_us),
-                      fence=claim.fence, since=from_us(claim.since_us))
+        return self._holder(claim)
 
     def is_held(self, lease: Lease) -> bool:
         """Return whether the lease's token still holds an unexpired claim."""
@@ -312,52 +272,47 @@ class FileBackend(BaseBackend):
         temporary files go too, uncounted.
         """
         with self.reaching(None):
+            self.directory.make()  # an unusable LOCATION fails here, even when empty
             return self._sweep(now_us(), dry_run)
 
     def _sweep(self, now: int, dry_run: bool) -> int:
         count = 0
-        for d in fio.names(f"{self.root}/using"):
+        directory = self.directory
+        for d in directory.granted():
             with self.locks.hold(d):
                 claim = self._claim(d)
                 if claim is not None and not claim.live(now):
                     count += 1
                     if not dry_run:
-                        self._retire(d)
-        for d in fio.names(f"{self.root}/pending"):
+                        directory.retire(d)
+        for d in directory.queued():
             with self.locks.hold(d):
-                for name in fio.names(f"{self.root}/pending/{d}"):
-                    path = f"{self.root}/pending/{d}/{name}"
-                    if fio.expires_ns(path) <= now * 1000:
+                for ticket in directory.tickets(d):
+                    if directory.ticket_expires_ns(d, ticket) <= now * 1000:
                         count += 1
                         if not dry_run:
-                            fio.unlink(path)
+                            directory.remove_ticket(d, ticket)
                 if not dry_run:
-                    fio.rmdir(f"{self.root}/pending/{d}")
-        if not dry_run:
-            self._sweep_leftovers(now)
+                    directory.remove_queue(d)
+        if dry_run:
+            return count
+        for d in directory.fenced():
+            with self.locks.hold(d):
+                if directory.last_fence(d) < now - FENCE_MEMORY_US:
+                    directory.forget_fence(d)
+        directory.remove_temporaries((now - TMP_MEMORY_US) * 1000)
         return count
 
-    def _sweep_leftovers(self, now: int) -> None:
-        for d in fio.names(f"{self.root}/fences"):
-            with self.locks.hold(d):
-                if self._last_fence(d) < now - FENCE_MEMORY_US:
-                    fio.unlink(f"{self.root}/fences/{d}")
-        for name in fio.names(f"{self.root}/tmp"):
-            path = f"{self.root}/tmp/{name}"
-            try:
-                if os.stat(path).st_mtime_ns < (now - 60_000_000) * 1000:
-                    fio.unlink(path)
-            except FileNotFoundError:
-                pass
-
     def claims(self) -> Iterable[Claim]:
-        """Yield every live claim, granted and queued, ordered by key."""
+        """Return every live claim, granted and queued, ordered by key."""
         with self.reaching(None):
+            self.directory.make()  # an unusable LOCATION fails here, even when empty
             return self._claims(now_us())
 
     def _claims(self, now: int) -> list[Claim]:
         found = []
-        for d in fio.names(f"{self.root}/using"):
+        directory = self.directory
+        for d in directory.granted():
             with self.locks.hold(d):
                 claim = self._claim(d)
             if claim is not None and claim.live(now):
@@ -365,21 +320,17 @@ class FileBackend(BaseBackend):
                 found.append(Claim(claim.key, claim.owner, "using",
                                    None if foreign else from_us(claim.since_us),
                                    from_us(claim.expires_us), None if foreign else claim.fence))
-        for d in fio.names(f"{self.root}/pending"):
+        for d in directory.queued():
             with self.locks.hold(d):
-                for name in sorted(fio.names(f"{self.root}/pending/{d}")):
-                    path = f"{self.root}/pending/{d}/{name}"
-                    expires = fio.expires_ns(path)
-                    data = fio.read(path)
-                    if data is None or expires <= now * 1000:
+                for ticket in directory.tickets(d):
+                    expires = directory.ticket_expires_ns(d, ticket)
+                    queued = directory.read_ticket(d, ticket)
+                    # Gone, expired, or not a queued claim occupy wrote (it expires).
+                    if queued is None or expires <= now * 1000:
                         continue
-                    try:
-                        owner, key, since = data.decode("utf-8").split("\0")
-                        int(since)
-                    except ValueError:  # not a queued claim occupy wrote: it expires
-                        continue
-                    found.append(Claim(key, owner, "pending", from_us(int(since)),
-                                       from_us(expires // 1000), None))
+                    found.append(Claim(queued.key, queued.owner, "pending",
+                                       from_us(queued.since_us), from_us(expires // 1000),
+                                       None))
         found.sort(key=lambda c: (c.key, c.state != "using"))
         return found
 
@@ -390,29 +341,28 @@ class FileAttempt(Attempt):
     def __init__(self, backend: FileBackend, key: str, owner: str, ttl: float) -> None:
         super().__init__(backend, key, owner, ttl)
         self.backend: FileBackend = backend
+        self.directory = backend.directory
         self.max_delay = backend.poll_interval
         self.digest = digest(key)
         self.ticket: str | None = None  # our pending file's name, once queued
         self.beat_at = 0.0
         self.seen: Entry | None = None
+        #: Whether a try may have granted the key without returning its lease (it
+        #: failed after taking the key's lock): :meth:`cancel` must then look.
         self.in_doubt = False
-
-    @property
-    def queue(self) -> str:
-        return f"{self.backend.root}/pending/{self.digest}"
 
     def try_acquire(self) -> Lease | None:
         """Grant the key if no live claim is ahead of us and none is using it; else
         return ``None``."""
-        self.in_doubt = True
         with self.backend.reaching(self.key), self.backend.locks.hold(self.digest):
+            self.in_doubt = True
             lease = self._try(now_us())
         self.in_doubt = False
         return lease
 
     def _try(self, now: int) -> Lease | None:
-        # The seed's order: pending claims first, then the using claim. Under the key's
-        # lock both reads are one step; the order still decides who is served.
+        # Pending claims first, then the granted one: under the key's lock both reads
+        # are one step, and the order decides who is served.
         ahead = self._pending_ahead(now)
         claim = self.backend._claim(self.digest)
         self.seen = claim
@@ -423,85 +373,51 @@ class FileAttempt(Attempt):
             self._heartbeat()
             return None
         if claim is not None:
-            self.backend._retire(self.digest)  # expired: its fence goes to fences/
+            self.directory.retire(self.digest)  # expired: its fence goes to fences/
         return self._grant(now)
 
     def _pending_ahead(self, now: int) -> bool:
         """Return whether a live pending claim is ahead of ours (of any, if we are not
         queued); remove the expired ones passed on the way."""
-        try:
-            names = sorted(os.listdir(self.queue))
-        except FileNotFoundError:
-            names = []
-        if self.ticket is not None and self.ticket not in names:
+        tickets = self.directory.tickets(self.digest)
+        if self.ticket is not None and self.ticket not in tickets:
             # Our claim expired while we stalled and was removed: queue again, last.
-            self._enqueue(names)
-            names = sorted(os.listdir(self.queue))
-        for name in names:
-            if name == self.ticket:
+            self._enqueue(tickets)
+            tickets = self.directory.tickets(self.digest)
+        for ticket in tickets:
+            if ticket == self.ticket:
                 return False
-            path = f"{self.queue}/{name}"
-            if fio.expires_ns(path) > now * 1000:
+            if self.directory.ticket_expires_ns(self.digest, ticket) > now * 1000:
                 return True
-            fio.unlink(path)
+            self.directory.remove_ticket(self.digest, ticket)
         return False
 
     def _grant(self, now: int) -> Lease | None:
-        """Write our claim into ``using/`` (no claim is there: we checked, under the lock).
-
-        The key's last claim, kept in ``fences/``, is rewritten in place and renamed
-        back into ``using/``; only a key without one gets a new file (``O_EXCL``).
-        Creating a file is the slowest step on a journaling filesystem, so a key
-        reuses one file for ever.
-        """
-        b = self.backend
-        fences = f"{b.root}/fences/{self.digest}"
-        using = f"{b.root}/using/{self.digest}"
+        """Write our claim into ``using/`` (no claim is there: we checked, under the
+        lock), with a fence above the key's last; ``None`` if a claim file appeared."""
         expires = now + round(self.ttl * 1e6)
-        try:
-            fd = os.open(fences, os.O_RDWR)
-        except FileNotFoundError:
-            entry = Entry(self.token, self.owner, now, 1, expires, now, self.key)
-            try:
-                created = fio.create(using, fio.dump(entry))
-            except FileNotFoundError:
-                b._make_dirs()
-                created = fio.create(using, fio.dump(entry))
-            if not created:  # only if flock is not shared on this filesystem
-                return None
-        else:
-            try:
-                last = fio.load(os.pread(fd, 65536, 0)).fence
-                entry = Entry(self.token, self.owner, max(last + 1, now), 1, expires, now,
-                              self.key)
-                os.pwrite(fd, fio.dump(entry), 0)
-            finally:
-                os.close(fd)
-            os.rename(fences, using)
+
+        def claim(last_fence: int) -> Entry:
+            return Entry(self.token, self.owner, max(last_fence + 1, now), 1, expires, now,
+                         self.key)
+
+        entry = self.directory.grant(self.digest, claim)
+        if entry is None:  # only if flock is not shared on this filesystem
+            return None
         self._dequeue()
-        return b._lease(self.key, self.owner, self.ttl, entry)
+        return self.backend._lease(self.key, self.ttl, entry)
 
     def enqueue(self) -> None:
         """Write the pending claim that holds this caller's place in the queue."""
         with self.backend.reaching(self.key), self.backend.locks.hold(self.digest):
-            try:
-                names = os.listdir(self.queue)
-            except FileNotFoundError:
-                names = []
-            self._enqueue(names)
+            self._enqueue(self.directory.tickets(self.digest))
 
-    def _enqueue(self, names: list[str]) -> None:
+    def _enqueue(self, tickets: list[str]) -> None:
         # Tickets rise under the key's lock: after the newest queued one, and the clock.
-        last = max((int(name.split("-", 1)[0]) for name in names
-                    if name.split("-", 1)[0].isdigit()), default=0)
+        last = max((int(ticket.split("-", 1)[0]) for ticket in tickets
+                    if ticket.split("-", 1)[0].isdigit()), default=0)
         ticket = f"{max(time.time_ns(), last + 1):020d}-{secrets.token_hex(4)}"
-        data = "\0".join((self.owner, self.key, str(now_us()))).encode("utf-8")
-        path = f"{self.queue}/{ticket}"
-        try:
-            fio.create(path, data)
-        except FileNotFoundError:
-            os.makedirs(self.queue, exist_ok=True)
-            fio.create(path, data)
+        self.directory.enqueue(self.digest, ticket, Queued(self.owner, self.key, now_us()))
         self.ticket = ticket
         self._heartbeat(force=True)
 
@@ -511,19 +427,20 @@ class FileAttempt(Attempt):
         if self.ticket is None or (not force and time.monotonic() - self.beat_at
                                    < pending_ttl / 3):
             return
-        expires = time.time_ns() + round(pending_ttl * 1e9)
-        with suppress(FileNotFoundError):  # removed as expired: the next try queues again
-            os.utime(f"{self.queue}/{self.ticket}", ns=(expires, expires))
+        # Removed as expired meanwhile: it stays removed, and the next try queues again.
+        self.directory.renew_ticket(self.digest, self.ticket,
+                                    time.time_ns() + round(pending_ttl * 1e9))
         self.beat_at = time.monotonic()
 
     def _dequeue(self) -> None:
         if self.ticket is not None:
-            fio.unlink(f"{self.queue}/{self.ticket}")
-            fio.rmdir(self.queue)
+            self.directory.dequeue(self.digest, self.ticket)
             self.ticket = None
 
     def cancel(self) -> None:
         """Remove our pending claim, and a grant we may have made without hearing of it."""
+        if self.ticket is None and not self.in_doubt:
+            return  # nothing of ours is in the store
         with self.backend.reaching(self.key), self.backend.locks.hold(self.digest):
             self._dequeue()
             if self.in_doubt:
@@ -538,6 +455,4 @@ class FileAttempt(Attempt):
         now = now_us()
         if claim is None or not claim.live(now):
             return None, None
-        holder = Holder(owner=claim.owner, expires_at=from_us(claim.expires_us),
-                        fence=claim.fence, since=from_us(claim.since_us))
-        return holder, (claim.expires_us - now) / 1e6
+        return self.backend._holder(claim), (claim.expires_us - now) / 1e6
