@@ -282,9 +282,10 @@ class BaseBackend:
     def unavailable(self, key: str | None, error: BaseException) -> StoreUnavailable:
         """Return the error for a store that failed while occupy worked on ``key``; the
         caller raises it ``from error``."""
+        on = "" if key is None else f" while working on {key!r}"
         return StoreUnavailable(
             f"occupy backend {self.alias!r} ({type(self).__name__}) could not use its "
-            f"store while working on {key!r}: {error}",
+            f"store{on}: {error}",
             key=key, using=self.alias,
         )
 
