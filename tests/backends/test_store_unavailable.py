@@ -45,7 +45,11 @@ def _assert_unavailable(backend: BaseBackend, call: Callable[[], object],
     error = info.value
     assert isinstance(error, occupy.StoreUnavailable), (call_name, repr(error))
     assert (error.key, error.using) == (key, backend.alias), call_name
-    assert repr(key) in str(error) and repr(backend.alias) in str(error), call_name
+    assert repr(backend.alias) in str(error), call_name
+    if key is None:  # a call on no key (sweep, claims) does not speak of one
+        assert "None" not in str(error), call_name
+    else:
+        assert repr(key) in str(error), call_name
     assert isinstance(error.__cause__, cause), (call_name, repr(error.__cause__))
     return error
 
@@ -130,7 +134,7 @@ def test_cache_backend(cache: str, path: str) -> None:
     from django_redis.exceptions import ConnectionInterrupted
     from redis.exceptions import RedisError
 
-    from tests.backends.stores import AddOnlyCacheBackend
+    from tests.support.backends import AddOnlyCacheBackend
 
     with override_settings(CACHES=_down_caches(cache)):
         if path == "redis":
