@@ -26,6 +26,7 @@ import json
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -71,7 +72,7 @@ SKIPS = {
 }
 
 _HERE = Path(__file__).resolve().parent  # SQLite files stay inside the checkout
-DATABASE_CONFIGS = {
+DATABASE_CONFIGS: dict[str, dict[str, Any]] = {
     "sqlite": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": str(_HERE / f".occupy{SUFFIX}.sqlite3"),
@@ -112,7 +113,7 @@ REDIS_KEY_PREFIX = f"t{SUFFIX.replace('_', '-')}" if SUFFIX else "occupy-test"
 #: Where the file backend keeps its locks (the same path in every spawned process).
 FILES_LOCATION = str(_HERE / f".occupy{SUFFIX}-files")
 
-CACHES = {
+CACHES: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
                "LOCATION": "occupy-locks"},
@@ -150,7 +151,7 @@ if "redis" not in SKIPS:
                                        "OPTIONS": {"CACHE": "locks"}}
 
 #: One database backend per database alias, so every server runs the same tests.
-OCCUPY = {
+OCCUPY: dict[str, Any] = {
     "BACKENDS": {
         "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
         **{

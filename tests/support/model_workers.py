@@ -103,13 +103,13 @@ def claim_loop(alias: str, backend: str, me: str, seconds: float,
         again = tasks.claim(owner=me, ttl=10, using=backend)
         if (again.pk, again.lease.token) != (task.pk, task.lease.token):
             problems.append(("claimed again", task.pk, again.pk))
-        if tasks.filter(pk=task.pk, holder="").update(holder=me) != 1:
-            problems.append(("overlap", task.pk, tasks.get(pk=task.pk).holder))
+        if tasks.filter(pk=task.pk, worked_by="").update(worked_by=me) != 1:
+            problems.append(("overlap", task.pk, tasks.get(pk=task.pk).worked_by))
         held = claims.filter(owner=me).count()
         if held != 1:
             problems.append(("holds", held))
         time.sleep(hold)
-        tasks.filter(pk=task.pk, holder=me).update(holder="")
+        tasks.filter(pk=task.pk, worked_by=me).update(worked_by="")
         occupy.release(task.lease)
         log.append((task.pk, task.lease.fence))
     return log, problems

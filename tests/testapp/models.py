@@ -87,13 +87,14 @@ class Goods(OccupiableMixin, models.Model):
 
 
 class Task(OccupiableMixin, models.Model):
-    """Seed 004's task pool; ``holder`` is where tests record who works on a task."""
+    """A task pool; ``worked_by`` is where tests record who works on a task (a field named
+    ``holder`` would hide ``OccupiableMixin.holder``)."""
 
     title = models.CharField(max_length=100)
     priority = models.IntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     done = models.BooleanField(default=False)
-    holder = models.CharField(max_length=100, blank=True, default="")
+    worked_by = models.CharField(max_length=100, blank=True, default="")
 
     def __str__(self) -> str:
         return self.title

@@ -93,7 +93,7 @@ class Migration(migrations.Migration):
                 ('priority', models.IntegerField(default=0)),
                 ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
                 ('done', models.BooleanField(default=False)),
-                ('holder', models.CharField(blank=True, default='', max_length=100)),
+                ('worked_by', models.CharField(blank=True, default='', max_length=100)),
             ],
             options={
                 'abstract': False,
