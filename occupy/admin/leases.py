@@ -81,7 +81,7 @@ class EditLeaseAdminMixin:
     #: timers of a tab hidden for 5 minutes only once a minute, so keep it >= 120 s.
     edit_lease_ttl: float = 120
     #: The occupy backend alias the leases live in.
-    edit_lease_using: str = "default"
+    edit_lease_backend: str = "default"
     #: How often, in seconds, a read-only page asks whether the lease is free.
     edit_lease_poll: float = 2
     change_form_template = "admin/occupy/change_form.html"
@@ -140,7 +140,7 @@ class EditLeaseAdminMixin:
         try:
             leases = self._take(keys, owner)
         except Occupied as e:
-            holder = occupy.holder(e.key or keys[0], using=self.edit_lease_using)
+            holder = occupy.holder(e.key or keys[0], using=self.edit_lease_backend)
             who = "someone" if holder is None else owner_display(holder.owner)
             from django.contrib import messages
 
@@ -252,14 +252,14 @@ class EditLeaseAdminMixin:
         leases: dict[str, Lease] = {}
         try:
             for key in sorted(keys):
-                current = occupy.holder(key, using=self.edit_lease_using)
+                current = occupy.holder(key, using=self.edit_lease_backend)
                 if current is not None and current.owner == owner and key not in held:
                     leases[key] = occupy.takeover(key, owner=owner, ttl=self.edit_lease_ttl,
-                                                  reentrant=False, using=self.edit_lease_using)
+                                                  reentrant=False, using=self.edit_lease_backend)
                 else:
                     leases[key] = occupy.acquire(
                         key, owner=owner, ttl=self.edit_lease_ttl, timeout=0,
-                        token=held.get(key), reentrant=False, using=self.edit_lease_using)
+                        token=held.get(key), reentrant=False, using=self.edit_lease_backend)
         except BaseException:
             self._release_all(list(leases.values()))
             raise
@@ -270,7 +270,7 @@ class EditLeaseAdminMixin:
             raise LeaseLost("The form carries no edit lease for these objects.", key=keys[0])
         try:
             return [occupy.resume(key, token, ttl=self.edit_lease_ttl,
-                                  using=self.edit_lease_using)
+                                  using=self.edit_lease_backend)
                     for key, token in zip(keys, tokens, strict=True)]
         except (TypeError, ValueError) as e:  # a token that cannot be one
             raise LeaseLost(str(e), key=keys[0]) from e
@@ -287,7 +287,7 @@ class EditLeaseAdminMixin:
         try:
             state.leases = self._take(state.keys, state.owner)
         except Occupied as e:
-            state.holder = occupy.holder(e.key or state.keys[0], using=self.edit_lease_using)
+            state.holder = occupy.holder(e.key or state.keys[0], using=self.edit_lease_backend)
             if state.holder is None:  # freed in between: one more try
                 with suppress(Occupied):
                     state.leases = self._take(state.keys, state.owner)
@@ -305,7 +305,7 @@ class EditLeaseAdminMixin:
 
     def _lost_message(self, state: EditState, *, saving: bool = True) -> str:
         """Say why the tab's lease is gone and what became of the user's input."""
-        holder = occupy.holder(state.keys[0], using=self.edit_lease_using)
+        holder = occupy.holder(state.keys[0], using=self.edit_lease_backend)
         state.holder = holder
         if holder is None:
             who = "Your edit lease expired"
@@ -356,7 +356,7 @@ class EditLeaseAdminMixin:
         return tab
 
     def _holder_body(self, request: HttpRequest, key: str) -> dict[str, Any]:
-        holder = occupy.holder(key, using=self.edit_lease_using)
+        holder = occupy.holder(key, using=self.edit_lease_backend)
         if holder is None:
             return {"free": True}
         return {"free": False, "holder": owner_display(holder.owner),
@@ -392,7 +392,7 @@ class EditLeaseAdminMixin:
         tokens = request.POST.getlist("_occupy_lease")
         for key, token in zip(keys, tokens, strict=False):
             try:
-                lease = occupy.resume(key, token, ttl=1, using=self.edit_lease_using)
+                lease = occupy.resume(key, token, ttl=1, using=self.edit_lease_backend)
             except (LeaseLost, TypeError, ValueError):
                 continue
             with suppress(LeaseLost):
@@ -411,7 +411,7 @@ class EditLeaseAdminMixin:
         obj = self._leased_object(request, object_id)
         tab = self._tab(request)
         keys = self._keys(request, obj)
-        holder = occupy.holder(keys[0], using=self.edit_lease_using)
+        holder = occupy.holder(keys[0], using=self.edit_lease_backend)
         same_user = holder is not None and owner_user_pk(holder.owner) == str(request.user.pk)
         if holder is not None and not same_user and not self.has_takeover_permission(request,
                                                                                     obj):
@@ -420,7 +420,7 @@ class EditLeaseAdminMixin:
         owner = self._owner(request, tab)
         for key in sorted(keys):
             occupy.takeover(key, owner=owner, ttl=self.edit_lease_ttl, reentrant=False,
-                            using=self.edit_lease_using)
+                            using=self.edit_lease_backend)
         if holder is not None and not same_user:
             self.log_change(request, obj,  # type: ignore[attr-defined]
                             f"Took over the edit lease from {owner_display(holder.owner)} "

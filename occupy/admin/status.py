@@ -68,20 +68,29 @@ def annotate_occupation(queryset: models.QuerySet, alias: str) -> models.QuerySe
 
 
 class OccupiedListFilter(admin.SimpleListFilter):
-    """"Being edited: yes / no", from the same ``EXISTS`` as ``occupied()``."""
+    """"Being edited: yes / no", from the same ``EXISTS`` as ``occupied()``, on the
+    model admin's ``occupy_status_backend``."""
 
     title = _("being edited")
     parameter_name = "occupied"
 
+    def __init__(self, request: HttpRequest, params: dict[str, Any],
+                 model: type[models.Model], model_admin: Any) -> None:
+        super().__init__(request, params, model, model_admin)
+        #: The occupy backend alias whose claims count (the column's).
+        self.backend: str = getattr(model_admin, "occupy_status_backend", "default")
+
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        """Offer "Yes" (being edited) and "No"."""
         return [("1", _("Yes")), ("0", _("No"))]
 
-    def queryset(self, request: HttpRequest, queryset: models.QuerySet) -> models.QuerySet:
-        alias = getattr(self, "occupy_using", "default")
+    def queryset(self, request: HttpRequest,
+                 queryset: models.QuerySet[Any]) -> models.QuerySet[Any]:
+        """Keep the rows being edited ("1") or the others ("0")."""
         if self.value() == "1":
-            return queryset.filter(occupation_filter(queryset, alias))
+            return queryset.filter(occupation_filter(queryset, self.backend))
         if self.value() == "0":
-            return queryset.exclude(occupation_filter(queryset, alias))
+            return queryset.exclude(occupation_filter(queryset, self.backend))
         return queryset
 
 
@@ -89,30 +98,30 @@ class OccupyStatusAdminMixin:
     """Add a changelist column "being edited by … until …" and a list filter.
 
     Put ``"occupy_status"`` in ``list_display`` yourself to place it; otherwise it is
-    appended. Needs the database backend (``occupy_status_using``), whose claims it
+    appended. Needs the database backend (``occupy_status_backend``), whose claims it
     reads in the changelist's own query.
     """
 
     #: The occupy backend alias whose claims are shown (a ``DatabaseBackend``).
-    occupy_status_using: str = "default"
+    occupy_status_backend: str = "default"
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """Add ``occupy.E102``: ``occupy_status_using`` is no database backend."""
+        """Add ``occupy.E102``: ``occupy_status_backend`` is no database backend."""
         from occupy.exceptions import OccupyError
 
         errors = super().check(**kwargs)  # type: ignore[misc]
         try:
-            occupation_rows(self.occupy_status_using, type(self).__name__)
+            occupation_rows(self.occupy_status_backend, type(self).__name__)
         except (OccupyError, ImproperlyConfigured) as e:
             errors.append(checks.Error(
-                str(e), hint="Set occupy_status_using to the alias of a DatabaseBackend: the "
+                str(e), hint="Set occupy_status_backend to the alias of a DatabaseBackend: the "
                 "column reads its Occupation rows.", obj=type(self), id="occupy.E102"))
         return errors
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet:
         """Annotate each row with its holder (one query for the whole page)."""
         queryset = super().get_queryset(request)  # type: ignore[misc]
-        return annotate_occupation(queryset, self.occupy_status_using)
+        return annotate_occupation(queryset, self.occupy_status_backend)
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
         display = list(super().get_list_display(request))  # type: ignore[misc]

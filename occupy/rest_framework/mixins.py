@@ -245,7 +245,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin):
     """
 
     #: The occupy backend alias the leases live in.
-    occupy_using = "default"
+    occupy_backend = "default"
     #: How long a write without a lease may hold the key, in seconds.
     write_ttl = 30
 
@@ -287,11 +287,11 @@ class OccupiedWritesMixin(OccupyErrorsMixin):
         token = self.get_lease_token(self.request)  # type: ignore[attr-defined]
         if token is None:
             with occupy.lock(key, owner=self.get_lease_owner(self.request),  # type: ignore[attr-defined]
-                             ttl=self.write_ttl, timeout=0, using=self.occupy_using) as lease:
+                             ttl=self.write_ttl, timeout=0, using=self.occupy_backend) as lease:
                 yield lease
             return
         try:
-            lease = occupy.resume(key, token, ttl=self.write_ttl, using=self.occupy_using)
+            lease = occupy.resume(key, token, ttl=self.write_ttl, using=self.occupy_backend)
         except LeaseLost as e:  # taken over or expired: this write is fenced out
             raise FencedOut(f"The edit lease on {key!r} is no longer held; nothing was "
                             "written.", model=type(instance), pk=instance.pk, key=key) from e
@@ -399,12 +399,12 @@ class EditLeaseMixin(OccupiedWritesMixin):
         instance = self._leased_object(request)
         key = self.get_lease_key(instance)
         if request.method == "GET":
-            return Response(self._holder_body(occupy.holder(key, using=self.occupy_using)))
+            return Response(self._holder_body(occupy.holder(key, using=self.occupy_backend)))
         if request.method == "POST":
             token = self.get_lease_token(request)
             lease = occupy.acquire(key, owner=self.get_lease_owner(request),
                                    ttl=self.get_lease_ttl(request), timeout=0, token=token,
-                                   reentrant=False, using=self.occupy_using)
+                                   reentrant=False, using=self.occupy_backend)
             created = lease.token != token
             return Response(self._lease_body(lease, token=True),
                             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
@@ -414,7 +414,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                 occupy_settings.REST_FRAMEWORK["LEASE_HEADER"]))
         if request.method == "PATCH":
             lease = occupy.resume(key, token, ttl=self.get_lease_ttl(request),
-                                  using=self.occupy_using)
+                                  using=self.occupy_backend)
             return Response(self._lease_body(lease, token=False))
         return self._release(key, token)
 
@@ -422,9 +422,9 @@ class EditLeaseMixin(OccupiedWritesMixin):
         """Release the lease ``token`` holds: 204, also when it is already gone; 409 if
         someone else holds the key now (their lease is never touched)."""
         try:
-            lease = occupy.resume(key, token, ttl=1, using=self.occupy_using)
+            lease = occupy.resume(key, token, ttl=1, using=self.occupy_backend)
         except LeaseLost:
-            if occupy.holder(key, using=self.occupy_using) is not None:
+            if occupy.holder(key, using=self.occupy_backend) is not None:
                 raise
             return Response(status=status.HTTP_204_NO_CONTENT)
         with suppress(LeaseLost):  # it expired in between: nothing is held, as asked
@@ -452,7 +452,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         instance = self._leased_object(request)
         key = self.get_lease_key(instance)
         owner = self.get_lease_owner(request)
-        holder = occupy.holder(key, using=self.occupy_using)
+        holder = occupy.holder(key, using=self.occupy_backend)
         same_user = holder is not None and _user_part(holder.owner) == _user_part(owner)
         if holder is not None and not same_user and not self.has_takeover_permission(
                 request, instance):
@@ -461,7 +461,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
             raise PermissionDenied("Taking over another user's edit lease needs the "
                                    "takeover permission.")
         lease = occupy.takeover(key, owner=owner, ttl=self.get_lease_ttl(request),
-                                reentrant=False, using=self.occupy_using)
+                                reentrant=False, using=self.occupy_backend)
         if holder is not None and not same_user:
             _log_takeover(request, instance, holder, self.get_owner_display(holder.owner))
         return Response(self._lease_body(lease, token=True), status=status.HTTP_201_CREATED)

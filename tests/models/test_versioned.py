@@ -419,9 +419,10 @@ def test_update_versioned_with_an_expected_count(tables: None) -> None:
     with pytest.raises(ValueError, match="version"):
         StrictBook.objects.update_versioned(version=7)
     with pytest.raises(TypeError, match="VersionedMixin"):
+        from occupy.models import OccupyQuerySet
         from tests.testapp.models import Goods
 
-        Goods.objects.update_versioned(count=1)
+        OccupyQuerySet(model=Goods).update_versioned(count=1)
 
 
 # --- retry and async ---------------------------------------------------------------------

@@ -5,7 +5,14 @@ import uuid
 from django.db import models
 from django.utils import timezone
 
-from occupy.models import FencedMixin, OccupiableMixin, VersionedMixin
+from occupy.models import (
+    FencedMixin,
+    OccupiableMixin,
+    OccupiableQuerySetMixin,
+    OccupyManager,
+    RowLockQuerySetMixin,
+    VersionedMixin,
+)
 
 
 class Counter(models.Model):
@@ -26,6 +33,8 @@ class Book(VersionedMixin, OccupiableMixin, models.Model):
     note = models.CharField(max_length=100, blank=True, default="")
     tags = models.JSONField(default=list, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = OccupyManager()
 
     def __str__(self) -> str:
         return self.name
@@ -62,6 +71,8 @@ class UUIDBook(VersionedMixin, OccupiableMixin, models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     name = models.CharField(max_length=100)
 
+    objects = OccupyManager()
+
     def __str__(self) -> str:
         return self.name
 
@@ -76,11 +87,21 @@ class Shelf(OccupiableMixin, models.Model):
         return self.code
 
 
+class GoodsQuerySet(RowLockQuerySetMixin, OccupiableQuerySetMixin, models.QuerySet):
+    """Two concerns combined in a queryset of one's own: row locks and occupations."""
+
+    def cheap(self) -> "GoodsQuerySet":
+        """Return the goods of which fewer than five are left."""
+        return self.filter(count__lt=5)
+
+
 class Goods(OccupiableMixin, models.Model):
     """Seed 002's stock counter, decremented under a row lock."""
 
     name = models.CharField(max_length=50)
     count = models.IntegerField(default=0)
+
+    objects = GoodsQuerySet.as_manager()
 
     def __str__(self) -> str:
         return f"{self.name}: {self.count}"
@@ -104,6 +125,8 @@ class Document(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
 
     body = models.TextField(blank=True, default="")
 
+    objects = OccupyManager()
+
     def __str__(self) -> str:
         return self.body[:20]
 
@@ -124,6 +147,8 @@ class Label(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
 
     code = models.CharField(primary_key=True, max_length=40)
     text = models.CharField(max_length=100, blank=True, default="")
+
+    objects = OccupyManager()
 
     def __str__(self) -> str:
         return self.code
