@@ -4,7 +4,7 @@ no query per row, no polling)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.auth import get_user_model
@@ -21,16 +21,21 @@ from occupy.models.pool import live_claims, occupation_filter, occupation_rows
 
 __all__ = ["OccupiedListFilter", "OccupyStatusAdminMixin"]
 
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:
+    _ModelAdmin = object
+
 _ADMIN_PREFIX = "admin:user:"
 
 
-def _claims_of_row(queryset: models.QuerySet, alias: str) -> models.QuerySet:
+def _claims_of_row(queryset: models.QuerySet[Any], alias: str) -> models.QuerySet[Any]:
     """Return the live claims on the outer query's row (``OuterRef("pk")``)."""
     claims = live_claims(queryset.model, occupation_rows(alias, "OccupyStatusAdminMixin"))
     return claims.filter(occupy_object_id=Cast(OuterRef("pk"), TextField()))
 
 
-def annotate_occupation(queryset: models.QuerySet, alias: str) -> models.QuerySet:
+def annotate_occupation(queryset: models.QuerySet[Any], alias: str) -> models.QuerySet[Any]:
     """Annotate each row with its live claim: ``occupy_owner``, ``occupy_until`` and,
     for admin tabs' owners (``admin:user:<pk>:tab:…``), ``occupy_username`` and
     ``occupy_full_name``, all in the query that lists the rows."""
@@ -59,12 +64,13 @@ def annotate_occupation(queryset: models.QuerySet, alias: str) -> models.QuerySe
     else:
         claims = claims.annotate(occupy_full_name=Value("", output_field=CharField()))
     claims = claims.order_by("fence")
-    return queryset.annotate(
+    annotated: models.QuerySet[Any] = queryset.annotate(
         occupy_owner=Subquery(claims.values("owner")[:1]),
         occupy_until=Subquery(claims.values("expires_at")[:1]),
         occupy_username=Subquery(claims.values("occupy_username")[:1]),
         occupy_full_name=Subquery(claims.values("occupy_full_name")[:1]),
     )
+    return annotated
 
 
 class OccupiedListFilter(admin.SimpleListFilter):
@@ -94,7 +100,7 @@ class OccupiedListFilter(admin.SimpleListFilter):
         return queryset
 
 
-class OccupyStatusAdminMixin:
+class OccupyStatusAdminMixin(_ModelAdmin):
     """Add a changelist column "being edited by … until …" and a list filter.
 
     Put ``"occupy_status"`` in ``list_display`` yourself to place it; otherwise it is
@@ -109,7 +115,7 @@ class OccupyStatusAdminMixin:
         """Add ``occupy.E102``: ``occupy_status_backend`` is no database backend."""
         from occupy.exceptions import OccupyError
 
-        errors = super().check(**kwargs)  # type: ignore[misc]
+        errors = super().check(**kwargs)
         try:
             occupation_rows(self.occupy_status_backend, type(self).__name__)
         except (OccupyError, ImproperlyConfigured) as e:
@@ -118,19 +124,21 @@ class OccupyStatusAdminMixin:
                 "column reads its Occupation rows.", obj=type(self), id="occupy.E102"))
         return errors
 
-    def get_queryset(self, request: HttpRequest) -> models.QuerySet:
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
         """Annotate each row with its holder (one query for the whole page)."""
-        queryset = super().get_queryset(request)  # type: ignore[misc]
+        queryset = super().get_queryset(request)
         return annotate_occupation(queryset, self.occupy_status_backend)
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
-        display = list(super().get_list_display(request))  # type: ignore[misc]
+        """Append ``occupy_status`` unless it is placed already."""
+        display = list(super().get_list_display(request))
         if "occupy_status" not in display:
             display.append("occupy_status")
         return display
 
     def get_list_filter(self, request: HttpRequest) -> list[Any]:
-        filters = list(super().get_list_filter(request))  # type: ignore[misc]
+        """Append the "being edited" filter."""
+        filters = list(super().get_list_filter(request))
         if OccupiedListFilter not in filters:
             filters.append(OccupiedListFilter)
         return filters

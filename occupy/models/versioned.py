@@ -34,6 +34,7 @@ from occupy.exceptions import VersionConflict
 from occupy.models.guarded import Check, Guard, GuardedSaveMixin
 from occupy.models.keys import object_key
 from occupy.models.managers import check_objects_manager
+from occupy.models.tracking import concrete_field
 
 __all__ = ["VersionedManager", "VersionedMixin", "VersionedQuerySet", "VersionedQuerySetMixin"]
 
@@ -47,7 +48,7 @@ def _check_policy(owner: str, policy: Any) -> str:
         raise ImproperlyConfigured(
             f"{owner} version_policy must be one of {POLICIES}, not {policy!r}."
         )
-    return policy
+    return str(policy)
 
 
 if TYPE_CHECKING:
@@ -165,7 +166,8 @@ class VersionedMixin(GuardedSaveMixin):
         """Return the version :meth:`expect_version` set for the next write, or ``None``."""
         return self.version if self.__dict__.get("_occupy_expected") else None
 
-    def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict]:
+    def delete(self, using: str | None = None,
+               keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Delete the row only if its version is still the one this instance carries
         (loaded, or supplied by the caller as a precondition); else raise
         :class:`~occupy.VersionConflict`, having deleted nothing.
@@ -193,7 +195,7 @@ class VersionedMixin(GuardedSaveMixin):
     delete.alters_data = True  # type: ignore[attr-defined]
 
     async def adelete(self, using: str | None = None,
-                      keep_parents: bool = False) -> tuple[int, dict]:
+                      keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Async twin of :meth:`delete`."""
         return await sync_to_async(self.delete)(using=using, keep_parents=keep_parents)
 
@@ -211,7 +213,7 @@ class VersionedMixin(GuardedSaveMixin):
                                      else _check_policy("save()", policy))
         return cleaned
 
-    def save_guards(self, fields: list[models.Field], options: dict[str, Any]) -> list[Guard]:
+    def save_guards(self, fields: list[models.Field[Any, Any]], options: dict[str, Any]) -> list[Guard]:
         """Guard the write with the loaded version (``"strict"``), or with the written
         fields' loaded values (``"fields"``: the version is tried first, one statement
         when nobody else wrote; if it moved, the fields are compared instead and the
@@ -224,7 +226,7 @@ class VersionedMixin(GuardedSaveMixin):
         """
         policy = options["version_policy"]
         guards = super().save_guards(fields, options)
-        version = self._meta.get_field("version")
+        version = concrete_field(self._meta, "version")
         expected = self.__dict__.get(version.attname)
         loaded = self.__dict__.get("_occupy_loaded", {})
         if expected is not None and (self.__dict__.pop("_occupy_expected", False)
