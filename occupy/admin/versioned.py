@@ -67,6 +67,7 @@ def versioned_form(form: type[forms.ModelForm[Any]]) -> type[forms.ModelForm[Any
     if VERSION_FIELD in form.base_fields:
         return form
 
+    # A subclass of a form class built at run time (Django's form factory): a variable base.
     class VersionedForm(form):  # type: ignore[misc, valid-type]
         occupy_version = forms.IntegerField(widget=forms.HiddenInput, required=False,
                                             min_value=1)
@@ -214,6 +215,7 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
         formset.form = versioned_form(formset.form)
         pk_name = self.model._meta.pk.name
 
+        # A subclass of the formset class Django built for this request: a variable base.
         class VersionedChangelistFormSet(formset):  # type: ignore[misc, valid-type]
             def add_fields(self, form: Any, index: Any) -> None:
                 super().add_fields(form, index)

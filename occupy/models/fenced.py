@@ -89,7 +89,8 @@ class FencedMixin(GuardedSaveMixin):
             self.fence = options["lease"].fence
         super().prepare_insert(options)
 
-    def save_guards(self, fields: list[models.Field[Any, Any]], options: dict[str, Any]) -> list[Guard]:
+    def save_guards(self, fields: list[models.Field[Any, Any]],
+                    options: dict[str, Any]) -> list[Guard]:
         """Add ``fence <= lease.fence`` to every guard, and set the lease's fence;
         refuse a lease on another key than :meth:`fence_key` with ``ValueError``."""
         lease = options["lease"]

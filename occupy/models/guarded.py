@@ -175,7 +175,8 @@ class GuardedSaveMixin(ChangeTrackingMixin):
     def prepare_insert(self, options: dict[str, Any]) -> None:
         """Apply the cleaned ``save()`` options to a row about to be inserted."""
 
-    def save_guards(self, fields: list[models.Field[Any, Any]], options: dict[str, Any]) -> list[Guard]:
+    def save_guards(self, fields: list[models.Field[Any, Any]],
+                    options: dict[str, Any]) -> list[Guard]:
         """Return the guards to try in order for writing ``fields`` (``options``: the
         cleaned ``save()`` options). The first that matches the row is used; none
         matching refuses the write."""
@@ -224,7 +225,8 @@ class GuardedSaveMixin(ChangeTrackingMixin):
                 fields.append(f)
         return fields
 
-    def _update(self, using: str, fields: list[models.Field[Any, Any]], guards: list[Guard]) -> None:
+    def _update(self, using: str, fields: list[models.Field[Any, Any]],
+                guards: list[Guard]) -> None:
         origin = type(self)
         written = [f.name for f in fields]
         for g in guards:

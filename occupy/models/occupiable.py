@@ -117,6 +117,10 @@ class OccupiableMixin(models.Model):
     occupy_backend: ClassVar[str] = "default"
 
     objects = OccupiableManager()
+    if TYPE_CHECKING:
+        # Any manager: a model combining occupy's mixins declares its own (see
+        # occupy.models.querysets), whatever each mixin installs.
+        _default_manager: ClassVar[models.Manager[Any]]
 
     class Meta:
         abstract = True

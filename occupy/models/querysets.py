@@ -34,6 +34,12 @@ and one with querysets of its own mixes in the concerns it wants::
 
 A model whose ``objects``, inherited from one occupy mixin, lacks what another of its
 occupy mixins adds fails ``manage.py check`` (``occupy.E201``).
+
+:class:`OccupyManager` is each concern's manager too, so it may replace the manager a
+mixin installs for type checkers as well (with django-stubs:
+``objects: ClassVar[OccupyManager] = OccupyManager()``); a manager for a queryset of
+your own is built from the mixin's manager for the same reason
+(``OccupiableManager.from_queryset(TaskQuerySet)``).
 """
 
 from __future__ import annotations
@@ -79,6 +85,9 @@ class OccupyQuerySet(OccupyQuerySetMixin, models.QuerySet[Any]):
 _OccupyManagerBase = models.Manager.from_queryset(OccupyQuerySet)
 
 
-class OccupyManager(_OccupyManagerBase[Any]):
+class OccupyManager(_OccupyManagerBase[Any], RowLockManager, VersionedManager,
+                    OccupiableManager):
     """A manager with every occupy queryset method: the one to declare on a model that
-    combines ``VersionedMixin`` and ``OccupiableMixin``."""
+    combines ``VersionedMixin`` and ``OccupiableMixin``. It is each concern's manager
+    too (an ``OccupyManager`` is a ``VersionedManager``), so it may replace the one a
+    model mixin installs, for type checkers as well."""

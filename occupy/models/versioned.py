@@ -135,6 +135,10 @@ class VersionedMixin(GuardedSaveMixin):
     version_policy: ClassVar[str] = "fields"
 
     objects = VersionedManager()
+    if TYPE_CHECKING:
+        # Any manager: a model combining occupy's mixins declares its own (see
+        # occupy.models.querysets), whatever each mixin installs.
+        _default_manager: ClassVar[models.Manager[Any]]
 
     class Meta:
         abstract = True
@@ -192,14 +196,14 @@ class VersionedMixin(GuardedSaveMixin):
                                       pk=self.pk, key=object_key(type(self), self.pk))
             return super().delete(using=using, keep_parents=keep_parents)
 
-    delete.alters_data = True  # type: ignore[attr-defined]
+    delete.alters_data = True  # type: ignore[attr-defined]  # templates never call it
 
     async def adelete(self, using: str | None = None,
                       keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Async twin of :meth:`delete`."""
         return await sync_to_async(self.delete)(using=using, keep_parents=keep_parents)
 
-    adelete.alters_data = True  # type: ignore[attr-defined]
+    adelete.alters_data = True  # type: ignore[attr-defined]  # templates never call it
 
     def managed_field_names(self) -> set[str]:
         """Add ``version``, which only the guard writes."""
@@ -213,7 +217,8 @@ class VersionedMixin(GuardedSaveMixin):
                                      else _check_policy("save()", policy))
         return cleaned
 
-    def save_guards(self, fields: list[models.Field[Any, Any]], options: dict[str, Any]) -> list[Guard]:
+    def save_guards(self, fields: list[models.Field[Any, Any]],
+                    options: dict[str, Any]) -> list[Guard]:
         """Guard the write with the loaded version (``"strict"``), or with the written
         fields' loaded values (``"fields"``: the version is tried first, one statement
         when nobody else wrote; if it moved, the fields are compared instead and the

@@ -1,12 +1,14 @@
 """Models the tests lock and write."""
 
 import uuid
+from typing import Any, ClassVar
 
 from django.db import models
 from django.utils import timezone
 
 from occupy.models import (
     FencedMixin,
+    OccupiableManager,
     OccupiableMixin,
     OccupiableQuerySetMixin,
     OccupyManager,
@@ -34,7 +36,7 @@ class Book(VersionedMixin, OccupiableMixin, models.Model):
     tags = models.JSONField(default=list, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
-    objects = OccupyManager()
+    objects: ClassVar[OccupyManager] = OccupyManager()
 
     def __str__(self) -> str:
         return self.name
@@ -71,7 +73,7 @@ class UUIDBook(VersionedMixin, OccupiableMixin, models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     name = models.CharField(max_length=100)
 
-    objects = OccupyManager()
+    objects: ClassVar[OccupyManager] = OccupyManager()
 
     def __str__(self) -> str:
         return self.name
@@ -87,12 +89,15 @@ class Shelf(OccupiableMixin, models.Model):
         return self.code
 
 
-class GoodsQuerySet(RowLockQuerySetMixin, OccupiableQuerySetMixin, models.QuerySet):
+class GoodsQuerySet(RowLockQuerySetMixin, OccupiableQuerySetMixin, models.QuerySet[Any]):
     """Two concerns combined in a queryset of one's own: row locks and occupations."""
 
     def cheap(self) -> "GoodsQuerySet":
         """Return the goods of which fewer than five are left."""
         return self.filter(count__lt=5)
+
+
+GoodsManager = OccupiableManager.from_queryset(GoodsQuerySet)
 
 
 class Goods(OccupiableMixin, models.Model):
@@ -101,7 +106,8 @@ class Goods(OccupiableMixin, models.Model):
     name = models.CharField(max_length=50)
     count = models.IntegerField(default=0)
 
-    objects = GoodsQuerySet.as_manager()
+    # From OccupiableMixin's manager, so that it is one for type checkers too.
+    objects: ClassVar[GoodsManager] = GoodsManager()
 
     def __str__(self) -> str:
         return f"{self.name}: {self.count}"
@@ -125,7 +131,7 @@ class Document(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
 
     body = models.TextField(blank=True, default="")
 
-    objects = OccupyManager()
+    objects: ClassVar[OccupyManager] = OccupyManager()
 
     def __str__(self) -> str:
         return self.body[:20]
@@ -148,7 +154,7 @@ class Label(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
     code = models.CharField(primary_key=True, max_length=40)
     text = models.CharField(max_length=100, blank=True, default="")
 
-    objects = OccupyManager()
+    objects: ClassVar[OccupyManager] = OccupyManager()
 
     def __str__(self) -> str:
         return self.code
