@@ -293,6 +293,9 @@ def test_refresh_from_db_resets_what_was_loaded(tables: None) -> None:
     assert Book.objects.get().name == "mine"
     book.refresh_from_db(fields=["name"])
     assert book.changed_fields() == []
+    Book.objects.update_versioned(name="theirs")
+    book.refresh_from_db(fields=(name for name in ["name"]))  # any iterable, read once
+    assert (book.name, book.changed_fields()) == ("theirs", [])
 
 
 def test_create_and_new_instances(tables: None) -> None:
