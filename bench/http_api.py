@@ -42,13 +42,13 @@ class RedisViewSet(OccupyViewMixin, PlainViewSet):
     """Conditional, and each write holds the object's key on the Redis backend."""
 
     serializer_class = OccupySerializer
-    occupy_using = "redis"
+    occupy_backend = "redis"
 
 
 class DatabaseViewSet(RedisViewSet):
     """The same with the key on the database backend (PostgreSQL)."""
 
-    occupy_using = "db-postgresql"
+    occupy_backend = "db-postgresql"
 
 
 ROUTES = {"plain": PlainViewSet, "conditional": ConditionalViewSet, "redis": RedisViewSet,

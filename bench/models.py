@@ -44,14 +44,14 @@ def claim_worker(database: str, backend: str, title: str, me: str, naive: bool,
 
 
 def _claim(pool: Any, me: str, backend: str) -> Any:
-    return pool.claim(owner=me, ttl=30, using=backend)
+    return pool.claim(owner=me, ttl=30, backend=backend)
 
 
 def _naive_claim(pool: Any, me: str, backend: str) -> Any:
     """The peer: first free task in order, try its lock, the next one if taken."""
     import occupy
 
-    for task in pool.free(using=backend).order_by("pk")[:50]:
+    for task in pool.free(backend=backend).order_by("pk")[:50]:
         try:
             task.lease = occupy.acquire(task.occupy_key, owner=me, ttl=30, timeout=0,
                                         using=backend)

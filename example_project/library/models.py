@@ -2,7 +2,7 @@
 
 from django.db import models
 
-from occupy.models import OccupiableMixin, VersionedMixin
+from occupy.models import OccupiableMixin, OccupyManager, VersionedMixin
 
 
 class Book(VersionedMixin, OccupiableMixin, models.Model):
@@ -22,6 +22,10 @@ class Book(VersionedMixin, OccupiableMixin, models.Model):
     stock = models.IntegerField(default=0, help_text="Copies on the shelf (seed 002's stock).")
     tags = models.CharField(max_length=200, blank=True, default="")
 
+    #: Both mixins' queryset methods (``update_versioned()``, ``claim()`` …) and
+    #: ``locked()``, for seed 002's stock decrement.
+    objects = OccupyManager()
+
     def __str__(self) -> str:
         return self.name
 
@@ -36,6 +40,8 @@ class Task(VersionedMixin, OccupiableMixin, models.Model):
     priority = models.IntegerField(default=0)
     done = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = OccupyManager()
 
     class Meta:
         ordering = ["-priority", "created_at"]

@@ -17,9 +17,10 @@ import re
 import secrets
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
+from django.contrib import admin
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
@@ -33,6 +34,11 @@ from occupy.exceptions import FencedOut, LeaseLost, Occupied
 from occupy.leases import Holder, Lease
 
 __all__ = ["EditLeaseAdminMixin"]
+
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:
+    _ModelAdmin = object
 
 _TAB = re.compile(r"^[0-9a-f]{16}$")
 #: The attribute of the request that carries the change view's lease state.
@@ -66,7 +72,7 @@ def _new_tab() -> str:
     return secrets.token_hex(8)
 
 
-class EditLeaseAdminMixin:
+class EditLeaseAdminMixin(_ModelAdmin):
     """Give a ``ModelAdmin``'s change form an edit lease per browser tab.
 
     Hooks: :meth:`get_occupy_keys` (lock related objects too: all or nothing, in
@@ -81,7 +87,7 @@ class EditLeaseAdminMixin:
     #: timers of a tab hidden for 5 minutes only once a minute, so keep it >= 120 s.
     edit_lease_ttl: float = 120
     #: The occupy backend alias the leases live in.
-    edit_lease_using: str = "default"
+    edit_lease_backend: str = "default"
     #: How often, in seconds, a read-only page asks whether the lease is free.
     edit_lease_poll: float = 2
     change_form_template = "admin/occupy/change_form.html"
@@ -115,7 +121,7 @@ class EditLeaseAdminMixin:
         state = getattr(request, STATE, None)
         if obj is not None and state is not None and state.name == "readonly":
             return False
-        return super().has_change_permission(request, obj)  # type: ignore[misc]
+        return super().has_change_permission(request, obj)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """Answer ``False`` on the read-only form of an object another tab edits (no
@@ -123,16 +129,16 @@ class EditLeaseAdminMixin:
         state = getattr(request, STATE, None)
         if obj is not None and state is not None and state.name == "readonly":
             return False
-        return super().has_delete_permission(request, obj)  # type: ignore[misc]
+        return super().has_delete_permission(request, obj)
 
     def delete_view(self, request: HttpRequest, object_id: str,
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
         """Delete only while nobody edits the object: the confirmed delete holds its
         key (``timeout=0``) around Django's delete; held by a tab, it is refused."""
-        parent = super().delete_view  # type: ignore[misc]
+        parent = super().delete_view
         if request.method != "POST":
             return parent(request, object_id, extra_context)
-        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
+        obj = self.get_object(request, unquote(object_id))
         if obj is None:
             return parent(request, object_id, extra_context)
         keys = self._keys(request, obj)
@@ -140,11 +146,11 @@ class EditLeaseAdminMixin:
         try:
             leases = self._take(keys, owner)
         except Occupied as e:
-            holder = occupy.holder(e.key or keys[0], using=self.edit_lease_using)
+            holder = occupy.holder(e.key or keys[0], using=self.edit_lease_backend)
             who = "someone" if holder is None else owner_display(holder.owner)
             from django.contrib import messages
 
-            self.message_user(request,  # type: ignore[attr-defined]
+            self.message_user(request,
                               f"Not deleted: {who} is editing it.", messages.ERROR)
             return HttpResponseRedirect(self._change_url(obj))
         try:
@@ -154,17 +160,18 @@ class EditLeaseAdminMixin:
 
     @property
     def media(self) -> forms.Media:
-        return super().media + forms.Media(js=["occupy/admin/edit_lease.js"])  # type: ignore[misc]
+        return super().media + forms.Media(js=["occupy/admin/edit_lease.js"])
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
-                 **kwargs: Any) -> type[forms.BaseForm]:
+                 **kwargs: Any) -> type[forms.ModelForm[Any]]:
         """Return the form, refusing the submission when the tab's lease was lost."""
-        form = super().get_form(request, obj, change=change, **kwargs)  # type: ignore[misc]
+        form = super().get_form(request, obj, change=change, **kwargs)
         state = getattr(request, STATE, None)
         if state is None or state.error is None:
             return form
         error = state.error
 
+        # A subclass of the form class Django built for this request: a variable base.
         class LeaseLostForm(form):  # type: ignore[misc, valid-type]
             def clean(self) -> Any:
                 super().clean()
@@ -178,11 +185,11 @@ class EditLeaseAdminMixin:
         """Lease the object for this tab (GET) or check the tab's lease (POST), then
         let Django render or save; a save whose lease is lost is refused, rolled back,
         and the form shown again with the user's input."""
-        parent = super().changeform_view  # type: ignore[misc]
+        parent = super().changeform_view
         if object_id is None or request.method not in ("GET", "POST"):
             return parent(request, object_id, form_url, extra_context)
-        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
-        if obj is None or not super().has_change_permission(request, obj):  # type: ignore[misc]
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None or not super().has_change_permission(request, obj):
             return parent(request, object_id, form_url, extra_context)
         state = self._post_state(request, obj) if request.method == "POST" else \
             self._get_state(request, obj)
@@ -198,14 +205,15 @@ class EditLeaseAdminMixin:
             self._release_all(state.leases)  # saved: this tab's edit is over
         return response
 
-    def render_change_form(self, request: HttpRequest, context: dict[str, Any], *args: Any,
-                           obj: Any = None, **kwargs: Any) -> HttpResponse:
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any],
+                           add: bool = False, change: bool = False, form_url: str = "",
+                           obj: Any = None) -> HttpResponse:
         """Add the lease banner's context (``occupy_edit``)."""
         state = getattr(request, STATE, None)
         if state is not None and obj is not None:
             context["occupy_edit"] = self.edit_lease_context(request, obj, state)
-        return super().render_change_form(request, context, *args, obj=obj,  # type: ignore[misc]
-                                          **kwargs)
+        return super().render_change_form(request, context, add=add, change=change,
+                                          form_url=form_url, obj=obj)
 
     def edit_lease_context(self, request: HttpRequest, obj: Any, state: EditState
                            ) -> dict[str, Any]:
@@ -252,14 +260,14 @@ class EditLeaseAdminMixin:
         leases: dict[str, Lease] = {}
         try:
             for key in sorted(keys):
-                current = occupy.holder(key, using=self.edit_lease_using)
+                current = occupy.holder(key, using=self.edit_lease_backend)
                 if current is not None and current.owner == owner and key not in held:
                     leases[key] = occupy.takeover(key, owner=owner, ttl=self.edit_lease_ttl,
-                                                  reentrant=False, using=self.edit_lease_using)
+                                                  reentrant=False, using=self.edit_lease_backend)
                 else:
                     leases[key] = occupy.acquire(
                         key, owner=owner, ttl=self.edit_lease_ttl, timeout=0,
-                        token=held.get(key), reentrant=False, using=self.edit_lease_using)
+                        token=held.get(key), reentrant=False, using=self.edit_lease_backend)
         except BaseException:
             self._release_all(list(leases.values()))
             raise
@@ -270,7 +278,7 @@ class EditLeaseAdminMixin:
             raise LeaseLost("The form carries no edit lease for these objects.", key=keys[0])
         try:
             return [occupy.resume(key, token, ttl=self.edit_lease_ttl,
-                                  using=self.edit_lease_using)
+                                  using=self.edit_lease_backend)
                     for key, token in zip(keys, tokens, strict=True)]
         except (TypeError, ValueError) as e:  # a token that cannot be one
             raise LeaseLost(str(e), key=keys[0]) from e
@@ -287,7 +295,7 @@ class EditLeaseAdminMixin:
         try:
             state.leases = self._take(state.keys, state.owner)
         except Occupied as e:
-            state.holder = occupy.holder(e.key or state.keys[0], using=self.edit_lease_using)
+            state.holder = occupy.holder(e.key or state.keys[0], using=self.edit_lease_backend)
             if state.holder is None:  # freed in between: one more try
                 with suppress(Occupied):
                     state.leases = self._take(state.keys, state.owner)
@@ -305,7 +313,7 @@ class EditLeaseAdminMixin:
 
     def _lost_message(self, state: EditState, *, saving: bool = True) -> str:
         """Say why the tab's lease is gone and what became of the user's input."""
-        holder = occupy.holder(state.keys[0], using=self.edit_lease_using)
+        holder = occupy.holder(state.keys[0], using=self.edit_lease_backend)
         state.holder = holder
         if holder is None:
             who = "Your edit lease expired"
@@ -322,8 +330,8 @@ class EditLeaseAdminMixin:
     # --- the endpoints the script calls --------------------------------------------------
     def get_urls(self) -> list[Any]:
         """Add ``<object_id>/occupy/{renew,release,status,takeover}/``."""
-        opts = self.model._meta  # type: ignore[attr-defined]
-        wrap = self.admin_site.admin_view  # type: ignore[attr-defined]
+        opts = self.model._meta
+        wrap = self.admin_site.admin_view
         prefix = f"{opts.app_label}_{opts.model_name}_occupy"
         return [
             path("<path:object_id>/occupy/renew/", wrap(require_POST(self.renew_lease_view)),
@@ -334,17 +342,17 @@ class EditLeaseAdminMixin:
                  name=f"{prefix}_status"),
             path("<path:object_id>/occupy/takeover/",
                  wrap(require_POST(self.takeover_lease_view)), name=f"{prefix}_takeover"),
-            *super().get_urls(),  # type: ignore[misc]
+            *super().get_urls(),
         ]
 
     def _lease_url(self, name: str, obj: Any) -> str:
-        opts = self.model._meta  # type: ignore[attr-defined]
-        return reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_occupy_"  # type: ignore[attr-defined]
+        opts = self.model._meta
+        return reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_occupy_"
                        f"{name}", args=[quote(obj.pk)])
 
     def _leased_object(self, request: HttpRequest, object_id: str) -> Any:
         """Return the object, or 404 for users who may not change it."""
-        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
+        obj = self.get_object(request, unquote(object_id))
         if obj is None or not self.has_change_permission(request, obj):
             raise Http404
         return obj
@@ -356,7 +364,7 @@ class EditLeaseAdminMixin:
         return tab
 
     def _holder_body(self, request: HttpRequest, key: str) -> dict[str, Any]:
-        holder = occupy.holder(key, using=self.edit_lease_using)
+        holder = occupy.holder(key, using=self.edit_lease_backend)
         if holder is None:
             return {"free": True}
         return {"free": False, "holder": owner_display(holder.owner),
@@ -392,7 +400,7 @@ class EditLeaseAdminMixin:
         tokens = request.POST.getlist("_occupy_lease")
         for key, token in zip(keys, tokens, strict=False):
             try:
-                lease = occupy.resume(key, token, ttl=1, using=self.edit_lease_using)
+                lease = occupy.resume(key, token, ttl=1, using=self.edit_lease_backend)
             except (LeaseLost, TypeError, ValueError):
                 continue
             with suppress(LeaseLost):
@@ -411,7 +419,7 @@ class EditLeaseAdminMixin:
         obj = self._leased_object(request, object_id)
         tab = self._tab(request)
         keys = self._keys(request, obj)
-        holder = occupy.holder(keys[0], using=self.edit_lease_using)
+        holder = occupy.holder(keys[0], using=self.edit_lease_backend)
         same_user = holder is not None and owner_user_pk(holder.owner) == str(request.user.pk)
         if holder is not None and not same_user and not self.has_takeover_permission(request,
                                                                                     obj):
@@ -420,16 +428,16 @@ class EditLeaseAdminMixin:
         owner = self._owner(request, tab)
         for key in sorted(keys):
             occupy.takeover(key, owner=owner, ttl=self.edit_lease_ttl, reentrant=False,
-                            using=self.edit_lease_using)
+                            using=self.edit_lease_backend)
         if holder is not None and not same_user:
-            self.log_change(request, obj,  # type: ignore[attr-defined]
+            self.log_change(request, obj,
                             f"Took over the edit lease from {owner_display(holder.owner)} "
                             f"(fence {holder.fence}).")
         return HttpResponseRedirect(f"{self._change_url(obj)}?{urlencode({'_occupy_tab': tab})}")
 
     def _change_url(self, obj: Any) -> str:
-        opts = self.model._meta  # type: ignore[attr-defined]
-        return reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",  # type: ignore[attr-defined]
+        opts = self.model._meta
+        return reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",
                        args=[quote(obj.pk)])
 
     # --- the save ------------------------------------------------------------------------
@@ -441,13 +449,13 @@ class EditLeaseAdminMixin:
             fence_key = getattr(obj, "fence_key", None)
             if fence_key is not None and fence_key() == lease.key:
                 obj.use_lease(lease)
-        super().save_model(request, obj, form, change)  # type: ignore[misc]
+        super().save_model(request, obj, form, change)
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any,
                      change: bool) -> None:
         """Save the inlines, then confirm the leases are still held, inside the admin's
         transaction: a lease lost meanwhile rolls the whole save back."""
-        super().save_related(request, form, formsets, change)  # type: ignore[misc]
+        super().save_related(request, form, formsets, change)
         state = getattr(request, STATE, None)
         if change and state is not None:
             for lease in state.leases:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import DELETION
@@ -23,6 +23,11 @@ __all__ = ["OccupationAdmin"]
 
 logger = logging.getLogger("occupy.admin")
 
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[Occupation]
+else:
+    _ModelAdmin = admin.ModelAdmin
+
 
 def _short_time(value: Any) -> str:
     """Return ``value`` as local ``HH:MM:SS`` (the date too when it is not today)."""
@@ -35,7 +40,7 @@ def _short_time(value: Any) -> str:
 
 
 @admin.register(Occupation)
-class OccupationAdmin(admin.ModelAdmin):
+class OccupationAdmin(_ModelAdmin):
     """Read-only list of claims; releasing one by force needs
     ``occupy.force_release_occupation`` and is logged (admin log and ``occupy.admin``)."""
 
@@ -53,12 +58,15 @@ class OccupationAdmin(admin.ModelAdmin):
     actions = ["force_release"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
+        """Refuse: claims are made by taking locks."""
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Refuse: a claim is changed only by its holder's lease."""
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Refuse: claims go by :meth:`force_release` (logged), not by a plain delete."""
         return False
 
     def has_force_release_permission(self, request: HttpRequest) -> bool:
@@ -68,9 +76,10 @@ class OccupationAdmin(admin.ModelAdmin):
     @admin.display(description=_("key"), ordering="key")
     def locked_object(self, obj: Occupation) -> str:
         """Return the key, linked to the admin page of the object it locks (if any)."""
-        if obj.content_type_id is None or obj.object_id is None:
+        content_type = obj.content_type  # selected with the row (list_select_related)
+        if content_type is None or obj.object_id is None:
             return obj.key
-        model = obj.content_type.model_class()
+        model = content_type.model_class()
         if model is None or not self.admin_site.is_registered(model):
             return obj.key
         opts = model._meta
@@ -93,10 +102,12 @@ class OccupationAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("since"), ordering="created_at")
     def since(self, obj: Occupation) -> str:
+        """Return when the claim was made."""
         return _short_time(obj.created_at)
 
     @admin.display(description=_("until"), ordering="expires_at")
     def until(self, obj: Occupation) -> str:
+        """Return when the claim expires unless renewed."""
         return _short_time(obj.expires_at)
 
     @admin.action(description=_("Force-release the selected claims"),

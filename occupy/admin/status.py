@@ -4,7 +4,7 @@ no query per row, no polling)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.auth import get_user_model
@@ -21,16 +21,21 @@ from occupy.models.pool import live_claims, occupation_filter, occupation_rows
 
 __all__ = ["OccupiedListFilter", "OccupyStatusAdminMixin"]
 
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:
+    _ModelAdmin = object
+
 _ADMIN_PREFIX = "admin:user:"
 
 
-def _claims_of_row(queryset: models.QuerySet, alias: str) -> models.QuerySet:
+def _claims_of_row(queryset: models.QuerySet[Any], alias: str) -> models.QuerySet[Any]:
     """Return the live claims on the outer query's row (``OuterRef("pk")``)."""
     claims = live_claims(queryset.model, occupation_rows(alias, "OccupyStatusAdminMixin"))
     return claims.filter(occupy_object_id=Cast(OuterRef("pk"), TextField()))
 
 
-def annotate_occupation(queryset: models.QuerySet, alias: str) -> models.QuerySet:
+def annotate_occupation(queryset: models.QuerySet[Any], alias: str) -> models.QuerySet[Any]:
     """Annotate each row with its live claim: ``occupy_owner``, ``occupy_until`` and,
     for admin tabs' owners (``admin:user:<pk>:tab:…``), ``occupy_username`` and
     ``occupy_full_name``, all in the query that lists the rows."""
@@ -59,69 +64,81 @@ def annotate_occupation(queryset: models.QuerySet, alias: str) -> models.QuerySe
     else:
         claims = claims.annotate(occupy_full_name=Value("", output_field=CharField()))
     claims = claims.order_by("fence")
-    return queryset.annotate(
+    annotated: models.QuerySet[Any] = queryset.annotate(
         occupy_owner=Subquery(claims.values("owner")[:1]),
         occupy_until=Subquery(claims.values("expires_at")[:1]),
         occupy_username=Subquery(claims.values("occupy_username")[:1]),
         occupy_full_name=Subquery(claims.values("occupy_full_name")[:1]),
     )
+    return annotated
 
 
 class OccupiedListFilter(admin.SimpleListFilter):
-    """"Being edited: yes / no", from the same ``EXISTS`` as ``occupied()``."""
+    """"Being edited: yes / no", from the same ``EXISTS`` as ``occupied()``, on the
+    model admin's ``occupy_status_backend``."""
 
     title = _("being edited")
     parameter_name = "occupied"
 
+    def __init__(self, request: HttpRequest, params: dict[str, Any],
+                 model: type[models.Model], model_admin: Any) -> None:
+        super().__init__(request, params, model, model_admin)
+        #: The occupy backend alias whose claims count (the column's).
+        self.backend: str = getattr(model_admin, "occupy_status_backend", "default")
+
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        """Offer "Yes" (being edited) and "No"."""
         return [("1", _("Yes")), ("0", _("No"))]
 
-    def queryset(self, request: HttpRequest, queryset: models.QuerySet) -> models.QuerySet:
-        alias = getattr(self, "occupy_using", "default")
+    def queryset(self, request: HttpRequest,
+                 queryset: models.QuerySet[Any]) -> models.QuerySet[Any]:
+        """Keep the rows being edited ("1") or the others ("0")."""
         if self.value() == "1":
-            return queryset.filter(occupation_filter(queryset, alias))
+            return queryset.filter(occupation_filter(queryset, self.backend))
         if self.value() == "0":
-            return queryset.exclude(occupation_filter(queryset, alias))
+            return queryset.exclude(occupation_filter(queryset, self.backend))
         return queryset
 
 
-class OccupyStatusAdminMixin:
+class OccupyStatusAdminMixin(_ModelAdmin):
     """Add a changelist column "being edited by … until …" and a list filter.
 
     Put ``"occupy_status"`` in ``list_display`` yourself to place it; otherwise it is
-    appended. Needs the database backend (``occupy_status_using``), whose claims it
+    appended. Needs the database backend (``occupy_status_backend``), whose claims it
     reads in the changelist's own query.
     """
 
     #: The occupy backend alias whose claims are shown (a ``DatabaseBackend``).
-    occupy_status_using: str = "default"
+    occupy_status_backend: str = "default"
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """Add ``occupy.E102``: ``occupy_status_using`` is no database backend."""
+        """Add ``occupy.E102``: ``occupy_status_backend`` is no database backend."""
         from occupy.exceptions import OccupyError
 
-        errors = super().check(**kwargs)  # type: ignore[misc]
+        errors = super().check(**kwargs)
         try:
-            occupation_rows(self.occupy_status_using, type(self).__name__)
+            occupation_rows(self.occupy_status_backend, type(self).__name__)
         except (OccupyError, ImproperlyConfigured) as e:
             errors.append(checks.Error(
-                str(e), hint="Set occupy_status_using to the alias of a DatabaseBackend: the "
+                str(e), hint="Set occupy_status_backend to the alias of a DatabaseBackend: the "
                 "column reads its Occupation rows.", obj=type(self), id="occupy.E102"))
         return errors
 
-    def get_queryset(self, request: HttpRequest) -> models.QuerySet:
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
         """Annotate each row with its holder (one query for the whole page)."""
-        queryset = super().get_queryset(request)  # type: ignore[misc]
-        return annotate_occupation(queryset, self.occupy_status_using)
+        queryset = super().get_queryset(request)
+        return annotate_occupation(queryset, self.occupy_status_backend)
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
-        display = list(super().get_list_display(request))  # type: ignore[misc]
+        """Append ``occupy_status`` unless it is placed already."""
+        display = list(super().get_list_display(request))
         if "occupy_status" not in display:
             display.append("occupy_status")
         return display
 
     def get_list_filter(self, request: HttpRequest) -> list[Any]:
-        filters = list(super().get_list_filter(request))  # type: ignore[misc]
+        """Append the "being edited" filter."""
+        filters = list(super().get_list_filter(request))
         if OccupiedListFilter not in filters:
             filters.append(OccupiedListFilter)
         return filters

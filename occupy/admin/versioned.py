@@ -11,9 +11,11 @@ are theirs to keep; every other field keeps the value someone else saved meanwhi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
+from django.contrib import admin
+from django.contrib.admin.options import BaseModelAdmin, InlineModelAdmin
 from django.contrib.admin.utils import flatten_fieldsets, quote, unquote
 from django.core import checks, signing
 from django.core.exceptions import FieldDoesNotExist
@@ -35,6 +37,17 @@ VERSION_FIELD = "occupy_version"
 RENDERED_FIELD = "occupy_rendered"
 _RENDERED_SALT = "occupy.admin.rendered"
 #: POST members never copied into the "keep mine" form.
+#: The request attributes keeping the submitted forms for the conflict page.
+_FORM = "_occupy_version_form"
+_FORMSETS = "_occupy_version_formsets"
+
+if TYPE_CHECKING:
+    _BaseModelAdmin = BaseModelAdmin[Any]
+    _InlineModelAdmin = InlineModelAdmin[Any, Any]
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:
+    _BaseModelAdmin = _InlineModelAdmin = _ModelAdmin = object
+
 _NOT_RESUBMITTED = {"csrfmiddlewaretoken", VERSION_FIELD, RENDERED_FIELD, "_occupy_lease",
                     "_occupy_tab", "_save", "_continue", "_addanother", "_saveasnew"}
 
@@ -48,12 +61,13 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def versioned_form(form: type[forms.BaseForm]) -> type[forms.BaseForm]:
+def versioned_form(form: type[forms.ModelForm[Any]]) -> type[forms.ModelForm[Any]]:
     """Return ``form`` (a model form) with the hidden version field: rendered with the
     instance's version, given back to the instance as the save's precondition."""
     if VERSION_FIELD in form.base_fields:
         return form
 
+    # A subclass of a form class built at run time (Django's form factory): a variable base.
     class VersionedForm(form):  # type: ignore[misc, valid-type]
         occupy_version = forms.IntegerField(widget=forms.HiddenInput, required=False,
                                             min_value=1)
@@ -118,15 +132,15 @@ class _PkWithVersion(forms.HiddenInput):
                            self.version.as_hidden())
 
 
-class _VersionFieldMixin:
+class _VersionFieldMixin(_BaseModelAdmin):
     """Put the hidden version field in the fieldsets of an editable form."""
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         """Add ``occupy.E101``: the model has no version (no ``VersionedMixin``)."""
         from occupy.models import VersionedMixin
 
-        errors = super().check(**kwargs)  # type: ignore[misc]
-        model = self.model  # type: ignore[attr-defined]
+        errors = super().check(**kwargs)
+        model = self.model
         if not issubclass(model, VersionedMixin):
             errors.append(checks.Error(
                 f"{type(self).__name__} adds occupy's version field, which needs a model "
@@ -135,16 +149,16 @@ class _VersionFieldMixin:
                 obj=type(self), id="occupy.E101"))
         return errors
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         """Leave the version out; :meth:`get_fieldsets` puts it where it belongs."""
-        fields = super().get_fields(request, obj)  # type: ignore[misc]
+        fields = super().get_fields(request, obj)
         return [name for name in fields if name not in (VERSION_FIELD, RENDERED_FIELD)]
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         """Add the hidden version to the last fieldset of an editable change form."""
-        fieldsets = list(super().get_fieldsets(request, obj))  # type: ignore[misc]
+        fieldsets = list(super().get_fieldsets(request, obj))
         if (obj is None or not fieldsets or VERSION_FIELD in flatten_fieldsets(fieldsets)
-                or not self.has_change_permission(request, obj)):  # type: ignore[attr-defined]
+                or not self.has_change_permission(request, obj)):
             return fieldsets
         name, options = fieldsets[-1]
         fieldsets[-1] = (name, {**options, "fields": [*options["fields"], VERSION_FIELD,
@@ -161,7 +175,7 @@ class _VersionFieldMixin:
                                 if name not in (VERSION_FIELD, RENDERED_FIELD)]
 
 
-class VersionedInlineMixin(_VersionFieldMixin):
+class VersionedInlineMixin(_VersionFieldMixin, _InlineModelAdmin):
     """Give each form of an inline (``TabularInline``, ``StackedInline``) of a
     :class:`~occupy.models.VersionedMixin` model its own hidden version: a stale inline
     row is refused like the main form (the parent admin needs
@@ -170,12 +184,12 @@ class VersionedInlineMixin(_VersionFieldMixin):
     def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
         """Return the formset whose forms carry their row's version."""
         self._form_fields(request, obj, kwargs)
-        formset = super().get_formset(request, obj, **kwargs)  # type: ignore[misc]
+        formset = super().get_formset(request, obj, **kwargs)
         formset.form = versioned_form(formset.form)
         return formset
 
 
-class VersionedAdminMixin(_VersionFieldMixin):
+class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
     """Refuse stale change forms of a :class:`~occupy.models.VersionedMixin` model.
 
     A save whose row moved on since the form was rendered raises
@@ -188,19 +202,20 @@ class VersionedAdminMixin(_VersionFieldMixin):
     version_conflict_template = "admin/occupy/version_conflict.html"
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
-                 **kwargs: Any) -> type[forms.BaseForm]:
+                 **kwargs: Any) -> type[forms.ModelForm[Any]]:
         """Return the model form with the hidden version field."""
         self._form_fields(request, obj, kwargs)
-        form = super().get_form(request, obj, change=change, **kwargs)  # type: ignore[misc]
+        form = super().get_form(request, obj, change=change, **kwargs)
         return versioned_form(form) if obj is not None else form
 
     def get_changelist_formset(self, request: HttpRequest, **kwargs: Any) -> Any:
         """Return the ``list_editable`` formset whose rows carry their versions (next to
         their hidden primary key): a row changed since the list was loaded is refused."""
-        formset = super().get_changelist_formset(request, **kwargs)  # type: ignore[misc]
+        formset = super().get_changelist_formset(request, **kwargs)
         formset.form = versioned_form(formset.form)
-        pk_name = self.model._meta.pk.name  # type: ignore[attr-defined]
+        pk_name = self.model._meta.pk.name
 
+        # A subclass of the formset class Django built for this request: a variable base.
         class VersionedChangelistFormSet(formset):  # type: ignore[misc, valid-type]
             def add_fields(self, form: Any, index: Any) -> None:
                 super().add_fields(form, index)
@@ -216,34 +231,34 @@ class VersionedAdminMixin(_VersionFieldMixin):
         """Refuse a ``list_editable`` save whose rows changed since the list was loaded
         (everything is rolled back) with a message, instead of writing over them."""
         try:
-            return super().changelist_view(request, extra_context)  # type: ignore[misc]
+            return super().changelist_view(request, extra_context)
         except VersionConflict as e:
             from django.contrib import messages
             from django.http import HttpResponseRedirect
 
-            self.message_user(  # type: ignore[attr-defined]
-                request, f"Nothing was saved: {self.model._meta.verbose_name} "  # type: ignore[attr-defined]
+            self.message_user(
+                request, f"Nothing was saved: {self.model._meta.verbose_name} "
                 f"{e.pk} changed since this list was loaded. Here is the list as it is now.",
                 messages.ERROR)
             return HttpResponseRedirect(request.get_full_path())
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         """Save; keep the form for the conflict page if the row moved on."""
-        request._occupy_version_form = form  # type: ignore[attr-defined]
-        super().save_model(request, obj, form, change)  # type: ignore[misc]
+        setattr(request, _FORM, form)
+        super().save_model(request, obj, form, change)
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any,
                      change: bool) -> None:
         """Save the inlines; keep their forms for the conflict page."""
-        request._occupy_version_formsets = formsets  # type: ignore[attr-defined]
-        super().save_related(request, form, formsets, change)  # type: ignore[misc]
+        setattr(request, _FORMSETS, formsets)
+        super().save_related(request, form, formsets, change)
 
     def changeform_view(self, request: HttpRequest, object_id: str | None = None,
                         form_url: str = "", extra_context: dict[str, Any] | None = None
                         ) -> HttpResponse:
         """Answer a stale save with the conflict page (the save was rolled back)."""
         try:
-            return super().changeform_view(request, object_id, form_url,  # type: ignore[misc]
+            return super().changeform_view(request, object_id, form_url,
                                            extra_context)
         except VersionConflict as e:
             form = self._conflicting_form(request, e)
@@ -253,8 +268,8 @@ class VersionedAdminMixin(_VersionFieldMixin):
 
     def _conflicting_form(self, request: HttpRequest, exc: VersionConflict) -> Any:
         """Return the submitted form whose row ``exc`` refused (main form or inline)."""
-        form = getattr(request, "_occupy_version_form", None)
-        for formset in getattr(request, "_occupy_version_formsets", ()):
+        form = getattr(request, _FORM, None)
+        for formset in getattr(request, _FORMSETS, ()):
             for inline_form in formset.forms:
                 instance = inline_form.instance
                 if (exc.model is not None and isinstance(instance, exc.model)
@@ -266,16 +281,16 @@ class VersionedAdminMixin(_VersionFieldMixin):
                                   form: Any) -> HttpResponse:
         """Render the conflict page: the refused form's values beside the current ones
         (of the main object, or of the inline row that changed)."""
-        opts = self.model._meta  # type: ignore[attr-defined]
-        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
+        opts = self.model._meta
+        obj = self.get_object(request, unquote(object_id))
         current = obj
         if obj is not None and not isinstance(form.instance, type(obj)):
             current = type(form.instance)._base_manager.filter(pk=form.instance.pk).first()
-        change_url = reverse(f"{self.admin_site.name}:{opts.app_label}_"  # type: ignore[attr-defined]
+        change_url = reverse(f"{self.admin_site.name}:{opts.app_label}_"
                              f"{opts.model_name}_change", args=[quote(object_id)])
         if obj is None or current is None:
             return TemplateResponse(request, self.version_conflict_template, {
-                **self.admin_site.each_context(request), "opts": opts,  # type: ignore[attr-defined]
+                **self.admin_site.each_context(request), "opts": opts,
                 "title": "Deleted meanwhile", "gone": True, "rows": [],
             }, status=409)
         fresh = type(form)(instance=current)
@@ -313,7 +328,7 @@ class VersionedAdminMixin(_VersionFieldMixin):
         if state is not None:
             take_current = f"{change_url}?{urlencode({'_occupy_tab': state.tab})}"
         context = {
-            **self.admin_site.each_context(request),  # type: ignore[attr-defined]
+            **self.admin_site.each_context(request),
             "opts": opts,
             "title": f"{opts.verbose_name.capitalize()} changed while you edited it",
             "object": obj,
@@ -326,7 +341,7 @@ class VersionedAdminMixin(_VersionFieldMixin):
             "current_version": current.version,
             "change_url": change_url,
             "take_current_url": take_current,
-            "media": self.media,  # type: ignore[attr-defined]
+            "media": self.media,
             "occupy_edit": (edit_context(request, obj, state)
                             if state is not None and edit_context is not None
                             and state.leases else None),

@@ -23,6 +23,7 @@ from occupy.exceptions import FencedOut
 from occupy.leases import Lease
 from occupy.models.guarded import Check, Guard, GuardedSaveMixin
 from occupy.models.keys import object_key
+from occupy.models.tracking import concrete_field
 
 __all__ = ["FencedMixin"]
 
@@ -88,7 +89,8 @@ class FencedMixin(GuardedSaveMixin):
             self.fence = options["lease"].fence
         super().prepare_insert(options)
 
-    def save_guards(self, fields: list[models.Field], options: dict[str, Any]) -> list[Guard]:
+    def save_guards(self, fields: list[models.Field[Any, Any]],
+                    options: dict[str, Any]) -> list[Guard]:
         """Add ``fence <= lease.fence`` to every guard, and set the lease's fence;
         refuse a lease on another key than :meth:`fence_key` with ``ValueError``."""
         lease = options["lease"]
@@ -108,7 +110,7 @@ class FencedMixin(GuardedSaveMixin):
                 "compare."
             )
         fence = lease.fence
-        field = self._meta.get_field("fence")
+        field = concrete_field(self._meta, "fence")
         check = Check(field, "lte", fence, FencedOut)
         # The fence check goes first, so that a refusal names it before a version.
         return [Guard(checks=[check, *g.checks], sets={**g.sets, field: fence},

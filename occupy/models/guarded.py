@@ -22,11 +22,17 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import models, router, transaction
 from django.db.models import Q
+from django.db.models.base import ModelBase
 from django.db.models.signals import post_save, pre_save
 
 from occupy.exceptions import ConflictError, VersionConflict
-from occupy.models.keys import object_key
-from occupy.models.tracking import ChangeTrackingMixin, is_concrete_name, is_expression
+from occupy.models.keys import concrete_model, object_key
+from occupy.models.tracking import (
+    ChangeTrackingMixin,
+    concrete_field,
+    is_concrete_name,
+    is_expression,
+)
 
 __all__ = ["Check", "Guard", "GuardedSaveMixin"]
 
@@ -35,7 +41,7 @@ class Check:
     """A condition of a guarded write: ``<field> <lookup> <value>`` on the stored row;
     when it fails, the write is refused with ``error``."""
 
-    field: models.Field
+    field: models.Field[Any, Any]
     lookup: str  # "exact" or "lte"
     value: Any
     error: type[ConflictError]
@@ -67,14 +73,14 @@ class Guard:
     they were set by an expression."""
 
     checks: list[Check] = field(default_factory=list)
-    sets: dict[models.Field, Any] = field(default_factory=dict)
-    read_back: list[models.Field] = field(default_factory=list)
+    sets: dict[models.Field[Any, Any], Any] = field(default_factory=dict)
+    read_back: list[models.Field[Any, Any]] = field(default_factory=list)
 
     def extended(
         self,
         checks: Iterable[Check] = (),
-        sets: dict[models.Field, Any] | None = None,
-        read_back: Iterable[models.Field] = (),
+        sets: dict[models.Field[Any, Any], Any] | None = None,
+        read_back: Iterable[models.Field[Any, Any]] = (),
     ) -> Guard:
         """Return a copy of this guard with more checks, sets and read-backs."""
         return Guard(
@@ -111,7 +117,7 @@ class GuardedSaveMixin(ChangeTrackingMixin):
     def save(
         self,
         *,
-        force_insert: bool | tuple = False,
+        force_insert: bool | tuple[ModelBase, ...] = False,
         force_update: bool = False,
         using: str | None = None,
         update_fields: Iterable[str] | None = None,
@@ -142,17 +148,19 @@ class GuardedSaveMixin(ChangeTrackingMixin):
             elif not force_update:
                 return
         # Django's own check that no unsaved object is assigned to a relation (called,
-        # not overridden: it raises the same ValueError a plain save() raises).
-        self._prepare_related_fields_for_save(operation_name="save")
+        # not overridden: it raises the same ValueError a plain save() raises). Private,
+        # so the stubs leave it out.
+        self._prepare_related_fields_for_save(  # type: ignore[attr-defined]
+            operation_name="save")
         self._update(using, fields, self.save_guards(fields, options))
 
-    save.alters_data = True
+    save.alters_data = True  # type: ignore[attr-defined]  # templates never call it
 
     async def asave(self, **kwargs: Any) -> None:
         """Async twin of :meth:`save` (with the same options)."""
         await sync_to_async(self.save)(**kwargs)
 
-    asave.alters_data = True
+    asave.alters_data = True  # type: ignore[attr-defined]  # templates never call it
 
     # --- hooks for subclasses ------------------------------------------------------------
     def clean_save_options(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -167,13 +175,14 @@ class GuardedSaveMixin(ChangeTrackingMixin):
     def prepare_insert(self, options: dict[str, Any]) -> None:
         """Apply the cleaned ``save()`` options to a row about to be inserted."""
 
-    def save_guards(self, fields: list[models.Field], options: dict[str, Any]) -> list[Guard]:
+    def save_guards(self, fields: list[models.Field[Any, Any]],
+                    options: dict[str, Any]) -> list[Guard]:
         """Return the guards to try in order for writing ``fields`` (``options``: the
         cleaned ``save()`` options). The first that matches the row is used; none
         matching refuses the write."""
         return [Guard()]
 
-    def loaded_checks(self, fields: Iterable[models.Field],
+    def loaded_checks(self, fields: Iterable[models.Field[Any, Any]],
                       error: type[ConflictError] = VersionConflict) -> list[Check]:
         """Return a check that each of ``fields`` still holds its loaded value, for
         the fields that were loaded (not ``auto_now`` ones, nor those assigned an
@@ -199,7 +208,7 @@ class GuardedSaveMixin(ChangeTrackingMixin):
                      update_fields=update_fields)
         self._remember()
 
-    def _resolve(self, names: list[str]) -> list[models.Field]:
+    def _resolve(self, names: list[str]) -> list[models.Field[Any, Any]]:
         managed = self.managed_field_names()
         fields = []
         for name in names:
@@ -208,7 +217,7 @@ class GuardedSaveMixin(ChangeTrackingMixin):
                     f"update_fields names {name!r}, which is not a concrete field of "
                     f"{self._meta.object_name}."
                 )
-            f = self._meta.get_field(name)
+            f = concrete_field(self._meta, name)
             if f.primary_key:
                 raise ValueError(f"update_fields cannot name the primary key {name!r}.")
             # Field.generated is Django 5.0+; on 4.2 no field is generated.
@@ -216,7 +225,8 @@ class GuardedSaveMixin(ChangeTrackingMixin):
                 fields.append(f)
         return fields
 
-    def _update(self, using: str, fields: list[models.Field], guards: list[Guard]) -> None:
+    def _update(self, using: str, fields: list[models.Field[Any, Any]],
+                guards: list[Guard]) -> None:
         origin = type(self)
         written = [f.name for f in fields]
         for g in guards:
@@ -238,7 +248,7 @@ class GuardedSaveMixin(ChangeTrackingMixin):
         post_save.send(sender=origin, instance=self, created=False,
                        update_fields=frozenset(written), raw=False, using=using)
 
-    def _write(self, using: str, values: dict[models.Field, Any], guard: Guard) -> bool:
+    def _write(self, using: str, values: dict[models.Field[Any, Any], Any], guard: Guard) -> bool:
         """Run the guarded UPDATE, one per table (parents first, like Django), and
         return whether it matched the row; nothing stays written when it did not."""
         tables = _tables(type(self))
@@ -273,7 +283,7 @@ class GuardedSaveMixin(ChangeTrackingMixin):
             return False
         return True
 
-    def _refusal(self, using: str, fields: list[models.Field],
+    def _refusal(self, using: str, fields: list[models.Field[Any, Any]],
                  guards: list[Guard]) -> ConflictError:
         """Return the error for a refused write, naming the check that failed (of the
         last, most lenient guard); this reads the row again, on the failure path only."""
@@ -284,10 +294,10 @@ class GuardedSaveMixin(ChangeTrackingMixin):
         guard = guards[-1]
         errors = [check.error for g in guards for check in g.checks]
         error_class = errors[0] if errors else ConflictError
-        stored = (model._base_manager.using(using).filter(pk=self.pk)
-                  .values(*[c.field.attname for c in guard.checks]).first()
-                  if guard.checks else
-                  model._base_manager.using(using).filter(pk=self.pk).values("pk").first())
+        # The columns the checks compare, or just the pk: whether the row still exists.
+        columns = [c.field.attname for c in guard.checks] or ["pk"]
+        stored: dict[str, Any] | None = (model._base_manager.using(using).filter(pk=self.pk)
+                                         .values(*columns).first())
         if stored is None:
             return error_class(f"{label} no longer exists; nothing was written.",
                                model=model, pk=self.pk, fields=names, key=key)
@@ -310,16 +320,16 @@ class GuardedSaveMixin(ChangeTrackingMixin):
         )
 
 
-def _table_of(f: models.Field) -> type[models.Model]:
-    return f.model._meta.concrete_model
+def _table_of(f: models.Field[Any, Any]) -> type[models.Model]:
+    return concrete_model(f.model)
 
 
 def _tables(model: type[models.Model]) -> list[type[models.Model]]:
     """Return the concrete tables of ``model``'s rows, root parent first (Django's
     order, so that guarded and plain saves take row locks in the same order)."""
-    concrete = model._meta.concrete_model
+    concrete = concrete_model(model)
     return [*reversed(concrete._meta.get_parent_list()), concrete]
 
 
-def _pk_name(queryset: models.QuerySet) -> str:
-    return queryset.model._meta.pk.attname
+def _pk_name(queryset: models.QuerySet[Any]) -> str:
+    return str(queryset.model._meta.pk.attname)

@@ -13,7 +13,16 @@ from django.db import models
 
 from occupy.validation import check_key
 
-__all__ = ["lock_model", "object_key"]
+__all__ = ["concrete_model", "lock_model", "object_key"]
+
+
+def concrete_model(model: type[models.Model]) -> type[models.Model]:
+    """Return the model whose table holds ``model``'s own fields (itself, or the model
+    a proxy stands for); ``TypeError`` for an abstract model, which has no rows."""
+    concrete = model._meta.concrete_model
+    if concrete is None:
+        raise TypeError(f"{model.__name__} is abstract: it has no rows.")
+    return concrete
 
 
 def lock_model(model: type[models.Model]) -> type[models.Model]:
@@ -23,7 +32,7 @@ def lock_model(model: type[models.Model]) -> type[models.Model]:
     key with the concrete root model, so they lock on the root's key: locking an
     ``EBook`` excludes whoever locks the same row as a ``Book``.
     """
-    concrete = model._meta.concrete_model
+    concrete = concrete_model(model)
     parents = concrete._meta.get_parent_list()
     return parents[-1] if parents else concrete
 

@@ -41,7 +41,7 @@ def occupation_rows(alias: str, what: str) -> OccupationRows:
     return rows
 
 
-def live_claims(model: type[models.Model], rows: OccupationRows) -> models.QuerySet:
+def live_claims(model: type[models.Model], rows: OccupationRows) -> models.QuerySet[Any]:
     """Return the live granted claims on rows of ``model``, each annotated with
     ``occupy_object_id``: the object id as text equal to ``Cast(pk, TextField())``
     (where the database has no uuid type, a UUID is stored as 32 hex digits: the
@@ -50,13 +50,15 @@ def live_claims(model: type[models.Model], rows: OccupationRows) -> models.Query
     native_uuid = connections[rows.database].features.has_native_uuid_field
     if isinstance(pk_field(model), models.UUIDField) and not native_uuid:
         object_id = Replace(object_id, Value("-"), Value(""), output_field=TextField())
-    return rows.live(lock_model(model)).alias(occupy_object_id=object_id)
+    claims: models.QuerySet[Any] = rows.live(lock_model(model)).alias(
+        occupy_object_id=object_id)
+    return claims
 
 
-def pk_field(model: type[models.Model]) -> models.Field:
+def pk_field(model: type[models.Model]) -> models.Field[Any, Any]:
     """Return the field whose values the primary key holds (through parent links)."""
     field = model._meta.pk
-    while field.is_relation:
+    while isinstance(field, models.ForeignKey):  # a parent link, or a pk that is a relation
         field = field.target_field
     return field
 
@@ -68,7 +70,7 @@ def _to_pk(model: type[models.Model], object_id: str) -> Any:
         return None  # a key of this model's form that names no valid pk
 
 
-def occupation_filter(queryset: models.QuerySet, alias: str) -> Q | Exists:
+def occupation_filter(queryset: models.QuerySet[Any], alias: str) -> Q | Exists:
     """Return a filter matching ``queryset``'s rows that are occupied on ``alias``.
 
     When the claims live in the queryset's own database it is an ``EXISTS`` subquery,
@@ -87,7 +89,7 @@ def occupation_filter(queryset: models.QuerySet, alias: str) -> Q | Exists:
 class Pool:
     """One ``claim()`` call: the owner's held row, or the next free one."""
 
-    def __init__(self, queryset: models.QuerySet, alias: str, rows: OccupationRows, *,
+    def __init__(self, queryset: models.QuerySet[Any], alias: str, rows: OccupationRows, *,
                  owner: str | None, ttl: Any, order_by: Any) -> None:
         self.owner = default_owner() if owner is None else check_owner(owner)
         self.ttl = occupy_settings.TTL if ttl is DEFAULT else check_ttl(ttl)
@@ -143,7 +145,7 @@ class Pool:
             else:
                 item = candidates.first()
                 lease = None if item is None else self._lock(item)
-                if lease is not None:
+                if item is not None and lease is not None:
                     item, lease = self._reread(item, lease)
             if item is None:
                 return None

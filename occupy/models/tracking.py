@@ -11,12 +11,16 @@ import copy
 import datetime
 import decimal
 import uuid
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING, Any
 
 from django.db import models
+from django.db.models.options import Options
 
-__all__ = ["ChangeTrackingMixin", "is_concrete_name", "is_expression"]
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ["ChangeTrackingMixin", "concrete_field", "is_concrete_name", "is_expression"]
 
 # Values that cannot change in place, so the loaded value is kept as is, not copied.
 _IMMUTABLE = (
@@ -52,22 +56,29 @@ class ChangeTrackingMixin(models.Model):
         abstract = True
 
     @classmethod
-    def from_db(cls, db: str | None, field_names: Iterable[str], values: Iterable[Any]) -> Any:
-        """Build the instance as Django does, and remember the loaded values."""
-        instance = super().from_db(db, field_names, values)
+    def from_db(cls, db: str | None, field_names: Collection[str], values: Collection[Any],
+                **kwargs: Any) -> Self:
+        """Build the instance as Django does (with whatever options it passes), and
+        remember the loaded values."""
+        instance = super().from_db(db, field_names, values, **kwargs)
         instance._remember()
         return instance
 
-    def refresh_from_db(self, using: str | None = None, fields: Any = None, **kwargs: Any) -> None:
+    def refresh_from_db(self, using: str | None = None, fields: Iterable[str] | None = None,
+                        from_queryset: models.QuerySet[Self] | None = None,
+                        **kwargs: Any) -> None:
         """Reload as Django does (also when a deferred field is first read), and
         remember the reloaded values as loaded."""
-        super().refresh_from_db(using=using, fields=fields, **kwargs)
-        if fields is None:
+        if from_queryset is not None:  # Django 5.1+: passed on only when given (4.2)
+            kwargs["from_queryset"] = from_queryset
+        # A list: Django reads the names, and so do we afterwards.
+        names = None if fields is None else list(fields)
+        super().refresh_from_db(using=using, fields=names, **kwargs)
+        if names is None:
             self._remember()
         else:
-            names = {self._meta.get_field(name).attname for name in fields
-                     if is_concrete_name(self._meta, name)}
-            self._remember(names)
+            self._remember({_attname(self._meta, name) for name in names
+                            if is_concrete_name(self._meta, name)})
 
     def _remember(self, attnames: Iterable[str] | None = None) -> None:
         loaded: dict[str, Any] = self.__dict__.setdefault("_occupy_loaded", {})
@@ -83,15 +94,14 @@ class ChangeTrackingMixin(models.Model):
 
     def loaded_value(self, name: str) -> Any:
         """Return the value field ``name`` had when loaded; ``KeyError`` if it was not."""
-        attname = self._meta.get_field(name).attname
-        return self.__dict__.get("_occupy_loaded", {})[attname]
+        return self.__dict__.get("_occupy_loaded", {})[_attname(self._meta, name)]
 
     def changed_fields(self) -> list[str]:
         """Return the names of the fields assigned a different value since the instance
         was loaded or last saved (all assigned fields for an instance never loaded)."""
         return [f.name for f in self._changed()]
 
-    def _changed(self) -> list[models.Field]:
+    def _changed(self) -> list[models.Field[Any, Any]]:
         loaded = self.__dict__.get("_occupy_loaded", {})
         managed = self.managed_field_names()
         changed = []
@@ -122,10 +132,23 @@ def _differs(value: Any, loaded: Any) -> bool:
         return True
 
 
-def is_concrete_name(meta: Any, name: str) -> bool:
+def is_concrete_name(meta: Options[Any], name: str) -> bool:
     """Return whether ``name`` (a name or attname) is a concrete, non-m2m field."""
     try:
         f = meta.get_field(name)
     except Exception:
         return False
     return bool(getattr(f, "concrete", False)) and not f.many_to_many
+
+
+def concrete_field(meta: Options[Any], name: str) -> models.Field[Any, Any]:
+    """Return the field ``name`` (a name or attname) of ``meta``; ``ValueError`` for a
+    relation's reverse side, which has no column."""
+    f = meta.get_field(name)
+    if not isinstance(f, models.Field):
+        raise ValueError(f"{meta.object_name}.{name} is a reverse relation, not a field.")
+    return f
+
+
+def _attname(meta: Options[Any], name: str) -> str:
+    return concrete_field(meta, name).attname

@@ -21,9 +21,10 @@ the row changed.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from asgiref.sync import sync_to_async
+from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models, router, transaction
 from django.db.models import F
@@ -32,9 +33,10 @@ from django.utils.translation import gettext_lazy as _
 from occupy.exceptions import VersionConflict
 from occupy.models.guarded import Check, Guard, GuardedSaveMixin
 from occupy.models.keys import object_key
-from occupy.models.querysets import OccupyManager
+from occupy.models.managers import check_objects_manager
+from occupy.models.tracking import concrete_field
 
-__all__ = ["VersionedMixin"]
+__all__ = ["VersionedManager", "VersionedMixin", "VersionedQuerySet", "VersionedQuerySetMixin"]
 
 POLICIES = ("fields", "strict")
 #: Stands for "the version was never loaded" (an instance built by hand).
@@ -46,7 +48,61 @@ def _check_policy(owner: str, policy: Any) -> str:
         raise ImproperlyConfigured(
             f"{owner} version_policy must be one of {POLICIES}, not {policy!r}."
         )
-    return policy
+    return str(policy)
+
+
+if TYPE_CHECKING:
+    _QuerySet = models.QuerySet[Any]
+else:
+    _QuerySet = object
+
+
+class VersionedQuerySetMixin(_QuerySet):
+    """Add ``update_versioned()``, the guarded ``update()``, to a ``QuerySet`` subclass
+    of a :class:`VersionedMixin` model."""
+
+    def update_versioned(self, *, expected: int | None = None, **changes: Any) -> int:
+        """Update the matched rows like ``update()`` and bump each one's version, in one
+        transaction; return how many rows matched.
+
+        ``QuerySet.update()`` neither checks nor bumps a ``VersionedMixin`` model's
+        version; this bumps it, so an instance loaded before the update conflicts when
+        it is saved (whatever the policy) and ETags change. With ``expected`` (the
+        row count you expect, e.g. ``1`` for
+        ``filter(pk=…, version=loaded_version)``), any other count rolls the update
+        back and raises :class:`~occupy.VersionConflict`.
+        """
+        if not issubclass(self.model, VersionedMixin):
+            raise TypeError(
+                f"update_versioned() needs a model with VersionedMixin; "
+                f"{self.model._meta.label} has no version."
+            )
+        if "version" in changes:
+            raise ValueError("update_versioned() sets version itself; do not pass it.")
+        if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)
+                                     or expected < 0):
+            raise ValueError(f"expected must be a row count (an int ≥ 0), not {expected!r}.")
+        # select_for_update() marks a clone "for write", so .db is the router's write db.
+        with transaction.atomic(using=self.select_for_update().db):
+            count = self.update(version=F("version") + 1, **changes)
+            if expected is not None and count != expected:
+                raise VersionConflict(
+                    f"update_versioned() matched {count} {self.model._meta.label} rows, not "
+                    f"{expected}: they changed since they were read; nothing was written.",
+                    model=self.model, fields=tuple(changes),
+                )
+        return count
+
+
+class VersionedQuerySet(VersionedQuerySetMixin, models.QuerySet[Any]):
+    """A ``QuerySet`` with :class:`VersionedQuerySetMixin`."""
+
+
+_VersionedManagerBase = models.Manager.from_queryset(VersionedQuerySet)
+
+
+class VersionedManager(_VersionedManagerBase[Any]):
+    """The default manager of :class:`VersionedMixin` models: ``update_versioned()``."""
 
 
 class VersionedMixin(GuardedSaveMixin):
@@ -61,8 +117,9 @@ class VersionedMixin(GuardedSaveMixin):
       fields' loaded values, with ``"strict"`` the loaded version;
     - ``delete()``: refused with :class:`~occupy.VersionConflict` when the row's
       version moved on (guarded in the same transaction as the delete);
-    - ``objects``: an :class:`~occupy.models.OccupyManager`, whose
-      ``update_versioned()`` is the guarded form of ``QuerySet.update()``.
+    - ``objects``: a :class:`VersionedManager`, whose ``update_versioned()`` is the
+      guarded form of ``QuerySet.update()`` (see :mod:`occupy.models.querysets` to
+      combine it with other managers).
 
     ``QuerySet.update()`` and ``bulk_update()`` bypass all this: they neither check
     nor bump the version.
@@ -77,7 +134,11 @@ class VersionedMixin(GuardedSaveMixin):
     #: someone else; ``"strict"``: conflict on any change since the row was loaded.
     version_policy: ClassVar[str] = "fields"
 
-    objects = OccupyManager()
+    objects = VersionedManager()
+    if TYPE_CHECKING:
+        # Any manager: a model combining occupy's mixins declares its own (see
+        # occupy.models.querysets), whatever each mixin installs.
+        _default_manager: ClassVar[models.Manager[Any]]
 
     class Meta:
         abstract = True
@@ -85,6 +146,14 @@ class VersionedMixin(GuardedSaveMixin):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _check_policy(cls.__qualname__, cls.__dict__.get("version_policy", "fields"))
+
+    @classmethod
+    def check(cls, **kwargs: Any) -> list[checks.CheckMessage]:
+        """Add ``occupy.E201``: ``objects``, inherited from another occupy mixin, has
+        no ``update_versioned()``."""
+        return [*super().check(**kwargs),
+                *check_objects_manager(cls, VersionedMixin, VersionedQuerySetMixin,
+                                       "update_versioned()")]
 
     def expect_version(self, version: int) -> None:
         """Make the next ``save()`` or ``delete()`` conditional on the row being at
@@ -101,7 +170,8 @@ class VersionedMixin(GuardedSaveMixin):
         """Return the version :meth:`expect_version` set for the next write, or ``None``."""
         return self.version if self.__dict__.get("_occupy_expected") else None
 
-    def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict]:
+    def delete(self, using: str | None = None,
+               keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Delete the row only if its version is still the one this instance carries
         (loaded, or supplied by the caller as a precondition); else raise
         :class:`~occupy.VersionConflict`, having deleted nothing.
@@ -126,14 +196,14 @@ class VersionedMixin(GuardedSaveMixin):
                                       pk=self.pk, key=object_key(type(self), self.pk))
             return super().delete(using=using, keep_parents=keep_parents)
 
-    delete.alters_data = True  # type: ignore[attr-defined]
+    delete.alters_data = True  # type: ignore[attr-defined]  # templates never call it
 
     async def adelete(self, using: str | None = None,
-                      keep_parents: bool = False) -> tuple[int, dict]:
+                      keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Async twin of :meth:`delete`."""
         return await sync_to_async(self.delete)(using=using, keep_parents=keep_parents)
 
-    adelete.alters_data = True  # type: ignore[attr-defined]
+    adelete.alters_data = True  # type: ignore[attr-defined]  # templates never call it
 
     def managed_field_names(self) -> set[str]:
         """Add ``version``, which only the guard writes."""
@@ -147,7 +217,8 @@ class VersionedMixin(GuardedSaveMixin):
                                      else _check_policy("save()", policy))
         return cleaned
 
-    def save_guards(self, fields: list[models.Field], options: dict[str, Any]) -> list[Guard]:
+    def save_guards(self, fields: list[models.Field[Any, Any]],
+                    options: dict[str, Any]) -> list[Guard]:
         """Guard the write with the loaded version (``"strict"``), or with the written
         fields' loaded values (``"fields"``: the version is tried first, one statement
         when nobody else wrote; if it moved, the fields are compared instead and the
@@ -160,7 +231,7 @@ class VersionedMixin(GuardedSaveMixin):
         """
         policy = options["version_policy"]
         guards = super().save_guards(fields, options)
-        version = self._meta.get_field("version")
+        version = concrete_field(self._meta, "version")
         expected = self.__dict__.get(version.attname)
         loaded = self.__dict__.get("_occupy_loaded", {})
         if expected is not None and (self.__dict__.pop("_occupy_expected", False)

@@ -14,9 +14,9 @@ lease with its fence. A pre-check only answers early.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
@@ -52,12 +52,22 @@ __all__ = [
     "OccupyViewMixin",
 ]
 
+if TYPE_CHECKING:
+    from rest_framework.views import APIView
+    from rest_framework.viewsets import ModelViewSet
+
+    _APIView = APIView
+    # What the write mixins extend: a generic view with the model mixins' actions.
+    _ModelViewSet = ModelViewSet[Any]
+else:
+    _APIView = _ModelViewSet = object
+
 _USER_OWNER = re.compile(r"^user:([^:]+)")
 #: The edit-lease actions of :class:`EditLeaseMixin`.
 _LEASE_ACTIONS = frozenset({"lease", "release_lease", "takeover_lease"})
 
 
-class OccupyErrorsMixin:
+class OccupyErrorsMixin(_APIView):
     """Answer occupy's exceptions with the contract's status, body and headers.
 
     Occupy errors become :mod:`occupy.rest_framework.exceptions` before DRF's exception
@@ -100,7 +110,7 @@ class OccupyErrorsMixin:
         if isinstance(exc, MalformedPrecondition | ConflictError | LeaseLost | occupy.Occupied
                       | StoreUnavailable):
             exc = from_problem(self.occupy_problem(exc))
-        response = super().handle_exception(exc)  # type: ignore[misc]
+        response = super().handle_exception(exc)
         problem = getattr(exc, "problem", None)
         if isinstance(exc, OccupyAPIException) and problem is not None:
             data = response.data
@@ -122,7 +132,7 @@ def _require_versioned(view: Any, instance: Any) -> None:
         )
 
 
-class ConditionalMixin(OccupyErrorsMixin):
+class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
     """ETags and conditional writes on a ``GenericAPIView`` of a ``VersionedMixin`` model.
 
     - Retrieve answers with ``ETag: "<version>"``, and ``304`` for a matching
@@ -147,7 +157,7 @@ class ConditionalMixin(OccupyErrorsMixin):
         """Return the methods that must be conditional (the view's, else the setting)."""
         if self.precondition_required is not None:
             return tuple(self.precondition_required)
-        return occupy_settings.REST_FRAMEWORK["PRECONDITION_REQUIRED"]
+        return tuple(occupy_settings.REST_FRAMEWORK["PRECONDITION_REQUIRED"])
 
     def get_etag(self, instance: Any) -> str | None:
         """Return the ETag of ``instance``: its version, strong and quoted."""
@@ -188,8 +198,8 @@ class ConditionalMixin(OccupyErrorsMixin):
     def get_object(self) -> Any:
         """Return the object, with the client's version set as the write's precondition
         on writes (after authentication, the lookup and permissions: RFC 9110 order)."""
-        instance = super().get_object()  # type: ignore[misc]
-        request = self.request  # type: ignore[attr-defined]
+        instance = super().get_object()
+        request = self.request
         action = getattr(self, "action", None)
         writing = (action in ("update", "partial_update", "destroy") if action is not None
                    else request.method in ("PUT", "PATCH", "DELETE"))
@@ -207,7 +217,7 @@ class ConditionalMixin(OccupyErrorsMixin):
         etag = self.get_etag(instance)
         if etag is not None and _none_match(request.headers.get("If-None-Match"), etag):
             return Response(status=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
-        response = super().retrieve(request, *args, **kwargs)  # type: ignore[misc]
+        response = super().retrieve(request, *args, **kwargs)
         if etag is not None:
             response["ETag"] = etag
         return response
@@ -215,7 +225,7 @@ class ConditionalMixin(OccupyErrorsMixin):
     def finalize_response(self, request: Request, response: Response, *args: Any,
                           **kwargs: Any) -> Response:
         """Give a successful write's answer the object's new ETag."""
-        response = super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
+        response = super().finalize_response(request, response, *args, **kwargs)
         instance = getattr(self, "occupy_instance", None)
         if (instance is not None and request.method in ("PUT", "PATCH")
                 and 200 <= response.status_code < 300 and "ETag" not in response):
@@ -233,7 +243,7 @@ def _none_match(header: str | None, etag: str) -> bool:
     return "*" in tags or any(tag.removeprefix("W/") == etag for tag in tags)
 
 
-class OccupiedWritesMixin(OccupyErrorsMixin):
+class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
     """Writes never happen inside someone else's edit lease.
 
     A write that carries ``Occupy-Lease: <token>`` runs under that lease: the store
@@ -245,7 +255,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin):
     """
 
     #: The occupy backend alias the leases live in.
-    occupy_using = "default"
+    occupy_backend = "default"
     #: How long a write without a lease may hold the key, in seconds.
     write_ttl = 30
 
@@ -284,14 +294,14 @@ class OccupiedWritesMixin(OccupyErrorsMixin):
     def occupy_write(self, instance: Any) -> Iterator[Lease]:
         """Hold the object's key (or the presented lease) around a write."""
         key = self.get_lease_key(instance)
-        token = self.get_lease_token(self.request)  # type: ignore[attr-defined]
+        token = self.get_lease_token(self.request)
         if token is None:
-            with occupy.lock(key, owner=self.get_lease_owner(self.request),  # type: ignore[attr-defined]
-                             ttl=self.write_ttl, timeout=0, using=self.occupy_using) as lease:
+            with occupy.lock(key, owner=self.get_lease_owner(self.request),
+                             ttl=self.write_ttl, timeout=0, using=self.occupy_backend) as lease:
                 yield lease
             return
         try:
-            lease = occupy.resume(key, token, ttl=self.write_ttl, using=self.occupy_using)
+            lease = occupy.resume(key, token, ttl=self.write_ttl, using=self.occupy_backend)
         except LeaseLost as e:  # taken over or expired: this write is fenced out
             raise FencedOut(f"The edit lease on {key!r} is no longer held; nothing was "
                             "written.", model=type(instance), pk=instance.pk, key=key) from e
@@ -304,17 +314,17 @@ class OccupiedWritesMixin(OccupyErrorsMixin):
 
     def perform_create(self, serializer: Any) -> None:
         """Create as usual (a new object has no lease yet)."""
-        super().perform_create(serializer)  # type: ignore[misc]
+        super().perform_create(serializer)
 
     def perform_update(self, serializer: Any) -> None:
         """Save under the object's key or the presented lease."""
         with self.occupy_write(serializer.instance):
-            super().perform_update(serializer)  # type: ignore[misc]
+            super().perform_update(serializer)
 
     def perform_destroy(self, instance: Any) -> None:
         """Delete under the object's key or the presented lease."""
         with self.occupy_write(instance):
-            super().perform_destroy(instance)  # type: ignore[misc]
+            super().perform_destroy(instance)
 
 
 class EditLeaseMixin(OccupiedWritesMixin):
@@ -353,11 +363,11 @@ class EditLeaseMixin(OccupiedWritesMixin):
                                        f"ttl must be a number of seconds from 1 to {longest:g}."))
         return ttl
 
-    def get_permissions(self) -> list[Any]:
+    def get_permissions(self) -> Sequence[Any]:
         """Return the view's permissions; on the lease endpoints, without DRF's model
         permissions (which would ask a ``POST`` for the *add* permission): leasing is
         decided by :meth:`has_lease_permission`, and needs an authenticated user."""
-        permissions = super().get_permissions()  # type: ignore[misc]
+        permissions = super().get_permissions()
         if getattr(self, "action", None) not in _LEASE_ACTIONS:
             return permissions
         kept = [p for p in permissions if not isinstance(p, DjangoModelPermissions)]
@@ -376,7 +386,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                     or request.user.has_perm(f"{opts.app_label}.takeover_{opts.model_name}"))
 
     def _leased_object(self, request: Request) -> Any:
-        instance = self.get_object()  # type: ignore[attr-defined]
+        instance = self.get_object()
         if not self.has_lease_permission(request, instance):
             from rest_framework.exceptions import PermissionDenied
 
@@ -399,12 +409,12 @@ class EditLeaseMixin(OccupiedWritesMixin):
         instance = self._leased_object(request)
         key = self.get_lease_key(instance)
         if request.method == "GET":
-            return Response(self._holder_body(occupy.holder(key, using=self.occupy_using)))
+            return Response(self._holder_body(occupy.holder(key, using=self.occupy_backend)))
         if request.method == "POST":
             token = self.get_lease_token(request)
             lease = occupy.acquire(key, owner=self.get_lease_owner(request),
                                    ttl=self.get_lease_ttl(request), timeout=0, token=token,
-                                   reentrant=False, using=self.occupy_using)
+                                   reentrant=False, using=self.occupy_backend)
             created = lease.token != token
             return Response(self._lease_body(lease, token=True),
                             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
@@ -414,7 +424,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                 occupy_settings.REST_FRAMEWORK["LEASE_HEADER"]))
         if request.method == "PATCH":
             lease = occupy.resume(key, token, ttl=self.get_lease_ttl(request),
-                                  using=self.occupy_using)
+                                  using=self.occupy_backend)
             return Response(self._lease_body(lease, token=False))
         return self._release(key, token)
 
@@ -422,9 +432,9 @@ class EditLeaseMixin(OccupiedWritesMixin):
         """Release the lease ``token`` holds: 204, also when it is already gone; 409 if
         someone else holds the key now (their lease is never touched)."""
         try:
-            lease = occupy.resume(key, token, ttl=1, using=self.occupy_using)
+            lease = occupy.resume(key, token, ttl=1, using=self.occupy_backend)
         except LeaseLost:
-            if occupy.holder(key, using=self.occupy_using) is not None:
+            if occupy.holder(key, using=self.occupy_backend) is not None:
                 raise
             return Response(status=status.HTTP_204_NO_CONTENT)
         with suppress(LeaseLost):  # it expired in between: nothing is held, as asked
@@ -452,7 +462,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         instance = self._leased_object(request)
         key = self.get_lease_key(instance)
         owner = self.get_lease_owner(request)
-        holder = occupy.holder(key, using=self.occupy_using)
+        holder = occupy.holder(key, using=self.occupy_backend)
         same_user = holder is not None and _user_part(holder.owner) == _user_part(owner)
         if holder is not None and not same_user and not self.has_takeover_permission(
                 request, instance):
@@ -461,7 +471,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
             raise PermissionDenied("Taking over another user's edit lease needs the "
                                    "takeover permission.")
         lease = occupy.takeover(key, owner=owner, ttl=self.get_lease_ttl(request),
-                                reentrant=False, using=self.occupy_using)
+                                reentrant=False, using=self.occupy_backend)
         if holder is not None and not same_user:
             _log_takeover(request, instance, holder, self.get_owner_display(holder.owner))
         return Response(self._lease_body(lease, token=True), status=status.HTTP_201_CREATED)

@@ -17,7 +17,7 @@ another view extension already matches a view (drf-spectacular applies only one)
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from drf_spectacular.extensions import OpenApiViewExtension
 from drf_spectacular.openapi import AutoSchema
@@ -40,6 +40,11 @@ from occupy.rest_framework.serializers import (
 
 __all__ = ["OccupyAutoSchema", "OccupyAutoSchemaMixin", "OccupyViewExtension"]
 
+if TYPE_CHECKING:
+    _AutoSchema = AutoSchema
+else:
+    _AutoSchema = object
+
 _WRITES = ("update", "partial_update", "destroy")
 _LEASE_ACTIONS = ("lease", "release_lease", "takeover_lease")
 _DESCRIPTIONS = {
@@ -52,16 +57,13 @@ _DESCRIPTIONS = {
 }
 
 
-class OccupyAutoSchemaMixin:
+class OccupyAutoSchemaMixin(_AutoSchema):
     """Add occupy's headers and answers to a drf-spectacular ``AutoSchema``."""
-
-    view: Any
-    method: str
 
     def _occupy_action(self) -> str | None:
         action = getattr(self.view, "action", None)
         if action is not None:
-            return action
+            return str(action)
         return {"PUT": "update", "PATCH": "partial_update", "DELETE": "destroy",
                 "GET": "retrieve"}.get(self.method)
 
@@ -88,10 +90,10 @@ class OccupyAutoSchemaMixin:
 
     def get_override_parameters(self) -> list[Any]:
         """Add the request headers the mixins read and the response headers they send."""
-        params = list(super().get_override_parameters())  # type: ignore[misc]
+        params = list(super().get_override_parameters())
         view, action = self.view, self._occupy_action()
         lease_header = occupy_settings.REST_FRAMEWORK["LEASE_HEADER"]
-        header = OpenApiParameter.HEADER
+        header: Final = "header"  # OpenApiParameter.HEADER, as the literal the stubs ask
         if action in _LEASE_ACTIONS:
             if self.method in ("PATCH", "DELETE") or (self.method == "POST"
                                                      and action == "lease"):
@@ -131,7 +133,7 @@ class OccupyAutoSchemaMixin:
         """Return the lease endpoints' request body; others as usual."""
         if self._occupy_action() in _LEASE_ACTIONS:
             return None if self.method in ("GET", "DELETE") else LeaseRequestSerializer
-        return super().get_request_serializer()  # type: ignore[misc]
+        return super().get_request_serializer()
 
     def get_response_serializers(self) -> Any:
         """Return the lease endpoints' answers; others as usual."""
@@ -146,17 +148,17 @@ class OccupyAutoSchemaMixin:
             if action == "takeover_lease":
                 return {201: LeaseTokenSerializer}
             return {200: LeaseTokenSerializer, 201: LeaseTokenSerializer}
-        return super().get_response_serializers()  # type: ignore[misc]
+        return super().get_response_serializers()
 
     def get_operation(self, *args: Any, **kwargs: Any) -> Any:
         """Add the contract's answers the operation does not list yet (setdefault)."""
-        operation = super().get_operation(*args, **kwargs)  # type: ignore[misc]
+        operation = super().get_operation(*args, **kwargs)
         if operation is None:
             return None
         codes = self._occupy_codes()
         if not codes:
             return operation
-        ref = self.resolve_serializer(OccupyErrorSerializer, "response").ref  # type: ignore[attr-defined]
+        ref = self.resolve_serializer(OccupyErrorSerializer, "response").ref
         headers = {"ETag": {"schema": {"type": "string"}},
                    "Retry-After": {"schema": {"type": "integer"}}}
         responses = operation.setdefault("responses", {})
@@ -177,7 +179,8 @@ class OccupyAutoSchema(OccupyAutoSchemaMixin, AutoSchema):
     or a view's ``schema``."""
 
 
-class OccupyViewExtension(OpenApiViewExtension):
+# drf-spectacular's __init_subclass__ (which registers the extension) has no annotations.
+class OccupyViewExtension(OpenApiViewExtension):  # type: ignore[no-untyped-call]
     """Give every view using occupy's mixins a schema with occupy's answers."""
 
     target_class = OccupyErrorsMixin
@@ -217,6 +220,7 @@ def _with_schema(method: Any, schema_class: type) -> Any:
     def stand_in(*args: Any, **kwargs: Any) -> Any:
         return method(*args, **kwargs)
 
+    # Where drf-spectacular's extend_schema keeps its options: a function attribute.
     stand_in.kwargs = {**method.kwargs, "schema": schema_class}  # type: ignore[attr-defined]
     return stand_in
 

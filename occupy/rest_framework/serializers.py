@@ -3,7 +3,7 @@ that writes only what the request sent, and the lease endpoints' body."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rest_framework import serializers
 from rest_framework.utils import model_meta
@@ -17,6 +17,11 @@ __all__ = [
     "OccupyModelSerializerMixin",
     "VersionField",
 ]
+
+if TYPE_CHECKING:
+    _ModelSerializer = serializers.ModelSerializer[Any]
+else:
+    _ModelSerializer = object
 
 
 class VersionField(serializers.IntegerField):
@@ -34,14 +39,14 @@ class VersionField(serializers.IntegerField):
         super().__init__(**kwargs)
 
 
-class OccupyModelSerializerMixin:
+class OccupyModelSerializerMixin(_ModelSerializer):
     """For a ``ModelSerializer`` of a ``VersionedMixin`` model: adds ``version``
     (:class:`VersionField`), and saves an update with ``update_fields`` of exactly the
     fields the request sent, guarded by the version it carries."""
 
-    def get_fields(self) -> dict[str, serializers.Field]:
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         """Return the fields, with ``version`` as a :class:`VersionField`."""
-        fields = super().get_fields()  # type: ignore[misc]
+        fields = super().get_fields()
         fields["version"] = VersionField()
         return fields
 
@@ -49,7 +54,7 @@ class OccupyModelSerializerMixin:
         """Create the object at version 1, whatever ``version`` the request sent (a new
         object has no version anyone read)."""
         validated_data.pop("version", None)
-        return super().create(validated_data)  # type: ignore[misc]
+        return super().create(validated_data)
 
     def update(self, instance: Any, validated_data: dict[str, Any]) -> Any:
         """Apply what the request sent and save those fields only (many-to-many ones
@@ -75,7 +80,7 @@ class OccupyModelSerializerMixin:
         return instance
 
 
-class LeaseSerializer(serializers.Serializer):
+class LeaseSerializer(serializers.Serializer[Any]):
     """What the lease endpoints answer about a lease (the token is added only for its
     holder's own acquire)."""
 
@@ -92,13 +97,13 @@ class LeaseTokenSerializer(LeaseSerializer):
                                             "release, or write under the lease.")
 
 
-class LeaseRequestSerializer(serializers.Serializer):
+class LeaseRequestSerializer(serializers.Serializer[Any]):
     """What a lease request may send."""
 
     ttl = serializers.FloatField(required=False, help_text="Seconds the lease lives.")
 
 
-class HolderSerializer(serializers.Serializer):
+class HolderSerializer(serializers.Serializer[Any]):
     """Who holds an object, as clients see it: never a token or an email."""
 
     owner_display = serializers.CharField()
@@ -106,13 +111,13 @@ class HolderSerializer(serializers.Serializer):
     expires_at = serializers.DateTimeField()
 
 
-class HolderBodySerializer(serializers.Serializer):
+class HolderBodySerializer(serializers.Serializer[Any]):
     """The lease endpoint's ``GET``: the holder, or ``null``."""
 
     holder = HolderSerializer(allow_null=True)
 
 
-class OccupyErrorSerializer(serializers.Serializer):
+class OccupyErrorSerializer(serializers.Serializer[Any]):
     """The body of every answer of occupy's HTTP contract (``occupy.http``); members
     that do not apply to a condition are absent."""
 
@@ -121,5 +126,8 @@ class OccupyErrorSerializer(serializers.Serializer):
     holder = HolderSerializer(required=False, allow_null=True)
     retry_after = serializers.IntegerField(required=False)
     current_version = serializers.IntegerField(required=False, allow_null=True)
-    fields = serializers.ListField(child=serializers.CharField(), required=False)
+    # A body member named like Serializer.fields: DRF's metaclass moves declared fields
+    # out of the class, so the property is not shadowed.
+    fields = serializers.ListField(  # type: ignore[assignment]
+        child=serializers.CharField(), required=False)
     accepted = serializers.ListField(child=serializers.CharField(), required=False)

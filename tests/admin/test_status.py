@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from django.contrib import admin
 from django.test import RequestFactory
 
@@ -51,8 +52,24 @@ def test_the_column_needs_a_database_backend() -> None:
     from occupy.admin import OccupyStatusAdminMixin
 
     class OnFiles(OccupyStatusAdminMixin, admin.ModelAdmin):
-        occupy_status_using = "files"
+        occupy_status_backend = "files"
 
     errors = OnFiles(Book, admin.AdminSite()).check()
     assert [e.id for e in errors] == ["occupy.E102"]
     assert "FileBackend" in errors[0].msg
+
+
+def test_the_filter_reads_the_columns_backend(users: Users) -> None:
+    """The "being edited" filter asks the backend the column reads, not "default"."""
+    from occupy.admin import OccupyStatusAdminMixin
+    from occupy.admin.status import OccupiedListFilter
+
+    class OnFiles(OccupyStatusAdminMixin, admin.ModelAdmin):
+        occupy_status_backend = "files"
+
+    request = RequestFactory().get("/admin/testapp/book/", {"occupied": "1"})
+    request.user = users.editor
+    model_admin = OnFiles(Book, admin.AdminSite())
+    listed = OccupiedListFilter(request, {"occupied": ["1"]}, Book, model_admin)
+    with pytest.raises(occupy.InvalidBackendError, match="'files'"):
+        listed.queryset(request, Book.objects.all())

@@ -21,16 +21,16 @@ def test_a_holder_paused_past_its_lease_is_fenced_out(server: str) -> None:
     """The first holder is stopped (SIGSTOP) past its ttl; a second takes the lock and
     writes; the first resumes and its save(lease=…) raises FencedOut: the second
     writer's data stands. Page has no version: only the fence can stop the write."""
-    using = BACKEND_OF[server]
+    backend = BACKEND_OF[server]
     page = Page.objects.using(server).create(body="original")
     acquired = multiprocessing.get_context("spawn").Event()
-    paused = multiproc.start(model_workers.paused_writer, [(server, using, page.pk, 1.0, acquired)])
+    paused = multiproc.start(model_workers.paused_writer, [(server, backend, page.pk, 1.0, acquired)])
     assert acquired.wait(60)
     os.kill(paused.procs[0].pid, signal.SIGSTOP)
     try:
         time.sleep(1.3)  # the paused holder's lease runs out meanwhile
         with occupy.lock(object_key(Page, page.pk), owner="next", ttl=30, timeout=5,
-                         using=using) as lease:
+                         using=backend) as lease:
             page.body = "written by the next holder"
             page.save(lease=lease)
     finally:
@@ -70,12 +70,12 @@ def test_save_with_a_lease_stores_its_fence_and_refuses_older_ones(tables: None)
 def test_save_refuses_a_lease_on_another_key(database: str) -> None:
     """A lease on another row's key has a fence that does not compare with this row's:
     saving with it raises ValueError naming both keys, and writes nothing."""
-    using = BACKEND_OF[database]
+    backend = BACKEND_OF[database]
     doc, other = (Document.objects.using(database).create(body=body) for body in "ab")
-    with doc.occupy(ttl=30, using=using) as own:
+    with doc.occupy(ttl=30, backend=backend) as own:
         doc.body = "written with its own lease"
         doc.save(lease=own)
-    with other.occupy(ttl=30, using=using) as foreign:
+    with other.occupy(ttl=30, backend=backend) as foreign:
         doc.body = "written with another row's lease"
         with pytest.raises(ValueError) as info:
             doc.save(lease=foreign)

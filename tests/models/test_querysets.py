@@ -1,4 +1,5 @@
-"""OccupyQuerySet: locked() (seed 002's stock decrement), occupied() and free()."""
+"""Queryset methods: locked() (seed 002's stock decrement), occupied() and free(), and
+how their mixins combine."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ from django.test import override_settings
 
 import occupy
 from occupy.backends.base import BaseBackend
-from occupy.models import OccupyQuerySet, OccupyQuerySetMixin
+from occupy.models import (
+    OccupiableQuerySetMixin,
+    OccupyManager,
+    OccupyQuerySet,
+    OccupyQuerySetMixin,
+    RowLockQuerySetMixin,
+    VersionedQuerySetMixin,
+)
 from tests.support import model_workers, multiproc
 from tests.support.aliases import BACKEND_OF
 from tests.testapp.models import Book, EBook, Goods, ProxyBook, Shelf, UUIDBook
@@ -134,8 +142,8 @@ def test_locked_on_sqlite_inside_a_stale_transaction_says_why(tables: None) -> N
             pass
 
 
-def test_the_mixin_goes_into_your_own_querysets(tables: None) -> None:
-    class MyQuerySet(OccupyQuerySetMixin, models.QuerySet):
+def test_the_mixins_go_into_your_own_querysets(tables: None) -> None:
+    class MyQuerySet(RowLockQuerySetMixin, models.QuerySet):
         def cheap(self):
             return self.filter(count__lt=5)
 
@@ -143,8 +151,14 @@ def test_the_mixin_goes_into_your_own_querysets(tables: None) -> None:
     queryset = MyQuerySet(model=Goods)
     with queryset.cheap().locked(pk=goods.pk) as locked:
         assert locked == goods
+    with Goods.objects.cheap().locked(pk=goods.pk) as locked:  # Goods' own queryset
+        assert locked == goods
+    assert list(Goods.objects.cheap().free()) == [goods]
+    for concern in (RowLockQuerySetMixin, VersionedQuerySetMixin, OccupiableQuerySetMixin):
+        assert issubclass(OccupyQuerySetMixin, concern)
     assert issubclass(OccupyQuerySet, OccupyQuerySetMixin)
-    assert hasattr(Goods.objects, "locked") and hasattr(Goods.objects, "claim")
+    assert all(hasattr(OccupyManager, name) for name in
+               ("locked", "update_versioned", "occupied", "free", "claim"))
 
 
 # --- occupied() and free() ------------------------------------------------------------
@@ -154,27 +168,27 @@ def test_the_mixin_goes_into_your_own_querysets(tables: None) -> None:
     (Shelf, lambda n: {"code": f"shelf:{n}"}),
 ], ids=["int-pk", "uuid-pk", "str-pk"])
 def test_occupied_and_free(database: str, model: type, make) -> None:
-    using = BACKEND_OF[database]
+    backend = BACKEND_OF[database]
     rows = [model.objects.using(database).create(**make(str(n))) for n in range(3)]
     objects = model.objects.using(database)
-    free_later = objects.free(using=using)  # evaluated when used, not when built
-    with rows[1].occupy(owner="alice", using=using):
-        assert list(objects.occupied(using=using)) == [rows[1]]
-        assert set(objects.free(using=using)) == {rows[0], rows[2]}
+    free_later = objects.free(backend=backend)  # evaluated when used, not when built
+    with rows[1].occupy(owner="alice", backend=backend):
+        assert list(objects.occupied(backend=backend)) == [rows[1]]
+        assert set(objects.free(backend=backend)) == {rows[0], rows[2]}
         assert set(free_later) == {rows[0], rows[2]}
-        assert list(objects.filter(pk=rows[0].pk).occupied(using=using)) == []
-    assert list(objects.occupied(using=using)) == []
-    assert set(objects.free(using=using)) == set(rows)
+        assert list(objects.filter(pk=rows[0].pk).occupied(backend=backend)) == []
+    assert list(objects.occupied(backend=backend)) == []
+    assert set(objects.free(backend=backend)) == set(rows)
 
 
 def test_an_expired_claim_counts_as_free(database: str) -> None:
-    using = BACKEND_OF[database]
+    backend = BACKEND_OF[database]
     shelf = Shelf.objects.using(database).create(code="a")
-    occupy.acquire(shelf.occupy_key, owner="gone", ttl=0.3, using=using)
-    assert list(Shelf.objects.using(database).occupied(using=using)) == [shelf]
+    occupy.acquire(shelf.occupy_key, owner="gone", ttl=0.3, using=backend)
+    assert list(Shelf.objects.using(database).occupied(backend=backend)) == [shelf]
     time.sleep(0.45)
-    assert list(Shelf.objects.using(database).occupied(using=using)) == []
-    assert list(Shelf.objects.using(database).free(using=using)) == [shelf]
+    assert list(Shelf.objects.using(database).occupied(backend=backend)) == []
+    assert list(Shelf.objects.using(database).free(backend=backend)) == [shelf]
 
 
 def test_proxies_and_children_see_the_root_models_claims(tables: None) -> None:
@@ -194,7 +208,7 @@ def test_claims_in_another_database_are_read_first(tables: None) -> None:
     shelf = Shelf.objects.using(rows_db).create(code=str(uuid.uuid4()))
     Shelf.objects.using(rows_db).create(code="other")
     with occupy.lock(shelf.occupy_key, using=BACKEND_OF[claims_db]):
-        occupied = Shelf.objects.using(rows_db).occupied(using=BACKEND_OF[claims_db])
+        occupied = Shelf.objects.using(rows_db).occupied(backend=BACKEND_OF[claims_db])
         assert list(occupied) == [shelf]
 
 
@@ -209,4 +223,4 @@ def test_other_backends_are_refused_clearly(tables: None) -> None:
         for call in (Shelf.objects.occupied, Shelf.objects.free, Shelf.objects.claim):
             with pytest.raises(occupy.InvalidBackendError,
                                match=r"'other' \(NoRowsBackend\) keeps them elsewhere"):
-                call(using="other")
+                call(backend="other")

@@ -292,6 +292,9 @@ def test_refresh_from_db_resets_what_was_loaded(tables: None) -> None:
     assert Book.objects.get().name == "mine"
     book.refresh_from_db(fields=["name"])
     assert book.changed_fields() == []
+    Book.objects.update_versioned(name="theirs")
+    book.refresh_from_db(fields=(name for name in ["name"]))  # any iterable, read once
+    assert (book.name, book.changed_fields()) == ("theirs", [])
 
 
 def test_create_and_new_instances(tables: None) -> None:
@@ -418,9 +421,10 @@ def test_update_versioned_with_an_expected_count(tables: None) -> None:
     with pytest.raises(ValueError, match="version"):
         StrictBook.objects.update_versioned(version=7)
     with pytest.raises(TypeError, match="VersionedMixin"):
+        from occupy.models import OccupyQuerySet
         from tests.testapp.models import Goods
 
-        Goods.objects.update_versioned(count=1)
+        OccupyQuerySet(model=Goods).update_versioned(count=1)
 
 
 # --- retry and async ---------------------------------------------------------------------

@@ -96,11 +96,11 @@ def claim_loop(alias: str, backend: str, me: str, seconds: float,
     problems: list[tuple[Any, ...]] = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        task = tasks.claim(owner=me, ttl=10, using=backend)
+        task = tasks.claim(owner=me, ttl=10, backend=backend)
         if task is None:
             time.sleep(0.005)
             continue
-        again = tasks.claim(owner=me, ttl=10, using=backend)
+        again = tasks.claim(owner=me, ttl=10, backend=backend)
         if (again.pk, again.lease.token) != (task.pk, task.lease.token):
             problems.append(("claimed again", task.pk, again.pk))
         if tasks.filter(pk=task.pk, worked_by="").update(worked_by=me) != 1:
@@ -123,7 +123,7 @@ def abandon(alias: str, backend: str, me: str, ttl: float) -> tuple[int, int]:
 
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        task = Task.objects.using(alias).claim(owner=me, ttl=ttl, using=backend)
+        task = Task.objects.using(alias).claim(owner=me, ttl=ttl, backend=backend)
         if task is not None:
             return task.pk, task.lease.fence
         time.sleep(0.005)
@@ -140,7 +140,7 @@ def claim_as(alias: str, backend: str, owner: str, rounds: int, release: bool,
     out = []
     for _ in range(rounds):
         barrier.wait(timeout=60)
-        task = Task.objects.using(alias).claim(owner=owner, ttl=10, using=backend)
+        task = Task.objects.using(alias).claim(owner=owner, ttl=10, backend=backend)
         out.append((task.pk, task.lease.token))
         barrier.wait(timeout=60)
         if release:
@@ -195,7 +195,7 @@ def finish_tasks(alias: str, backend: str, me: str) -> list[int]:
 
     pool = Task.objects.using(alias).filter(done=False)
     finished = []
-    while (task := pool.claim(owner=me, ttl=30, using=backend)) is not None:
+    while (task := pool.claim(owner=me, ttl=30, backend=backend)) is not None:
         assert not task.done, task.pk  # the row as it stands under the lock
         Task.objects.using(alias).filter(pk=task.pk).update(done=True)
         finished.append(task.pk)

@@ -1,11 +1,20 @@
 """Models the tests lock and write."""
 
 import uuid
+from typing import Any, ClassVar
 
 from django.db import models
 from django.utils import timezone
 
-from occupy.models import FencedMixin, OccupiableMixin, VersionedMixin
+from occupy.models import (
+    FencedMixin,
+    OccupiableManager,
+    OccupiableMixin,
+    OccupiableQuerySetMixin,
+    OccupyManager,
+    RowLockQuerySetMixin,
+    VersionedMixin,
+)
 
 
 class Counter(models.Model):
@@ -26,6 +35,8 @@ class Book(VersionedMixin, OccupiableMixin, models.Model):
     note = models.CharField(max_length=100, blank=True, default="")
     tags = models.JSONField(default=list, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects: ClassVar[OccupyManager] = OccupyManager()
 
     def __str__(self) -> str:
         return self.name
@@ -62,6 +73,8 @@ class UUIDBook(VersionedMixin, OccupiableMixin, models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     name = models.CharField(max_length=100)
 
+    objects: ClassVar[OccupyManager] = OccupyManager()
+
     def __str__(self) -> str:
         return self.name
 
@@ -76,11 +89,25 @@ class Shelf(OccupiableMixin, models.Model):
         return self.code
 
 
+class GoodsQuerySet(RowLockQuerySetMixin, OccupiableQuerySetMixin, models.QuerySet[Any]):
+    """Two concerns combined in a queryset of one's own: row locks and occupations."""
+
+    def cheap(self) -> "GoodsQuerySet":
+        """Return the goods of which fewer than five are left."""
+        return self.filter(count__lt=5)
+
+
+GoodsManager = OccupiableManager.from_queryset(GoodsQuerySet)
+
+
 class Goods(OccupiableMixin, models.Model):
     """Seed 002's stock counter, decremented under a row lock."""
 
     name = models.CharField(max_length=50)
     count = models.IntegerField(default=0)
+
+    # From OccupiableMixin's manager, so that it is one for type checkers too.
+    objects: ClassVar[GoodsManager] = GoodsManager()
 
     def __str__(self) -> str:
         return f"{self.name}: {self.count}"
@@ -105,6 +132,8 @@ class Document(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
 
     body = models.TextField(blank=True, default="")
 
+    objects: ClassVar[OccupyManager] = OccupyManager()
+
     def __str__(self) -> str:
         return self.body[:20]
 
@@ -125,6 +154,8 @@ class Label(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
 
     code = models.CharField(primary_key=True, max_length=40)
     text = models.CharField(max_length=100, blank=True, default="")
+
+    objects: ClassVar[OccupyManager] = OccupyManager()
 
     def __str__(self) -> str:
         return self.code
