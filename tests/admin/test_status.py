@@ -59,7 +59,7 @@ def test_the_column_needs_a_database_backend() -> None:
     assert "FileBackend" in errors[0].msg
 
 
-def test_the_filter_reads_the_columns_backend(users: Users) -> None:
+def test_the_filter_reads_the_columns_backend(users: StaffUsers) -> None:
     """The "being edited" filter asks the backend the column reads, not "default"."""
     from occupy.admin import OccupyStatusAdminMixin
     from occupy.admin.status import OccupiedListFilter

@@ -24,7 +24,8 @@ def test_a_holder_paused_past_its_lease_is_fenced_out(server: str) -> None:
     backend = BACKEND_OF[server]
     page = Page.objects.using(server).create(body="original")
     acquired = multiprocessing.get_context("spawn").Event()
-    paused = multiproc.start(model_workers.paused_writer, [(server, backend, page.pk, 1.0, acquired)])
+    paused = multiproc.start(model_workers.paused_writer,
+                             [(server, backend, page.pk, 1.0, acquired)])
     assert acquired.wait(60)
     os.kill(paused.procs[0].pid, signal.SIGSTOP)
     try:
