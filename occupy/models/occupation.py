@@ -1,4 +1,4 @@
-"""The ``Occupation`` model: one row per claim on a key (the seeds' ``BookOccupy``)."""
+"""The ``Occupation`` model: one row per claim on a key, pending while its owner queues."""
 
 from __future__ import annotations
 

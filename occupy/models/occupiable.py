@@ -1,6 +1,6 @@
 """``OccupiableMixin``: lock a model instance by its key, see who holds it; and the
 queryset methods that ask which rows are held: ``occupied()``, ``free()`` and the task
-pool's ``claim()`` (seed 004).
+pool's ``claim()``.
 
 Every method here that consults locks takes ``backend=``, the occupy backend alias
 (default: the model's ``occupy_backend``, else ``"default"``). ``using`` keeps Django's

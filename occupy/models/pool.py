@@ -1,5 +1,5 @@
 """What ``occupied()``, ``free()`` and ``claim()`` read: the database backend's live
-``Occupation`` rows of a model, and the task pool built on them (seed 004).
+``Occupation`` rows of a model, and the task pool built on them.
 
 The database backend fills an ``Occupation``'s content type and object id (as text)
 for keys of the form ``"<app_label>.<model_name>:<pk>"``; a live claim is one in state

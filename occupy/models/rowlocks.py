@@ -1,4 +1,4 @@
-"""Row locks (seed 002): ``locked()``, a transaction holding ``SELECT … FOR UPDATE``.
+"""Row locks: ``locked()``, a transaction holding ``SELECT … FOR UPDATE``.
 
 :class:`RowLockQuerySetMixin` goes into your own querysets; :class:`RowLockQuerySet`
 and :class:`RowLockManager` are its thin concrete classes::

@@ -1,11 +1,11 @@
-"""``VersionedMixin``: optimistic concurrency with a ``version`` column (seeds 000, 002).
+"""``VersionedMixin``: optimistic concurrency with a ``version`` column.
 
 Two policies, per model (``version_policy``) or per save (``save(version_policy=…)``):
 
 ``"fields"`` (the default)
     A save is refused only when another writer changed one of the fields this save
-    writes: the ``UPDATE`` compares those fields' loaded values. Seed 000's student
-    (``status``) and admin (``name``) both succeed; two writers of ``name`` conflict.
+    writes: the ``UPDATE`` compares those fields' loaded values. A writer of ``status``
+    and a writer of ``name`` both succeed; two writers of ``name`` conflict.
     This is what a Django developer expects from ``save()`` after ``book.status =
     "free"``: the change they made is written, nobody else's is lost, and nobody gets
     an error for a change that did not touch their data.

@@ -1,9 +1,6 @@
-"""``CacheBackend``: locks on a Django cache, seed 003's ``CacheLock`` made correct.
+"""``CacheBackend``: locks on a Django cache.
 
-The seed takes a lock with ``cache.add(key, uuid4(), expires)``, releases it with a
-``get`` then a ``delete`` (which deletes the next holder's lock if its own expired in
-between), waits with ``sleep(1)`` counting tries, and has no reentrancy, holder or
-fencing token. Here every lease has an owner, a token, a fence that strictly increases
+Every lease has an owner, a token, a fence that strictly increases
 for its key, and a depth (the context holding it re-enters by its token, see
 ``occupy.reentry``); waiting is bounded by a monotonic deadline. How the cache holds
 them depends on what it can do:

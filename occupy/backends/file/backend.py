@@ -1,4 +1,4 @@
-"""``FileBackend``: locks as files under ``LOCATION``, seed 000's filesystem variant: a
+"""``FileBackend``: locks as files under ``LOCATION``, claims pending then using: a
 claimant queues a pending claim, looks at the pending claims ahead of it first, then at
 the key's granted claim in ``using/``, and moves in when both are clear. The files and
 the system calls are :class:`~.directory.ClaimDirectory`'s; this module is the protocol.

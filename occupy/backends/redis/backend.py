@@ -8,10 +8,9 @@ token, takeover, resume, and ``list_locks``. The same protocol serves
 :class:`~occupy.backends.cache.CacheBackend` on a Redis cache; this backend adds its
 own ``PREFIX`` and the tuning of waiting and fences.
 
-What seed 004 gets wrong, and what this does instead: ``SETNX`` then ``EXPIRE`` is two
-steps (a crash in between leaves a lock that never expires): here the claim and its
-expiry are written by one script. The ``INCR`` variant force-unlocks by count: here
-only the token's owner may release, and a lost lease is fenced out by its fence.
+A claim and its expiry are written by one script, so no crash leaves a lock that never
+expires; only the token's holder may release or extend, and a lost lease is fenced out
+by its fence.
 
 OPTIONS: ``CACHE`` (the django-redis cache alias, default ``"default"``), ``PREFIX``
 (of every Redis key, default ``"occupy:"``), ``POLL_INTERVAL`` (longest block before a
