@@ -37,18 +37,17 @@ OPTIONS: ``CACHE`` (the cache alias, default ``"default"``), ``SINGLE_PROCESS`` 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.core.cache import InvalidCacheBackendError, caches
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
-from occupy.backends.base import Attempt, BaseBackend, Claim
 from occupy.backends.cache.store import PREFIX, AddProtocol, CacheStore
+from occupy.backends.delegating import DelegatingBackend
 from occupy.backends.options import Option, missing_cache, where
 from occupy.exceptions import InvalidBackendError
-from occupy.leases import Holder, Lease
 
 if TYPE_CHECKING:
     from occupy.backends.redis.protocol import RedisProtocol
@@ -141,7 +140,7 @@ def _redis_protocol(backend: CacheBackend, cache: Any) -> RedisProtocol | None:
                          digest_chars=64)
 
 
-class CacheBackend(BaseBackend):
+class CacheBackend(DelegatingBackend):
     """Locks stored in a Django cache: by the Redis lock protocol on a Redis cache, by
     ``add`` and a safety margin on any other (see the module docstring)."""
 
@@ -204,60 +203,20 @@ class CacheBackend(BaseBackend):
         kind = cache_safety(type(cache))
         if kind == NO_STORE or (kind == ONE_PROCESS and not self.single_process):
             raise InvalidBackendError(_refusal(alias, self.cache_alias, type(cache), kind))
-        #: What carries out the contract: the Redis lock protocol, or ``add`` and a margin.
-        self.protocol: RedisProtocol | AddProtocol = (
+        self._protocol: RedisProtocol | AddProtocol = (
             _redis_protocol(self, cache)
             or AddProtocol(self, CacheStore(self.cache_alias, self.margin), self.poll_interval))
+
+    @property
+    def protocol(self) -> RedisProtocol | AddProtocol:
+        """Return what carries out the contract: the Redis lock protocol on a Redis cache,
+        ``add`` and a safety margin on any other."""
+        return self._protocol
 
     def close(self) -> None:
         """Stop the Redis protocol's async waiters' threads; the connections are the
         cache's."""
         self.protocol.close()
-
-    # --- the contract: the protocol's -------------------------------------------------
-    def attempt(self, key: str, owner: str, ttl: float) -> Attempt:
-        """Return an attempt to take ``key``: a queue to wait in on Redis, polling
-        elsewhere."""
-        return self.protocol.attempt(key, owner, ttl)
-
-    def release(self, lease: Lease) -> None:
-        """Undo one level of the lease; raise ``LeaseLost`` if it was no longer held."""
-        self.protocol.release(lease)
-
-    def extend(self, lease: Lease, ttl: float) -> None:
-        """Move the lease's expiry to ``ttl`` seconds after now (the Redis server's now)."""
-        self.protocol.extend(lease, ttl)
-
-    def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
-        """Return the lease ``token`` holds on ``key`` (a level deeper if ``deeper``,
-        kept at least ``ttl`` more), or ``None``."""
-        return self.protocol.resume(key, token, ttl, deeper=deeper)
-
-    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
-        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (one
-        script on Redis caches); return the lease and the holder replaced."""
-        return self.protocol.takeover(key, owner, ttl)
-
-    def holder(self, key: str) -> Holder | None:
-        """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""
-        return self.protocol.holder(key)
-
-    def is_held(self, lease: Lease) -> bool:
-        """Return whether the lease's token still holds its key."""
-        return self.protocol.is_held(lease)
-
-    def claims(self) -> Iterable[Claim]:
-        """Return the live claims, ordered by key (Redis caches only: Django's cache API
-        cannot enumerate keys)."""
-        return self.protocol.claims()
-
-    def drop_claim(self, key: str) -> None:
-        """Delete the granted claim on ``key`` behind its holder's back (a test hook)."""
-        self.protocol.drop_claim(key)
-
-    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
-        """Return 0: the cache expires entries itself."""
-        return 0
 
 
 def _refusal(alias: str, cache_alias: str, cache_class: type, kind: str) -> str:

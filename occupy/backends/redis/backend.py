@@ -25,16 +25,15 @@ from __future__ import annotations
 
 import importlib.util
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.checks import CheckMessage
 
-from occupy.backends.base import BaseBackend, Claim
+from occupy.backends.delegating import DelegatingBackend
 from occupy.backends.options import Option, missing_cache, where
 from occupy.backends.redis.scripts import RedisKeys
 from occupy.exceptions import InvalidBackendError
-from occupy.leases import Holder, Lease
 
 _NO_DJANGO_REDIS = ("occupy.backends.redis.RedisBackend needs django-redis: "
                     "pip install 'django-occupy[redis]'.")
@@ -42,7 +41,7 @@ _NO_DJANGO_REDIS = ("occupy.backends.redis.RedisBackend needs django-redis: "
 try:
     from redis.exceptions import RedisError
 
-    from occupy.backends.redis.protocol import FENCE_TTL, QUEUE_TTL, RedisAttempt, RedisProtocol
+    from occupy.backends.redis.protocol import FENCE_TTL, QUEUE_TTL, RedisProtocol
 except ImportError as e:  # pragma: no cover - depends on the installation
     raise InvalidBackendError(_NO_DJANGO_REDIS) from e
 
@@ -59,7 +58,7 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-class RedisBackend(BaseBackend):
+class RedisBackend(DelegatingBackend):
     """Locks in Redis, by the Redis lock protocol; see the module docstring."""
 
     store_errors = (RedisError,)
@@ -162,47 +161,3 @@ class RedisBackend(BaseBackend):
         if self._protocol is not None:
             self._protocol.close()
         self._protocol = None
-
-    # --- the contract: the protocol's -------------------------------------------------
-    def attempt(self, key: str, owner: str, ttl: float) -> RedisAttempt:
-        """Return an attempt to take ``key``: one script per try, a queue to wait in."""
-        return self.protocol.attempt(key, owner, ttl)
-
-    def release(self, lease: Lease) -> None:
-        """Undo one level of the lease; on the last, hand the key to the next waiter."""
-        self.protocol.release(lease)
-
-    def extend(self, lease: Lease, ttl: float) -> None:
-        """Move the lease's expiry to ``ttl`` seconds after the server's now."""
-        self.protocol.extend(lease, ttl)
-
-    def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
-        """Return the lease ``token`` holds on ``key`` (a level deeper if ``deeper``,
-        kept at least ``ttl`` more), or ``None``: one script."""
-        return self.protocol.resume(key, token, ttl, deeper=deeper)
-
-    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
-        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it: one
-        script. Return the lease and the holder replaced."""
-        return self.protocol.takeover(key, owner, ttl)
-
-    def holder(self, key: str) -> Holder | None:
-        """Return the holder's owner, expiry and fence, or ``None`` (never the token);
-        a value occupy did not write is held by an unknown holder until it expires."""
-        return self.protocol.holder(key)
-
-    def is_held(self, lease: Lease) -> bool:
-        """Return whether the lease's token still holds the key."""
-        return self.protocol.is_held(lease)
-
-    def claims(self) -> Iterable[Claim]:
-        """Return holders (``using``) and live waiters (``pending``) by key, never tokens."""
-        return self.protocol.claims()
-
-    def drop_claim(self, key: str) -> None:
-        """Delete the granted claim on ``key`` behind its holder's back (a test hook)."""
-        self.protocol.drop_claim(key)
-
-    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
-        """Return 0: Redis expires claims, queue places and wake-up lists itself."""
-        return 0
