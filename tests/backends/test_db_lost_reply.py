@@ -53,21 +53,22 @@ def lose_reply(alias: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable
     a row."""
     backend = get_backend(alias)
     armed: list[str] = []
-    cursor_of = backend._cursor
+    running = threading.local()  # the statement this thread runs next
+    cursor_of = backend.own_connections.cursor
 
-    def cursor(conn: Any) -> Any:
-        real = cursor_of(conn)
-        if armed and getattr(backend._local, "next_sql", None) == armed[0]:
-            return _LosingCursor(conn, real, armed)
+    def cursor(own: Any) -> Any:
+        real = cursor_of(own)
+        if armed and getattr(running, "sql", None) == armed[0]:
+            return _LosingCursor(own.wrapper, real, armed)
         return real
 
     execute = backend.execute
 
     def tracking(sql: str, params: Any, **kwargs: Any) -> Any:
-        backend._local.next_sql = sql
+        running.sql = sql
         return execute(sql, params, **kwargs)
 
-    monkeypatch.setattr(backend, "_cursor", cursor)
+    monkeypatch.setattr(backend.own_connections, "cursor", cursor)
     monkeypatch.setattr(backend, "execute", tracking)
     yield armed.append
     assert not armed, "the statement whose reply was to be lost never ran"
