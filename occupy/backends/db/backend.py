@@ -164,7 +164,9 @@ class DatabaseBackend(BaseBackend):
 
     def close(self) -> None:
         """Close the connections this backend opened in this process, in every thread."""
-        self.own_connections.close()
+        own = self.__dict__.get("own_connections")  # made on first use only
+        if own is not None:
+            own.close()
         self._local = threading.local()
 
     # --- the contract -------------------------------------------------------------------
