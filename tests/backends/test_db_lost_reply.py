@@ -1,8 +1,8 @@
 """A grant whose reply is lost with its connection is found by its token, never run twice.
 
 The backend retries a statement after a dropped connection. A grant may have committed
-before the connection died: run again, it used to re-enter the caller's own fresh claim
-(one ``acquire()`` at depth 2, whose one ``release()`` left the key held). Here the
+before the connection died: run again blindly, it would re-enter the caller's own fresh
+claim (one ``acquire()`` at depth 2, whose one ``release()`` leaves the key held). Here the
 connection is cut right after the server committed the statement, before its reply is
 read. SQLite has no connection to lose.
 """
