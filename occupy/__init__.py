@@ -32,6 +32,7 @@ from occupy.exceptions import (
     LockTimeout,
     Occupied,
     OccupyError,
+    StoreNotMigrated,
     StoreUnavailable,
     VersionConflict,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "LockTimeout",
     "Occupied",
     "OccupyError",
+    "StoreNotMigrated",
     "StoreUnavailable",
     "VersionConflict",
     "__version__",

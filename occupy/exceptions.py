@@ -23,6 +23,7 @@ __all__ = [
     "LockTimeout",
     "Occupied",
     "OccupyError",
+    "StoreNotMigrated",
     "StoreUnavailable",
     "VersionConflict",
 ]
@@ -76,6 +77,12 @@ class StoreUnavailable(OccupyError):
                  ) -> None:
         super().__init__(message, key=key)
         self.using = using
+
+
+class StoreNotMigrated(StoreUnavailable):
+    """The backend's store lacks what occupy's migration creates (the database backend's
+    claims table): ``migrate`` has not run on it, or the table was dropped. The message
+    says what to run."""
 
 
 class ConflictError(OccupyError):

@@ -15,8 +15,22 @@ import os
 import socket
 import threading
 import time
+from dataclasses import dataclass, field
 
-__all__ = ["Cutoffs", "cutoffs"]
+__all__ = ["Cut", "Cutoffs", "cutoffs"]
+
+
+@dataclass(order=True)
+class Cut:
+    """A socket to shut down at ``at`` (``time.monotonic()``), unless disarmed first."""
+
+    at: float
+    #: Arming order: among cuts due at once, the first armed comes first.
+    sequence: int
+    fd: int = field(compare=False)
+    armed: bool = field(default=True, compare=False)
+    #: Whether the socket was shut down.
+    done: bool = field(default=False, compare=False)
 
 
 class Cutoffs:
@@ -24,52 +38,51 @@ class Cutoffs:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        # Entries: [at (monotonic), sequence, file descriptor, armed, cut].
-        self._heap: list[list] = []
+        self._heap: list[Cut] = []
         self._order = itertools.count()
         self._pid = 0
 
-    def arm(self, fd: int, at: float) -> list:
-        """Shut ``fd`` down at ``at`` (``time.monotonic()``); return the entry to disarm."""
-        entry = [at, next(self._order), fd, True, False]
+    def arm(self, fd: int, at: float) -> Cut:
+        """Shut ``fd`` down at ``at`` (``time.monotonic()``); return the cut to disarm."""
+        entry = Cut(at, next(self._order), fd)
         with self._cond:
             if self._pid != os.getpid():  # first use, or a forked child: no thread yet
                 self._heap = []
                 self._pid = os.getpid()
                 threading.Thread(target=self._run, name="occupy-cutoff", daemon=True).start()
             heap = self._heap
-            while heap and not heap[0][3]:
+            while heap and not heap[0].armed:
                 heapq.heappop(heap)
             heapq.heappush(heap, entry)
             if heap[0] is entry:
                 self._cond.notify()
         return entry
 
-    def disarm(self, entry: list) -> bool:
+    def disarm(self, entry: Cut) -> bool:
         """Cancel a cut that has not happened (after this, it never will); return
         whether it had happened."""
         with self._cond:
-            entry[3] = False
-            return entry[4]
+            entry.armed = False
+            return entry.done
 
     def _run(self) -> None:
         with self._cond:
             while True:
                 heap = self._heap
-                while heap and not heap[0][3]:
+                while heap and not heap[0].armed:
                     heapq.heappop(heap)
                 if not heap:
                     self._cond.wait()
                     continue
-                wait = heap[0][0] - time.monotonic()
+                wait = heap[0].at - time.monotonic()
                 if wait > 0:
                     self._cond.wait(wait)
                     continue
                 # Under the lock: the statement's thread cannot disarm (and go on to
                 # close the descriptor) while it is shut down.
                 entry = heapq.heappop(heap)
-                entry[4] = True
-                _shutdown(entry[2])
+                entry.done = True
+                _shutdown(entry.fd)
 
 
 def _shutdown(fd: int) -> None:

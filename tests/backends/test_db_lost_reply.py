@@ -1,8 +1,8 @@
 """A grant whose reply is lost with its connection is found by its token, never run twice.
 
 The backend retries a statement after a dropped connection. A grant may have committed
-before the connection died: run again, it used to re-enter the caller's own fresh claim
-(one ``acquire()`` at depth 2, whose one ``release()`` left the key held). Here the
+before the connection died: run again blindly, it would re-enter the caller's own fresh
+claim (one ``acquire()`` at depth 2, whose one ``release()`` leaves the key held). Here the
 connection is cut right after the server committed the statement, before its reply is
 read. SQLite has no connection to lose.
 """
@@ -53,21 +53,22 @@ def lose_reply(alias: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable
     a row."""
     backend = get_backend(alias)
     armed: list[str] = []
-    cursor_of = backend._cursor
+    running = threading.local()  # the statement this thread runs next
+    cursor_of = backend.own_connections.cursor
 
-    def cursor(conn: Any) -> Any:
-        real = cursor_of(conn)
-        if armed and getattr(backend._local, "next_sql", None) == armed[0]:
-            return _LosingCursor(conn, real, armed)
+    def cursor(own: Any) -> Any:
+        real = cursor_of(own)
+        if armed and getattr(running, "sql", None) == armed[0]:
+            return _LosingCursor(own.wrapper, real, armed)
         return real
 
     execute = backend.execute
 
     def tracking(sql: str, params: Any, **kwargs: Any) -> Any:
-        backend._local.next_sql = sql
+        running.sql = sql
         return execute(sql, params, **kwargs)
 
-    monkeypatch.setattr(backend, "_cursor", cursor)
+    monkeypatch.setattr(backend.own_connections, "cursor", cursor)
     monkeypatch.setattr(backend, "execute", tracking)
     yield armed.append
     assert not armed, "the statement whose reply was to be lost never ran"

@@ -1,12 +1,12 @@
 """The database backend's :class:`DatabaseAttempt`: one caller's try at a key.
 
-The fast path grants a free key in one statement. A
-caller that waits inserts a ``pending`` claim, which holds its place: the oldest live
-pending claim of a key (lowest id) is promoted when the key comes free, first come,
-first served. On PostgreSQL the pending claim listens on a channel of its own and is
-woken by ``NOTIFY`` (see :mod:`occupy.backends.db`); elsewhere it polls with capped
-backoff. A pending claim is kept alive by heartbeats and expires ``PENDING_TTL`` after
-the last one, so a waiter that died leaves the queue by itself.
+The fast path grants a free key in one statement. A caller that waits inserts a
+``pending`` claim, which holds its place: the oldest live pending claim of a key (lowest
+id) is promoted when the key comes free, first come, first served. Where the dialect
+wakes waiters (PostgreSQL's ``NOTIFY``), the pending claim listens on a channel of its
+own; elsewhere it polls with capped backoff. A pending claim is kept alive by
+heartbeats and expires ``PENDING_TTL`` after the last one, so a waiter that died leaves
+the queue by itself.
 
 A release that was already running when a claim was queued may have looked for waiters
 before that claim was committed, and so woken nobody: a newly queued claim therefore
@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError, IntegrityError
+from django.db import IntegrityError
 
 from occupy.backends.base import Attempt
 from occupy.backends.claims import digest
-from occupy.backends.db.dialects import PG_WAKE_NEXT, Dialect, is_busy
+from occupy.backends.db.dialects import Dialect
+from occupy.backends.db.statements import Result
 from occupy.exceptions import StoreUnavailable
 from occupy.leases import Holder, Lease
 
@@ -46,8 +46,9 @@ class DatabaseAttempt(Attempt):
         #: Whether a claim of this attempt's may exist (else cancel has nothing to do).
         self.claimed = False
         self.beat_at = 0.0
-        #: The channel this attempt listens on (PostgreSQL, while queued), or None, and
-        #: the driver connection that listens (a new connection must listen again).
+        #: The channel this attempt listens on (while queued, where the dialect wakes
+        #: waiters), or None, and the driver connection that listens (a new connection
+        #: must listen again).
         self.listening: str | None = None
         self.listener: Any = None
         #: Just queued: the next pause is skipped (see the module docstring).
@@ -57,17 +58,18 @@ class DatabaseAttempt(Attempt):
 
     @property
     def sql(self) -> Dialect:
+        """Return the backend's dialect."""
         return self.backend.dialect
 
-    def run(self, statement: str, params: Sequence[Any]) -> tuple[int, list[Any]]:
+    def run(self, statement: str, params: Sequence[Any]) -> Result:
+        """Run a statement held to the attempt's time left; return ``(rowcount, rows)``."""
         return self.backend.execute(statement, params, key=self.key, bound=self.time_left())
 
     def lease(self, token: str, fence: Any, expires_at: Any) -> Lease:
-        return Lease(
-            key=self.key, owner=self.owner, token=token, fence=int(fence),
-            expires_at=self.sql.to_datetime(expires_at), ttl=self.ttl,
-            using=self.backend.alias, backend=self.backend,
-        )
+        """Return the lease for a grant of this attempt's."""
+        return self.backend.make_lease(
+            self.key, owner=self.owner, token=token, fence=fence,
+            expires_at=self.sql.to_datetime(expires_at), ttl=self.ttl)
 
     def try_acquire(self) -> Lease | None:
         """Grant the key if it is free, or promote the queued claim if its turn has
@@ -77,7 +79,8 @@ class DatabaseAttempt(Attempt):
                 return self._grant_if_free() or self._look()
             return self._promote()
         except StoreUnavailable as e:
-            if not is_busy(self.sql.vendor, e.__cause__) or self.backend.sharing_transaction():
+            if (not self.sql.is_busy(e.__cause__)
+                    or self.sql.caller_transaction(self.backend.database)):
                 raise
             # SQLite stayed locked by another writer: the statement did nothing.
             self.claimed = self.pending_id is not None
@@ -94,7 +97,7 @@ class DatabaseAttempt(Attempt):
             return None
         return self.lease(self.token, *rows[0])
 
-    def _granted(self) -> tuple[int, list[Any]] | None:
+    def _granted(self) -> Result | None:
         """Return this attempt's grant as a grant statement would (fence and expiry
         first), if one whose reply was lost made it; else ``None``.
 
@@ -105,7 +108,7 @@ class DatabaseAttempt(Attempt):
         rows = self.run(self.sql.granted(), [self.digest, self.token])[1]
         return (len(rows), [row[:2] for row in rows]) if rows else None
 
-    def _queued(self) -> tuple[int, list[Any]] | None:
+    def _queued(self) -> Result | None:
         """Return this attempt's pending claim as the enqueue statement would (its id),
         if one whose reply was lost made it; else ``None``."""
         rows = self.run(self.sql.queued(), [self.digest, self.token])[1]
@@ -116,17 +119,18 @@ class DatabaseAttempt(Attempt):
         held. A live claim of the same owner is no exception: owners do not re-enter
         (see :mod:`occupy.reentry`)."""
         rows = self.run(self.sql.claims_of_key(), [self.digest])[1]
-        now = self.sql.to_datetime(rows[0][7]) if rows else None
+        if not rows:
+            return self._grant_if_free()
+        now = self.sql.to_datetime(rows[0][7])
         expired = any(self.sql.to_datetime(row[6]) <= now for row in rows)
         if expired:
             self.run(self.sql.purge_expired_of_key(), [self.digest])
-        if expired or not rows:
             return self._grant_if_free()
         return None
 
     def enqueue(self) -> None:
-        """Insert the pending claim that holds this caller's place in the queue, and on
-        PostgreSQL listen on its channel."""
+        """Insert the pending claim that holds this caller's place in the queue, and
+        where the dialect wakes waiters, listen on its channel."""
         self.claimed = True
         try:
             self.pending_id = int(self.backend.execute(self.sql.enqueue(), [
@@ -134,22 +138,22 @@ class DatabaseAttempt(Attempt):
                 self.token, self.sql.seconds(self.backend.pending_ttl),
             ], key=self.key, settled=self._queued, bound=self.time_left())[1][0][0])
         except StoreUnavailable as e:
-            if is_busy(self.sql.vendor, e.__cause__):
+            if self.sql.is_busy(e.__cause__):
                 self.claimed = False  # SQLite stayed locked: the insert did nothing
             raise
         self.beat_at = time.monotonic()
         self.fresh = True
         self.pauses = 0
-        if self.sql.vendor == "postgresql" and not self.asynchronous:
+        if self.sql.wakes_waiters and not self.asynchronous:
             self._unlisten()  # queued again under a new id: listen on the new channel
             self.backend.forget_listen()
-            self.listening = f"occupy_{self.pending_id}"
-            self._listen()
+            self.listening = self.sql.channel(self.pending_id)
+            self._listen(self.listening)
 
-    def _listen(self) -> None:
+    def _listen(self, channel: str) -> None:
         """Listen on this claim's channel, on the connection the next statements use."""
-        self.run(f"LISTEN {self.listening}", [])
-        self.listener = self.backend.connection().connection
+        self.run(self.sql.listen(channel), [])
+        self.listener = self.backend.own_connections.get().wrapper.connection
 
     def _promote(self) -> Lease | None:
         assert self.pending_id is not None
@@ -174,8 +178,9 @@ class DatabaseAttempt(Attempt):
             if not rows:
                 return None
         if self.listening:
-            # UNLISTEN waits for the release (forget_listen): the holder starts work now.
-            self.backend._local.stale_channel, self.listening = self.listening, None
+            # UNLISTEN waits for the release: the holder starts work now.
+            self.backend.unlisten_later(self.listening)
+            self.listening = None
         return self.lease(self.token, *rows[0][:2])
 
     def _keep_queued(self) -> None:
@@ -191,33 +196,25 @@ class DatabaseAttempt(Attempt):
             self.enqueue()
 
     def wait(self, seconds: float) -> None:
-        """Sleep, or on PostgreSQL wait for this claim's ``NOTIFY`` (polling as fallback).
+        """Sleep, or where the dialect wakes waiters, wait to be woken (polling as
+        fallback).
 
         A waiter whose connection dropped keeps its place: the next try reconnects
         (queueing again if its claim expired meanwhile), and the wait after it listens
         again on the new connection.
         """
-        if not self.listening or seconds <= 0:
+        channel = self.listening
+        if not channel or seconds <= 0:
             time.sleep(seconds)
             return
-        conn = self.backend.connection()
-        if conn.connection is not self.listener:
-            self._listen()
-        raw = self.listener
-        try:
-            # Notifications for channels this connection listened on before are stale.
-            for note in raw.notifies(timeout=seconds):
-                if note.channel == self.listening:
-                    break
-        except TypeError:  # psycopg older than 3.2, or psycopg2: poll instead
-            time.sleep(seconds)
-        except conn.Database.Error:
-            with suppress(DatabaseError):  # dropped: the next try reconnects
-                conn.close()
+        own = self.backend.own_connections.get()
+        if own.wrapper.connection is not self.listener:
+            self._listen(channel)
+        self.sql.await_wake(own, channel, seconds)
 
     def next_delay(self) -> float:
-        """Return the next pause: none right after queueing; then on PostgreSQL the
-        fallback poll for a lost wake-up, elsewhere capped exponential backoff."""
+        """Return the next pause: none right after queueing; then while listening the
+        fallback poll for a lost wake-up, else capped exponential backoff."""
         if self.fresh:
             self.fresh = False
             return 0.0
@@ -230,16 +227,17 @@ class DatabaseAttempt(Attempt):
         """Delete this attempt's claim, queued or granted, and wake the next waiter."""
         if self.claimed:
             self.run(self.sql.forget(), [self.digest, self.token])
-        if self.pending_id is not None and self.sql.vendor == "postgresql":
-            self.run(PG_WAKE_NEXT, [self.digest])
+        wake = self.sql.wake_next()
+        if self.pending_id is not None and wake is not None:
+            self.run(wake, [self.digest])
         self._unlisten()
 
     def _unlisten(self) -> None:
         if self.listening:
             channel, self.listening = self.listening, None
-            self.run(f"UNLISTEN {channel}", [])
+            self.run(self.sql.unlisten(channel), [])
 
     def current_holder(self) -> tuple[Holder | None, float | None]:
         """Return the holder and its remaining seconds, by the database's clock."""
-        found = self.backend._holder(self.key)
+        found = self.backend.holder_and_remaining(self.key)
         return (None, None) if found is None else found

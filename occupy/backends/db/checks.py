@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from django.core.checks import CheckMessage, Warning
 from django.db import DatabaseError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
+from occupy.backends.db.dialects import TABLE
 from occupy.backends.options import where
 
-__all__ = ["TABLE_NAME", "no_database", "occupation_table_warnings"]
-
-TABLE_NAME = "occupy_occupation"
+__all__ = ["migrate_hint", "migration_recorded", "no_database", "occupation_table_warnings"]
 
 
 def no_database(alias: str, database: str) -> str:
@@ -18,11 +18,29 @@ def no_database(alias: str, database: str) -> str:
             f"settings.DATABASES ({sorted(connections.settings)}).")
 
 
-def _migrated(database: str) -> bool:
+def migration_recorded(connection: BaseDatabaseWrapper) -> bool:
+    """Return whether occupy's migration is recorded as applied in the database of
+    ``connection`` (asked on that very connection, whichever it is)."""
     from django.db.migrations.recorder import MigrationRecorder
 
-    recorder = MigrationRecorder(connections[database])
-    return recorder.has_table() and recorder.migration_qs.filter(app="occupy").exists()
+    recorder = MigrationRecorder(connection)
+    if not recorder.has_table():
+        return False
+    table = connection.ops.quote_name(recorder.Migration._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {table} WHERE app = %s", ["occupy"])
+        return cursor.fetchone() is not None
+
+
+def migrate_hint(database: str, *, recorded: bool) -> str:
+    """Return what to run so that ``database`` gets occupy's claims table: its
+    migration, or where that is recorded as applied already (the table was dropped),
+    the record undone first."""
+    migrate = f"'python manage.py migrate occupy --database {database}'"
+    if not recorded:
+        return f"Run {migrate}."
+    return ("Record the migration as unapplied, then apply it: 'python manage.py "
+            f"migrate occupy zero --fake --database {database}', then {migrate}.")
 
 
 def occupation_table_warnings(alias: str, database: str) -> list[CheckMessage]:
@@ -36,16 +54,14 @@ def occupation_table_warnings(alias: str, database: str) -> list[CheckMessage]:
         with connections[database].cursor() as cursor:
             tables = connections[database].introspection.table_names(cursor)
     except DatabaseError as e:
-        return [Warning(f"Could not look for the {TABLE_NAME} table in database "
+        return [Warning(f"Could not look for the {TABLE} table in database "
                         f"{database!r}: {e}", obj=where(alias), id="occupy.W001")]
-    if TABLE_NAME in tables or not _migrated(database):
+    if TABLE in tables or not migration_recorded(connections[database]):
         return []
     return [Warning(
-        f"Database {database!r} has no {TABLE_NAME} table, although occupy's migration "
+        f"Database {database!r} has no {TABLE} table, although occupy's migration "
         f"is recorded as applied there, so occupy backend {alias!r} cannot take locks.",
-        hint=("Record the migration as unapplied, then apply it: 'python manage.py "
-              f"migrate occupy zero --fake --database {database}', then 'python manage.py "
-              f"migrate occupy --database {database}'. If a database router sends occupy "
-              "elsewhere, point OPTIONS['DATABASE'] there instead."),
+        hint=(f"{migrate_hint(database, recorded=True)} If a database router sends "
+              "occupy elsewhere, point OPTIONS['DATABASE'] there instead."),
         obj=where(alias), id="occupy.W001",
     )]

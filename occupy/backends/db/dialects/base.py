@@ -1,22 +1,27 @@
-"""The SQL of the database backend, per vendor.
+"""The SQL every vendor shares, and the hooks by which a vendor's dialect differs.
 
 Hot paths are single hand-written statements, because the ORM would need several
 round trips for what one ``INSERT … SELECT … WHERE NOT EXISTS`` does atomically. Every
 time is the database's own clock; nothing here compares app-server clocks.
+
+A :class:`Dialect` is to the database backend what Django's ``DatabaseOperations`` is
+to a database: the statements, built from a few vendor words (:attr:`~Dialect.now`,
+:attr:`~Dialect.insert_ignore`, …), and every behaviour that differs between vendors:
+how a connection is set up and bounded, which errors may be retried, whether waiters
+are woken. Callers ask the dialect; none asks which vendor it is.
 """
 
 from __future__ import annotations
 
-import sqlite3
+import math
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from django.db import OperationalError
+if TYPE_CHECKING:
+    from occupy.backends.db.connections import OwnConnection
 
-__all__ = ["PG_RELEASE_AND_WAKE", "PG_SESSION", "PG_WAKE_NEXT", "Dialect", "dialect_for",
-           "is_busy"]
+__all__ = ["COLUMNS", "TABLE", "Dialect"]
 
 TABLE = "occupy_occupation"
 # "key" is reserved in MySQL; {q} is the vendor's identifier quote.
@@ -26,27 +31,38 @@ COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
 class Dialect:
-    """What differs between vendors, and the statements built from it."""
+    """What differs between vendors, and the statements built from it.
 
-    vendor: str
+    The base class writes the statements and the behaviour of a database server reached
+    over a socket; each vendor's subclass sets the vendor words and overrides the hooks
+    where it differs. Instances hold no state: one per vendor serves every backend.
+    """
+
+    #: Django's ``connection.vendor`` this dialect is for.
+    vendor: ClassVar[str]
     #: The store's now.
-    now: str
+    now: ClassVar[str]
     #: The store's now plus ``%s`` (see :meth:`seconds`).
-    later: str
+    later: ClassVar[str]
     #: The store's clock in microseconds since the epoch: the floor of every fence.
-    clock_us: str
-    greatest: str = "GREATEST"
-    insert_ignore: str = "INSERT INTO"
-    on_conflict: str = "ON CONFLICT DO NOTHING"
-    #: Whether ``UPDATE … RETURNING`` exists (MariaDB has it for INSERT and DELETE only,
-    #: SQLite from 3.35).
-    update_returning: bool = True
-    quote: str = '"'
-    #: The FROM clause of a ``SELECT`` of constants that has a ``WHERE`` (MySQL's).
-    from_nothing: str = ""
+    clock_us: ClassVar[str]
+    greatest: ClassVar[str] = "GREATEST"
+    insert_ignore: ClassVar[str] = "INSERT INTO"
+    on_conflict: ClassVar[str] = "ON CONFLICT DO NOTHING"
+    #: Whether ``UPDATE … RETURNING`` exists.
+    update_returning: ClassVar[bool] = True
+    quote: ClassVar[str] = '"'
+    #: The FROM clause of a ``SELECT`` of constants that has a ``WHERE``.
+    from_nothing: ClassVar[str] = ""
+    #: Whether a queued claim is woken by the server when its turn may have come (it
+    #: listens on :meth:`channel`), rather than polling.
+    wakes_waiters: ClassVar[bool] = False
 
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}>"
+
+    # --- values ---------------------------------------------------------------------
     @property
     def columns(self) -> str:
         """Return the insert column list, quoted for the vendor."""
@@ -54,44 +70,30 @@ class Dialect:
 
     def seconds(self, seconds: float) -> Any:
         """Return the parameter that :attr:`later` takes for ``seconds``."""
-        if self.vendor == "mysql":
-            return round(seconds * 1_000_000)
-        if self.vendor == "sqlite":
-            return f"+{seconds:.6f} seconds"
         return seconds
 
     def object_id_text(self, column: str) -> Any:
         """Return ``column`` (text) as an ORM expression that compares equal with a
-        ``Cast(..., TextField())`` of a primary key: cast too on MySQL, so that columns
-        of different collations never meet."""
-        from django.db.models import F, TextField
-        from django.db.models.functions import Cast
+        ``Cast(..., TextField())`` of a primary key."""
+        from django.db.models import F
 
-        return Cast(column, TextField()) if self.vendor == "mysql" else F(column)
+        return F(column)
 
     def to_datetime(self, value: Any) -> datetime:
         """Return a column or expression value of the store's time as an aware UTC datetime."""
-        if isinstance(value, str):  # SQLite keeps naive UTC text
-            value = datetime.fromisoformat(value)
-        if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+        moment: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=timezone.utc)
+        return moment.astimezone(timezone.utc)
 
     def live(self, column: str = "expires_at") -> str:
         """Return SQL that is true while ``column`` is in the future, as a filter on rows
-        found by key, digest or id.
-
-        On PostgreSQL it is written so that it cannot use the expiry index: statements are
-        prepared and their plans cached, and a plan made while the statistics call the
-        table empty could otherwise walk that index through every live claim to find one.
-        """
-        test = f"{column} > {self.now}"
-        return f"({test}) IS TRUE" if self.vendor == "postgresql" else test
+        found by key, digest or id."""
+        return f"{column} > {self.now}"
 
     def expired(self, column: str = "expires_at") -> str:
         """Return SQL that is true once ``column`` has passed (see :meth:`live`)."""
-        test = f"{column} <= {self.now}"
-        return f"({test}) IS TRUE" if self.vendor == "postgresql" else test
+        return f"{column} <= {self.now}"
 
     def fence_expr(self) -> str:
         """Return SQL for the next fence of the key whose digest is the parameter.
@@ -106,7 +108,7 @@ class Dialect:
             f"WHERE f.digest = %s), 0) + 1)"
         )
 
-    # --- statements -------------------------------------------------------------
+    # --- statements -------------------------------------------------------------------
     def grant_if_free(self) -> str:
         """Insert a granted claim if the key has no live claim at all (the fast path).
 
@@ -172,9 +174,9 @@ class Dialect:
         Where ``UPDATE … RETURNING`` exists, the promoted claim's fence and expiry come
         back with it (one round trip less between a release and the next grant).
 
-        The seed checks pending claims before the using claim because they are two
-        reads; here both are one NOT EXISTS in the same statement as the write, and
-        ties go to the lowest id (first come, first served) instead of random sleeps.
+        Whether the key is free and whether this claim is first in line is one
+        ``NOT EXISTS`` in the same statement as the write, so no other grant can come
+        between the two; ties go to the lowest id (first come, first served).
         """
         returning = " RETURNING fence, expires_at" if self.update_returning else ""
         return (
@@ -244,6 +246,16 @@ class Dialect:
             f"AND {self.live()}"
         )
 
+    def release_and_wake(self) -> str:
+        """Release as :meth:`release` does, and where :attr:`wakes_waiters`, wake the
+        next claim in line in the same statement; digest, token. Read how many claims
+        it deleted with :meth:`released`."""
+        return self.release()
+
+    def released(self, rowcount: int, rows: list[Any]) -> int:
+        """Return how many claims a run of :meth:`release_and_wake` deleted."""
+        return rowcount
+
     def unwind(self) -> str:
         """Remove one of several levels of a live lease, if it still has the depth read
         (a compare-and-set: run again after a lost reply, it takes no second level);
@@ -271,6 +283,10 @@ class Dialect:
             f"WHERE slot = %s AND {self.live()}"
         )
 
+    def drop_claim(self) -> str:
+        """Delete the granted claim of a digest, whoever holds it (a test hook)."""
+        return f"DELETE FROM {TABLE} WHERE slot = %s"
+
     def count_expired(self) -> str:
         """Count every expired claim."""
         return f"SELECT COUNT(*) FROM {TABLE} WHERE expires_at <= {self.now}"
@@ -281,113 +297,90 @@ class Dialect:
         The outer condition is checked again on each row, so a claim renewed while the
         batch runs is kept.
         """
-        if self.vendor == "mysql":
-            return (
-                f"DELETE FROM {TABLE} WHERE expires_at <= {self.now} "
-                f"ORDER BY expires_at LIMIT %s"
-            )
-        if self.vendor == "postgresql":
-            # ANY(ARRAY(…)) runs the batch's SELECT once, then deletes the batch by row
-            # address (a TID scan: no plan can do otherwise). With ``id IN (SELECT …)``
-            # the planner may hash-join the batch against a scan of every expired row,
-            # once per batch: quadratic in the backlog (measured: 60,000 rows/s instead
-            # of 300,000 on 100,000 rows). A row renewed meanwhile has a new address and
-            # a later expiry: the expiry, checked again on the row's latest version, keeps it.
-            return (
-                f"DELETE FROM {TABLE} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {TABLE} "
-                f"WHERE expires_at <= {self.now} LIMIT %s)) AND expires_at <= {self.now}"
-            )
         return (
             f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} "
             f"WHERE expires_at <= {self.now} LIMIT %s) AND expires_at <= {self.now}"
         )
 
+    # --- waking waiters (where wakes_waiters) ---------------------------------------
+    def channel(self, pending_id: int) -> str:
+        """Return the channel a queued claim listens on."""
+        return f"occupy_{pending_id}"
 
-# PostgreSQL, on the backend's own connections: every statement finds its rows through an
-# index (a key's digest or slot, an id, the expiry for sweeps). A lock table is small and
-# churns, so its statistics often say "empty"; a plan made then (and kept, when prepared)
-# would scan the whole table on every lock once it has grown. And the session is in UTC:
-# with USE_TZ = False Django puts it in TIME_ZONE and reads timestamptz values as naive
-# local times, which Dialect.to_datetime would label UTC (off by the zone's offset).
-PG_SESSION = (
-    "SELECT set_config('enable_seqscan', 'off', false), set_config('TimeZone', 'UTC', false)"
-)
-# PostgreSQL: the oldest live queued claim on a digest: the one to wake. The key's claims
-# are gathered first (MATERIALIZED: through the digest index), because "ORDER BY id
-# LIMIT 1" over the table could be planned, and the plan kept, as a walk of the primary
-# key through every older claim of every key.
-PG_NEXT_IN_LINE = (
-    f"WITH queued AS MATERIALIZED (SELECT o.id FROM {TABLE} o WHERE o.digest = {{digest}} "
-    "AND o.state = 'pending' AND (o.expires_at > statement_timestamp()) IS TRUE) "
-    "SELECT min(id) AS id FROM queued"
-)
-# PostgreSQL: release and wake the next claim in line, if any, in one statement.
-PG_RELEASE_AND_WAKE = (
-    f"WITH gone AS (DELETE FROM {TABLE} WHERE slot = %s AND token = %s AND depth = 1 "
-    "AND (expires_at > statement_timestamp()) IS TRUE RETURNING digest), "
-    "woken AS (SELECT pg_notify('occupy_' || n.id, '') FROM ("
-    + PG_NEXT_IN_LINE.format(digest="(SELECT digest FROM gone)")
-    + ") n WHERE n.id IS NOT NULL) "
-    "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)"
-)
-# PostgreSQL: wake the next claim in line (after a queued claim left).
-PG_WAKE_NEXT = (
-    "SELECT count(*) FROM (SELECT pg_notify('occupy_' || n.id, '') FROM ("
-    + PG_NEXT_IN_LINE.format(digest="%s")
-    + ") n WHERE n.id IS NOT NULL) w"
-)
+    def listen(self, channel: str) -> str:
+        """Return the statement that listens on ``channel``."""
+        raise NotImplementedError(f"{type(self).__name__} does not wake waiters")
 
+    def unlisten(self, channel: str) -> str:
+        """Return the statement that stops listening on ``channel``."""
+        raise NotImplementedError(f"{type(self).__name__} does not wake waiters")
 
-def _sqlite_clock_us() -> int:
-    return time.time_ns() // 1000
+    def wake_next(self) -> str | None:
+        """Return the statement that wakes the next claim in line on a digest (after a
+        queued claim left), or ``None`` where waiters poll."""
+        return None
 
+    def await_wake(self, own: OwnConnection, channel: str, seconds: float) -> None:
+        """Block until ``channel`` is notified on ``own`` (which listens on it) or
+        ``seconds`` pass."""
+        time.sleep(seconds)
 
-SQLITE_FUNCTIONS = {"occupy_clock_us": _sqlite_clock_us}
+    # --- connections ------------------------------------------------------------------
+    def connection_options(self, options: dict[str, Any], *, prepare: bool
+                           ) -> tuple[dict[str, Any], bool]:
+        """Return the ``OPTIONS`` a new connection of the backend's own is made with,
+        and whether the server prepares its statements (asked for with ``prepare``)."""
+        return options, False
 
-_DIALECTS = {
-    "postgresql": Dialect(
-        vendor="postgresql",
-        now="statement_timestamp()",
-        later="(statement_timestamp() + %s * interval '1 second')",
-        clock_us="(extract(epoch from clock_timestamp()) * 1000000)::bigint",
-    ),
-    "mysql": Dialect(
-        vendor="mysql",
-        now="UTC_TIMESTAMP(6)",
-        later="(UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND)",
-        clock_us="TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))",
-        insert_ignore="INSERT IGNORE INTO",
-        on_conflict="",
-        from_nothing="FROM DUAL",
-        quote="`",
-        update_returning=False,
-    ),
-    "sqlite": Dialect(
-        vendor="sqlite",
-        now="strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')",
-        later="strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)",
-        # Called inside the statement, under SQLite's write lock, so two grants of a
-        # key read it in the order they are granted.
-        clock_us="occupy_clock_us()",
-        greatest="MAX",
-        update_returning=sqlite3.sqlite_version_info >= (3, 35),
-    ),
-}
+    def limit_connect(self, options: dict[str, Any], configured: Any, cutoff: float) -> None:
+        """Make the driver give up connecting by ``cutoff`` (``time.monotonic()``), or
+        sooner if the database's own ``connect_timeout`` (``configured``) says so:
+        ``options`` are those of the connection about to connect.
 
+        Whole seconds, 2 at least (libpq's floor). A connection from Django's pool is
+        the pool's: its options are left alone.
+        """
+        if "pool" in options:
+            return
+        seconds = max(math.ceil(cutoff - time.monotonic()), 2)
+        options["connect_timeout"] = min(seconds, int(configured)) if configured else seconds
 
-def is_busy(vendor: str, error: BaseException | None) -> bool:
-    """Return whether ``error`` says that SQLite is write-locked by another connection."""
-    return vendor == "sqlite" and isinstance(error, OperationalError) and (
-        "locked" in str(error) or "busy" in str(error)
-    )
+    def on_connect(self, own: OwnConnection) -> None:
+        """Set up a new session of one of the backend's own connections."""
 
+    def bound(self, own: OwnConnection, sql: str, left: float | None,
+              sharing: str | None) -> str:
+        """Hold the statement to ``left`` seconds on the server's side where the server
+        can (``None``: no bound); return the statement to run. ``sharing`` is the alias
+        of the caller's open transaction on the same file, if any (see
+        :meth:`caller_transaction`)."""
+        return sql
 
-def dialect_for(vendor: str) -> Dialect:
-    """Return the dialect for a Django ``connection.vendor``."""
-    try:
-        return _DIALECTS[vendor]
-    except KeyError:
-        raise NotImplementedError(
-            f"occupy's DatabaseBackend supports PostgreSQL, MySQL/MariaDB and SQLite, "
-            f"not {vendor!r}."
-        ) from None
+    def server_session(self, own: OwnConnection) -> int | None:
+        """Return the server's id of the connection's session (no round trip), or
+        ``None`` where there is no server whose socket could be cut."""
+        return None
+
+    def end_session(self) -> str:
+        """Return the statement that ends the server session whose id is the parameter."""
+        raise NotImplementedError(f"{type(self).__name__} has no server sessions")
+
+    def caller_transaction(self, database: str) -> str | None:
+        """Return the alias of this thread's Django connection whose open transaction
+        may hold the lock the backend's statements on ``database`` need, if any."""
+        return None
+
+    # --- errors -----------------------------------------------------------------------
+    def is_transient(self, error: BaseException | None) -> bool:
+        """Return whether a statement that failed with ``error`` did nothing and may
+        simply be run again (a deadlock, a lock wait that timed out)."""
+        return False
+
+    def is_busy(self, error: BaseException | None) -> bool:
+        """Return whether ``error`` says another connection holds the database's one
+        write lock (a failure that did nothing, where the store has such a lock)."""
+        return False
+
+    def is_missing_table(self, error: BaseException | None) -> bool:
+        """Return whether ``error`` says a table the statement names does not exist."""
+        return False

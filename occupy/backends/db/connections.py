@@ -1,0 +1,134 @@
+"""The database backend's own connections: one per thread, in autocommit.
+
+Every statement of the backend runs on a connection of its own, never the app's, so a
+claim is committed the moment it is made, even inside the caller's
+``transaction.atomic()``, and preparing statements on the server (``PREPARE``) changes
+nothing for the app. A connection is made as its database is configured (a copy of the
+settings), then as the dialect says (:meth:`Dialect.connection_options`,
+:meth:`Dialect.on_connect`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DatabaseError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+from django.db.utils import load_backend
+
+from occupy.backends.db.dialects import Dialect
+
+__all__ = ["OwnConnection", "OwnConnections"]
+
+#: Connections a forked child inherited: kept referenced so that garbage collection
+#: never closes (and so terminates) the parent's session from the child.
+_inherited: list[OwnConnection] = []
+
+
+@dataclass(eq=False)
+class OwnConnection:
+    """One of the backend's own connections, and what the backend keeps about it."""
+
+    #: Django's wrapper; its ``connection`` is the driver's, ``None`` while closed.
+    wrapper: BaseDatabaseWrapper
+    #: The process that made it: a forked child makes its own.
+    pid: int
+    #: Whether the server prepares its statements (see ``PREPARE``).
+    prepares: bool = False
+    #: How long a statement may wait for a lock, in milliseconds, as the database
+    #: configures it and as it is set now (SQLite's busy timeout; see Dialect.bound).
+    wait_ms: int = 0
+    wait_now: int = 0
+    #: The cursor, and the driver connection it was made on.
+    cursor: CursorWrapper | None = None
+    cursor_of: Any = None
+
+
+class OwnConnections:
+    """The backend's own connections to ``database``, one per thread."""
+
+    def __init__(self, database: str, dialect: Dialect, *, prepare: bool) -> None:
+        self.database = database
+        self.dialect = dialect
+        self.prepare = prepare
+        self._local = threading.local()
+        self._opened: weakref.WeakSet[OwnConnection] = weakref.WeakSet()
+
+    def get(self, cutoff: float | None = None) -> OwnConnection:
+        """Return this thread's connection, connected; a new session must be made by
+        ``cutoff`` (``time.monotonic()``) if given."""
+        local = self._local
+        own: OwnConnection | None = getattr(local, "own", None)
+        if own is not None and own.pid != os.getpid():
+            _inherited.append(own)
+            own = None
+        if own is None:
+            own = local.own = self._new()
+            self._opened.add(own)
+        wrapper = own.wrapper
+        if wrapper.connection is None:
+            if cutoff is not None:
+                configured = (connections.settings[self.database].get("OPTIONS") or {}).get(
+                    "connect_timeout", 0)
+                self.dialect.limit_connect(wrapper.settings_dict["OPTIONS"], configured, cutoff)
+            wrapper.ensure_connection()
+            self.dialect.on_connect(own)
+            cut = getattr(local, "cut", None)
+            if cut:
+                self._end_sessions(own, cut)
+        return own
+
+    def _new(self) -> OwnConnection:
+        """Return a new connection (not yet connected): as configured, with the options
+        the dialect adds (:meth:`Dialect.connection_options`)."""
+        settings_dict = connections.settings[self.database]
+        wrapper_class = load_backend(settings_dict["ENGINE"]).DatabaseWrapper
+        options, prepares = self.dialect.connection_options(
+            dict(settings_dict.get("OPTIONS") or {}), prepare=self.prepare)
+        wrapper = wrapper_class({**settings_dict, "OPTIONS": options}, self.database)
+        return OwnConnection(wrapper, os.getpid(), prepares)
+
+    def cursor(self, own: OwnConnection) -> CursorWrapper:
+        """Return the connection's cursor, made once per database session: a new cursor
+        per statement costs as much client time as a short statement."""
+        raw = own.wrapper.connection
+        if own.cursor is None or own.cursor_of is not raw:
+            own.cursor, own.cursor_of = own.wrapper.cursor(), raw
+        return own.cursor
+
+    def cut(self, own: OwnConnection, session: int) -> None:
+        """Close a connection cut off for not answering, and remember its server session.
+
+        The server may still run the statement it was sent (a stopped process that
+        resumes reads it from its socket): the next new connection of this thread ends
+        that session on the server before anything else, so that a grant it would make
+        cannot outlive the attempt's cancellation. (A whole server that stalls cannot be
+        reached to be told; a grant it makes when it resumes holds the key until its ttl.)
+        """
+        with suppress(DatabaseError):
+            own.wrapper.close()
+        self._local.cut = [*getattr(self._local, "cut", []), session]
+
+    def _end_sessions(self, own: OwnConnection, sessions: list[int]) -> None:
+        self._local.cut = []
+        for session in sessions:
+            with suppress(DatabaseError), own.wrapper.cursor() as cursor:
+                cursor.execute(self.dialect.end_session(), [session])
+
+    def close(self) -> None:
+        """Close the connections made in this process, in every thread."""
+        pid = os.getpid()
+        for own in list(self._opened):
+            raw = own.wrapper.connection
+            if raw is not None and own.pid == pid:
+                # The raw close: Django's own refuses a connection of another thread.
+                raw.close()
+                own.wrapper.connection = None
+        self._opened = weakref.WeakSet()
+        self._local = threading.local()

@@ -1,0 +1,81 @@
+"""MySQL and MariaDB: ``INSERT IGNORE``, no ``UPDATE … RETURNING``, UTC by function."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from occupy.backends.db.dialects.base import TABLE, Dialect
+
+if TYPE_CHECKING:
+    from occupy.backends.db.connections import OwnConnection
+
+__all__ = ["MySQLDialect"]
+
+#: Error numbers of a statement that did nothing and may run again: a lock wait that
+#: timed out, a deadlock.
+TRANSIENT = frozenset({1205, 1213})
+NO_SUCH_TABLE = 1146
+
+
+def _errno(error: BaseException | None) -> int | None:
+    """Return the server's error number of a Django database error, if it has one."""
+    args = getattr(error, "args", None)
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+class MySQLDialect(Dialect):
+    """MySQL and MariaDB: the statements' clock is ``UTC_TIMESTAMP(6)``, never the
+    session's time zone."""
+
+    vendor = "mysql"
+    now = "UTC_TIMESTAMP(6)"
+    later = "(UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND)"
+    clock_us = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
+    insert_ignore = "INSERT IGNORE INTO"
+    on_conflict = ""
+    from_nothing = "FROM DUAL"
+    quote = "`"
+    # MariaDB has RETURNING for INSERT and DELETE only.
+    update_returning = False
+
+    def seconds(self, seconds: float) -> int:
+        """Return ``seconds`` in whole microseconds (:attr:`later`'s interval)."""
+        return round(seconds * 1_000_000)
+
+    def object_id_text(self, column: str) -> Any:
+        """Return ``column`` cast to text, so that columns of different collations never
+        meet in a comparison."""
+        from django.db.models import TextField
+        from django.db.models.functions import Cast
+
+        return Cast(column, TextField())
+
+    def sweep_batch(self) -> str:
+        """Delete up to ``%s`` expired claims, oldest expiry first."""
+        return (
+            f"DELETE FROM {TABLE} WHERE expires_at <= {self.now} "
+            f"ORDER BY expires_at LIMIT %s"
+        )
+
+    def bound(self, own: OwnConnection, sql: str, left: float | None,
+              sharing: str | None) -> str:
+        """On MariaDB, hold the statement to ``left`` with ``max_statement_time``."""
+        if left is not None and own.wrapper.mysql_is_mariadb:  # type: ignore[attr-defined]
+            return f"SET STATEMENT max_statement_time = {left:.3f} FOR {sql}"
+        return sql
+
+    def server_session(self, own: OwnConnection) -> int:
+        """Return the server's thread id of the connection's session."""
+        return int(own.wrapper.connection.thread_id())
+
+    def end_session(self) -> str:
+        """Return the statement that ends a server thread's session."""
+        return "KILL %s"
+
+    def is_transient(self, error: BaseException | None) -> bool:
+        """Return whether ``error`` is a lock wait timeout or a deadlock."""
+        return _errno(error) in TRANSIENT
+
+    def is_missing_table(self, error: BaseException | None) -> bool:
+        """Return whether ``error`` is ``ER_NO_SUCH_TABLE``."""
+        return _errno(error) == NO_SUCH_TABLE

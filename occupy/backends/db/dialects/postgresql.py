@@ -1,0 +1,179 @@
+"""PostgreSQL: prepared statements, a session in UTC, and waiters woken by ``NOTIFY``.
+
+Each queued claim listens on a channel of its own (``occupy_<id>``), and a release or a
+cancelled waiter notifies only the next claim in line, so one release wakes one waiter
+instead of the whole queue.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any
+
+from django.db import DatabaseError
+
+from occupy.backends.db.dialects.base import TABLE, Dialect
+
+if TYPE_CHECKING:
+    from occupy.backends.db.connections import OwnConnection
+
+__all__ = ["PG_NEXT_IN_LINE", "PG_RELEASE_AND_WAKE", "PG_SESSION", "PG_WAKE_NEXT",
+           "PostgreSQLDialect"]
+
+# Every statement finds its rows through an index (a key's digest or slot, an id, the
+# expiry for sweeps). A lock table is small and churns, so its statistics often say
+# "empty"; a plan made then (and kept, when prepared) would scan the whole table on
+# every lock once it has grown. And the session is in UTC: with USE_TZ = False Django
+# puts it in TIME_ZONE and reads timestamptz values as naive local times, which
+# Dialect.to_datetime would label UTC (off by the zone's offset).
+PG_SESSION = (
+    "SELECT set_config('enable_seqscan', 'off', false), set_config('TimeZone', 'UTC', false)"
+)
+# The oldest live queued claim on a digest: the one to wake. The key's claims are
+# gathered first (MATERIALIZED: through the digest index), because "ORDER BY id LIMIT 1"
+# over the table could be planned, and the plan kept, as a walk of the primary key
+# through every older claim of every key.
+PG_NEXT_IN_LINE = (
+    f"WITH queued AS MATERIALIZED (SELECT o.id FROM {TABLE} o WHERE o.digest = {{digest}} "
+    "AND o.state = 'pending' AND (o.expires_at > statement_timestamp()) IS TRUE) "
+    "SELECT min(id) AS id FROM queued"
+)
+# Release and wake the next claim in line, if any, in one statement.
+PG_RELEASE_AND_WAKE = (
+    f"WITH gone AS (DELETE FROM {TABLE} WHERE slot = %s AND token = %s AND depth = 1 "
+    "AND (expires_at > statement_timestamp()) IS TRUE RETURNING digest), "
+    "woken AS (SELECT pg_notify('occupy_' || n.id, '') FROM ("
+    + PG_NEXT_IN_LINE.format(digest="(SELECT digest FROM gone)")
+    + ") n WHERE n.id IS NOT NULL) "
+    "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)"
+)
+# Wake the next claim in line (after a queued claim left).
+PG_WAKE_NEXT = (
+    "SELECT count(*) FROM (SELECT pg_notify('occupy_' || n.id, '') FROM ("
+    + PG_NEXT_IN_LINE.format(digest="%s")
+    + ") n WHERE n.id IS NOT NULL) w"
+)
+#: SQLSTATEs of a statement that did nothing and may run again: a serialization
+#: failure, a deadlock.
+TRANSIENT = frozenset({"40001", "40P01"})
+UNDEFINED_TABLE = "42P01"
+
+
+def _sqlstate(error: BaseException | None) -> str | None:
+    """Return the SQLSTATE of a Django database error (psycopg 3 or psycopg2)."""
+    cause = getattr(error, "__cause__", None)
+    state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    return state if isinstance(state, str) else None
+
+
+class PostgreSQLDialect(Dialect):
+    """PostgreSQL: the statements' clock is ``statement_timestamp()``."""
+
+    vendor = "postgresql"
+    now = "statement_timestamp()"
+    later = "(statement_timestamp() + %s * interval '1 second')"
+    clock_us = "(extract(epoch from clock_timestamp()) * 1000000)::bigint"
+    wakes_waiters = True
+
+    def live(self, column: str = "expires_at") -> str:
+        """Return SQL that is true while ``column`` is in the future.
+
+        Written so that it cannot use the expiry index: statements are prepared and
+        their plans cached, and a plan made while the statistics call the table empty
+        could otherwise walk that index through every live claim to find one.
+        """
+        return f"({super().live(column)}) IS TRUE"
+
+    def expired(self, column: str = "expires_at") -> str:
+        """Return SQL that is true once ``column`` has passed (see :meth:`live`)."""
+        return f"({super().expired(column)}) IS TRUE"
+
+    def release_and_wake(self) -> str:
+        """Release and wake the next claim in line, in one statement."""
+        return PG_RELEASE_AND_WAKE
+
+    def released(self, rowcount: int, rows: list[Any]) -> int:
+        """Return how many claims :meth:`release_and_wake` deleted (its first column)."""
+        return int(rows[0][0])
+
+    def sweep_batch(self) -> str:
+        """Delete up to ``%s`` expired claims without loading them.
+
+        ``ANY(ARRAY(…))`` runs the batch's ``SELECT`` once, then deletes the batch by row
+        address (a TID scan: no plan can do otherwise); with ``id IN (SELECT …)`` the
+        planner may hash-join the batch against a scan of every expired row, once per
+        batch, which is quadratic in the backlog. A row renewed meanwhile has a new
+        address and a later expiry: the expiry, checked again on the row's latest
+        version, keeps it.
+        """
+        return (
+            f"DELETE FROM {TABLE} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {TABLE} "
+            f"WHERE expires_at <= {self.now} LIMIT %s)) AND expires_at <= {self.now}"
+        )
+
+    # --- waking waiters -----------------------------------------------------------------
+    def listen(self, channel: str) -> str:
+        """Return ``LISTEN`` on ``channel``."""
+        return f"LISTEN {channel}"
+
+    def unlisten(self, channel: str) -> str:
+        """Return ``UNLISTEN`` of ``channel``."""
+        return f"UNLISTEN {channel}"
+
+    def wake_next(self) -> str:
+        """Return the statement that notifies the next claim in line on a digest."""
+        return PG_WAKE_NEXT
+
+    def await_wake(self, own: OwnConnection, channel: str, seconds: float) -> None:
+        """Block until ``channel`` is notified or ``seconds`` pass; polls with a driver
+        that cannot wait for a notification with a timeout (psycopg older than 3.2,
+        psycopg2). A connection that fails is closed: the next try reconnects."""
+        wrapper = own.wrapper
+        try:
+            # Notifications for channels this connection listened on before are stale.
+            for note in wrapper.connection.notifies(timeout=seconds):
+                if note.channel == channel:
+                    break
+        except TypeError:
+            time.sleep(seconds)
+        except wrapper.Database.Error:  # type: ignore[attr-defined]
+            with suppress(DatabaseError):
+                wrapper.close()
+
+    # --- connections --------------------------------------------------------------------
+    def connection_options(self, options: dict[str, Any], *, prepare: bool
+                           ) -> tuple[dict[str, Any], bool]:
+        """With psycopg 3 and ``prepare``, bind parameters on the server and prepare each
+        statement the second time it runs on a connection (one-off statements, such as
+        ``LISTEN`` on a claim's own channel, are never prepared). Never on a connection
+        from Django's pool, which is shared with the app."""
+        if not prepare or "pool" in options:
+            return options, False
+        from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+        if not is_psycopg3:
+            return options, False
+        return {**options, "server_side_binding": True, "prepare_threshold": 1}, True
+
+    def on_connect(self, own: OwnConnection) -> None:
+        """Set the session up: index lookups only, and UTC (see ``PG_SESSION``)."""
+        with own.wrapper.cursor() as cursor:
+            cursor.execute(PG_SESSION)
+
+    def server_session(self, own: OwnConnection) -> int:
+        """Return the server process id of the connection's session."""
+        return int(own.wrapper.connection.info.backend_pid)
+
+    def end_session(self) -> str:
+        """Return the statement that ends a server process's session."""
+        return "SELECT pg_terminate_backend(%s)"
+
+    # --- errors -------------------------------------------------------------------------
+    def is_transient(self, error: BaseException | None) -> bool:
+        """Return whether ``error`` is a serialization failure or a deadlock."""
+        return _sqlstate(error) in TRANSIENT
+
+    def is_missing_table(self, error: BaseException | None) -> bool:
+        """Return whether ``error`` is ``undefined_table``."""
+        return _sqlstate(error) == UNDEFINED_TABLE

@@ -1,0 +1,153 @@
+"""How the database backend runs a statement: on its own connection, in autocommit,
+retried when that is safe, held to the caller's time, and failing as an ``OccupyError``.
+
+A dropped connection is retried on a new one, and a statement whose reply was lost with
+it is found by the attempt's token instead of being run again (``settled``). A statement
+is held to its time left: connecting, the server's own statement bound where the dialect
+has one (:meth:`Dialect.bound`), and a cut of the socket for a server that does not
+answer (:mod:`occupy.backends.cutoff`). A store that cannot be reached or used raises
+:class:`~occupy.exceptions.StoreUnavailable`; one without occupy's table raises
+:class:`~occupy.exceptions.StoreNotMigrated`, which says what to run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any
+
+from django.db import DatabaseError, IntegrityError, connections
+
+from occupy.backends.cutoff import Cut, cutoffs
+from occupy.backends.db.checks import migrate_hint, migration_recorded
+from occupy.exceptions import StoreNotMigrated, StoreUnavailable
+
+if TYPE_CHECKING:
+    from occupy.backends.db.backend import DatabaseBackend
+
+__all__ = ["CUT_SLACK", "Result", "Statements"]
+
+logger = logging.getLogger("occupy.backends.db")
+
+#: How long after a statement's bound its connection is cut, when the server has not
+#: answered (a server-side bound, at the bound itself, should come first).
+CUT_SLACK = 0.25
+#: A statement's rowcount and the rows it returned.
+Result = tuple[int, list[Any]]
+
+
+class Statements:
+    """Run the statements of one :class:`DatabaseBackend` (see the module docstring)."""
+
+    def __init__(self, backend: DatabaseBackend) -> None:
+        self.backend = backend
+        self.dialect = backend.dialect
+        self.connections = backend.own_connections
+
+    def execute(self, sql: str, params: Sequence[Any], *, key: str | None = None,
+                prepare: bool = True, settled: Callable[[], Result | None] | None = None,
+                bound: float | None = None) -> Result:
+        """Run one autocommit statement; return ``(rowcount, rows)``.
+
+        ``prepare=False`` plans the statement afresh even where statements are prepared
+        (``PREPARE``): for sweeps, whose best plan depends on how many rows expired.
+        Errors the dialect calls transient (:meth:`Dialect.is_transient`: a deadlock, a
+        lock wait that timed out, SQLite's "database is locked") are retried a few
+        times: the failed statement did nothing. So is a dropped connection, but there
+        the statement may have committed with only its reply lost: a statement that
+        must not run twice (a grant) passes ``settled``, which is asked first on the
+        new connection and returns the statement's result if it took effect (found by
+        the attempt's token), or ``None`` to run it again.
+
+        ``bound`` (seconds) is how long the statement may take, retries included (an
+        acquire's time left).
+        """
+        dialect = self.dialect
+        cutoff = None if bound is None else time.monotonic() + bound
+        dropped = False
+        for attempt in range(6):
+            if dropped and settled is not None:
+                done = settled()
+                if done is not None:
+                    return done
+            try:
+                own = self.connections.get(cutoff)
+            except DatabaseError as e:
+                raise self.failure(key, e) from e
+            sharing = dialect.caller_transaction(self.backend.database)
+            alarm: Cut | None = None
+            session = None
+            try:
+                left = None if cutoff is None else max(cutoff - time.monotonic(), 0.001)
+                statement = dialect.bound(own, sql, left, sharing)
+                cursor = self.connections.cursor(own)
+                if cutoff is not None:
+                    session = dialect.server_session(own)
+                    if session is not None:
+                        alarm = cutoffs.arm(own.wrapper.connection.fileno(),
+                                            cutoff + CUT_SLACK)
+                if prepare or not own.prepares:
+                    cursor.execute(statement, params)
+                else:
+                    with own.wrapper.wrap_database_errors:
+                        cursor.cursor.execute(statement, params, prepare=False)
+                raw = cursor.cursor
+                with own.wrapper.wrap_database_errors:
+                    rows = raw.fetchall() if raw.description else []
+                return raw.rowcount, rows
+            except IntegrityError:
+                raise
+            except DatabaseError as e:
+                if sharing and dialect.is_busy(e):
+                    raise self._locked_by_caller(key, sharing) from e
+                late = cutoff is not None and time.monotonic() >= cutoff
+                if not own.wrapper.is_usable():
+                    with suppress(DatabaseError):  # closing a dead connection may fail too
+                        own.wrapper.close()
+                    dropped = True
+                elif not dialect.is_transient(e):
+                    raise self.failure(key, e) from e
+                if attempt == 5 or late:
+                    raise self.failure(key, e) from e
+                logger.debug("retrying a statement on %r after %s", key, e)
+                time.sleep(0.01 * 2**attempt)
+            finally:
+                if alarm is not None and cutoffs.disarm(alarm):
+                    assert session is not None
+                    self.connections.cut(own, session)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def failure(self, key: str | None, error: BaseException) -> StoreUnavailable:
+        """Return the error for a statement that failed with ``error``: the caller
+        raises it ``from error``. A missing table is :class:`StoreNotMigrated`, which
+        says what to run (asking, on this error's path only, whether the migration is
+        recorded as applied); anything else :class:`StoreUnavailable`."""
+        if not self.dialect.is_missing_table(error):
+            return self.backend.unavailable(key, error)
+        database = self.backend.database
+        recorded = False
+        with suppress(DatabaseError):
+            recorded = migration_recorded(self.connections.get().wrapper)
+        on = f" on {key!r}" if key is not None else ""
+        lines = str(error.args[-1] if error.args else error).splitlines()
+        reason = lines[0] if lines else type(error).__name__
+        return StoreNotMigrated(
+            f"occupy backend {self.backend.alias!r} could not work{on}: database "
+            f"{database!r} lacks the tables occupy's migration creates ({reason}). "
+            f"{migrate_hint(database, recorded=recorded)}",
+            key=key, using=self.backend.alias,
+        )
+
+    def _locked_by_caller(self, key: str | None, alias: str) -> StoreUnavailable:
+        name = connections.settings[self.backend.database].get("NAME")
+        return StoreUnavailable(
+            f"occupy backend {self.backend.alias!r} cannot write the claim on {key!r}: "
+            f"SQLite database {name!r} is write-locked, and this thread's transaction on "
+            f"database {alias!r} is open. SQLite has one write lock per file; a "
+            "transaction that has written holds it until it commits, and occupy's claims "
+            "commit on a connection of their own, which would wait for it for ever. Take "
+            "the lock before the transaction writes, or outside transaction.atomic().",
+            key=key, using=self.backend.alias,
+        )
