@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## demo: set up, migrate the example project on SQLite and replay the seeds' races
+## demo: set up, migrate the example project on SQLite and replay the races between writers
 demo: venv
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py race_demo

@@ -4,7 +4,7 @@ from django.apps import AppConfig
 
 
 class LibraryConfig(AppConfig):
-    """The seeds' library: books students borrow and admins rename, tasks editors pull."""
+    """The library: books students borrow and admins rename, tasks editors take."""
 
     name = "example_project.library"
     label = "library"
