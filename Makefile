@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-all mysql-driver databases bench serve lint clean
+.PHONY: venv demo test test-all mysql-driver mysql-driver-required dist databases bench serve lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,14 +19,32 @@ demo: venv
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py race_demo
 
-## test: the whole suite; tests needing PostgreSQL, MariaDB or Redis skip when absent
-test: venv
+## test: the whole suite on every server that answers; the tests needing PostgreSQL,
+## MariaDB or Redis skip when it does not, and the summary names each server skipped
+test: venv mysql-driver
 	$(PY) -m pytest
 
-## mysql-driver: mysqlclient compiles against the MariaDB client headers
-## (Debian: apt-get install libmariadb-dev pkg-config)
+## mysql-driver: install mysqlclient (the MariaDB driver) where the MariaDB or MySQL client
+## headers it compiles against are found; otherwise say how to get them
+MYSQL_HEADERS := pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mysqlclient \
+	2>/dev/null || command -v mysql_config >/dev/null 2>&1
 mysql-driver: venv
-	$(PY) -m pip install --quiet -e ".[dev,mysql]"
+	@if $(PY) -c "import MySQLdb" 2>/dev/null; then :; \
+	elif $(MYSQL_HEADERS); then \
+	  echo "installing mysqlclient, the MariaDB driver"; \
+	  $(PY) -m pip install --quiet -e ".[dev,mysql]"; \
+	else \
+	  echo "mysqlclient (the MariaDB driver) is not installed: it compiles against the"; \
+	  echo "MariaDB client headers, which are not here. Debian/Ubuntu: apt-get install"; \
+	  echo "libmariadb-dev pkg-config; Fedora: dnf install mariadb-connector-c-devel"; \
+	  echo "pkgconf; macOS: brew install mariadb-connector-c pkg-config. Then run make"; \
+	  echo "test again. Until then the MariaDB tests skip."; \
+	fi
+
+## mysql-driver-required: the driver, or fail (make test-all runs on MariaDB)
+mysql-driver-required: mysql-driver
+	@$(PY) -c "import MySQLdb" 2>/dev/null || { \
+	  echo "make test-all needs mysqlclient (see above)" >&2; exit 1; }
 
 ## test-all: the suite with PostgreSQL, then MariaDB, as the default database; fails
 ## when a server is missing. The Redis, cache and file backends, the example site (its
@@ -35,7 +53,7 @@ mysql-driver: venv
 STORE_TESTS := --ignore=tests/backends/test_redis.py --ignore=tests/backends/test_redis_servers.py \
 	--ignore=tests/backends/test_cache.py --ignore=tests/backends/test_file.py \
 	--ignore=tests/example --ignore=tests/admin/test_browser.py
-test-all: mysql-driver
+test-all: mysql-driver-required
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=postgresql $(PY) -m pytest $(STORE_TESTS)
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=mysql $(PY) -m pytest $(STORE_TESTS)
 
@@ -60,8 +78,17 @@ serve: venv
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py runserver 127.0.0.1:8000
 
+## dist: build the sdist and the wheel into dist/, and check them (twine's metadata
+## check, and that the wheel carries the migrations, templates, static files and py.typed)
+dist: venv
+	# A stale egg-info (the editable install's) would add its file list to the sdist.
+	rm -rf dist build django_occupy.egg-info
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+	$(PY) .ci/check_dist.py dist
+
 lint: venv
 	$(PY) -m ruff check occupy tests bench example_project
 
 clean:
-	rm -rf $(VENV) example_project/var .pytest_cache .ruff_cache
+	rm -rf $(VENV) example_project/var .pytest_cache .ruff_cache .nox dist build
