@@ -5,7 +5,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-slow test-all mysql-driver databases bench serve lint docs clean
+.PHONY: venv demo test test-slow test-all mysql-driver mysql-driver-required dist databases bench \
+	bench-scale serve lint docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,27 +16,45 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## demo: set up, migrate the example project on SQLite and replay the seeds' races
+## demo: set up, migrate the example project on SQLite and replay the races between writers
 demo: venv
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py race_demo
 
 ## test: the suite but the tests marked slow (`make test-slow` runs those, `make test
-## SLOW=1` everything at once); tests needing PostgreSQL, MariaDB or Redis skip when absent
-test: venv
+## SLOW=1` everything at once) on every server that answers; the tests needing PostgreSQL,
+## MariaDB or Redis skip when it does not, and the summary names each server skipped
+test: venv mysql-driver
 	@$(PY) -m pytest $(if $(SLOW),,-m "not slow"); status=$$?; \
 	  [ -n "$(SLOW)" ] || echo "make test: the tests marked slow were left out;" \
 	    "make test-slow runs them (make test SLOW=1: everything)"; exit $$status
 
 ## test-slow: the tests marked slow (the race demo, the 100,000-row sweep, the API fuzz,
 ## the admin heartbeat); CI runs them after `make test`
-test-slow: venv
+test-slow: venv mysql-driver
 	$(PY) -m pytest -m slow
 
-## mysql-driver: mysqlclient compiles against the MariaDB client headers
-## (Debian: apt-get install libmariadb-dev pkg-config)
+## mysql-driver: install mysqlclient (the MariaDB driver) where the MariaDB or MySQL client
+## headers it compiles against are found; otherwise say how to get them
+MYSQL_HEADERS := pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mysqlclient \
+	2>/dev/null || command -v mysql_config >/dev/null 2>&1
 mysql-driver: venv
-	$(PY) -m pip install --quiet -e ".[dev,mysql]"
+	@if $(PY) -c "import MySQLdb" 2>/dev/null; then :; \
+	elif $(MYSQL_HEADERS); then \
+	  echo "installing mysqlclient, the MariaDB driver"; \
+	  $(PY) -m pip install --quiet -e ".[dev,mysql]"; \
+	else \
+	  echo "mysqlclient (the MariaDB driver) is not installed: it compiles against the"; \
+	  echo "MariaDB client headers, which are not here. Debian/Ubuntu: apt-get install"; \
+	  echo "libmariadb-dev pkg-config; Fedora: dnf install mariadb-connector-c-devel"; \
+	  echo "pkgconf; macOS: brew install mariadb-connector-c pkg-config. Then run make"; \
+	  echo "test again. Until then the MariaDB tests skip."; \
+	fi
+
+## mysql-driver-required: the driver, or fail (make test-all runs on MariaDB)
+mysql-driver-required: mysql-driver
+	@$(PY) -c "import MySQLdb" 2>/dev/null || { \
+	  echo "make test-all needs mysqlclient (see above)" >&2; exit 1; }
 
 ## test-all: the suite with PostgreSQL, then MariaDB, as the default database, slow tests
 ## included; fails when a server is missing. The Redis, cache and file backends, the
@@ -44,7 +63,7 @@ mysql-driver: venv
 STORE_TESTS := --ignore=tests/backends/test_redis.py --ignore=tests/backends/test_redis_servers.py \
 	--ignore=tests/backends/test_cache.py --ignore=tests/backends/test_file.py \
 	--ignore=tests/example --ignore=tests/admin/test_browser.py
-test-all: mysql-driver
+test-all: mysql-driver-required
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=postgresql $(PY) -m pytest $(STORE_TESTS)
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=mysql $(PY) -m pytest $(STORE_TESTS)
 
@@ -69,6 +88,15 @@ serve: venv
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py runserver 127.0.0.1:8000
 
+## dist: build the sdist and the wheel into dist/, and check them (twine's metadata
+## check, and that the wheel carries the migrations, templates, static files and py.typed)
+dist: venv
+	# A stale egg-info (the editable install's) would add its file list to the sdist.
+	rm -rf dist build django_occupy.egg-info
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+	$(PY) .ci/check_dist.py dist
+
 ## lint: ruff, mypy (strict, with django-stubs) and the import-linter contracts
 ## (.importlinter: the layers, concrete backends only under occupy.backends, no cycles)
 lint: venv
@@ -86,4 +114,4 @@ docs: $(DOCS_STAMP)
 	$(PY) -m sphinx -E -W --keep-going -b html docs docs/_build/html
 
 clean:
-	rm -rf $(VENV) example_project/var .pytest_cache .ruff_cache docs/_build
+	rm -rf $(VENV) example_project/var .pytest_cache .ruff_cache docs/_build .nox dist build

@@ -24,6 +24,7 @@ from occupy.api import (
     resume,
     takeover,
 )
+from occupy.cachelock import CacheLock
 from occupy.exceptions import (
     ConflictError,
     FencedOut,
@@ -43,6 +44,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT",
+    "CacheLock",
     "ConflictError",
     "FencedOut",
     "Holder",

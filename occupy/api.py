@@ -4,6 +4,7 @@ their async twins. Arguments are checked here, before any backend writes anythin
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import logging
@@ -101,11 +102,20 @@ def acquire(
     this thread or task then does not hold it, and neither re-enters it nor is re-entered.
     """
     backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
+    return take(backend, key, owner=owner, ttl=ttl, timeout=timeout, renew=renew,
+                token=token, reentrant=reentrant)
+
+
+def take(backend: BaseBackend, key: str, *, owner: str, ttl: float, timeout: float | None,
+         renew: bool, token: str | None, reentrant: bool) -> Lease:
+    """Do the work of :func:`acquire` on ``backend``, with the arguments checked and the
+    settings' defaults filled in: for a lock whose backend is not configured in
+    ``OCCUPY`` (:class:`~occupy.CacheLock` builds its own)."""
     if token is not None:
         presented = backend.resume(key, check_token(token), ttl, deeper=False)
         if presented is not None:
             return _granted(backend, presented, renew)
-    held = reentry.held(using, key, owner) if reentrant else None
+    held = reentry.held(backend.alias, key, owner) if reentrant else None
     lease = None if held is None else _reenter(backend.resume(key, held.token, ttl), held)
     if lease is None:
         lease = backend.acquire(key, owner=owner, ttl=ttl, timeout=timeout)
@@ -208,11 +218,19 @@ async def aacquire(
 ) -> Lease:
     """Async twin of :func:`acquire`; cancelling it while it waits leaves no claim."""
     backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
+    return await atake(backend, key, owner=owner, ttl=ttl, timeout=timeout, renew=renew,
+                       token=token, reentrant=reentrant)
+
+
+async def atake(backend: BaseBackend, key: str, *, owner: str, ttl: float,
+                timeout: float | None, renew: bool, token: str | None,
+                reentrant: bool) -> Lease:
+    """Async twin of :func:`take`."""
     if token is not None:
         presented = await backend.aresume(key, check_token(token), ttl, deeper=False)
         if presented is not None:
             return _granted(backend, presented, renew)
-    held = reentry.held(using, key, owner) if reentrant else None
+    held = reentry.held(backend.alias, key, owner) if reentrant else None
     lease = None
     if held is not None:
         lease = _reenter(await backend.aresume(key, held.token, ttl), held)
@@ -326,8 +344,24 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         }
         self._leases: list[Lease] = []
 
+    def _take(self) -> Lease:
+        """Take the key: :func:`acquire` with this lock's arguments (a lock on a backend
+        of its own overrides this and :meth:`_atake`)."""
+        return acquire(self.key, **self.kwargs)
+
+    async def _atake(self) -> Lease:
+        """Async twin of :meth:`_take`."""
+        return await aacquire(self.key, **self.kwargs)
+
+    def _on(self, key: str) -> lock:
+        """Return a copy of this lock on ``key`` (one per call of a decorated function)."""
+        bound = copy.copy(self)
+        bound.key = key
+        bound._leases = []
+        return bound
+
     def __enter__(self) -> Lease:
-        lease = acquire(self.key, **self.kwargs)
+        lease = self._take()
         self._leases.append(lease)
         return lease
 
@@ -344,7 +378,7 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
             _lost_on_exit(lease, exc)
 
     async def __aenter__(self) -> Lease:
-        lease = await aacquire(self.key, **self.kwargs)
+        lease = await self._atake()
         self._leases.append(lease)
         return lease
 
@@ -377,7 +411,7 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
                 bound = signature.bind(*args, **kwargs)
                 bound.apply_defaults()
                 key = self.key.format_map(bound.arguments)
-            return lock(key, **self.kwargs)
+            return self._on(key)
 
         if inspect.iscoroutinefunction(func):
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import connections
 
 from occupy.backends import reset_backends
@@ -40,3 +43,21 @@ def live_db(django_db_setup: None, django_db_blocker) -> Iterator[None]:
 def using(request: pytest.FixtureRequest, live_db: None) -> str:
     """A backend alias; the test runs once per backend."""
     return request.param
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: Any) -> Iterator[None]:
+    """Name each server whose tests skipped, why, and how many, one line each, under the
+    short summary (outside pytest's own wrapper, which prints that last)."""
+    yield
+    skipped: Counter[str] = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple)
+                     else report.longrepr)
+        server = next((why for why in settings.SKIPS.values() if why in reason), None)
+        if server is not None:
+            skipped[server] += 1
+    if skipped:
+        terminalreporter.write_sep("-", "servers not tested")
+        for why, count in skipped.items():
+            terminalreporter.write_line(f"skipped: {why} — {count} tests")

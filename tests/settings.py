@@ -47,12 +47,12 @@ def _reachable(port: int) -> bool:
         return False
 
 
-def _server(name: str, port: int, module: str, extra: str) -> str | None:
-    """Return why a server cannot be used, or ``None`` when it can."""
+def _server(name: str, port: int, module: str, install: str) -> str | None:
+    """Return why a server cannot be used, named first, or ``None`` when it can."""
     if importlib.util.find_spec(module) is None:
-        why = f"{name} needs the Python package {module!r} (pip install 'django-occupy[{extra}]')"
+        why = f"{name} (its driver {module!r} is not installed: {install})"
     elif not _reachable(port):
-        why = f"{name} is not reachable at {HOST}:{port}"
+        why = f"{name} ({HOST}:{port} not answering)"
     else:
         return None
     if REQUIRE_SERVERS:
@@ -64,9 +64,10 @@ def _server(name: str, port: int, module: str, extra: str) -> str | None:
 SKIPS = {
     alias: why
     for alias, why in {
-        "postgresql": _server("PostgreSQL", 5432, "psycopg", "postgres"),
-        "mysql": _server("MariaDB", 3306, "MySQLdb", "mysql"),
-        "redis": _server("Redis", 6379, "django_redis", "redis"),
+        "postgresql": _server("PostgreSQL", 5432, "psycopg",
+                              "pip install 'django-occupy[postgres]'"),
+        "mysql": _server("MariaDB", 3306, "MySQLdb", "make mysql-driver"),
+        "redis": _server("Redis", 6379, "django_redis", "pip install 'django-occupy[redis]'"),
     }.items()
     if why
 }
@@ -77,7 +78,7 @@ DATABASE_CONFIGS: dict[str, dict[str, Any]] = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": str(_HERE / f".occupy{SUFFIX}.sqlite3"),
         "TEST": {"NAME": str(_HERE / f".occupy-test{SUFFIX}.sqlite3")},
-        "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+        "OPTIONS": {"timeout": 30},  # WAL mode: tests/testapp/apps.py
     },
     "postgresql": {
         "ENGINE": "django.db.backends.postgresql",

@@ -2,7 +2,7 @@
 
 ``BookAdmin`` uses all three of occupy's admin mixins: an edit lease per browser tab
 (the others get the read-only form and a banner), the hidden version (a stale form
-meets the conflict page instead of reverting someone's change: seed 000), and the
+meets the conflict page instead of reverting someone's change), and the
 "being edited" column and filter. ``TaskAdmin`` uses the same three.
 """
 

@@ -1,4 +1,4 @@
-"""``race_demo``'s HTTP rows: seed 002's borrow counter as client processes doing
+"""``race_demo``'s HTTP rows: the borrow counter as client processes doing
 GET → PATCH ``borrow_count + 1`` over real HTTP, against the example site served on a
 free port by the demo itself, signed in by HTTP Basic as a throwaway user.
 
@@ -167,7 +167,7 @@ def demo_site() -> Iterator[tuple[str, str, str]]:
 
 def borrow_over_http(technique: str, processes: int = PROCESSES,
                      times: int = TIMES) -> Outcome:
-    """Seed 002's counter over HTTP: ``processes`` clients each count ``times``
+    """The borrow counter over HTTP: ``processes`` clients each count ``times``
     borrowings of one book by ``technique`` (see :data:`TECHNIQUES`)."""
     from example_project.library.models import Book
 
@@ -187,9 +187,9 @@ def borrow_over_http(technique: str, processes: int = PROCESSES,
                    refused, elapsed[0], f"the clients retried after {note}" if note else "")
 
 
-RACE = "borrow counter over HTTP (seed 002)"
+RACE = "borrow counter over HTTP"
 HTTP_ROWS = [
-    Row("plain DRF ModelViewSet", RACE, lambda: borrow_over_http("plain")),
-    Row("DRF + If-Match, retry on 412", RACE, lambda: borrow_over_http("if-match")),
-    Row("DRF + edit lease, 423 while held", RACE, lambda: borrow_over_http("lease")),
+    Row(RACE, "plain DRF ModelViewSet", lambda: borrow_over_http("plain")),
+    Row(RACE, "DRF + If-Match, retry on 412", lambda: borrow_over_http("if-match")),
+    Row(RACE, "DRF + edit lease, 423 while held", lambda: borrow_over_http("lease")),
 ]

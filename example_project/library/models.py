@@ -1,4 +1,5 @@
-"""The seeds' models: seed 000's ``Book`` and seed 004's ``Task``."""
+"""The library's models: the ``Book`` students borrow and admins rename, and the ``Task``
+editors take from a pool."""
 
 from django.db import models
 
@@ -9,7 +10,7 @@ class Book(VersionedMixin, OccupiableMixin, models.Model):
     """A book students borrow and return (``status``) while admins rename it (``name``).
 
     Versioned: ``save()`` writes only the changed fields, guarded by their loaded
-    values, so the student's and the admin's changes both survive (seed 000).
+    values, so the student's and the admin's changes both survive.
     """
 
     class Status(models.TextChoices):
@@ -18,8 +19,10 @@ class Book(VersionedMixin, OccupiableMixin, models.Model):
 
     name = models.CharField(max_length=200)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.FREE)
-    borrow_count = models.PositiveIntegerField(default=0)
-    stock = models.IntegerField(default=0, help_text="Copies on the shelf (seed 002's stock).")
+    borrow_count = models.PositiveIntegerField(
+        default=0, help_text="How many times the book was borrowed.")
+    stock = models.IntegerField(
+        default=0, help_text="Copies on the shelf; each sale takes one.")
     tags = models.CharField(max_length=200, blank=True, default="")
 
     #: Both mixins' queryset methods (``update_versioned()``, ``claim()`` …) and
@@ -31,7 +34,7 @@ class Book(VersionedMixin, OccupiableMixin, models.Model):
 
 
 class Task(VersionedMixin, OccupiableMixin, models.Model):
-    """An article in seed 004's task pool, edited by one editor at a time
+    """An article in a pool of tasks, edited by one editor at a time
     (``Task.objects.claim(owner=…, ttl=…)``); versioned, so that the API's writes are
     conditional (``If-Match``) like the books'."""
 

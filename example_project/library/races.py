@@ -1,10 +1,14 @@
 """The races ``race_demo`` replays, each with several OS processes.
 
+Four stories of writers clobbering each other: a student and an admin edit one book
+(one returns it, the other renames it); several readers count the book's borrowings;
+several shops sell copies from its stock; editors take articles from a task pool.
+
 A race is a function of a *guard* (how each process protects its read-modify-write)
 that returns an :class:`Outcome`. ``ROWS`` pairs races with guards; ``race_demo``
 prints one table line per row. To add a technique, write a guard (a context manager
 factory taking the book) and append rows. The HTTP rows are in
-:mod:`example_project.library.http_races`.
+:mod:`example_project.library.http_races`. Every race deletes the rows it made.
 """
 
 from __future__ import annotations
@@ -28,10 +32,17 @@ Save = Callable[[Any], None]
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a race did: operations tried, updates lost, writes refused, time taken, and
-    a note for under the table (``""``: none)."""
+    """What a race did, counted in updates (one change a client set out to save):
 
-    operations: int
+    - ``updates``: the updates the clients tried to make;
+    - ``lost``: those another process's save silently overwrote (the database does not
+      show them, and nobody was told);
+    - ``refused``: those occupy turned away with an error instead (nothing written, the
+      client told; after its retries, if it retries);
+    - ``seconds`` the race took, and a ``note`` for under the table (``""``: none).
+    """
+
+    updates: int
     lost: int
     refused: int
     seconds: float
@@ -40,10 +51,10 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Row:
-    """One line of the table: a technique (guard) on a race."""
+    """One line of the table: a race (its story) and the technique guarding it."""
 
-    technique: str
     race: str
+    technique: str
     run: Callable[[], Outcome]
 
 
@@ -107,7 +118,7 @@ def _timed() -> Iterator[list[float]]:
     elapsed.append(time.perf_counter() - started)
 
 
-# --- seed 000: the student and the admin on Book 1 -----------------------------------
+# --- a student and an admin edit one book ----------------------------------------------
 ROLES = {"student": ("status", "free"), "admin": ("name", "name")}
 
 
@@ -122,7 +133,7 @@ def _student_or_admin(role: str, guard: Guard, save: Save, pk: int, rounds: int,
         barrier.wait()
         with guard(pk):
             book = Book.objects.get(pk=pk)
-            time.sleep(0.01)  # both load before either saves, as in the seed
+            time.sleep(0.01)  # both load before either saves
             setattr(book, field, value)
             save(book)
         barrier.wait()
@@ -134,18 +145,23 @@ def _student_or_admin(role: str, guard: Guard, save: Save, pk: int, rounds: int,
 
 
 def student_and_admin(guard: Guard, save: Save = whole_row_save, rounds: int = 15) -> Outcome:
-    """Seed 000: a student returns Book 1 while an admin renames it, ``rounds`` times."""
+    """A student returns a book (``status``) while an admin renames it (``name``),
+    ``rounds`` times: two updates a round, and a round that ends without both lost one."""
     from example_project.library.models import Book
 
     book = Book.objects.create(name="naem", status="in use")
-    barrier = multiprocessing.get_context("spawn").Manager().Barrier(2)
-    with _timed() as elapsed:
-        lost = _in_processes(_student_or_admin, [(role, guard, save, book.pk, rounds, barrier)
-                                                 for role in ROLES])
+    try:
+        barrier = multiprocessing.get_context("spawn").Manager().Barrier(2)
+        with _timed() as elapsed:
+            lost = _in_processes(_student_or_admin,
+                                 [(role, guard, save, book.pk, rounds, barrier)
+                                  for role in ROLES])
+    finally:
+        Book.objects.filter(pk=book.pk).delete()  # the scratch row, whatever its version
     return Outcome(2 * rounds, sum(lost), 0, elapsed[0])
 
 
-# --- seed 002: a counter several processes increment ---------------------------------
+# --- the borrow counter: several processes increment one column ------------------------
 def _borrow(guard: Guard, save: Save, pk: int, times: int, attempts: int,
             barrier: Any) -> int:
     """Count ``times`` borrowings by a slow read-modify-write; re-run a conflicting one
@@ -172,20 +188,23 @@ def _borrow(guard: Guard, save: Save, pk: int, times: int, attempts: int,
 
 def borrow_counter(guard: Guard, save: Save = whole_row_save, attempts: int = 1,
                    processes: int = 4, times: int = 20) -> Outcome:
-    """Seed 002: ``processes`` readers each count ``times`` borrowings of one book."""
+    """``processes`` readers each count ``times`` borrowings of one book."""
     from example_project.library.models import Book
 
     book = Book.objects.create(name="counter", borrow_count=0)
-    with _timed() as elapsed:
-        barrier = _start_barrier(processes)
-        refused = sum(_in_processes(_borrow, [(guard, save, book.pk, times, attempts, barrier)]
-                                    * processes))
-    book.refresh_from_db()
+    try:
+        with _timed() as elapsed:
+            barrier = _start_barrier(processes)
+            refused = sum(_in_processes(
+                _borrow, [(guard, save, book.pk, times, attempts, barrier)] * processes))
+        book.refresh_from_db()
+    finally:
+        Book.objects.filter(pk=book.pk).delete()  # the scratch row, whatever its version
     expected = processes * times - refused
     return Outcome(processes * times, expected - book.borrow_count, refused, elapsed[0])
 
 
-# --- seed 002: the stock decrement under a row lock ----------------------------------
+# --- the stock decrement: several shops sell copies of one book -------------------------
 def _sell(locked: bool, pk: int, times: int, barrier: Any) -> None:
     """Sell ``times`` copies, each by a slow read-modify-write: inside ``locked()``, or
     with plain Django's load and whole-row ``save()``."""
@@ -202,19 +221,23 @@ def _sell(locked: bool, pk: int, times: int, barrier: Any) -> None:
 
 
 def stock_decrement(locked: bool, processes: int = 4, times: int = 20) -> Outcome:
-    """Seed 002: ``processes`` shops each sell ``times`` copies of one book, with a
-    ``select_for_update`` row lock (``Book.objects.locked()``) or without."""
+    """``processes`` shops each sell ``times`` copies of one book, with a
+    ``select_for_update`` row lock (``Book.objects.locked()``) or without: a sale the
+    stock does not show is lost."""
     from example_project.library.models import Book
 
     book = Book.objects.create(name="stock", stock=processes * times)
-    with _timed() as elapsed:
-        _in_processes(_sell, [(locked, book.pk, times, _start_barrier(processes))]
-                      * processes)
-    book.refresh_from_db()
+    try:
+        with _timed() as elapsed:
+            _in_processes(_sell, [(locked, book.pk, times, _start_barrier(processes))]
+                          * processes)
+        book.refresh_from_db()
+    finally:
+        Book.objects.filter(pk=book.pk).delete()  # the scratch row, whatever its version
     return Outcome(processes * times, book.stock, 0, elapsed[0])
 
 
-# --- seed 004: editors pulling tasks from a pool ---------------------------------------
+# --- the task pool: editors take articles to edit, one each at a time --------------------
 def _edit_tasks(claim: bool, category: str, me: str,
                 barrier: Any) -> list[tuple[int, str, float, float]]:
     """Take the next task, edit it a moment, mark it done; until none is left. Return
@@ -237,55 +260,58 @@ def _edit_tasks(claim: bool, category: str, me: str,
 
 
 def task_pool(claim: bool, editors: int = 4, tasks: int = 24) -> Outcome:
-    """Seed 004: ``editors`` take tasks from a pool of ``tasks`` until it is empty, by
-    ``Task.objects.claim()`` or by taking the first task not done. An edit is lost when
-    another editor worked on the same task at the same time."""
+    """``editors`` take tasks from a pool of ``tasks`` until it is empty, by
+    ``Task.objects.claim()`` or by taking the first task not done. Each edit is an
+    update; one is lost when another editor's edit of the same task, at the same time,
+    was saved after it (the later save overwrites the article)."""
     import uuid
 
     from example_project.library.models import Task
 
     category = f"race-{uuid.uuid4().hex[:8]}"
-    for n in range(tasks):
-        Task.objects.create(title=f"article {n}", category=category)
-    barrier = _start_barrier(editors)
-    with _timed() as elapsed:
-        edits = [e for result in _in_processes(
-            _edit_tasks, [(claim, category, f"editor {n}", barrier) for n in range(editors)])
-            for e in result]
-    collided = {
-        (a[0], a[1]) for a in edits for b in edits
-        if a[0] == b[0] and a[1] != b[1] and a[2] < b[3] and b[2] < a[3]
-    }
-    return Outcome(len(edits), len(collided), 0, elapsed[0])
+    try:
+        for n in range(tasks):
+            Task.objects.create(title=f"article {n}", category=category)
+        barrier = _start_barrier(editors)
+        with _timed() as elapsed:
+            edits = [e for result in _in_processes(
+                _edit_tasks,
+                [(claim, category, f"editor {n}", barrier) for n in range(editors)])
+                for e in result]
+    finally:
+        Task.objects.filter(category=category).delete()
+    overwritten = [
+        a for a in edits
+        if any(b[0] == a[0] and b[1] != a[1] and b[2] < a[3] and b[3] > a[3] for b in edits)
+    ]
+    return Outcome(len(edits), len(overwritten), 0, elapsed[0])
 
+
+#: The stories, as the table names them.
+BOOK = "student and admin edit one book"
+COUNTER = "borrow counter"
+STOCK = "stock decrement"
+POOL = "task pool"
+
+#: The other lock backends on the counter, where the settings configure them (the Redis
+#: and cache backends only when a Redis server answers).
+OTHER_BACKENDS = {"files": "file", "redis": "Redis", "cache": "cache on Redis"}
 
 ROWS = [
-    Row("plain Django save()", "student & admin (seed 000)",
-        lambda: student_and_admin(no_guard)),
-    Row("occupy.lock (database)", "student & admin (seed 000)",
-        lambda: student_and_admin(OccupyLock("default"))),
-    Row("plain Django save()", "borrow counter (seed 002)",
-        lambda: borrow_counter(no_guard)),
-    Row("occupy.lock (database)", "borrow counter (seed 002)",
-        lambda: borrow_counter(OccupyLock("default"))),
-    Row("VersionedMixin save()", "student & admin (seed 000)",
-        lambda: student_and_admin(no_guard, versioned_save)),
-    Row("VersionedMixin + retry_on_conflict", "borrow counter (seed 002)",
+    Row(BOOK, "plain Django save()", lambda: student_and_admin(no_guard)),
+    Row(BOOK, "occupy.lock (database)", lambda: student_and_admin(OccupyLock("default"))),
+    Row(BOOK, "VersionedMixin save()", lambda: student_and_admin(no_guard, versioned_save)),
+    Row(COUNTER, "plain Django save()", lambda: borrow_counter(no_guard)),
+    Row(COUNTER, "occupy.lock (database)", lambda: borrow_counter(OccupyLock("default"))),
+    *[Row(COUNTER, f"occupy.lock ({label})",
+          lambda alias=alias: borrow_counter(OccupyLock(alias)))
+      for alias, label in OTHER_BACKENDS.items() if alias in occupy_settings.BACKENDS],
+    Row(COUNTER, "VersionedMixin save(), no retry",
+        lambda: borrow_counter(no_guard, versioned_save)),
+    Row(COUNTER, "VersionedMixin + retry_on_conflict",
         lambda: borrow_counter(no_guard, versioned_save, attempts=25)),
-    Row("plain Django save()", "stock decrement (seed 002)",
-        lambda: stock_decrement(locked=False)),
-    Row("Book.objects.locked()", "stock decrement (seed 002)",
-        lambda: stock_decrement(locked=True)),
-    Row("plain Django: first task not done", "task pool (seed 004)",
-        lambda: task_pool(claim=False)),
-    Row("Task.objects.claim()", "task pool (seed 004)",
-        lambda: task_pool(claim=True)),
+    Row(STOCK, "plain Django save()", lambda: stock_decrement(locked=False)),
+    Row(STOCK, "Book.objects.locked()", lambda: stock_decrement(locked=True)),
+    Row(POOL, "plain Django: first task not done", lambda: task_pool(claim=False)),
+    Row(POOL, "Task.objects.claim()", lambda: task_pool(claim=True)),
 ]
-
-#: The other lock backends on the same race, where the settings configure them (the
-#: Redis and cache backends only when a Redis server answers).
-OTHER_BACKENDS = {"files": "file", "redis": "Redis", "cache": "cache on Redis"}
-for _alias, _label in OTHER_BACKENDS.items():
-    if _alias in occupy_settings.BACKENDS:
-        ROWS.append(Row(f"occupy.lock ({_label})", "borrow counter (seed 002)",
-                        lambda alias=_alias: borrow_counter(OccupyLock(alias))))

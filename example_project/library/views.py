@@ -14,17 +14,23 @@ from example_project.library.models import Book, Task
 from example_project.library.serializers import BookSerializer, TaskSerializer
 from occupy.rest_framework import OccupyViewMixin
 
+#: Ids in URLs: at most 18 digits, so a longer one is 404 at the router instead of an
+#: integer SQLite cannot take (Django 5.0+ answers that lookup itself, 4.2 does not).
+ID = r"[0-9]{1,18}"
+
 
 class BookViewSet(OccupyViewMixin, viewsets.ModelViewSet):
     queryset = Book.objects.order_by("pk")
     serializer_class = BookSerializer
     permission_classes = [DjangoModelPermissionsOrAnonReadOnly]
+    lookup_value_regex = ID
 
 
 class TaskViewSet(OccupyViewMixin, viewsets.ModelViewSet):
     queryset = Task.objects.all()
     serializer_class = TaskSerializer
     permission_classes = [DjangoModelPermissionsOrAnonReadOnly]
+    lookup_value_regex = ID
 
 
 class IndexView(TemplateView):

@@ -20,7 +20,7 @@ import occupy
 from occupy.backends import get_backend
 from occupy.exceptions import StoreNotMigrated, StoreUnavailable
 from occupy.leases import Lease
-from tests.conftest import DATABASE_BACKENDS, backend_params
+from tests.support.aliases import DATABASE_BACKENDS, backend_params
 
 
 @pytest.fixture(params=backend_params(DATABASE_BACKENDS))

@@ -9,6 +9,16 @@ import pytest
 
 from tests.support.example_site import manage
 
+#: What is left in the example database after the demo: it must have deleted its rows.
+LEFT_OVER = """
+from django.contrib.auth.models import User
+from example_project.library.models import Book, Task
+from occupy.models import Occupation
+print(Book.objects.count(), Task.objects.count(), Occupation.objects.count(),
+      User.objects.count())
+"""
+
+
 pytestmark = pytest.mark.slow
 
 
@@ -21,13 +31,22 @@ def test_race_demo_shows_plain_django_losing_updates_and_occupy_losing_none(tmp_
     for line in table.splitlines():
         cells = re.split(r"\s{2,}", line.strip())
         if len(cells) == 6 and cells[2].isdigit():
-            rows[(cells[0], cells[1])] = int(cells[3])
-    plain = {race: lost for (technique, race), lost in rows.items()
-             if technique.startswith("plain")}
-    locked = {(technique, race): lost for (technique, race), lost in rows.items()
-              if not technique.startswith("plain")}
+            rows[(cells[0], cells[1])] = tuple(int(cell) for cell in cells[2:5])
+    assert {race for race, _technique in rows} == {
+        "student and admin edit one book", "borrow counter", "stock decrement", "task pool",
+        "borrow counter over HTTP"}, table
+    assert "seed" not in table, table
+    plain = {key: lost for key, (_updates, lost, _refused) in rows.items()
+             if key[1].startswith("plain")}
+    guarded = {key: lost for key, (_updates, lost, _refused) in rows.items()
+               if not key[1].startswith("plain")}
     assert plain and all(lost > 0 for lost in plain.values()), table
-    assert locked and all(lost == 0 for lost in locked.values()), table
-    over_http = {technique for technique, race in rows if "over HTTP" in race}
+    assert guarded and all(lost == 0 for lost in guarded.values()), table
+    # Every column counts updates: none is lost or refused twice.
+    assert all(lost + refused <= updates for updates, lost, refused in rows.values()), table
+    assert rows[("borrow counter", "VersionedMixin save(), no retry")][2] > 0, table
+    over_http = {technique for race, technique in rows if race.endswith("over HTTP")}
     assert len(over_http) == 3, table
     assert re.search(r"edit lease.*retried after \d+ × 423", table), table
+    left = manage("shell", "--command", LEFT_OVER, env=env).splitlines()[-1]
+    assert left.split() == ["0", "0", "0", "0"], f"books, tasks, claims, users left: {left}"
