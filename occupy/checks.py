@@ -38,12 +38,14 @@ from occupy.exceptions import InvalidBackendError, OccupyError
 
 __all__ = ["check_backends", "check_settings", "check_stores"]
 
+SETTINGS_HINT = "The OCCUPY setting is described in occupy's docs/reference/settings.md."
+
 
 def _configured() -> tuple[dict[str, Any], list[CheckMessage]]:
     try:
         return occupy_settings.BACKENDS, []
     except InvalidBackendError as e:
-        return {}, [Error(str(e), hint="See OCCUPY in occupy's documentation.",
+        return {}, [Error(str(e), hint=SETTINGS_HINT,
                           id="occupy.E002")]
 
 
@@ -69,7 +71,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             getattr(occupy_settings, name)
         except InvalidBackendError as e:
             messages.append(Error(str(e), obj=f"OCCUPY[{name!r}]", id="occupy.E007",
-                                  hint="See OCCUPY in occupy's documentation."))
+                                  hint=SETTINGS_HINT))
     return messages
 
 

@@ -7,7 +7,8 @@
 - ``OCCUPY_TEST_REDIS_DB``: the Redis database number the tests use (default 0); every
   Redis key they create starts with :data:`REDIS_PREFIX`, so only those are wiped.
 - ``OCCUPY_TEST_BACKEND`` (and ``OCCUPY_TEST_BACKEND_CONFIG``, JSON): a third-party
-  backend class the contract suite is bound to as well, as alias ``extra``.
+  backend class the contract suite is bound to as well, as alias ``extra``;
+  ``OCCUPY_TEST_BACKEND_ONE_PROCESS=1`` if its store lives in one process's memory.
 - ``OCCUPY_REQUIRE_SERVERS=1``: fail at start-up when PostgreSQL, MariaDB or Redis is
   not reachable (CI and ``make test-all``) instead of skipping the tests that need them.
 - ``OCCUPY_TEST_REDIS_DB_CACHE``: the Redis database number of the ``locks`` and

@@ -17,6 +17,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from occupy.backends import get_backend
 from occupy.models.pool import live_claims, occupation_filter, occupation_rows
 
 __all__ = ["OccupiedListFilter", "OccupyStatusAdminMixin"]
@@ -112,12 +113,22 @@ class OccupyStatusAdminMixin(_ModelAdmin):
     occupy_status_backend: str = "default"
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """Add ``occupy.E102``: ``occupy_status_backend`` is no database backend."""
+        """Add ``occupy.E102``: ``occupy_status_backend`` is no database backend. A
+        configured backend that cannot be built is left to occupy's own checks
+        (``occupy.E001``-``E006``), which name the setting to fix."""
+        from occupy.conf import occupy_settings
         from occupy.exceptions import OccupyError
 
         errors = super().check(**kwargs)
+        alias = self.occupy_status_backend
         try:
-            occupation_rows(self.occupy_status_backend, type(self).__name__)
+            configured = alias in occupy_settings.BACKENDS
+            if configured:
+                get_backend(alias)
+        except (OccupyError, ImproperlyConfigured):
+            return errors
+        try:
+            occupation_rows(alias, type(self).__name__)
         except (OccupyError, ImproperlyConfigured) as e:
             errors.append(checks.Error(
                 str(e), hint="Set occupy_status_backend to the alias of a DatabaseBackend: the "

@@ -229,7 +229,8 @@ class BaseBackend:
         options, problems = read_options(alias, params, cls.options_schema)
         problems += cls.config_problems(alias, params, options)
         return [Error(problem, obj=where(alias), id="occupy.E006",
-                      hint=f"See the {cls.__name__} section of occupy's documentation.")
+                      hint=f"{cls.__name__}'s options are listed in its options_schema "
+                      "and, for occupy's backends, in docs/backends/.")
                 for problem in problems]
 
     def check_store(self, databases: Collection[str]) -> list[CheckMessage]:

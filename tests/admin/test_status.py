@@ -59,6 +59,26 @@ def test_the_column_needs_a_database_backend() -> None:
     assert "FileBackend" in errors[0].msg
 
 
+def test_a_misconfigured_backend_is_left_to_occupys_own_checks() -> None:
+    """A typo in the backend's OPTIONS is E006's; the admin adds no E102 that would send
+    the user to the admin instead. An alias that is not configured is the admin's E102."""
+    from django.test import override_settings
+
+    from occupy.admin import OccupyStatusAdminMixin
+
+    class Status(OccupyStatusAdminMixin, admin.ModelAdmin):
+        pass
+
+    class Elsewhere(OccupyStatusAdminMixin, admin.ModelAdmin):
+        occupy_status_backend = "nowhere"
+
+    typo = {"BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend",
+                                     "OPTIONS": {"POLL_INTERVALL": 0.05}}}}
+    with override_settings(OCCUPY=typo):
+        assert Status(Book, admin.AdminSite()).check() == []
+    assert [e.id for e in Elsewhere(Book, admin.AdminSite()).check()] == ["occupy.E102"]
+
+
 def test_the_filter_reads_the_columns_backend(users: StaffUsers) -> None:
     """The "being edited" filter asks the backend the column reads, not "default"."""
     from occupy.admin import OccupyStatusAdminMixin

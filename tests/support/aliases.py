@@ -32,7 +32,9 @@ CONTRACT_BACKENDS = ["default", "db-postgresql", "db-mysql", "redis", "cache", "
                      "cache-addonly", "cache-locmem", "files", "memory",
                      *(["extra"] if "extra" in settings.OCCUPY["BACKENDS"] else [])]
 #: The backends whose store lives in one process's memory (no multiprocess tests).
-ONE_PROCESS_BACKENDS = ["cache-locmem", "memory"]
+ONE_PROCESS_BACKENDS = ["cache-locmem", "memory",
+                        *(["extra"] if os.environ.get("OCCUPY_TEST_BACKEND_ONE_PROCESS") == "1"
+                          else [])]
 
 #: The occupy backend that keeps its claims in each database alias.
 BACKEND_OF = {"default": "default", "sqlite": "db-sqlite", "postgresql": "db-postgresql",

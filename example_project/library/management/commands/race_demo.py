@@ -25,15 +25,14 @@ class Command(BaseCommand):
     def handle(self, *args: Any, only: str | None, **options: Any) -> None:
         rows = [r for r in [*ROWS, *HTTP_ROWS]
                 if not only or only.lower() in f"{r.race} {r.technique}".lower()]
-        header = ("race", "technique", "updates", "lost", "refused", "ms/update")
+        header = ("race", "technique", "updates", "lost", "refused", "seconds")
         lines = []
         notes = []
         for row in rows:
             self.stderr.write(f"running: {row.race} — {row.technique} …")
             outcome = row.run()
             lines.append((row.race, row.technique, str(outcome.updates), str(outcome.lost),
-                          str(outcome.refused),
-                          f"{1000 * outcome.seconds / max(outcome.updates, 1):.1f}"))
+                          str(outcome.refused), f"{outcome.seconds:.2f}"))
             if outcome.note:
                 notes.append(f"{row.technique}: {outcome.note}")
         widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
@@ -45,6 +44,8 @@ class Command(BaseCommand):
             "lost:    those another process's save silently overwrote (nobody was told)\n"
             "refused: those occupy turned away with an error instead (nothing written, the\n"
             "         client knows; counted after its retries, if it retries)\n"
+            "seconds: how long the race took, from the first process's start to the last\n"
+            "         one's end\n"
         )
         for note in notes:
             self.stdout.write(f"  {note}")
