@@ -57,12 +57,12 @@ class Sizes:
     sweep: tuple[int, ...]
 
 
-FULL = Sizes(live=(1_000, 100_000, 1_000_000), live_rounds=5, live_ops=400,
+FULL = Sizes(live=(1_000, 100_000, 1_000_000), live_rounds=8, live_ops=250,
              waiters=(1, 8, 32, 64), handoff_rounds=3, handoff_seconds=3.0,
              processes=(1, 2, 4, 8), distinct_keys=10_000, keys_rounds=3, keys_seconds=3.0,
              leases=10_000, lease_ttl=30, hold_seconds=30, redis_waiters=1_000,
              sweep=(10_000, 100_000, 1_000_000))
-QUICK = Sizes(live=(100, 1_000, 10_000), live_rounds=3, live_ops=100,
+QUICK = Sizes(live=(100, 1_000, 10_000), live_rounds=4, live_ops=100,
               waiters=(1, 4, 8), handoff_rounds=2, handoff_seconds=1.0,
               processes=(1, 2), distinct_keys=1_000, keys_rounds=2, keys_seconds=1.0,
               leases=1_000, lease_ttl=6, hold_seconds=6, redis_waiters=100,
@@ -116,7 +116,7 @@ def main(argv: list[str]) -> None:
     setup()
     from bench.scale import machine
     from bench.scale.report import Report
-    from bench.scale.stores import available_stores
+    from bench.scale.stores import available_stores, remove_trash
 
     line = machine.describe()
     load_at_start = machine.load_average()
@@ -126,10 +126,17 @@ def main(argv: list[str]) -> None:
     print(f"stores: {', '.join(s.name for s in stores)}; load average {load_at_start}; "
           f"{'quick sizes' if args.quick else 'full sizes'}", flush=True)
     timings = {}
-    for part in parts:
-        part_started = time.perf_counter()
-        _run_part(part, report, stores, sizes)
-        timings[part] = time.perf_counter() - part_started
+    try:
+        for part in parts:
+            part_started = time.perf_counter()
+            _run_part(part, report, stores, sizes)
+            timings[part] = time.perf_counter() - part_started
+    finally:
+        cleanup_started = time.perf_counter()
+        for store in stores:
+            store.clear()
+        remove_trash()
+        timings["clean-up"] = time.perf_counter() - cleanup_started
     total = time.perf_counter() - started
     print(f"\n{line}")
     print(f"## run time: {total / 60:.1f} min ("

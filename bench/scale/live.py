@@ -56,13 +56,27 @@ class Figures:
     def __init__(self) -> None:
         self.samples: dict[tuple[str, int], list[float]] = {}
         self.round_medians: dict[tuple[str, int], list[float]] = {}
+        #: CPU seconds and pairs: in this thread, and on the server (where it can say).
+        self.cpu: dict[tuple[str, int], list[float]] = {}
         self.footprints: dict[tuple[str, int], dict[str, float]] = {}
         self.fill_seconds: dict[tuple[str, int], float] = {}
+        self.server_means: dict[str, str] = {}
 
     def measure(self, store: Store, stage: int, ops: int) -> None:
+        server_before = store.server_cpu()
+        client_before = time.thread_time()
         got = probe(store, ops)
+        client = time.thread_time() - client_before
+        server_after = store.server_cpu()
+        server = (float("nan") if server_before is None or server_after is None
+                  else server_after - server_before)
         self.samples.setdefault((store.name, stage), []).extend(got)
         self.round_medians.setdefault((store.name, stage), []).append(median(got))
+        totals = self.cpu.setdefault((store.name, stage), [0.0, 0.0, 0.0])
+        totals[0] += client
+        totals[1] += server
+        totals[2] += ops
+        self.server_means[store.name] = store.server_cpu_means
 
     def fill(self, store: Store, stage: int, size: int) -> None:
         started = time.perf_counter()
@@ -80,8 +94,13 @@ def run(report: Report, stores: list[Store], sizes: list[int], *, rounds: int,
     wanted = [s.alias for s in stores]
     slotted = [available_stores(wanted, slot) for slot in range(len(sizes))]
     shared = [s for s in stores if not any(s.name == t.name for t in slotted[0])]
-    _alternating(report, figures, slotted, sizes, rounds, ops)
+    for store in stores:  # warm this process's code paths before any figure counts
+        store.clear()
+        probe(store, 300)
+    # Redis first: the databases' fills leave their servers busy for a while (flushing,
+    # a checkpoint), which would fall on one Redis stage and not the others.
     _staged(figures, shared, sizes, rounds, ops)
+    _alternating(report, figures, slotted, sizes, rounds, ops)
     order = [s.name for s in stores]
     return _summarize(report, order, sizes, figures)
 
@@ -102,10 +121,13 @@ def _alternating(report: Report, figures: Figures, slotted: list[list[Store]],
             probe(store, min(ops, 100))  # warm the caches after the fill
             print(f"  live claims: {store.name} at {sizes[stage]:,} "
                   f"(filled in {figures.fill_seconds[store.name, stage]:.0f} s)", flush=True)
-    for _ in range(rounds):
-        for stage, slot in enumerate(slotted):
-            for store in slot:
-                figures.measure(store, stage, ops)
+    order = [(stage, store) for stage, slot in enumerate(slotted) for store in slot]
+    for r in range(rounds):
+        # Each round starts at another place in the order, so that no size or store is
+        # always first after the same neighbour.
+        shift = r * len(order) // rounds
+        for stage, store in order[shift:] + order[:shift]:
+            figures.measure(store, stage, ops)
     for stage, slot in enumerate(slotted):
         for store in slot:
             figures.footprints[store.name, stage] = store.footprint()
@@ -126,8 +148,8 @@ def _staged(figures: Figures, stores: list[Store], sizes: list[int], rounds: int
         for store in stores:
             figures.fill(store, stage, size)
             probe(store, min(ops, 100))
-        for _ in range(rounds):
-            for store in stores:
+        for r in range(rounds):
+            for store in stores[r % len(stores):] + stores[:r % len(stores)]:
                 figures.measure(store, stage, ops)
         if stage != AGAIN:
             for store in stores:
@@ -188,8 +210,39 @@ def _summarize(report: Report, order: list[str], sizes: list[int],
     report.plot("scale-live-claims", "1. acquire + release latency against live claims held "
                 "on other keys", "live claims on other keys", [med_panel, p99_panel],
                 xticks=sizes)
+    _cpu_table(report, order, sizes, figures)
     _footprint_table(report, order, sizes, figures.footprints)
     return {"verdicts": verdicts, "footprints": figures.footprints}
+
+
+def _cpu_table(report: Report, order: list[str], sizes: list[int], figures: Figures) -> None:
+    """CPU per pair: steadier than latency on a shared machine."""
+    rows, csv_rows = [], []
+    panel = Panel("CPU µs per acquire + release (client + server)", logy=True)
+    for name in order:
+        cells: list[Any] = [name]
+        for stage, size in enumerate(sizes):
+            client, server, ops = figures.cpu[name, stage]
+            if stage == 0 and (name, AGAIN) in figures.cpu:  # both stages of the first size
+                client, server, ops = (a + b for a, b in zip(
+                    figures.cpu[name, stage], figures.cpu[name, AGAIN], strict=True))
+            c, s = client / ops * 1e6, server / ops * 1e6
+            cells.append(f"{c:.0f} + {s:.0f}" if s == s else f"{c:.0f}")
+            csv_rows.append([name, size, f"{c:.1f}", "" if s != s else f"{s:.1f}"])
+            panel.add(name, size, c + (s if s == s else 0.0))
+        first, last = panel.series[name][0][1], panel.series[name][-1][1]
+        cells += [f"{last / first:.2f}×", figures.server_means.get(name, "")]
+        rows.append(cells)
+    report.table("1b. CPU per acquire + release (µs, client + server) against live claims",
+                 ["store", *(f"{s:,}" for s in sizes), f"{sizes[-1]:,} / {sizes[0]:,}",
+                  "server CPU counted"], rows,
+                 notes=["client: this thread (SQLite and files do all their work here); "
+                        "steadier than latency when neighbours load the machine"])
+    report.csv("scale-live-claims-cpu", ["store", "live_claims", "client_cpu_us",
+                                         "server_cpu_us"], csv_rows)
+    report.plot("scale-live-claims-cpu", "1b. CPU per acquire + release against live claims "
+                "(client + server where counted)", "live claims on other keys", [panel],
+                xticks=sizes)
 
 
 def _footprint_table(report: Report, order: list[str], sizes: list[int],

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from occupy.leases import new_token
 
 __all__ = ["DatabaseStore", "FileStore", "RedisCacheStore", "RedisStore", "Store",
-           "available_stores", "cpu_seconds", "process_ids"]
+           "available_stores", "cpu_seconds", "process_ids", "remove_trash"]
 
 #: Claims written per statement or pipeline while filling.
 CHUNK = 100_000
@@ -105,6 +106,14 @@ class Store:
         """Return the store's server processes on this host (empty: in process)."""
         return []
 
+    def server_cpu(self) -> float | None:
+        """Return a clock of the server's CPU seconds spent for this thread's backend
+        connection (``None``: the store works inside the client, or cannot say)."""
+        return None
+
+    #: What :meth:`server_cpu` counts, for the tables.
+    server_cpu_means = "in the client"
+
 
 class DatabaseStore(Store):
     """The ``occupy_occupation`` table of one database."""
@@ -179,6 +188,23 @@ class DatabaseStore(Store):
         if self.vendor == "mysql":
             return process_ids("mariadbd") or process_ids("mysqld")
         return []  # PostgreSQL: each connection's own process (pg_backend_pid)
+
+    @property
+    def server_cpu_means(self) -> str:  # type: ignore[override]
+        return {"postgresql": "the connection's server process",
+                "mysql": "the whole server (others' work too)"}.get(self.vendor,
+                                                                   "in the client")
+
+    def server_cpu(self) -> float | None:
+        if self.vendor == "postgresql":
+            from occupy.backends import get_backend
+
+            backend = get_backend(self.alias)
+            pid = backend.execute("SELECT pg_backend_pid()", [])[1][0][0]
+            return cpu_seconds(int(pid))
+        if self.vendor == "mysql":
+            return sum(cpu_seconds(pid) for pid in self.server_pids())
+        return None
 
 
 class RedisStore(Store):
@@ -262,6 +288,13 @@ class RedisStore(Store):
     def server_pids(self) -> list[int]:
         return [int(self.client.info("server")["process_id"])]
 
+    server_cpu_means = "EVALSHA time, whole server (others' scripts too)"
+
+    def server_cpu(self) -> float | None:
+        """Return the server's time in ``EVALSHA`` so far (``INFO commandstats``)."""
+        stats = self.client.info("commandstats").get("cmdstat_evalsha", {})
+        return float(stats.get("usec", 0)) / 1e6
+
 
 class RedisCacheStore(RedisStore):
     """The cache backend on a django-redis cache: a hash and a fence counter per key."""
@@ -337,8 +370,11 @@ class FileStore(Store):
                 os.close(fd)
 
     def clear(self) -> None:
-        """Remove the whole directory (the benchmark's own)."""
-        shutil.rmtree(self.root, ignore_errors=True)
+        """Move the whole directory (the benchmark's own) aside, to be deleted by
+        :func:`remove_trash` once nothing is measured any more: deleting a million
+        files keeps the filesystem busy for minutes after the last unlink."""
+        if os.path.exists(self.root):
+            os.replace(self.root, f"{self.root}.trash-{os.getpid()}-{time.monotonic_ns()}")
         super().clear()
 
     def footprint(self) -> dict[str, float]:
@@ -356,6 +392,22 @@ class FileStore(Store):
         directory = os.stat(using).st_size / claims
         per_file = blocks / max(seen, 1)
         return {"file": per_file, "directory": directory, "total": per_file + directory}
+
+
+def remove_trash() -> None:
+    """Delete the directories :meth:`FileStore.clear` moved aside."""
+    from django.conf import settings
+
+    for params in settings.OCCUPY["BACKENDS"].values():
+        location = params.get("LOCATION")
+        if not location:
+            continue
+        parent, name = os.path.split(os.path.abspath(location))
+        if not os.path.isdir(parent):
+            continue
+        for entry in os.listdir(parent):
+            if entry.startswith(f"{name}.trash-"):
+                shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
 
 
 def _glob_escape(text: str) -> str:
