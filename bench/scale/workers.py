@@ -9,8 +9,10 @@ connections, so that the pool holds no server connections between tasks.
 
 Each process counts, while a task runs, the calls its workers make to their store
 (:func:`count_calls`): database statements, Redis commands, and the file backend's
-locked steps; and each attempt's tries (``try_acquire``), which is what a wake-up or a
-poll costs a waiter.
+locked steps; each attempt's tries (``try_acquire``), which is what a wake-up or a
+poll costs a waiter; and the grants a waiter found by polling: a try that succeeded
+right after a wait that ran its full time (on a store that wakes its waiters, a
+wake-up that never came).
 """
 
 from __future__ import annotations
@@ -45,6 +47,32 @@ def _count(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     return counted
 
 
+_waited = threading.local()
+
+
+def _timed_wait(method: Callable[..., Any]) -> Callable[..., Any]:
+    def wait(self: Any, seconds: float, *args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return method(self, seconds, *args, **kwargs)
+        finally:
+            _waited.full = seconds > 0 and time.monotonic() - started >= 0.9 * seconds
+
+    return wait
+
+
+def _granted_after(method: Callable[..., Any]) -> Callable[..., Any]:
+    def try_acquire(self: Any, *args: Any, **kwargs: Any) -> Any:
+        lease = method(self, *args, **kwargs)
+        if lease is not None and getattr(_waited, "full", False):
+            with _counts_lock:
+                counts["polled_grants"] += 1
+        _waited.full = False
+        return lease
+
+    return try_acquire
+
+
 def count_calls(aliases: list[str]) -> None:
     """Count, in this process, each store call and each try of the backends ``aliases``."""
     from redis.connection import AbstractConnection
@@ -65,7 +93,12 @@ def count_calls(aliases: list[str]) -> None:
             patch(type(backend), "execute", "store")
         if hasattr(backend, "locks"):  # the file backend: one locked step per hold
             patch(type(backend.locks), "hold", "store")
-        patch(type(backend.attempt("scale:probe", "bench", 1.0)), "try_acquire", "tries")
+        attempt = type(backend.attempt("scale:probe", "bench", 1.0))
+        patch(attempt, "try_acquire", "tries")
+        if (attempt, "wait") not in patched:
+            attempt.wait = _timed_wait(attempt.wait)  # type: ignore[method-assign]
+            attempt.try_acquire = _granted_after(attempt.try_acquire)  # type: ignore[method-assign]
+            patched.add((attempt, "wait"))
 
 
 def _process(index: int, processes: int, threads: int, tasks: Any, replies: Any,
