@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,10 +127,15 @@ def main(argv: list[str]) -> None:
     print(f"stores: {', '.join(s.name for s in stores)}; load average {load_at_start}; "
           f"{'quick sizes' if args.quick else 'full sizes'}", flush=True)
     timings = {}
+    failed = []
     try:
         for part in parts:
             part_started = time.perf_counter()
-            _run_part(part, report, stores, sizes)
+            try:
+                _run_part(part, report, stores, sizes)
+            except Exception:  # the other parts still run; the exit status says so
+                traceback.print_exc()
+                failed.append(part)
             timings[part] = time.perf_counter() - part_started
     finally:
         cleanup_started = time.perf_counter()
@@ -147,6 +153,8 @@ def main(argv: list[str]) -> None:
     if report.skipped_plots:
         print(f"  no plots ({', '.join(report.skipped_plots)}): matplotlib is missing; "
               "pip install -e '.[bench]'")
+    if failed:
+        raise SystemExit(f"parts that failed: {', '.join(failed)}")
 
 
 def _run_part(part: str, report: object, stores: list, sizes: Sizes) -> None:

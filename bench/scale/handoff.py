@@ -45,7 +45,7 @@ def hot_loop(worker: int, alias: str, start: float, stop: float) -> list[tuple[f
 
     events = []
     # Connect (the pool closes connections between rounds) before the clock starts.
-    occupy.release(occupy.acquire(f"scale:warm:{worker}", ttl=5, timeout=0, using=alias))
+    occupy.release(occupy.acquire(f"scale:warm:{worker}", ttl=5, timeout=10, using=alias))
     time.sleep(max(0.0, start - time.monotonic()))
     while time.monotonic() < stop:
         asked = time.monotonic()
