@@ -30,6 +30,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = ["FULL", "QUICK", "Sizes", "main"]
 
@@ -157,17 +158,17 @@ def main(argv: list[str]) -> None:
         raise SystemExit(f"parts that failed: {', '.join(failed)}")
 
 
-def _run_part(part: str, report: object, stores: list, sizes: Sizes) -> None:
+def _run_part(part: str, report: Any, stores: list[Any], sizes: Sizes) -> None:
     from bench.scale import footprint, handoff, keys, live, sweep
 
     if part == "live":
-        live.run(report, stores, list(sizes.live), rounds=sizes.live_rounds,  # type: ignore[arg-type]
+        live.run(report, stores, list(sizes.live), rounds=sizes.live_rounds,
                  ops=sizes.live_ops)
     elif part == "handoff":
-        handoff.run(report, stores, sizes)  # type: ignore[arg-type]
+        handoff.run(report, stores, sizes)
     elif part == "keys":
-        keys.run(report, stores, sizes)  # type: ignore[arg-type]
+        keys.run(report, stores, sizes)
     elif part == "footprint":
-        footprint.run(report, stores, sizes)  # type: ignore[arg-type]
+        footprint.run(report, stores, sizes)
     elif part == "sweep":
-        sweep.run(report, stores, sizes)  # type: ignore[arg-type]
+        sweep.run(report, stores, sizes)

@@ -43,7 +43,7 @@ def hot_loop(worker: int, alias: str, start: float, stop: float) -> list[tuple[f
     """Take the hot key in turns until ``stop``; return (asked, granted, released) times."""
     import occupy
 
-    events = []
+    events: list[tuple[float, ...]] = []
     # Connect (the pool closes connections between rounds) before the clock starts.
     occupy.release(occupy.acquire(f"scale:warm:{worker}", ttl=5, timeout=10, using=alias))
     time.sleep(max(0.0, start - time.monotonic()))

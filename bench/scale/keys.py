@@ -53,7 +53,8 @@ def keys_loop(worker: int, alias: str, workers: int, keys: int, start: float,
                 break
     elapsed = time.monotonic() - began
     client = time.thread_time() - client_before
-    server = None if server_pid is None else cpu_seconds(server_pid) - server_before
+    server = (None if server_pid is None or server_before is None
+              else cpu_seconds(server_pid) - server_before)
     return pairs, elapsed, client, server, refused
 
 

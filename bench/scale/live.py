@@ -281,7 +281,8 @@ def explain(report: Report, stores: list[Store]) -> None:
     for store in stores:
         if not isinstance(store, DatabaseStore):
             continue
-        dialect = get_backend(store.alias).dialect
+        backend: Any = get_backend(store.alias)
+        dialect = backend.dialect
         grant = dialect.grant_if_free()
         grant_params = ["scale:probe:0", d, d, None, None, "explain", "t" * 32,
                         dialect.seconds(60), d]

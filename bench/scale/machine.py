@@ -6,6 +6,7 @@ import os
 import platform
 import sqlite3
 from contextlib import suppress
+from typing import Any, cast
 
 __all__ = ["describe", "load_average"]
 
@@ -78,7 +79,8 @@ def describe() -> str:
     if memory is not None:
         parts.append(f"{memory:.0f} GiB")
     parts += _servers()
-    files = settings.OCCUPY["BACKENDS"]["files"]["LOCATION"]
+    backends = cast(dict[str, Any], settings.OCCUPY["BACKENDS"])
+    files = backends["files"]["LOCATION"]
     parts.append(f"files on {_filesystem(os.path.abspath(files))}")
     parts.append(f"Python {platform.python_version()}, Django {django.get_version()}")
     return ", ".join(parts)

@@ -115,7 +115,7 @@ class Report:
                 if not points:
                     continue
                 store = next((name for name in COLOURS if label.startswith(name)), None)
-                nth = seen[store] = seen.get(store, -1) + 1 if store else 0
+                nth = seen[store or label] = seen.get(store or label, -1) + 1
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
                         label=label, color=COLOURS.get(store or ""),
                         linestyle=STYLES[nth % len(STYLES)])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, cast
 
 from tests.settings import *  # noqa: F403
 from tests.settings import (
@@ -44,6 +45,8 @@ if "sqlite" in DATABASES:
     DATABASES["sqlite"]["NAME"] = f"{SCRATCH}.sqlite3"
 DATABASES["default"] = dict(DATABASES["sqlite"])
 
+_BACKENDS = cast(dict[str, Any], OCCUPY["BACKENDS"])
+
 #: How many sizes of the live-claims curve coexist, each in stores of its own.
 SLOTS = 3
 for _slot in range(SLOTS):
@@ -56,11 +59,11 @@ for _slot in range(SLOTS):
         else:
             _config["NAME"] = f"{SCALE_DB}_{_slot}"
         DATABASES[f"{_alias}-{_slot}"] = _config
-        OCCUPY["BACKENDS"][f"db-{_alias}-{_slot}"] = {
+        _BACKENDS[f"db-{_alias}-{_slot}"] = {
             "BACKEND": "occupy.backends.db.DatabaseBackend",
             "OPTIONS": {"DATABASE": f"{_alias}-{_slot}"},
         }
-    OCCUPY["BACKENDS"][f"files-{_slot}"] = {
+    _BACKENDS[f"files-{_slot}"] = {
         "BACKEND": "occupy.backends.file.FileBackend", "LOCATION": f"{SCRATCH}-files-{_slot}",
     }
 
@@ -69,8 +72,8 @@ SCALE_REDIS_PREFIX = f"{REDIS_PREFIX}scale:"
 #: What the cache backend's cache puts before every key (``KEY_PREFIX``).
 SCALE_CACHE_PREFIX = f"{REDIS_KEY_PREFIX}-scale"
 
-OCCUPY["BACKENDS"]["files"]["LOCATION"] = f"{SCRATCH}-files"
+_BACKENDS["files"]["LOCATION"] = f"{SCRATCH}-files"
 if "redis" not in SKIPS:
-    OCCUPY["BACKENDS"]["redis"]["OPTIONS"]["PREFIX"] = SCALE_REDIS_PREFIX
+    _BACKENDS["redis"]["OPTIONS"]["PREFIX"] = SCALE_REDIS_PREFIX
     for _cache in ("locks", "locks-django"):
         CACHES[_cache]["KEY_PREFIX"] = SCALE_CACHE_PREFIX  # noqa: F405

@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from occupy.leases import new_token
 
@@ -199,7 +199,7 @@ class DatabaseStore(Store):
         if self.vendor == "postgresql":
             from occupy.backends import get_backend
 
-            backend = get_backend(self.alias)
+            backend: Any = get_backend(self.alias)
             pid = backend.execute("SELECT pg_backend_pid()", [])[1][0][0]
             return cpu_seconds(int(pid))
         if self.vendor == "mysql":
@@ -350,7 +350,8 @@ class FileStore(Store):
     def root(self) -> str:
         from occupy.backends import get_backend
 
-        return str(get_backend(self.alias).root)
+        backend: Any = get_backend(self.alias)
+        return str(backend.root)
 
     def _fill(self, count: int, tag: str) -> None:
         from occupy.backends.claims import Entry, digest, now_us
@@ -398,7 +399,8 @@ def remove_trash() -> None:
     """Delete the directories :meth:`FileStore.clear` moved aside."""
     from django.conf import settings
 
-    for params in settings.OCCUPY["BACKENDS"].values():
+    backends = cast(dict[str, Any], settings.OCCUPY["BACKENDS"])
+    for params in backends.values():
         location = params.get("LOCATION")
         if not location:
             continue
@@ -423,7 +425,7 @@ def available_stores(names: list[str] | None = None, slot: int | None = None) ->
     """
     from django.conf import settings
 
-    backends = settings.OCCUPY["BACKENDS"]
+    backends = cast(dict[str, Any], settings.OCCUPY["BACKENDS"])
     tail = "" if slot is None else f"-{slot}"
     stores: list[Store] = []
     for database, name in (("postgresql", "PostgreSQL"), ("mysql", "MariaDB"),
