@@ -118,7 +118,7 @@ def main(argv: list[str]) -> None:
     setup()
     from bench.scale import machine
     from bench.scale.report import Report
-    from bench.scale.stores import available_stores, remove_trash
+    from bench.scale.stores import available_stores, remove_trash, shrink_sqlite
 
     line = machine.describe()
     load_at_start = machine.load_average()
@@ -143,6 +143,7 @@ def main(argv: list[str]) -> None:
         for store in stores:
             store.clear()
         remove_trash()
+        shrink_sqlite()
         timings["clean-up"] = time.perf_counter() - cleanup_started
     total = time.perf_counter() - started
     print(f"\n{line}")
