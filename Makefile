@@ -83,6 +83,13 @@ databases:
 bench: venv databases
 	$(PY) -m bench
 
+## bench-scale: how occupy's cost grows (live claims, queues, many keys, footprint,
+## sweeps) on every store that answers; plots and CSV in bench/results/. Well under an
+## hour; `make bench-scale SCALE_ARGS=--quick` takes a few minutes.
+bench-scale: mysql-driver databases
+	$(PY) -m pip install --quiet -e ".[dev,mysql,bench]"
+	$(PY) -m bench scale $(SCALE_ARGS)
+
 ## serve: the example site (admin and API) at http://127.0.0.1:8000/
 serve: venv
 	$(PY) manage.py migrate --verbosity 0

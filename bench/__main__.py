@@ -1,4 +1,8 @@
-"""Run every benchmark: ``python -m bench`` (``make bench``), or some: ``python -m bench db``."""
+"""Run every benchmark: ``python -m bench`` (``make bench``), or some: ``python -m bench db``.
+
+``python -m bench scale [options]`` runs the scale benchmarks (``make bench-scale``),
+which are not part of ``make bench``: see :mod:`bench.scale` for their options.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,9 @@ MODULES = ["db", "redis", "cache", "file", "models", "http"]
 
 def main(argv: list[str]) -> None:
     """Run the benchmark modules named in ``argv`` (default: all)."""
+    if argv[:1] == ["scale"]:
+        importlib.import_module("bench.scale").main(argv[1:])
+        return
     for name in argv or MODULES:
         importlib.import_module(f"bench.{name}").main()
 

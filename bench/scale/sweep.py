@@ -1,0 +1,120 @@
+"""5. ``sweep_locks`` against the number of expired claims, on every database.
+
+For each size (ascending; the databases alternate within a size): the table holds
+1,000 live claims and ``n`` expired ones (``tests.claims.insert_claims``), then
+``manage.py sweep_locks --using <backend>`` runs in this process. Figures: rows
+deleted per second, and memory while it runs: the growth of the process's peak
+resident memory (``VmHWM``, reset first) and the ``tracemalloc`` peak. Target: memory
+flat whatever the backlog (batches of 1,000, never a row loaded into Python); rows/s
+is reported, with the backlog it was measured at. The live claims are checked after
+each sweep: none may go.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+import tracemalloc
+from typing import Any
+
+from bench.scale.report import Panel, Report
+from bench.scale.stores import DatabaseStore, Store
+
+__all__ = ["run"]
+
+LIVE = 1_000
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise LookupError(field)
+
+
+def _reset_peak() -> bool:
+    """Reset this process's peak resident memory (Linux), so it measures one phase."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def sweep_once(store: DatabaseStore, expired: int) -> dict[str, Any]:
+    """Fill ``store`` with ``expired`` expired and 1,000 live claims; sweep; return the
+    figures."""
+    from django.core.management import call_command
+
+    from tests.claims import insert_claims, tokens_of
+
+    store.clear()
+    insert_claims(store.database, LIVE, tag="scale-sweep-live", expired=False)
+    live = tokens_of(store.database, "scale-sweep-live")
+    done = 0
+    while done < expired:  # statements of at most 100,000 rows
+        n = min(100_000, expired - done)
+        insert_claims(store.database, n, tag=f"scale-sweep-{done}", expired=True)
+        done += n
+    store.settle()
+    rss = _status_kib("VmRSS")
+    reset = _reset_peak()
+    tracemalloc.start()
+    started = time.perf_counter()
+    call_command("sweep_locks", using=[store.alias], stdout=io.StringIO())
+    elapsed = time.perf_counter() - started
+    traced = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    growth = (_status_kib("VmHWM") - rss) if reset else float("nan")
+    left = store.rows()
+    kept = tokens_of(store.database, "scale-sweep-live")
+    store.clear()
+    return {"rate": expired / elapsed, "seconds": elapsed, "rss_growth_kib": growth,
+            "traced_kib": traced / 1024, "left": left - len(kept), "lost_live": len(live - kept)}
+
+
+def run(report: Report, stores: list[Store], sizes: Any) -> None:
+    """Sweep every database at every size; print, write and plot."""
+    from django.core.management import call_command
+
+    databases = [s for s in stores if isinstance(s, DatabaseStore)]
+    for store in databases:  # imports, connections: not part of any figure
+        store.clear()
+        call_command("sweep_locks", using=[store.alias], stdout=io.StringIO())
+    figures: dict[tuple[str, int], dict[str, Any]] = {}
+    for size in sizes.sweep:
+        for store in databases:
+            figures[store.name, size] = sweep_once(store, size)
+        print(f"  sweep_locks: {size:,} expired done", flush=True)
+    rows, csv_rows = [], []
+    rate_panel = Panel("rows deleted per second", logy=True)
+    memory_panel = Panel("memory during the sweep (KiB)")
+    for store in databases:
+        for size in sizes.sweep:
+            got = figures[store.name, size]
+            problems = []
+            if got["left"]:
+                problems.append(f"{got['left']:,} expired left")
+            if got["lost_live"]:
+                problems.append(f"VIOLATION: {got['lost_live']:,} live claims swept")
+            rows.append([store.name, size, got["rate"], f"{got['seconds']:.1f}",
+                         f"{got['rss_growth_kib'] / 1024:.1f}", f"{got['traced_kib']:.0f}",
+                         "; ".join(problems)])
+            csv_rows.append([store.name, size, f"{got['rate']:.0f}", f"{got['seconds']:.2f}",
+                             got["rss_growth_kib"], f"{got['traced_kib']:.1f}", got["left"],
+                             got["lost_live"]])
+            rate_panel.add(store.name, size, got["rate"])
+            memory_panel.add(f"{store.name} peak RSS growth", size, got["rss_growth_kib"])
+            memory_panel.add(f"{store.name} tracemalloc peak", size, got["traced_kib"])
+    report.table(f"5. sweep_locks against expired claims ({LIVE:,} live beside them, "
+                 "batches of 1,000)",
+                 ["database", "expired", "rows/s", "seconds", "peak RSS growth MiB",
+                  "tracemalloc peak KiB", "problems"], rows,
+                 notes=["target: memory flat whatever the backlog"])
+    report.csv("scale-sweep", ["database", "expired", "rows_per_s", "seconds",
+                               "rss_growth_kib", "tracemalloc_peak_kib", "expired_left",
+                               "live_swept"], csv_rows)
+    report.plot("scale-sweep", "5. sweep_locks against expired claims (1,000 live beside "
+                "them)", "expired claims", [rate_panel, memory_panel], xticks=sizes.sweep)
