@@ -29,12 +29,26 @@ __all__ = [
 ]
 
 
+def _rebuild(cls: type[BaseException], args: tuple[Any, ...],
+             state: dict[str, Any]) -> BaseException:
+    """Return an occupy error unpickled: its class, its message, its attributes."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
 class OccupyError(Exception):
     """Base class of every error raised by occupy."""
 
     def __init__(self, message: str, *, key: str | None = None) -> None:
         super().__init__(message)
         self.key = key
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle with every attribute: the keyword-only ones ``Exception`` would lose,
+        so that an error crosses a process boundary (a multiprocessing queue) whole."""
+        return _rebuild, (type(self), self.args, self.__dict__)
 
 
 class Occupied(OccupyError):

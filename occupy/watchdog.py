@@ -13,6 +13,8 @@ the watchdog logs a warning naming the key.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import os
 import threading
@@ -35,13 +37,22 @@ class Watchdog:
         # live object compare equal), and a collected one's entry stays apart from any
         # later lease that happens to reuse its id. The value keeps the key to log.
         self._due: dict[weakref.ref[Lease], tuple[float, str]] = {}
+        # The renewals in order of time, so that finding the next one costs log n, not a
+        # scan of every lease. An entry whose time no longer matches ``_due`` (renewed,
+        # unwatched, watched again) is stale and skipped; ``_seq`` breaks ties.
+        self._queue: list[tuple[float, int, weakref.ref[Lease]]] = []
+        self._seq = itertools.count()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+
+    def _schedule(self, ref: weakref.ref[Lease], due: float, key: str) -> None:
+        self._due[ref] = (due, key)
+        heapq.heappush(self._queue, (due, next(self._seq), ref))
 
     def watch(self, lease: Lease) -> None:
         """Start renewing ``lease`` every third of its ttl, for as long as it is held."""
         with self._cond:
-            self._due[weakref.ref(lease)] = (time.monotonic() + lease.ttl / 3, lease.key)
+            self._schedule(weakref.ref(lease), time.monotonic() + lease.ttl / 3, lease.key)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="occupy-watchdog", daemon=True
@@ -64,12 +75,19 @@ class Watchdog:
             while True:
                 if not self._due:
                     self._thread = None
+                    self._queue.clear()
                     return None
-                ref, (due, key) = min(self._due.items(), key=lambda item: item[1][0])
+                due, _, ref = self._queue[0]
+                entry = self._due.get(ref)
+                if entry is None or entry[0] != due:  # stale: renewed or unwatched since
+                    heapq.heappop(self._queue)
+                    continue
+                key = entry[1]
                 delay = due - time.monotonic()
                 if delay > 0:
                     self._cond.wait(delay)  # holding no lease: a dropped one can go
                     continue
+                heapq.heappop(self._queue)
                 lease = ref()
                 if lease is None:
                     del self._due[ref]
@@ -77,7 +95,7 @@ class Watchdog:
                         "stopped renewing %r: its lease was dropped without a release; "
                         "the claim expires by its ttl", key)
                     continue
-                self._due[ref] = (time.monotonic() + lease.ttl / 3, key)
+                self._schedule(ref, time.monotonic() + lease.ttl / 3, key)
                 return lease
 
     def _run(self) -> None:
@@ -98,6 +116,7 @@ class Watchdog:
 
     def _reset_after_fork(self) -> None:
         self._due = {}
+        self._queue = []
         self._cond = threading.Condition()
         self._thread = None
 

@@ -75,3 +75,18 @@ def test_a_lease_lost_while_the_block_raises_does_not_hide_the_error(live_db: No
         time.sleep(0.3)
         occupy.release(occupy.acquire("book:1", owner="bob", timeout=0))
         raise KeyError("the block's own error")
+
+
+def test_errors_cross_a_process_boundary_whole() -> None:
+    """An error sent through a multiprocessing queue keeps its message and attributes."""
+    import pickle
+    from datetime import datetime, timezone
+
+    holder = occupy.Holder("alice", datetime(2026, 1, 1, tzinfo=timezone.utc), 7)
+    for error in (occupy.Occupied("'k' is held", key="k", holder=holder, retry_after=3),
+                  occupy.LockTimeout("'k' is still held", key="k", holder=holder),
+                  occupy.StoreUnavailable("down", key="k", using="redis"),
+                  occupy.LeaseLost("lost", key="k")):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error)
+        assert copy.__dict__ == error.__dict__
