@@ -290,9 +290,7 @@ def explain(report: Report, stores: list[Store]) -> None:
                       ("release", dialect.release(), [d, "t" * 32]),
                       ("sweep_batch", dialect.sweep_batch(), [1000])]
         if store.vendor == "postgresql":
-            from occupy.backends.db.dialects import PG_RELEASE_AND_WAKE
-
-            statements[1] = ("release (and wake)", PG_RELEASE_AND_WAKE, [d, "t" * 32])
+            statements[1] = ("release (and wake)", dialect.release_and_wake(), [d, "t" * 32])
         lines.append(f"## {store.name}, {store.rows():,} rows")
         for name, sql, params in statements:
             lines.append(f"### {name}")
@@ -332,11 +330,11 @@ def _plan(store: DatabaseStore, sql: str, params: list[Any]) -> list[str]:
             names = [c[0] for c in cursor.description]
             out += [f"  {dict(zip(names, row, strict=True))}" for row in cursor.fetchall()]
     else:
-        from occupy.backends.db.dialects import SQLITE_FUNCTIONS
+        from occupy.backends.claims import now_us
 
         connection.ensure_connection()
-        for name, func in SQLITE_FUNCTIONS.items():  # as the backend's connections have
-            connection.connection.create_function(name, 0, func)
+        # The clock the SQLite dialect gives the backend's own connections.
+        connection.connection.create_function("occupy_clock_us", 0, now_us)
         with connection.cursor() as cursor:
             cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
             out += [f"  {row[-1]}" for row in cursor.fetchall()]

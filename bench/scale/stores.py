@@ -3,7 +3,7 @@
 A store is named for the table (``PostgreSQL``, ``Redis``, …) and runs occupy through
 its backend alias from :mod:`bench.scale.settings`. Filling writes claims the way the
 backend itself writes them, in bulk: one ``INSERT … SELECT`` per 100,000 rows on the
-databases (:func:`tests.claims.insert_claims`), the backend's own acquire script in
+databases (:func:`tests.support.bulk_claims.insert_claims`), the backend's own acquire script in
 pipelines on Redis, claim files in the backend's format. Every claim lives two hours
 and sits on a key of its own (``scale-live-<n>:<i>``), so a probe never meets one.
 """
@@ -138,7 +138,7 @@ class DatabaseStore(Store):
             return list(cursor.fetchall()) if cursor.description else []
 
     def _fill(self, count: int, tag: str) -> None:
-        from tests.claims import insert_claims
+        from tests.support.bulk_claims import insert_claims
 
         insert_claims(self.database, count, tag=tag, expired=False)
 
@@ -355,7 +355,7 @@ class FileStore(Store):
 
     def _fill(self, count: int, tag: str) -> None:
         from occupy.backends.claims import Entry, digest, now_us
-        from occupy.backends.file.claimfiles import dump
+        from occupy.backends.file.records import dump_claim as dump
 
         using = f"{self.root}/using"
         os.makedirs(using, exist_ok=True)

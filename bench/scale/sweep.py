@@ -1,7 +1,7 @@
 """5. ``sweep_locks`` against the number of expired claims, on every database.
 
 For each size (ascending; the databases alternate within a size): the table holds
-1,000 live claims and ``n`` expired ones (``tests.claims.insert_claims``), then
+1,000 live claims and ``n`` expired ones (``tests.support.bulk_claims.insert_claims``), then
 ``manage.py sweep_locks --using <backend>`` runs in this process. Figures: rows
 deleted per second, and memory while it runs: the growth of the process's peak
 resident memory (``VmHWM``, reset first) and the ``tracemalloc`` peak. Target: memory
@@ -48,7 +48,7 @@ def sweep_once(store: DatabaseStore, expired: int) -> dict[str, Any]:
     figures."""
     from django.core.management import call_command
 
-    from tests.claims import insert_claims, tokens_of
+    from tests.support.bulk_claims import insert_claims, tokens_of
 
     store.clear()
     insert_claims(store.database, LIVE, tag="scale-sweep-live", expired=False)
