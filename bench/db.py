@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import Result, alternate, print_table, setup_django
+from bench.process_memory import reset_peak_rss, status_kib
 
 #: The database alias and occupy backend alias on PostgreSQL (see tests/settings.py).
 DATABASE = "postgresql"
@@ -319,24 +320,6 @@ def contention() -> None:
 
 
 # --- 3. sweep_locks -------------------------------------------------------------------------
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise LookupError(field)
-
-
-def _reset_peak_rss() -> bool:
-    """Reset the process's peak RSS (Linux), so that it measures one phase only."""
-    try:
-        with open("/proc/self/clear_refs", "w") as refs:
-            refs.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def sweep(database: str) -> None:
     """Time ``sweep_locks`` and one bare DELETE on the same rows; report memory."""
     from django.core.management import call_command
@@ -368,13 +351,13 @@ def sweep(database: str) -> None:
     def command() -> float:
         fill()
         expired = count_claims(database, expired=True)
-        rss = _rss_kib("VmRSS")
-        reset = _reset_peak_rss()
+        rss = status_kib("VmRSS")
+        reset = reset_peak_rss()
         started = time.perf_counter()
         call_command("sweep_locks", using=[backend], stdout=io.StringIO())
         elapsed = time.perf_counter() - started
         if reset:
-            rss_growth.append(_rss_kib("VmHWM") - rss)
+            rss_growth.append(status_kib("VmHWM") - rss)
         _check(database, live)
         return expired / elapsed
 

@@ -17,30 +17,13 @@ import time
 import tracemalloc
 from typing import Any
 
+from bench.process_memory import reset_peak_rss, status_kib
 from bench.scale.report import Panel, Report
 from bench.scale.stores import DatabaseStore, Store
 
 __all__ = ["run"]
 
 LIVE = 1_000
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise LookupError(field)
-
-
-def _reset_peak() -> bool:
-    """Reset this process's peak resident memory (Linux), so it measures one phase."""
-    try:
-        with open("/proc/self/clear_refs", "w") as refs:
-            refs.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def sweep_once(store: DatabaseStore, expired: int) -> dict[str, Any]:
@@ -59,15 +42,15 @@ def sweep_once(store: DatabaseStore, expired: int) -> dict[str, Any]:
         insert_claims(store.database, n, tag=f"scale-sweep-{done}", expired=True)
         done += n
     store.settle()
-    rss = _status_kib("VmRSS")
-    reset = _reset_peak()
+    rss = status_kib("VmRSS")
+    reset = reset_peak_rss()
     tracemalloc.start()
     started = time.perf_counter()
     call_command("sweep_locks", using=[store.alias], stdout=io.StringIO())
     elapsed = time.perf_counter() - started
     traced = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    growth = (_status_kib("VmHWM") - rss) if reset else float("nan")
+    growth = (status_kib("VmHWM") - rss) if reset else float("nan")
     left = store.rows()
     kept = tokens_of(store.database, "scale-sweep-live")
     store.clear()
