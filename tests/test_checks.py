@@ -131,3 +131,19 @@ def test_every_check_id_names_one_problem() -> None:
 
     listed = re.findall(r"``(occupy\.[EW]\d{3})``", occupy.checks.__doc__ or "")
     assert len(listed) == len(set(listed)) >= 12
+
+
+def test_a_backend_with_only_warnings_is_still_looked_into(tmp_path, monkeypatch,
+                                                          live_db: None) -> None:
+    """A relative LOCATION is W003, not a reason to skip the store's own W004."""
+    monkeypatch.chdir(tmp_path)
+    with override_settings(OCCUPY={"BACKENDS": {
+            "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+            "relative": {"BACKEND": "occupy.backends.file.FileBackend",
+                         "LOCATION": "locks"}}}):
+        path = get_backend("relative").using_path("book:1")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(b"not a claim")
+        assert "occupy.W003" in ids(check_backends())
+        assert ids(check_stores(databases=["default"])) == ["occupy.W004"]
