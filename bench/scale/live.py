@@ -271,7 +271,7 @@ def _footprint_table(report: Report, order: list[str], sizes: list[int],
 
 
 def explain(report: Report, stores: list[Store]) -> None:
-    """Write the plans of the grant and release statements, as the backends run them,
+    """Write the plans of the grant, release and queue statements, as the backends run them,
     at the current size, to ``scale-explain.txt``."""
     from occupy.backends import get_backend
     from occupy.backends.claims import digest
@@ -288,6 +288,7 @@ def explain(report: Report, stores: list[Store]) -> None:
                         dialect.seconds(60), d]
         statements = [("grant_if_free", grant, grant_params),
                       ("release", dialect.release(), [d, "t" * 32]),
+                      ("queue_position", dialect.queue_position(), [d, 2**62, d]),
                       ("sweep_batch", dialect.sweep_batch(), [1000])]
         if store.vendor == "postgresql":
             statements[1] = ("release (and wake)", dialect.release_and_wake(), [d, "t" * 32])

@@ -91,9 +91,10 @@ def count_calls(aliases: list[str]) -> None:
         backend = get_backend(alias)
         if hasattr(backend, "execute"):  # the database backend: one statement per call
             patch(type(backend), "execute", "store")
-        if hasattr(backend, "locks"):  # the file backend: one locked step per hold
-            patch(type(backend.locks), "hold", "store")
         attempt = type(backend.attempt("scale:probe", "bench", 1.0))
+        if hasattr(backend, "locks"):  # the file backend: one locked step per hold,
+            patch(type(backend.locks), "hold", "store")
+            patch(attempt, "_behind", "store")  # and a waiter's look at its place
         patch(attempt, "try_acquire", "tries")
         if (attempt, "wait") not in patched:
             attempt.wait = _timed_wait(attempt.wait)  # type: ignore[method-assign]

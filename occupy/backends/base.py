@@ -64,9 +64,16 @@ class Attempt:
     (an async caller cancelled while its worker thread is mid-statement).
     """
 
-    #: First and largest pause between two tries while waiting, in seconds.
+    #: First and largest pause between two tries while waiting (at the head of a queue,
+    #: or where there is none), in seconds.
     first_delay = 0.002
     max_delay = 0.05
+    #: How many claims were queued ahead of this attempt's at its last look, where a
+    #: polling backend knows (else ``None``). A waiter with ``k`` ahead pauses about ``k``
+    #: times ``max_delay``, up to :attr:`longest_queued_pause`: each of them is served
+    #: before it, so a queue of ``n`` makes about ``ln n`` polls per release, not ``n``.
+    ahead: int | None = None
+    longest_queued_pause = 1.0
     #: Set by ``aacquire``: the attempt's calls run on pool threads between awaits, so a
     #: backend must not park per-connection state (a LISTEN) it cannot see again.
     asynchronous = False
@@ -116,7 +123,11 @@ class Attempt:
         return self.backend.holder(self.key), None
 
     def next_delay(self) -> float:
-        """Return the next pause: capped exponential backoff with jitter."""
+        """Return the next pause: capped exponential backoff with jitter, or while
+        others are queued ahead (:attr:`ahead`), a pause in proportion to their number."""
+        if self.ahead:
+            queued: float = min(self.max_delay * self.ahead, self.longest_queued_pause)
+            return queued * random.uniform(0.5, 1.0)
         delay: float = min(self.max_delay, self.first_delay * (2 ** min(self._tries, 16)))
         self._tries += 1
         return delay * random.uniform(0.5, 1.0)

@@ -34,8 +34,9 @@ def _lock_and_wait(alias: str, key: str) -> None:
     attempt = get_backend(alias).attempt(key, "waiter", 30)
     assert attempt.try_acquire() is None
     attempt.enqueue()
+    assert attempt.try_acquire() is None  # the first promotion after queueing
     occupy.release(holder)
-    lease = attempt.try_acquire()
+    lease = attempt.try_acquire()  # a later one
     assert lease is not None
     get_backend(alias).extend(lease, 30)
     occupy.release(lease)

@@ -119,6 +119,49 @@ def test_list_locks_shows_holders_and_waiters_without_tokens(live_db: None, caps
     occupy.release(lease)
 
 
+def test_a_waiter_behind_others_looks_without_the_keys_lock(live_db: None) -> None:
+    """A waiter with ``k`` claims ahead of it reads its place without taking the key's
+    lock (the head and the holder need it) and pauses about ``k`` intervals."""
+    backend = get_backend(USING)
+    holder = occupy.acquire("book:1", owner="holder", ttl=30, using=USING)
+    attempts = []
+    for owner in ("a", "b", "c"):
+        attempt = backend.attempt("book:1", owner, 30)
+        assert attempt.try_acquire() is None
+        attempt.enqueue()
+        assert attempt.try_acquire() is None
+        attempts.append(attempt)
+    assert [attempt.ahead for attempt in attempts] == [0, 1, 2]
+    pauses = [attempts[2].next_delay() for _ in range(20)]
+    assert backend.poll_interval <= min(pauses) <= max(pauses) <= 2 * backend.poll_interval
+
+    locked, done = threading.Event(), threading.Event()
+
+    def hold_the_keys_lock() -> None:
+        with backend.locks.hold(attempts[2].digest):
+            locked.set()
+            done.wait(10)
+
+    thread = threading.Thread(target=hold_the_keys_lock)
+    thread.start()
+    try:
+        locked.wait(5)
+        looked: list[object] = []
+        looker = threading.Thread(target=lambda: looked.append(attempts[2].try_acquire()))
+        looker.start()
+        looker.join(2)
+        assert looked == [None], "a waiter behind others waited for the key's lock"
+    finally:
+        done.set()
+        thread.join(5)
+    occupy.release(holder)
+    lease = attempts[0].try_acquire()
+    assert lease is not None and lease.owner == "a"
+    occupy.release(lease)
+    for attempt in attempts[1:]:
+        attempt.cancel()
+
+
 @pytest.mark.parametrize("content", [b"", b"occupy-claim-1\0torn by a power c",
                                      b"\xff\xfe another program's file"])
 def test_a_claim_file_occupy_did_not_write_is_held_until_it_expires(

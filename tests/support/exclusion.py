@@ -19,6 +19,7 @@ __all__ = [
     "count_under_lock",
     "count_with_failed_release",
     "database_of",
+    "hand_back_and_forth",
     "hold_until_killed",
     "taken_over_after_kill",
     "try_acquire",
@@ -36,6 +37,30 @@ def database_of(using: str) -> str:
     backends = cast("dict[str, Any]", settings.OCCUPY["BACKENDS"])
     options = backends[using].get("OPTIONS") or {}
     return str(options.get("DATABASE", "default"))
+
+
+def hand_back_and_forth(database: str, key: str, seconds: float, poll: float) -> list[float]:
+    """Take ``key`` and give it back at once (and ask again at once), for ``seconds``, through a
+    database backend on ``database`` whose waiters poll only every ``poll`` seconds;
+    return how long each acquire waited."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    import occupy
+
+    backends = {**settings.OCCUPY["BACKENDS"], "hand-back": {
+        "BACKEND": "occupy.backends.db.DatabaseBackend",
+        "OPTIONS": {"DATABASE": database, "POLL_INTERVAL": poll},
+    }}
+    waits = []
+    with override_settings(OCCUPY={**settings.OCCUPY, "BACKENDS": backends}):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            asked = time.monotonic()
+            lease = occupy.acquire(key, ttl=30, timeout=poll * 3, using="hand-back")
+            waits.append(time.monotonic() - asked)
+            occupy.release(lease)
+    return waits
 
 
 def count_under_lock(using: str | None, key: str, rounds: int, hold: float,

@@ -10,7 +10,12 @@ the queue by itself.
 
 A release that was already running when a claim was queued may have looked for waiters
 before that claim was committed, and so woken nobody: a newly queued claim therefore
-tries again at once, without a pause.
+tries again at once, without a pause, and where the dialect wakes waiters that try
+waits for a release in flight to commit (see ``promote_after_enqueue``).
+
+Where waiters poll, only the head of the queue tries to promote itself; a waiter
+behind others reads its place instead (a read, which takes no write lock) and pauses
+in proportion to the claims ahead of it (:attr:`Attempt.ahead`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ class DatabaseAttempt(Attempt):
         super().__init__(backend, key, owner, ttl)
         self.backend: DatabaseBackend = backend
         self.max_delay = backend.poll_interval
+        # A queued claim is heartbeated by the tries: pause well within its ttl.
+        self.longest_queued_pause = min(self.longest_queued_pause, backend.pending_ttl / 4)
         self.digest = digest(key)
         self.pending_id: int | None = None
         #: Whether a claim of this attempt's may exist (else cancel has nothing to do).
@@ -51,8 +58,10 @@ class DatabaseAttempt(Attempt):
         #: must listen again).
         self.listening: str | None = None
         self.listener: Any = None
-        #: Just queued: the next pause is skipped (see the module docstring).
+        #: Just queued: the next pause is skipped, and the next try is the first
+        #: promotion after queueing (see the module docstring).
         self.fresh = False
+        self.first_promotion = False
         self.pauses = 0
         self.content_type_id, self.object_id = backend.object_of(key)
 
@@ -77,6 +86,8 @@ class DatabaseAttempt(Attempt):
         try:
             if self.pending_id is None:
                 return self._grant_if_free() or self._look()
+            if self.ahead and not self._at_head():
+                return None
             return self._promote()
         except StoreUnavailable as e:
             if (not self.sql.is_busy(e.__cause__)
@@ -142,8 +153,9 @@ class DatabaseAttempt(Attempt):
                 self.claimed = False  # SQLite stayed locked: the insert did nothing
             raise
         self.beat_at = time.monotonic()
-        self.fresh = True
+        self.fresh = self.first_promotion = True
         self.pauses = 0
+        self.ahead = None
         if self.sql.wakes_waiters and not self.asynchronous:
             self._unlisten()  # queued again under a new id: listen on the new channel
             self.backend.forget_listen()
@@ -155,14 +167,30 @@ class DatabaseAttempt(Attempt):
         self.run(self.sql.listen(channel), [])
         self.listener = self.backend.own_connections.get().wrapper.connection
 
+    def _at_head(self) -> bool:
+        """Read this claim's place in the queue (a waiter that polls: it is not woken);
+        return whether it is first in line and the key free, else heartbeat it."""
+        ahead, held = self.run(self.sql.queue_position(), [
+            self.digest, self.pending_id, self.digest])[1][0]
+        self.ahead = int(ahead)
+        if self.ahead or held:
+            self._keep_queued()
+            return False
+        return True
+
     def _promote(self) -> Lease | None:
         assert self.pending_id is not None
+        statement = self.sql.promote()
+        params = [self.digest, self.digest, self.sql.seconds(self.ttl), self.pending_id,
+                  self.digest, self.pending_id]
+        if self.first_promotion and self.sql.wakes_waiters:
+            statement, params = self.sql.promote_after_enqueue(), [self.digest, *params]
+        first, self.first_promotion = self.first_promotion, False
         for _ in range(2):
             try:
-                count, rows = self.backend.execute(self.sql.promote(), [
-                    self.digest, self.digest, self.sql.seconds(self.ttl), self.pending_id,
-                    self.digest, self.pending_id,
-                ], key=self.key, settled=self._granted, bound=self.time_left())
+                count, rows = self.backend.execute(
+                    statement, params, key=self.key, settled=self._granted,
+                    bound=self.time_left())
                 break
             except IntegrityError:
                 # An expired holder still has the slot: clear it and try again at once
@@ -171,7 +199,10 @@ class DatabaseAttempt(Attempt):
         else:
             return None
         if not (rows if self.sql.update_returning else count):
-            self._keep_queued()
+            if first and not self.listening:
+                self._at_head()  # learn this claim's place (it heartbeats the claim)
+            else:
+                self._keep_queued()
             return None
         if not self.sql.update_returning:
             rows = self.run(self.sql.granted(), [self.digest, self.token])[1]
@@ -214,13 +245,18 @@ class DatabaseAttempt(Attempt):
 
     def next_delay(self) -> float:
         """Return the next pause: none right after queueing; then while listening the
-        fallback poll for a lost wake-up, else capped exponential backoff."""
+        fallback poll (one interval, then four, doubling up to
+        :attr:`~Attempt.longest_queued_pause`: it only notices a holder or waiter that
+        vanished without a word), else the polling pause of :class:`Attempt`."""
         if self.fresh:
             self.fresh = False
             return 0.0
         if self.listening:
             self.pauses += 1
-            return self.max_delay if self.pauses == 1 else self.max_delay * 4
+            if self.pauses == 1:
+                return self.max_delay
+            fallback: float = self.max_delay * 2 ** min(self.pauses, 16)
+            return min(fallback, self.longest_queued_pause)
         return super().next_delay()
 
     def cancel(self) -> None:

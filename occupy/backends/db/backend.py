@@ -22,13 +22,17 @@ in their :mod:`.dialects`.
 Waiting on PostgreSQL: each queued claim listens on a channel of its own, and a release
 or a cancelled waiter notifies only the next claim in line. A release that was already
 running when a claim was queued may have looked for waiters before that claim was
-committed and so woken nobody: a newly queued claim therefore tries once at once, and
-its first pause is short; after that, polling only notices a holder or waiter that
-vanished without a word.
+committed and so woken nobody: a newly queued claim therefore tries once at once,
+waiting for a release in flight to commit, and its first pause is short; after that,
+polling only notices a holder or waiter that vanished without a word. Elsewhere
+waiters poll: the head of the queue every interval at most, a waiter with ``k`` claims
+ahead of it about every ``k`` intervals (up to a second), reading its place without
+writing.
 
 OPTIONS: ``DATABASE`` (the database alias, default ``"default"``), ``POLL_INTERVAL``
-(longest pause between two tries while waiting, default 0.02 s; PostgreSQL waiters are
-woken by ``NOTIFY`` and poll only as a fallback, every 4 intervals after the first),
+(the head of a queue's longest pause between two tries, default 0.02 s; PostgreSQL
+waiters are woken by ``NOTIFY`` and poll only as a fallback, after 1, 4, 8 … intervals
+up to a second),
 ``PENDING_TTL`` (how long a waiter's queued claim outlives its last heartbeat, default
 10 s), ``PREPARE`` (PostgreSQL with psycopg 3: bind parameters on the server and prepare
 each statement the second time it runs on a connection, default True; see below).

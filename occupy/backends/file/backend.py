@@ -343,6 +343,8 @@ class FileAttempt(Attempt):
         self.backend: FileBackend = backend
         self.directory = backend.directory
         self.max_delay = backend.poll_interval
+        # A queued claim is heartbeated by the tries: pause well within its ttl.
+        self.longest_queued_pause = min(self.longest_queued_pause, backend.pending_ttl / 4)
         self.digest = digest(key)
         self.ticket: str | None = None  # our pending file's name, once queued
         self.beat_at = 0.0
@@ -354,6 +356,8 @@ class FileAttempt(Attempt):
     def try_acquire(self) -> Lease | None:
         """Grant the key if no live claim is ahead of us and none is using it; else
         return ``None``."""
+        if self.ahead and self._behind():
+            return None
         with self.backend.reaching(self.key), self.backend.locks.hold(self.digest):
             self.in_doubt = True
             lease = self._try(now_us())
@@ -376,6 +380,21 @@ class FileAttempt(Attempt):
             self.directory.retire(self.digest)  # expired: its fence goes to fences/
         return self._grant(now)
 
+    def _behind(self) -> bool:
+        """Return whether our queued claim is still behind a live one, read without the
+        key's lock (a waiter behind others leaves the lock to the head and the holder);
+        heartbeat it if so. Anything else (our claim gone, the first claim expired) is
+        left to a locked try, which re-queues or clears it."""
+        with self.backend.reaching(self.key):
+            tickets = self.directory.tickets(self.digest)
+            if self.ticket not in tickets[1:]:
+                return False
+            if self.directory.ticket_expires_ns(self.digest, tickets[0]) <= time.time_ns():
+                return False
+            self.ahead = tickets.index(self.ticket)
+            self._heartbeat()
+        return True
+
     def _pending_ahead(self, now: int) -> bool:
         """Return whether a live pending claim is ahead of ours (of any, if we are not
         queued); remove the expired ones passed on the way."""
@@ -384,10 +403,13 @@ class FileAttempt(Attempt):
             # Our claim expired while we stalled and was removed: queue again, last.
             self._enqueue(tickets)
             tickets = self.directory.tickets(self.digest)
-        for ticket in tickets:
+        for place, ticket in enumerate(tickets):
             if ticket == self.ticket:
+                self.ahead = 0
                 return False
             if self.directory.ticket_expires_ns(self.digest, ticket) > now * 1000:
+                if self.ticket in tickets:
+                    self.ahead = tickets.index(self.ticket) - place
                 return True
             self.directory.remove_ticket(self.digest, ticket)
         return False

@@ -188,6 +188,18 @@ class Dialect:
             f"AND (o.state = 'using' OR o.id < %s)){returning}"
         )
 
+    def queue_position(self) -> str:
+        """How many live claims are queued ahead of pending claim ``id``, and whether a
+        live claim is using the key; parameters: digest, id, digest (the slot). A
+        waiter behind others reads this instead of trying to promote itself: a read,
+        which takes no write lock, and whose answer sets its pause."""
+        return (
+            f"SELECT (SELECT COUNT(*) FROM {TABLE} o WHERE o.digest = %s AND "
+            f"o.state = 'pending' AND o.id < %s AND {self.live('o.expires_at')}), "
+            f"(SELECT COUNT(*) FROM {TABLE} u WHERE u.slot = %s AND "
+            f"{self.live('u.expires_at')})"
+        )
+
     def heartbeat(self) -> str:
         """Keep pending claim ``id`` alive while its owner waits; parameters: seconds, id."""
         return (
@@ -313,6 +325,10 @@ class Dialect:
 
     def unlisten(self, channel: str) -> str:
         """Return the statement that stops listening on ``channel``."""
+        raise NotImplementedError(f"{type(self).__name__} does not wake waiters")
+
+    def promote_after_enqueue(self) -> str:
+        """Return the first promotion after queueing, where :attr:`wakes_waiters`."""
         raise NotImplementedError(f"{type(self).__name__} does not wake waiters")
 
     def wake_next(self) -> str | None:

@@ -97,6 +97,31 @@ class PostgreSQLDialect(Dialect):
         """Return how many claims :meth:`release_and_wake` deleted (its first column)."""
         return int(rows[0][0])
 
+    def promote_after_enqueue(self) -> str:
+        """Promote as :meth:`promote` does, right after queueing; parameters: digest
+        (the slot), then :meth:`promote`'s.
+
+        A release whose statement began before this claim was committed looked for the
+        next in line without seeing it, and notified nobody; if this claim's first try
+        then read the key before that release committed, neither side would act, and
+        the claim would wait for the fallback poll. So this try locks the key's live
+        holder row (``FOR KEY SHARE``), which waits for a release in flight to commit,
+        and reads the key as free if the row is gone. Only the queue is read from the
+        statement's snapshot; a holder that came in after it makes the unique ``slot``
+        refuse the promotion.
+        """
+        returning = " RETURNING fence, expires_at" if self.update_returning else ""
+        return (
+            f"WITH holder AS MATERIALIZED (SELECT id FROM {TABLE} WHERE slot = %s "
+            f"AND {self.live()} FOR KEY SHARE) "
+            f"UPDATE {TABLE} SET state = 'using', slot = %s, fence = {self.fence_expr()}, "
+            f"expires_at = {self.later}, created_at = {self.now} WHERE id = %s "
+            f"AND state = 'pending' AND {self.live()} AND NOT EXISTS (SELECT 1 FROM holder) "
+            f"AND NOT EXISTS (SELECT 1 FROM {TABLE} o WHERE o.digest = %s "
+            f"AND {self.live('o.expires_at')} AND o.state = 'pending' AND o.id < %s)"
+            f"{returning}"
+        )
+
     def sweep_batch(self) -> str:
         """Delete up to ``%s`` expired claims without loading them.
 
