@@ -110,14 +110,14 @@ def redis_per_waiter(store: RedisStore, counts: list[int]) -> list[tuple[int, fl
     """Return (waiters, bytes per waiter) for each count, queued behind one held key."""
     import occupy
 
-    backend = store.backend
+    protocol = store.protocol
     client = store.client
     found = []
     for n in counts:
         key = f"scale:waiters:{n}"
         lease = occupy.acquire(key, ttl=60, timeout=0, using=store.alias)
         try:
-            rkeys = backend.keys(key)
+            rkeys = protocol.keys(key)
             occupy.release(occupy.acquire("scale:load", ttl=5, timeout=1, using=store.alias))
             sha = _queue_sha(store)
             pipe = client.pipeline(transaction=False)
@@ -136,7 +136,7 @@ def redis_per_waiter(store: RedisStore, counts: list[int]) -> list[tuple[int, fl
 
 def _queue_sha(store: RedisStore) -> str:
     """Return the SHA of the backend's queueing script, loaded into the server."""
-    script = store.backend.scripts.queue
+    script = store.protocol.scripts.queue
     store.client.script_load(script.script.script)
     return str(script.sha)
 
@@ -152,7 +152,7 @@ def run(report: Report, stores: list[Store], sizes: Any) -> None:
         report.table("4b. Redis: bytes per waiter (queue sorted set + waiters hash)",
                      ["waiters", "bytes per waiter"], per_waiter,
                      notes=["databases: a waiter is one pending row (bytes per claim, 4a); "
-                            "files: one pending file; cache backend: nothing (waiters poll)"])
+                            "files: one pending file; the cache backend on Redis: as on Redis"])
         report.csv("scale-footprint-waiters", ["waiters", "redis_bytes_per_waiter"], per_waiter)
     ctx = multiprocessing.get_context("spawn")
     rows, csv_rows = [], []

@@ -16,8 +16,8 @@ on the host's one monotonic clock:
   passed-over waiter had asked).
 
 Target: p99 hand-off with 64 waiters within 2× of that with 1; store calls per
-release independent of the number of waiters; service in arrival order. The cache
-backend has no queue (whoever polls first after a release wins): reported as it is.
+release independent of the number of waiters; service in arrival order. (The cache
+backend on a Redis cache runs the Redis backend's protocol, queue included.)
 """
 
 from __future__ import annotations

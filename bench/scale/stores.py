@@ -224,12 +224,18 @@ class RedisStore(Store):
         return get_backend(self.alias)
 
     @property
+    def protocol(self) -> Any:
+        """Return the backend's Redis lock protocol (the Redis backend's, or a Redis
+        cache's under the cache backend)."""
+        return self.backend.protocol
+
+    @property
     def client(self) -> Any:
-        return self.backend.client
+        return self.protocol.client
 
     def prefix(self) -> str:
         """Return what every key of the store starts with."""
-        return str(self.backend.prefix)
+        return str(self.protocol.prefix)
 
     def used_memory(self) -> int:
         """Return the server's ``used_memory``."""
@@ -240,11 +246,11 @@ class RedisStore(Store):
 
         # The public API loads the script into the server's cache (EVALSHA, else EVAL).
         occupy.release(occupy.acquire("scale:load", ttl=5, timeout=0, using=self.alias))
-        return str(self.backend.scripts.acquire.sha)
+        return str(self.protocol.scripts.acquire.sha)
 
     def _fill(self, count: int, tag: str) -> None:
         before = self.used_memory()
-        sha, keys = self._sha(), self.backend.keys
+        sha, keys = self._sha(), self.protocol.keys
         pipe = self.client.pipeline(transaction=False)
         for i in range(count):
             key = f"{tag}:{i}"
@@ -282,7 +288,7 @@ class RedisStore(Store):
 
     def names_of(self, key: str) -> list[str]:
         """Return the Redis names of a held key's claim: its holder and its fence."""
-        rkeys = self.backend.keys(key)
+        rkeys = self.protocol.keys(key)
         return [rkeys.lock, rkeys.fence]
 
     def server_pids(self) -> list[int]:
@@ -297,45 +303,13 @@ class RedisStore(Store):
 
 
 class RedisCacheStore(RedisStore):
-    """The cache backend on a django-redis cache: a hash and a fence counter per key."""
+    """The cache backend on a django-redis cache: the same lock protocol and keys as the
+    Redis backend's, under the cache's key prefix."""
 
     name = "cache (django-redis)"
-    queues = False
 
     def __init__(self, alias: str = "cache") -> None:
         super().__init__(alias)
-
-    @property
-    def client(self) -> Any:
-        return self.backend.store.client
-
-    def prefix(self) -> str:
-        from django.conf import settings
-
-        return str(settings.CACHES[self.backend.cache_alias]["KEY_PREFIX"]) + ":"
-
-    def _sha(self) -> str:
-        import occupy
-
-        occupy.release(occupy.acquire("scale:load", ttl=5, timeout=0, using=self.alias))
-        return str(self.backend.store._acquire.sha)
-
-    def _fill(self, count: int, tag: str) -> None:
-        before = self.used_memory()
-        sha, keys = self._sha(), self.backend.store.keys
-        pipe = self.client.pipeline(transaction=False)
-        for i in range(count):
-            key = f"{tag}:{i}"
-            pipe.execute_command("EVALSHA", sha, 2, *keys(key), new_token(), "bulk",
-                                 LIVE_MS, key)
-            if len(pipe) >= PIPELINE:
-                pipe.execute()
-        pipe.execute()
-        self.memory_added += self.used_memory() - before
-
-    def names_of(self, key: str) -> list[str]:
-        """Return the Redis names of a held key's claim: its hash and its fence."""
-        return list(self.backend.store.keys(key))
 
 
 class FileStore(Store):
