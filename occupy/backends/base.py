@@ -69,9 +69,7 @@ class Attempt:
     first_delay = 0.002
     max_delay = 0.05
     #: How many claims were queued ahead of this attempt's at its last look, where a
-    #: polling backend knows (else ``None``). A waiter with ``k`` ahead pauses about ``k``
-    #: times ``max_delay``, up to :attr:`longest_queued_pause`: each of them is served
-    #: before it, so a queue of ``n`` makes about ``ln n`` polls per release, not ``n``.
+    #: polling backend knows (else ``None``; see :meth:`note_place`).
     ahead: int | None = None
     longest_queued_pause = 1.0
     #: Set by ``aacquire``: the attempt's calls run on pool threads between awaits, so a
@@ -91,6 +89,8 @@ class Attempt:
         self.token = new_token()
         self.mutex = threading.Lock()
         self._tries = 0
+        #: When this attempt first saw its place, and the place then.
+        self._first_place: tuple[float, int] | None = None
 
     def time_left(self) -> float | None:
         """Return how long the next store call may take: the time left before the
@@ -122,12 +122,38 @@ class Attempt:
         and knows no seconds left: a backend overrides it to give them."""
         return self.backend.holder(self.key), None
 
+    def note_place(self, ahead: int | None) -> None:
+        """Record how many claims are queued ahead of this attempt's (``None``: not known,
+        as when it has just queued again), for a backend whose waiters poll.
+
+        The first three in line poll at the pace of a lone waiter: the next in line
+        must be ready the moment the head is served, and it learns that it has moved
+        up only when it looks. A waiter further back (``k > 2`` ahead) pauses for half
+        the time the ``k - 2`` claims ahead of the third should take to be served,
+        at the pace the queue has moved since it first looked (one ``max_delay`` per
+        claim until it has moved), up to :attr:`longest_queued_pause`. So it looks
+        about ``log2 k`` times while ``k`` are served before it, and a queue of ``n``
+        makes about ``ln n`` polls per release, not ``n``.
+        """
+        now = time.monotonic()
+        first = self._first_place
+        if ahead is None or first is None or ahead > first[1]:
+            self._first_place = None if ahead is None else (now, ahead)
+        self.ahead = ahead
+
+    def _turn(self) -> float:
+        """Return the seconds one claim ahead has taken to be served, as far as seen."""
+        first, ahead = self._first_place, self.ahead
+        if first is None or ahead is None or ahead >= first[1]:
+            return self.max_delay
+        return (time.monotonic() - first[0]) / (first[1] - ahead)
+
     def next_delay(self) -> float:
         """Return the next pause: capped exponential backoff with jitter, or while
-        others are queued ahead (:attr:`ahead`), a pause in proportion to their number."""
-        if self.ahead:
-            queued: float = min(self.max_delay * self.ahead, self.longest_queued_pause)
-            return queued * random.uniform(0.5, 1.0)
+        others are queued ahead, one paced by the queue (see :meth:`note_place`)."""
+        if self.ahead is not None and self.ahead > 2:
+            queued = min((self.ahead - 2) * self._turn() / 2, self.longest_queued_pause)
+            return max(queued, self.first_delay) * random.uniform(0.75, 1.0)
         delay: float = min(self.max_delay, self.first_delay * (2 ** min(self._tries, 16)))
         self._tries += 1
         return delay * random.uniform(0.5, 1.0)

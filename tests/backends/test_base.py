@@ -111,3 +111,27 @@ def test_a_grant_made_after_the_async_caller_was_cancelled_is_released() -> None
     asyncio.run(main())
     assert [lease.fence for lease in backend.released] == [8]
     assert backend.last.calls == ["try"]  # granted, then released; never cancelled
+
+
+def test_a_waiter_behind_others_paces_its_looks_by_the_queue(monkeypatch) -> None:
+    """Half the time the claims ahead of the third in line should take, at the pace the
+    queue has moved since the attempt first looked; a lone waiter's pace among the
+    first three."""
+    clock = [100.0]
+    monkeypatch.setattr("occupy.backends.base.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("occupy.backends.base.random.uniform", lambda low, high: high)
+    attempt = _Attempt(_Backend("stub", {}), "k", "me", 30)
+    attempt.max_delay = 0.02
+    attempt.note_place(11)
+    assert attempt.next_delay() == pytest.approx(9 * 0.02 / 2)  # not moved yet
+    clock[0] += 1.0
+    attempt.note_place(7)  # four served in a second
+    assert attempt.next_delay() == pytest.approx(5 * 0.25 / 2)
+    clock[0] += 60
+    attempt.note_place(5)  # a stalled queue: the pause is capped
+    assert attempt.next_delay() == attempt.longest_queued_pause
+    attempt.note_place(2)  # among the first three in line: a lone waiter's pace
+    assert attempt.next_delay() <= attempt.max_delay
+    attempt.note_place(None)  # queued again: the pace is seen afresh
+    attempt.note_place(4)
+    assert attempt.next_delay() == pytest.approx(2 * 0.02 / 2)

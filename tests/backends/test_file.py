@@ -121,7 +121,7 @@ def test_list_locks_shows_holders_and_waiters_without_tokens(live_db: None, caps
 
 def test_a_waiter_behind_others_looks_without_the_keys_lock(live_db: None) -> None:
     """A waiter with ``k`` claims ahead of it reads its place without taking the key's
-    lock (the head and the holder need it) and pauses about ``k`` intervals."""
+    lock (the head and the holder need it)."""
     backend = get_backend(USING)
     holder = occupy.acquire("book:1", owner="holder", ttl=30, using=USING)
     attempts = []
@@ -133,7 +133,7 @@ def test_a_waiter_behind_others_looks_without_the_keys_lock(live_db: None) -> No
         attempts.append(attempt)
     assert [attempt.ahead for attempt in attempts] == [0, 1, 2]
     pauses = [attempts[2].next_delay() for _ in range(20)]
-    assert backend.poll_interval <= min(pauses) <= max(pauses) <= 2 * backend.poll_interval
+    assert max(pauses) <= backend.poll_interval  # third in line: a lone waiter's pace
 
     locked, done = threading.Event(), threading.Event()
 

@@ -155,7 +155,7 @@ class DatabaseAttempt(Attempt):
         self.beat_at = time.monotonic()
         self.fresh = self.first_promotion = True
         self.pauses = 0
-        self.ahead = None
+        self.note_place(None)
         if self.sql.wakes_waiters and not self.asynchronous:
             self._unlisten()  # queued again under a new id: listen on the new channel
             self.backend.forget_listen()
@@ -172,8 +172,8 @@ class DatabaseAttempt(Attempt):
         return whether it is first in line and the key free, else heartbeat it."""
         ahead, held = self.run(self.sql.queue_position(), [
             self.digest, self.pending_id, self.digest])[1][0]
-        self.ahead = int(ahead)
-        if self.ahead or held:
+        self.note_place(int(ahead))
+        if ahead or held:
             self._keep_queued()
             return False
         return True

@@ -25,9 +25,9 @@ running when a claim was queued may have looked for waiters before that claim wa
 committed and so woken nobody: a newly queued claim therefore tries once at once,
 waiting for a release in flight to commit, and its first pause is short; after that,
 polling only notices a holder or waiter that vanished without a word. Elsewhere
-waiters poll: the head of the queue every interval at most, a waiter with ``k`` claims
-ahead of it about every ``k`` intervals (up to a second), reading its place without
-writing.
+waiters poll: the first three in line every interval at most, a waiter further back
+as often as the queue's pace says its turn may be near (up to a second apart), reading
+its place without writing (:meth:`~occupy.backends.base.Attempt.note_place`).
 
 OPTIONS: ``DATABASE`` (the database alias, default ``"default"``), ``POLL_INTERVAL``
 (the head of a queue's longest pause between two tries, default 0.02 s; PostgreSQL

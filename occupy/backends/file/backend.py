@@ -391,7 +391,7 @@ class FileAttempt(Attempt):
                 return False
             if self.directory.ticket_expires_ns(self.digest, tickets[0]) <= time.time_ns():
                 return False
-            self.ahead = tickets.index(self.ticket)
+            self.note_place(tickets.index(self.ticket))
             self._heartbeat()
         return True
 
@@ -405,11 +405,11 @@ class FileAttempt(Attempt):
             tickets = self.directory.tickets(self.digest)
         for place, ticket in enumerate(tickets):
             if ticket == self.ticket:
-                self.ahead = 0
+                self.note_place(0)
                 return False
             if self.directory.ticket_expires_ns(self.digest, ticket) > now * 1000:
                 if self.ticket in tickets:
-                    self.ahead = tickets.index(self.ticket) - place
+                    self.note_place(tickets.index(self.ticket) - place)
                 return True
             self.directory.remove_ticket(self.digest, ticket)
         return False
@@ -441,6 +441,7 @@ class FileAttempt(Attempt):
         ticket = f"{max(time.time_ns(), last + 1):020d}-{secrets.token_hex(4)}"
         self.directory.enqueue(self.digest, ticket, Queued(self.owner, self.key, now_us()))
         self.ticket = ticket
+        self.note_place(None)
         self._heartbeat(force=True)
 
     def _heartbeat(self, force: bool = False) -> None:
