@@ -84,8 +84,8 @@ class DatabaseBackend(BaseBackend):
 
     options_schema = {
         "DATABASE": Option(str, "default", "the database alias"),
-        "POLL_INTERVAL": Option(float, 0.02, "longest pause between two tries while "
-                                "waiting", positive=True),
+        "POLL_INTERVAL": Option(float, 0.02, "longest pause between two tries near the "
+                                "head of a queue", positive=True),
         "PENDING_TTL": Option(float, 10, "how long a waiter's queued claim outlives its "
                               "last heartbeat", positive=True),
         "PREPARE": Option(bool, True, "PostgreSQL with psycopg 3: prepare the statements"),

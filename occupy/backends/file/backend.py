@@ -32,8 +32,9 @@ cut a key may have no holder, and fences fall back to the clock floor.
 A ``LOCATION`` that cannot be used (under a regular file, not writable, a network
 filesystem gone) fails every call with :class:`~occupy.exceptions.StoreUnavailable`.
 
-OPTIONS: ``POLL_INTERVAL`` (longest pause between two tries while waiting, default
-0.05 s), ``PENDING_TTL`` (how long a waiter's queued claim outlives its last heartbeat,
+OPTIONS: ``POLL_INTERVAL`` (longest pause between two tries of the first three in a
+queue, default 0.05 s; a waiter further back looks at its place without the key's lock,
+paced by the queue: :meth:`~occupy.backends.base.Attempt.note_place`), ``PENDING_TTL`` (how long a waiter's queued claim outlives its last heartbeat,
 default 10 s), ``FOREIGN_TTL`` (how long an unreadable claim file holds its key after
 it was last written, default 600 s). POSIX only (``fcntl``).
 """
@@ -75,8 +76,8 @@ class FileBackend(BaseBackend):
 
     requires_location = True
     options_schema = {
-        "POLL_INTERVAL": Option(float, 0.05, "longest pause between two tries while "
-                                "waiting", positive=True),
+        "POLL_INTERVAL": Option(float, 0.05, "longest pause between two tries near the "
+                                "head of a queue", positive=True),
         "PENDING_TTL": Option(float, 10, "how long a waiter's queued claim outlives its "
                               "last heartbeat", positive=True),
         "FOREIGN_TTL": Option(float, 600, "how long a claim file occupy cannot read counts "
