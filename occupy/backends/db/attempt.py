@@ -245,18 +245,16 @@ class DatabaseAttempt(Attempt):
 
     def next_delay(self) -> float:
         """Return the next pause: none right after queueing; then while listening the
-        fallback poll (one interval, then four, doubling up to
-        :attr:`~Attempt.longest_queued_pause`: it only notices a holder or waiter that
-        vanished without a word), else the polling pause of :class:`Attempt`."""
+        fallback poll, one interval and then :attr:`~Attempt.longest_queued_pause` (it
+        only notices a holder or waiter that vanished without a word, or the rare
+        wake-up lost in the race that the first promotion narrows), else the polling
+        pause of :class:`Attempt`."""
         if self.fresh:
             self.fresh = False
             return 0.0
         if self.listening:
             self.pauses += 1
-            if self.pauses == 1:
-                return self.max_delay
-            fallback: float = self.max_delay * 2 ** min(self.pauses, 16)
-            return min(fallback, self.longest_queued_pause)
+            return self.max_delay if self.pauses == 1 else self.longest_queued_pause
         return super().next_delay()
 
     def cancel(self) -> None:

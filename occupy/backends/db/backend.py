@@ -30,9 +30,9 @@ as often as the queue's pace says its turn may be near (up to a second apart), r
 its place without writing (:meth:`~occupy.backends.base.Attempt.note_place`).
 
 OPTIONS: ``DATABASE`` (the database alias, default ``"default"``), ``POLL_INTERVAL``
-(the head of a queue's longest pause between two tries, default 0.02 s; PostgreSQL
-waiters are woken by ``NOTIFY`` and poll only as a fallback, after 1, 4, 8 … intervals
-up to a second),
+(the longest pause between two tries near the head of a queue, default 0.02 s;
+PostgreSQL waiters are woken by ``NOTIFY`` and poll only as a fallback, after one
+interval and then every second),
 ``PENDING_TTL`` (how long a waiter's queued claim outlives its last heartbeat, default
 10 s), ``PREPARE`` (PostgreSQL with psycopg 3: bind parameters on the server and prepare
 each statement the second time it runs on a connection, default True; see below).
