@@ -26,7 +26,8 @@ def keys_loop(worker: int, alias: str, workers: int, keys: int, start: float,
               stop: float) -> tuple[int, float, float, float | None, int]:
     """Take and release this worker's share of ``keys`` until ``stop``; return pairs,
     elapsed seconds, client CPU seconds, server CPU seconds (PostgreSQL) and how many
-    acquires were refused (``Occupied`` on a key nobody else takes)."""
+    acquires were refused (``StoreUnavailable`` on a key nobody else takes: SQLite's
+    file stayed write-locked by another process for the whole wait)."""
     import occupy
     from occupy.backends import get_backend
 
@@ -44,7 +45,7 @@ def keys_loop(worker: int, alias: str, workers: int, keys: int, start: float,
         for key in mine:
             try:
                 lease = acquire(key, ttl=60, timeout=0, using=alias)
-            except occupy.Occupied:
+            except occupy.StoreUnavailable:
                 refused += 1  # SQLite: the write lock stayed with another process
                 continue
             release(lease)
@@ -129,8 +130,9 @@ def _summarize(report: Report, stores: list[Store], counts: list[int],
          "server CPU µs/pair", "refused"], rows,
         notes=["server CPU: PostgreSQL per connection; MariaDB and Redis whole server "
                "processes (others' work included); SQLite and files run in the client",
-               "refused: acquires with timeout=0 that raised Occupied on a key no other "
-               "process takes"])
+               "refused: acquires with timeout=0 of a key no other process takes that "
+               "raised StoreUnavailable (SQLite: the file stayed write-locked by another "
+               "process)"])
     report.csv("scale-many-keys", ["store", "processes", "pairs_per_s", "ratio_to_one",
                                    "ratio_min", "ratio_max", "client_cpu_us_per_pair",
                                    "server_cpu_us_per_pair", "refused"], csv_rows)

@@ -99,6 +99,11 @@ class Attempt:
             return None
         return max(self.deadline - time.monotonic(), STORE_GRACE)
 
+    def out_of_time(self) -> bool:
+        """Return whether the caller's deadline has passed (never when it waits forever):
+        a failure that a backend would take as "try again" is then the call's end."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
     # --- what a backend writes -------------------------------------------------
     def try_acquire(self) -> Lease | None:
         """Take the key now if the caller may have it; return ``None`` if not."""

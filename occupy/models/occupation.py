@@ -37,11 +37,11 @@ class Occupation(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     key = models.CharField(_("key"), max_length=255)
-    digest = models.CharField(max_length=64, db_index=True, editable=False)
+    # Indexed, and slot unique, in Meta: on PostgreSQL, db_index and unique on a
+    # CharField add a second, "_like" index that only LIKE queries use.
+    digest = models.CharField(max_length=64, editable=False)
     # NULL, not "", for queued claims: unique indexes allow many NULLs on every vendor.
-    slot = models.CharField(  # noqa: DJ001
-        max_length=64, null=True, unique=True, editable=False
-    )
+    slot = models.CharField(max_length=64, null=True, editable=False)  # noqa: DJ001
     content_type = models.ForeignKey(
         ContentType, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
@@ -63,7 +63,9 @@ class Occupation(models.Model):
         verbose_name_plural = _("occupations")
         ordering = ["key", "id"]
         permissions = [("force_release_occupation", "Can force-release an occupation")]
+        indexes = [models.Index(fields=["digest"], name="occupy_occupation_digest")]
         constraints = [
+            models.UniqueConstraint(fields=["slot"], name="occupy_one_holder_per_key"),
             check_constraint(
                 Q(state="using", slot=F("digest"), fence__isnull=False)
                 | Q(state="pending", slot__isnull=True),

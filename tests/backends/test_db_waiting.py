@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from unittest.mock import patch
 
 import pytest
@@ -124,9 +125,21 @@ def test_a_waiter_that_leaves_passes_the_turn_to_the_next(queue: str) -> None:
     assert outcome["next"] == "next"
 
 
-def _waiter_sessions(*, terminate: bool = False) -> int:
-    """Return how many sessions of this database are queued waiters (their last
-    statement a LISTEN or a queue update); terminate them if asked."""
+def _database_now() -> datetime:
+    """Return PostgreSQL's clock (``pg_stat_activity`` times its statements by it)."""
+    from django.db import connections
+
+    with connections["postgresql"].cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        now: datetime = cursor.fetchone()[0]
+        return now
+
+
+def _waiter_sessions(since: datetime, *, terminate: bool = False) -> int:
+    """Return how many sessions of this database are queued waiters: their last
+    statement, run ``since`` then, a LISTEN or a queue update (a session whose thread
+    ended in an earlier test stays open, idle, until its connection is collected);
+    terminate them if asked."""
     from django.db import connections
 
     with connections["postgresql"].cursor() as cursor:
@@ -134,8 +147,10 @@ def _waiter_sessions(*, terminate: bool = False) -> int:
             f"SELECT {'pg_terminate_backend(pid)' if terminate else 'pid'} "
             "FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND query_start >= %s "
             "AND (query LIKE 'LISTEN occupy_%%' OR query LIKE 'UPDATE occupy_occupation%%' "
-            "OR query LIKE 'WITH holder AS%%')"
+            "OR query LIKE 'WITH holder AS%%')",
+            [since],
         )
         return len(cursor.fetchall())
 
@@ -143,6 +158,7 @@ def _waiter_sessions(*, terminate: bool = False) -> int:
 @pytest.mark.parametrize("alias", backend_params(["db-postgresql"]))
 def test_a_waiter_whose_connection_drops_keeps_waiting(alias: str, live_db: None) -> None:
     holder = occupy.acquire("book:1", owner="holder", ttl=30, using=alias)
+    since = _database_now()
     outcome: list[object] = []
 
     def wait_for_it() -> None:
@@ -156,8 +172,8 @@ def test_a_waiter_whose_connection_drops_keeps_waiting(alias: str, live_db: None
     started = time.monotonic()
     thread.start()
     wait_for_waiters(alias, "book:1")
-    wait_until(lambda: _waiter_sessions() == 1, what="the waiter to listen")
-    assert _waiter_sessions(terminate=True) == 1
+    wait_until(lambda: _waiter_sessions(since) == 1, what="the waiter to listen")
+    assert _waiter_sessions(since, terminate=True) == 1
     time.sleep(2)
     assert not outcome, outcome
     occupy.release(holder)

@@ -139,6 +139,8 @@ def test_a_claim_renewed_while_the_sweep_runs_is_kept(alias: str) -> None:
         renewal.set_autocommit(False)
         with renewal.cursor() as cursor:
             cursor.execute(sql.extend(), [sql.seconds(60), digest("book:1"), lease.token])
+            if cursor.description:  # RETURNING: SQLite counts the rows once they are read
+                cursor.fetchall()
             assert cursor.rowcount == 1
         # Past the committed expiry: the sweep's own view says the claim has expired.
         time.sleep(max(0.0, (lease.expires_at - _now(alias)).total_seconds()) + 0.2)

@@ -14,8 +14,14 @@ tries again at once, without a pause, and where the dialect wakes waiters that t
 waits for a release in flight to commit (see ``promote_after_enqueue``).
 
 Where waiters poll, only the head of the queue tries to promote itself; a waiter
-behind others reads its place instead (a read, which takes no write lock) and pauses
-in proportion to the claims ahead of it (:attr:`Attempt.ahead`).
+behind others reads its place instead (a read, which takes no write lock) and paces
+its looks by the queue (:meth:`Attempt.note_place`).
+
+On SQLite, a statement that found the file write-locked by another writer for its whole
+busy wait did nothing. While the caller has time left, that is one more try that did not
+get the key (a waiter whose claim could not be queued queues it at its next try); once
+the caller's time is up, it is :class:`~occupy.exceptions.StoreUnavailable` saying so,
+never ``Occupied`` by nobody.
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ class DatabaseAttempt(Attempt):
         self.longest_queued_pause = min(self.longest_queued_pause, backend.pending_ttl / 4)
         self.digest = digest(key)
         self.pending_id: int | None = None
+        #: Whether the caller waits in the queue (``enqueue`` was called): a try that
+        #: finds no queued claim of this attempt's (SQLite stayed locked) queues one.
+        self.waits = False
         #: Whether a claim of this attempt's may exist (else cancel has nothing to do).
         self.claimed = False
         self.beat_at = 0.0
@@ -84,18 +93,30 @@ class DatabaseAttempt(Attempt):
         """Grant the key if it is free, or promote the queued claim if its turn has
         come; else return ``None``."""
         try:
-            if self.pending_id is None:
-                return self._grant_if_free() or self._look()
-            if self.ahead and not self._at_head():
-                return None
-            return self._promote()
+            if self.pending_id is not None:
+                if self.ahead and not self._at_head():
+                    return None
+                return self._promote()
+            lease = self._grant_if_free() or self._look()
+            if lease is None and self.waits:
+                self.enqueue()  # its first insert met SQLite's write lock
+            return lease
         except StoreUnavailable as e:
-            if (not self.sql.is_busy(e.__cause__)
-                    or self.sql.caller_transaction(self.backend.database)):
+            if not self._locked_by_another(e):
                 raise
-            # SQLite stayed locked by another writer: the statement did nothing.
+            # The statement did nothing: one more try that did not get the key, while
+            # the caller has time left.
             self.claimed = self.pending_id is not None
+            if self.out_of_time():
+                raise self.backend.statements.stayed_locked(self.key) from e.__cause__
             return None
+
+    def _locked_by_another(self, error: StoreUnavailable) -> bool:
+        """Return whether ``error`` is SQLite's write lock held by another writer for the
+        statement's whole busy wait (the caller's own transaction is an error of its
+        own, which says so)."""
+        return (self.sql.is_busy(error.__cause__)
+                and not self.sql.caller_transaction(self.backend.database))
 
     def _grant_if_free(self) -> Lease | None:
         self.claimed = True
@@ -141,17 +162,26 @@ class DatabaseAttempt(Attempt):
 
     def enqueue(self) -> None:
         """Insert the pending claim that holds this caller's place in the queue, and
-        where the dialect wakes waiters, listen on its channel."""
-        self.claimed = True
+        where the dialect wakes waiters, listen on its channel. If SQLite stayed locked
+        by another writer while the caller has time left, nothing is queued yet: the
+        next try queues it."""
+        self.waits = self.claimed = True
         try:
             self.pending_id = int(self.backend.execute(self.sql.enqueue(), [
                 self.key, self.digest, self.content_type_id, self.object_id, self.owner,
                 self.token, self.sql.seconds(self.backend.pending_ttl),
             ], key=self.key, settled=self._queued, bound=self.time_left())[1][0][0])
         except StoreUnavailable as e:
-            if self.sql.is_busy(e.__cause__):
-                self.claimed = False  # SQLite stayed locked: the insert did nothing
-            raise
+            if not self.sql.is_busy(e.__cause__):
+                raise
+            # SQLite stayed locked: the insert did nothing.
+            self.claimed = False
+            self.pending_id = None
+            if not self._locked_by_another(e):
+                raise
+            if self.out_of_time():
+                raise self.backend.statements.stayed_locked(self.key) from e.__cause__
+            return
         self.beat_at = time.monotonic()
         self.fresh = self.first_promotion = True
         self.pauses = 0

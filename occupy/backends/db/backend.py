@@ -206,15 +206,21 @@ class DatabaseBackend(BaseBackend):
         raise lease.mark_lost("it expired or was taken over before release")
 
     def extend(self, lease: Lease, ttl: float) -> None:
-        """Move the lease's expiry to ``ttl`` seconds after the database's now."""
+        """Move the lease's expiry to ``ttl`` seconds after the database's now: one
+        guarded ``UPDATE`` that returns the new expiry where ``UPDATE … RETURNING``
+        exists (MariaDB reads it after)."""
         d = digest(lease.key)
         sql = self.dialect
-        if not self.execute(sql.extend(), [sql.seconds(ttl), d, lease.token], key=lease.key)[0]:
+        count, rows = self.execute(sql.extend(), [sql.seconds(ttl), d, lease.token],
+                                   key=lease.key)
+        if not (rows if sql.update_returning else count):
             raise lease.mark_lost("it expired or was taken over before it was extended")
-        rows = self.execute(sql.granted(), [d, lease.token], key=lease.key)[1]
-        if not rows:
-            raise lease.mark_lost("it expired or was taken over right after it was extended")
-        lease.expires_at = sql.to_datetime(rows[0][1])
+        if not sql.update_returning:
+            rows = self.execute(sql.extended(), [d, lease.token], key=lease.key)[1]
+            if not rows:
+                raise lease.mark_lost("it expired or was taken over right after it was "
+                                      "extended")
+        lease.expires_at = sql.to_datetime(rows[0][0])
 
     def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
         """Return the lease ``token`` holds on ``key`` (a level deeper if ``deeper``,

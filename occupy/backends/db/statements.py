@@ -140,6 +140,20 @@ class Statements:
             key=key, using=self.backend.alias,
         )
 
+    def stayed_locked(self, key: str | None) -> StoreUnavailable:
+        """Return the error for a statement that waited for SQLite's write lock until the
+        caller's time was up: another writer held it all along (the caller raises it
+        ``from`` the driver's error)."""
+        name = connections.settings[self.backend.database].get("NAME")
+        return StoreUnavailable(
+            f"occupy backend {self.backend.alias!r} could not write the claim on {key!r}: "
+            f"SQLite database {name!r} stayed write-locked by another writer until the "
+            "timeout passed, so whether the key is held could not be found out. SQLite "
+            "has one write lock per file, which a transaction that has written holds until "
+            "it commits: keep other writers' transactions short, or wait longer.",
+            key=key, using=self.backend.alias,
+        )
+
     def _locked_by_caller(self, key: str | None, alias: str) -> StoreUnavailable:
         name = connections.settings[self.backend.database].get("NAME")
         return StoreUnavailable(

@@ -282,9 +282,20 @@ class Dialect:
         return f"DELETE FROM {TABLE} WHERE digest = %s AND token = %s"
 
     def extend(self) -> str:
-        """Set a live lease to expire later; seconds, digest, token."""
+        """Set a live lease to expire later; seconds, digest, token. Where
+        ``UPDATE … RETURNING`` exists, the new expiry comes back with it (one round trip
+        for a renewal; else read it with :meth:`extended`)."""
+        returning = " RETURNING expires_at" if self.update_returning else ""
         return (
             f"UPDATE {TABLE} SET expires_at = {self.later} WHERE slot = %s AND token = %s "
+            f"AND {self.live()}{returning}"
+        )
+
+    def extended(self) -> str:
+        """Expiry of the live using claim of a token; digest, token (after
+        :meth:`extend` where ``UPDATE … RETURNING`` does not exist)."""
+        return (
+            f"SELECT expires_at FROM {TABLE} WHERE slot = %s AND token = %s "
             f"AND {self.live()}"
         )
 
