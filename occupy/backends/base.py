@@ -71,6 +71,7 @@ class Attempt:
     #: How many claims were queued ahead of this attempt's at its last look, where a
     #: polling backend knows (else ``None``; see :meth:`note_place`).
     ahead: int | None = None
+    #: The longest pause of a waiter that knows its place in the queue, in seconds.
     longest_queued_pause = 1.0
     #: Set by ``aacquire``: the attempt's calls run on pool threads between awaits, so a
     #: backend must not park per-connection state (a LISTEN) it cannot see again.
@@ -136,7 +137,8 @@ class Attempt:
         up only when it looks. A waiter further back (``k > 2`` ahead) pauses for half
         the time the ``k - 2`` claims ahead of the third should take to be served,
         at the pace the queue has moved since it first looked (one ``max_delay`` per
-        claim until it has moved), up to :attr:`longest_queued_pause`. So it looks
+        claim until it has moved; never faster than ``max_delay``), up to
+        :attr:`longest_queued_pause`. So it looks
         about ``log2 k`` times while ``k`` are served before it, and a queue of ``n``
         makes about ``ln n`` polls per release, not ``n``.
         """
@@ -147,18 +149,21 @@ class Attempt:
         self.ahead = ahead
 
     def _turn(self) -> float:
-        """Return the seconds one claim ahead has taken to be served, as far as seen."""
+        """Return the seconds one claim ahead has taken to be served, as far as seen: at
+        least ``max_delay``, and while the queue has not moved, all the time since the
+        first look (a queue stuck behind a long hold is looked at ever less often)."""
         first, ahead = self._first_place, self.ahead
-        if first is None or ahead is None or ahead >= first[1]:
+        if first is None or ahead is None:
             return self.max_delay
-        return (time.monotonic() - first[0]) / (first[1] - ahead)
+        moved = max(first[1] - ahead, 1)
+        return max((time.monotonic() - first[0]) / moved, self.max_delay)
 
     def next_delay(self) -> float:
         """Return the next pause: capped exponential backoff with jitter, or while
         others are queued ahead, one paced by the queue (see :meth:`note_place`)."""
         if self.ahead is not None and self.ahead > 2:
             queued = min((self.ahead - 2) * self._turn() / 2, self.longest_queued_pause)
-            return max(queued, self.first_delay) * random.uniform(0.75, 1.0)
+            return max(queued, self.max_delay) * random.uniform(0.75, 1.0)
         delay: float = min(self.max_delay, self.first_delay * (2 ** min(self._tries, 16)))
         self._tries += 1
         return delay * random.uniform(0.5, 1.0)

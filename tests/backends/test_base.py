@@ -133,5 +133,9 @@ def test_a_waiter_behind_others_paces_its_looks_by_the_queue(monkeypatch) -> Non
     attempt.note_place(2)  # among the first three in line: a lone waiter's pace
     assert attempt.next_delay() <= attempt.max_delay
     attempt.note_place(None)  # queued again: the pace is seen afresh
-    attempt.note_place(4)
-    assert attempt.next_delay() == pytest.approx(2 * 0.02 / 2)
+    attempt.note_place(3)
+    assert attempt.next_delay() == pytest.approx(0.02)  # never faster than the head
+    attempt.note_place(12)
+    clock[0] += 0.5
+    attempt.note_place(12)  # not moved in half a second: a turn takes that at least
+    assert attempt.next_delay() == pytest.approx(min(10 * 0.5 / 2, 1.0))

@@ -3,15 +3,17 @@
 The fast path grants a free key in one statement. A caller that waits inserts a
 ``pending`` claim, which holds its place: the oldest live pending claim of a key (lowest
 id) is promoted when the key comes free, first come, first served. Where the dialect
-wakes waiters (PostgreSQL's ``NOTIFY``), the pending claim listens on a channel of its
-own; elsewhere it polls with capped backoff. A pending claim is kept alive by
+wakes waiters (PostgreSQL's ``NOTIFY``, with a driver that can wait for it), the pending
+claim listens on a channel of its own; elsewhere it polls. A pending claim is kept alive by
 heartbeats and expires ``PENDING_TTL`` after the last one, so a waiter that died leaves
 the queue by itself.
 
 A release that was already running when a claim was queued may have looked for waiters
 before that claim was committed, and so woken nobody: a newly queued claim therefore
-tries again at once, without a pause, and where the dialect wakes waiters that try
-waits for a release in flight to commit (see ``promote_after_enqueue``).
+tries again at once, without a pause. Where the dialect wakes waiters, every promotion
+waits for a release in flight to commit (see ``promote_when_released``): a wake-up that
+release could not send (it looked for the next in line before the claim was queued, or
+it woke a waiter that was leaving) is then not waited for.
 
 Where waiters poll, only the head of the queue tries to promote itself; a waiter
 behind others reads its place instead (a read, which takes no write lock) and paces
@@ -67,8 +69,8 @@ class DatabaseAttempt(Attempt):
         #: must listen again).
         self.listening: str | None = None
         self.listener: Any = None
-        #: Just queued: the next pause is skipped, and the next try is the first
-        #: promotion after queueing (see the module docstring).
+        #: Just queued: the next pause is skipped, and the next try learns this claim's
+        #: place (see the module docstring).
         self.fresh = False
         self.first_promotion = False
         self.pauses = 0
@@ -177,6 +179,7 @@ class DatabaseAttempt(Attempt):
             # SQLite stayed locked: the insert did nothing.
             self.claimed = False
             self.pending_id = None
+            self.note_place(None)
             if not self._locked_by_another(e):
                 raise
             if self.out_of_time():
@@ -186,7 +189,7 @@ class DatabaseAttempt(Attempt):
         self.fresh = self.first_promotion = True
         self.pauses = 0
         self.note_place(None)
-        if self.sql.wakes_waiters and not self.asynchronous:
+        if self.sql.wakes_waiters and self.backend.hears_wake_ups and not self.asynchronous:
             self._unlisten()  # queued again under a new id: listen on the new channel
             self.backend.forget_listen()
             self.listening = self.sql.channel(self.pending_id)
@@ -213,8 +216,8 @@ class DatabaseAttempt(Attempt):
         statement = self.sql.promote()
         params = [self.digest, self.digest, self.sql.seconds(self.ttl), self.pending_id,
                   self.digest, self.pending_id]
-        if self.first_promotion and self.sql.wakes_waiters:
-            statement, params = self.sql.promote_after_enqueue(), [self.digest, *params]
+        if self.sql.wakes_waiters:
+            statement, params = self.sql.promote_when_released(), [self.digest, *params]
         first, self.first_promotion = self.first_promotion, False
         for _ in range(2):
             try:
@@ -277,7 +280,7 @@ class DatabaseAttempt(Attempt):
         """Return the next pause: none right after queueing; then while listening the
         fallback poll, one interval and then :attr:`~Attempt.longest_queued_pause` (it
         only notices a holder or waiter that vanished without a word, or the rare
-        wake-up lost in the race that the first promotion narrows), else the polling
+        wake-up lost in the race that :meth:`promote_when_released` narrows), else the polling
         pause of :class:`Attempt`."""
         if self.fresh:
             self.fresh = False

@@ -132,6 +132,12 @@ class DatabaseBackend(BaseBackend):
         return dialect_for(connections[self.database].vendor)
 
     @cached_property
+    def hears_wake_ups(self) -> bool:
+        """Return whether this backend's waiters listen for wake-ups (PostgreSQL with a
+        driver that can wait for them); else they poll."""
+        return self.dialect.wakes_waiters and self.dialect.hears_notifications()
+
+    @cached_property
     def own_connections(self) -> OwnConnections:
         """Return the backend's own connections (see :mod:`.connections`)."""
         return OwnConnections(self.database, self.dialect, prepare=self.prepare)

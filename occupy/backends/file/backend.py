@@ -33,8 +33,8 @@ A ``LOCATION`` that cannot be used (under a regular file, not writable, a networ
 filesystem gone) fails every call with :class:`~occupy.exceptions.StoreUnavailable`.
 
 OPTIONS: ``POLL_INTERVAL`` (longest pause between two tries of the first three in a
-queue, default 0.05 s; a waiter further back looks at its place without the key's lock,
-paced by the queue: :meth:`~occupy.backends.base.Attempt.note_place`), ``PENDING_TTL``
+queue, default 0.05 s; every waiter but the head looks at its place without the key's
+lock, paced by the queue: :meth:`~occupy.backends.base.Attempt.note_place`), ``PENDING_TTL``
 (how long a waiter's queued claim outlives its last heartbeat, default 10 s),
 ``FOREIGN_TTL`` (how long an unreadable claim file holds its key after it was last
 written, default 600 s). POSIX only (``fcntl``).

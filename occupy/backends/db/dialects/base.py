@@ -338,8 +338,14 @@ class Dialect:
         """Return the statement that stops listening on ``channel``."""
         raise NotImplementedError(f"{type(self).__name__} does not wake waiters")
 
-    def promote_after_enqueue(self) -> str:
-        """Return the first promotion after queueing, where :attr:`wakes_waiters`."""
+    def hears_notifications(self) -> bool:
+        """Return whether a waiter can block until it is notified, with a timeout (only
+        where :attr:`wakes_waiters`; else waiters poll)."""
+        return False
+
+    def promote_when_released(self) -> str:
+        """Return the promotion that waits for a release in flight, where
+        :attr:`wakes_waiters`."""
         raise NotImplementedError(f"{type(self).__name__} does not wake waiters")
 
     def wake_next(self) -> str | None:

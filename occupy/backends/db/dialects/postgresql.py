@@ -7,6 +7,7 @@ instead of the whole queue.
 
 from __future__ import annotations
 
+import re
 import time
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
@@ -97,18 +98,18 @@ class PostgreSQLDialect(Dialect):
         """Return how many claims :meth:`release_and_wake` deleted (its first column)."""
         return int(rows[0][0])
 
-    def promote_after_enqueue(self) -> str:
-        """Promote as :meth:`promote` does, right after queueing; parameters: digest
-        (the slot), then :meth:`promote`'s.
+    def promote_when_released(self) -> str:
+        """Promote as :meth:`promote` does, once a release in flight has committed;
+        parameters: digest (the slot), then :meth:`promote`'s.
 
-        A release whose statement began before this claim was committed looked for the
-        next in line without seeing it, and notified nobody; if this claim's first try
-        then read the key before that release committed, neither side would act, and
-        the claim would wait for the fallback poll. So this try locks the key's live
-        holder row (``FOR KEY SHARE``), which waits for a release in flight to commit,
-        and reads the key as free if the row is gone. Only the queue is read from the
-        statement's snapshot; a holder that came in after it makes the unique ``slot``
-        refuse the promotion.
+        A release picks the next in line from its statement's snapshot. One that began
+        before a claim was committed does not see it and notifies nobody; one that
+        notified a waiter that was just leaving has woken nobody either (the leaving
+        waiter wakes the next, who reads the key held if the release has not committed
+        yet). So a promotion locks the key's live holder row (``FOR KEY SHARE``), which
+        waits for a release in flight to commit, and reads the key as free if the row is
+        gone. Only the queue is read from the statement's snapshot; a holder that came in
+        after it makes the unique ``slot`` refuse the promotion.
         """
         returning = " RETURNING fence, expires_at" if self.update_returning else ""
         return (
@@ -149,6 +150,20 @@ class PostgreSQLDialect(Dialect):
     def wake_next(self) -> str:
         """Return the statement that notifies the next claim in line on a digest."""
         return PG_WAKE_NEXT
+
+    def hears_notifications(self) -> bool:
+        """Return whether the driver can wait for a notification with a timeout and
+        keeps those that arrive while a statement runs: psycopg 3.2.4 or later (psycopg2
+        cannot wait; psycopg 3.1 has no timeout; 3.2.0 to 3.2.3 lose such
+        notifications). Elsewhere waiters poll."""
+        from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+        if not is_psycopg3:
+            return False
+        import psycopg
+
+        version = tuple(int(part) for part in re.findall(r"\d+", psycopg.__version__)[:3])
+        return version >= (3, 2, 4)
 
     def await_wake(self, own: OwnConnection, channel: str, seconds: float) -> None:
         """Block until ``channel`` is notified or ``seconds`` pass; polls with a driver
