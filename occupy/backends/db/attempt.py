@@ -69,10 +69,8 @@ class DatabaseAttempt(Attempt):
         #: must listen again).
         self.listening: str | None = None
         self.listener: Any = None
-        #: Just queued: the next pause is skipped, and the next try learns this claim's
-        #: place (see the module docstring).
+        #: Just queued: the next pause is skipped (see the module docstring).
         self.fresh = False
-        self.first_promotion = False
         self.pauses = 0
         self.content_type_id, self.object_id = backend.object_of(key)
 
@@ -186,7 +184,7 @@ class DatabaseAttempt(Attempt):
                 raise self.backend.statements.stayed_locked(self.key) from e.__cause__
             return
         self.beat_at = time.monotonic()
-        self.fresh = self.first_promotion = True
+        self.fresh = True
         self.pauses = 0
         self.note_place(None)
         if self.sql.wakes_waiters and self.backend.hears_wake_ups and not self.asynchronous:
@@ -218,7 +216,6 @@ class DatabaseAttempt(Attempt):
                   self.digest, self.pending_id]
         if self.sql.wakes_waiters:
             statement, params = self.sql.promote_when_released(), [self.digest, *params]
-        first, self.first_promotion = self.first_promotion, False
         for _ in range(2):
             try:
                 count, rows = self.backend.execute(
@@ -232,7 +229,7 @@ class DatabaseAttempt(Attempt):
         else:
             return None
         if not (rows if self.sql.update_returning else count):
-            if first and not self.listening:
+            if self.ahead is None and not self.listening:
                 self._at_head()  # learn this claim's place (it heartbeats the claim)
             else:
                 self._keep_queued()

@@ -178,14 +178,22 @@ class Dialect:
         ``NOT EXISTS`` in the same statement as the write, so no other grant can come
         between the two; ties go to the lowest id (first come, first served).
         """
+        return self.promotion("(o.state = 'using' OR o.id < %s)")
+
+    def promotion(self, blocked_by: str, *, free: str = "") -> str:
+        """Return the ``UPDATE`` that promotes pending claim ``id`` unless a live claim
+        ``o`` of its digest matches ``blocked_by`` (or ``free`` is false); parameters:
+        digest (the slot), digest (the fence), seconds, id, digest, then those of
+        ``blocked_by``. ``RETURNING fence, expires_at`` where ``UPDATE … RETURNING``
+        exists."""
         returning = " RETURNING fence, expires_at" if self.update_returning else ""
         return (
             f"UPDATE {TABLE} SET state = 'using', slot = %s, fence = {self.fence_expr()}, "
             f"expires_at = {self.later}, created_at = {self.now} WHERE id = %s "
             f"AND state = 'pending' "
-            f"AND {self.live()} AND NOT EXISTS (SELECT 1 FROM {TABLE} o "
+            f"AND {self.live()}{free} AND NOT EXISTS (SELECT 1 FROM {TABLE} o "
             f"WHERE o.digest = %s AND {self.live('o.expires_at')} "
-            f"AND (o.state = 'using' OR o.id < %s)){returning}"
+            f"AND {blocked_by}){returning}"
         )
 
     def queue_position(self) -> str:

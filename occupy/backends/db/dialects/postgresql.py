@@ -111,16 +111,11 @@ class PostgreSQLDialect(Dialect):
         gone. Only the queue is read from the statement's snapshot; a holder that came in
         after it makes the unique ``slot`` refuse the promotion.
         """
-        returning = " RETURNING fence, expires_at" if self.update_returning else ""
         return (
             f"WITH holder AS MATERIALIZED (SELECT id FROM {TABLE} WHERE slot = %s "
             f"AND {self.live()} FOR KEY SHARE) "
-            f"UPDATE {TABLE} SET state = 'using', slot = %s, fence = {self.fence_expr()}, "
-            f"expires_at = {self.later}, created_at = {self.now} WHERE id = %s "
-            f"AND state = 'pending' AND {self.live()} AND NOT EXISTS (SELECT 1 FROM holder) "
-            f"AND NOT EXISTS (SELECT 1 FROM {TABLE} o WHERE o.digest = %s "
-            f"AND {self.live('o.expires_at')} AND o.state = 'pending' AND o.id < %s)"
-            f"{returning}"
+            + self.promotion("o.state = 'pending' AND o.id < %s",
+                             free=" AND NOT EXISTS (SELECT 1 FROM holder)")
         )
 
     def sweep_batch(self) -> str:
