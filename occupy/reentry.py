@@ -57,8 +57,10 @@ class _Entry:
 
 def _context() -> Held:
     """Return the table of the running execution context (thread, or asyncio task)."""
-    loop = asyncio._get_running_loop()
-    task = None if loop is None else asyncio.current_task(loop)
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running event loop: a plain thread
+        task = None
     if task is None:
         table = getattr(_local, "held", None)
         if table is None:
