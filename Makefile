@@ -35,14 +35,17 @@ test-slow: venv mysql-driver
 	$(PY) -m pytest -m slow
 
 ## mysql-driver: install mysqlclient (the MariaDB driver) where the MariaDB or MySQL client
-## headers it compiles against are found; otherwise say how to get them
+## headers it compiles against are found; otherwise say how to get them. It is compiled
+## here, never taken from a wheel cache: a wheel built while the headers were half
+## installed imports with "undefined symbol" (a broken install is rebuilt the same way)
 MYSQL_HEADERS := pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mysqlclient \
 	2>/dev/null || command -v mysql_config >/dev/null 2>&1
 mysql-driver: venv
 	@if $(PY) -c "import MySQLdb" 2>/dev/null; then :; \
 	elif $(MYSQL_HEADERS); then \
 	  echo "installing mysqlclient, the MariaDB driver"; \
-	  $(PY) -m pip install --quiet -e ".[dev,mysql]"; \
+	  $(PY) -m pip install --quiet --no-cache-dir --force-reinstall --no-deps \
+	    --no-binary mysqlclient "mysqlclient>=2.2" && $(PY) -c "import MySQLdb"; \
 	else \
 	  echo "mysqlclient (the MariaDB driver) is not installed: it compiles against the"; \
 	  echo "MariaDB client headers, which are not here. Debian/Ubuntu: apt-get install"; \
