@@ -22,6 +22,7 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.utils.module_loading import import_string
 
 from occupy.exceptions import InvalidBackendError
 
@@ -161,6 +162,13 @@ class OccupySettings:
                 raise ImproperlyConfigured(
                     "settings.OCCUPY['TELEMETRY']['KEY_FAMILY'] must be the dotted path of "
                     f"a function (key -> family) or None, not {family!r}.")
+            if family is not None:
+                try:
+                    import_string(family)
+                except ImportError as e:
+                    raise ImproperlyConfigured(
+                        f"settings.OCCUPY['TELEMETRY']['KEY_FAMILY'] = {family!r} cannot be "
+                        f"imported: {e}") from e
             self._cache["TELEMETRY"] = merged
         return self._cache["TELEMETRY"]  # type: ignore[no-any-return]
 

@@ -97,11 +97,13 @@ class _Instruments:
         self.hold = meter.create_histogram(
             "occupy.lease.hold.duration", description="Time a lease was held, from its "
             "grant to its release, expiry or loss.", **seconds)
-        self.held = meter.create_up_down_counter(
-            "occupy.lease.held", unit="{lease}",
+        # Observed when a reader collects, not counted on every grant and release: the
+        # lock path only keeps the tallies it keeps anyway.
+        meter.create_observable_up_down_counter(
+            "occupy.lease.held", [_observe_held], unit="{lease}",
             description="Leases held by this process.")
-        self.waiting = meter.create_up_down_counter(
-            "occupy.lock.waiting", unit="{waiter}",
+        meter.create_observable_up_down_counter(
+            "occupy.lock.waiting", [_observe_waiting], unit="{waiter}",
             description="Acquires of this process waiting for their key.")
         self.lost = meter.create_counter(
             "occupy.lease.lost", unit="{lease}", description="Leases lost while held, by "
@@ -147,19 +149,28 @@ _failed_once = False
 
 
 _active = False
+_checked_at = -1.0
+#: How often occupy looks again for an SDK while none is set (seconds): the API's own
+#: look reads the environment, too slow to repeat on every acquire.
+RECHECK = 1.0
 
 
 def active() -> bool:
     """Return whether an OpenTelemetry SDK (or another implementation of the API) is
     configured. Until one is, occupy records nothing: the API's own providers (its proxy
     and no-op ones) would drop every call, and skipping them keeps an uninstrumented
-    acquire as fast as without the API. Once an SDK is set it cannot be unset
-    (OpenTelemetry sets the global providers once), so the answer is then kept."""
-    global _active
+    acquire as fast as without the API. An SDK set at start-up is seen at once; one set
+    later, within :data:`RECHECK` seconds. Once set it cannot be unset (OpenTelemetry
+    sets the global providers once), so the answer is then kept."""
+    global _active, _checked_at
     if _active:
         return True
     if otel_metrics is None or otel_trace is None:
         return False
+    now = time.monotonic()
+    if now - _checked_at < RECHECK:
+        return False
+    _checked_at = now
     _active = not (_api_own(otel_metrics.get_meter_provider())
                    and _api_own(otel_trace.get_tracer_provider()))
     return _active
@@ -193,10 +204,19 @@ def _default_family(key: str) -> str:
 def family(key: str) -> str:
     """Return the key's family, the only part of a key that reaches an attribute."""
     global _family_hook
-    path = occupy_settings.TELEMETRY["KEY_FAMILY"]
-    if _family_hook is None or _family_hook[0] != path:
+    if _family_hook is None:
+        path = occupy_settings.TELEMETRY["KEY_FAMILY"]
         _family_hook = (path, _default_family if path is None else import_string(path))
     return str(_family_hook[1](key))
+
+
+def _forget_settings() -> None:
+    global _family_hook
+    _family_hook = None
+    _attribute_sets.clear()
+
+
+occupy_settings.on_reload(_forget_settings)
 
 
 def store_kind(backend: BaseBackend) -> str:
@@ -208,9 +228,20 @@ def store_kind(backend: BaseBackend) -> str:
     return (name[:-len("Backend")] if name.endswith("Backend") else name).lower()
 
 
-def _attributes(backend: BaseBackend, key: str, **more: str) -> dict[str, str]:
-    return {"occupy.backend": backend.alias, "occupy.store": store_kind(backend),
-            "occupy.key.family": family(key), **more}
+#: The common attributes by (alias, family): made once, shared (never changed in place).
+_attribute_sets: dict[tuple[str, str], dict[str, str]] = {}
+
+
+def _attributes(backend: BaseBackend, key: str) -> dict[str, str]:
+    """Return the common attributes of ``key`` on ``backend`` (a shared dict: copy it
+    to add to it)."""
+    name = family(key)
+    found = _attribute_sets.get((backend.alias, name))
+    if found is None:
+        found = _attribute_sets[(backend.alias, name)] = {
+            "occupy.backend": backend.alias, "occupy.store": store_kind(backend),
+            "occupy.key.family": name}
+    return found
 
 
 # --- what the lock API reports ----------------------------------------------------------
@@ -232,6 +263,35 @@ class _Held:
 #: By (alias, key, token): in-process only, never exported.
 _held: dict[tuple[str, str, str], _Held] = {}
 _held_lock = threading.Lock()
+#: Acquires waiting now, by their (shared) attributes' identity.
+_waiting: dict[int, tuple[dict[str, str], int]] = {}
+
+
+def _tally(tallies: dict[int, tuple[dict[str, str], int]], attributes: dict[str, str],
+           change: int) -> None:
+    with _held_lock:
+        _attributes, count = tallies.get(id(attributes), (attributes, 0))
+        tallies[id(attributes)] = (attributes, count + change)
+
+
+def _observe_held(options: Any) -> Iterator[Any]:
+    assert otel_metrics is not None
+    # Every attribute set seen, at 0 unless held: a series that ends reads 0, not gone.
+    counts = {id(attributes): (attributes, 0) for attributes in list(_attribute_sets.values())}
+    with _held_lock:
+        for entry in _held.values():
+            attributes, count = counts.get(id(entry.attributes), (entry.attributes, 0))
+            counts[id(entry.attributes)] = (attributes, count + 1)
+    for attributes, count in counts.values():
+        yield otel_metrics.Observation(count, attributes)
+
+
+def _observe_waiting(options: Any) -> Iterator[Any]:
+    assert otel_metrics is not None
+    with _held_lock:
+        tallies = list(_waiting.values())
+    for attributes, count in tallies:
+        yield otel_metrics.Observation(count, attributes)
 
 
 @contextmanager
@@ -245,7 +305,7 @@ def acquiring(backend: BaseBackend, key: str, timeout: float | None) -> Iterator
     attributes = _attributes(backend, key)
     waits = timeout is None or timeout > 0
     if waits:
-        _safely(lambda: _get().waiting.add(1, attributes))
+        _tally(_waiting, attributes, 1)
     started = time.monotonic()
     outcome = GRANTED
     try:
@@ -262,13 +322,9 @@ def acquiring(backend: BaseBackend, key: str, timeout: float | None) -> Iterator
     finally:
         waited = time.monotonic() - started
 
-        def record() -> None:
-            instruments = _get()
-            if waits:
-                instruments.waiting.add(-1, attributes)
-            instruments.wait.record(waited, {**attributes, "occupy.outcome": outcome})
-
-        _safely(record)
+        if waits:
+            _tally(_waiting, attributes, -1)
+        _safely(lambda: _get().wait.record(waited, {**attributes, "occupy.outcome": outcome}))
 
 
 def granted(backend: BaseBackend, lease: Lease, *, deeper: bool, held_here: bool) -> None:
@@ -283,7 +339,7 @@ def granted(backend: BaseBackend, lease: Lease, *, deeper: bool, held_here: bool
             return
         if entry is None:
             entry = _held[ident] = _Held(lease, _attributes(backend, lease.key))
-            _safely(lambda: _get().held.add(1, entry.attributes))
+    _get()  # the instruments exist from the first lease on, so the held one is observed
 
 
 def released(lease: Lease) -> None:
@@ -313,7 +369,6 @@ def _end(lease: Lease, how: str, *, every_level: bool) -> bool:
 
     def record() -> None:
         instruments = _get()
-        instruments.held.add(-1, entry.attributes)
         instruments.hold.record(held_for, {**entry.attributes, "occupy.lease.end": how})
         if how != RELEASED:
             instruments.lost.add(1, {**entry.attributes, "occupy.reason": how})
@@ -408,7 +463,21 @@ def span(name: str, backend: BaseBackend | None, key: str) -> Any:
     assert otel_trace is not None
     attributes: dict[str, str] = ({"occupy.key.family": family(key)} if backend is None
                                   else _attributes(backend, key))
-    return otel_trace.get_tracer("occupy").start_as_current_span(name, attributes=attributes)
+    return _tracer().start_as_current_span(name, attributes=attributes)
+
+
+_tracer_found: Any = None
+
+
+def _tracer() -> Any:
+    """Return occupy's tracer, made once (the API's tracer follows the global provider)."""
+    global _tracer_found
+    if _tracer_found is None:
+        assert otel_trace is not None
+        version = _version()
+        _tracer_found = (otel_trace.get_tracer("occupy") if version is None
+                         else otel_trace.get_tracer("occupy", version))
+    return _tracer_found
 
 
 signals.lease_lost.connect(_on_lease_lost, dispatch_uid="occupy.telemetry.lost")
