@@ -13,10 +13,11 @@ import string
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
-from occupy import reentry, signals
+from occupy import reentry, signals, telemetry
 from occupy.backends import get_backend
 from occupy.backends.base import BaseBackend
 from occupy.conf import occupy_settings
@@ -71,7 +72,9 @@ def _prepare(
     return get_backend(using), key, owner, ttl, timeout
 
 
-def _granted(backend: BaseBackend, lease: Lease, renew: bool) -> Lease:
+def _granted(backend: BaseBackend, lease: Lease, renew: bool, *, held_here: bool = False,
+             deeper: bool = False) -> Lease:
+    telemetry.granted(backend, lease, deeper=deeper, held_here=held_here)
     lease.renew = renew
     if renew:
         watchdog.watch(lease)
@@ -109,8 +112,9 @@ def acquire(
     this thread or task then does not hold it, and neither re-enters it nor is re-entered.
     """
     backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
-    return take(backend, key, owner=owner, ttl=ttl, timeout=timeout, renew=renew,
-                token=token, reentrant=reentrant)
+    with telemetry.span("occupy.acquire", backend, key):
+        return take(backend, key, owner=owner, ttl=ttl, timeout=timeout, renew=renew,
+                    token=token, reentrant=reentrant)
 
 
 def take(backend: BaseBackend, key: str, *, owner: str, ttl: float, timeout: float | None,
@@ -124,11 +128,13 @@ def take(backend: BaseBackend, key: str, *, owner: str, ttl: float, timeout: flo
             return _granted(backend, presented, renew)
     held = reentry.held(backend.alias, key, owner) if reentrant else None
     lease = None if held is None else _reenter(backend.resume(key, held.token, ttl), held)
+    deeper = lease is not None
     if lease is None:
-        lease = backend.acquire(key, owner=owner, ttl=ttl, timeout=timeout)
+        with telemetry.acquiring(backend, key, timeout):
+            lease = backend.acquire(key, owner=owner, ttl=ttl, timeout=timeout)
     if reentrant:
-        reentry.record(lease, deeper=held is not None)
-    return _granted(backend, lease, renew)
+        reentry.record(lease, deeper=deeper)
+    return _granted(backend, lease, renew, held_here=reentrant, deeper=deeper)
 
 
 def resume(key: str, token: str, *, ttl: float = DEFAULT, using: str = "default") -> Lease:
@@ -194,7 +200,8 @@ def takeover(
     """
     backend, key, owner, ttl, _timeout = _prepare(key, owner, ttl, 0, using)
     if_fence = check_fence(if_fence)
-    lease, previous = backend.takeover(key, owner, ttl, if_fence=if_fence)
+    with telemetry.span("occupy.takeover", backend, key):
+        lease, previous = backend.takeover(key, owner, ttl, if_fence=if_fence)
     return _taken_over(backend, lease, previous, renew, reentrant)
 
 
@@ -211,7 +218,8 @@ async def atakeover(
     """Async twin of :func:`takeover`."""
     backend, key, owner, ttl, _timeout = _prepare(key, owner, ttl, 0, using)
     if_fence = check_fence(if_fence)
-    lease, previous = await backend.atakeover(key, owner, ttl, if_fence=if_fence)
+    with telemetry.span("occupy.takeover", backend, key):
+        lease, previous = await backend.atakeover(key, owner, ttl, if_fence=if_fence)
     return _taken_over(backend, lease, previous, renew, reentrant)
 
 
@@ -220,7 +228,7 @@ def _taken_over(backend: BaseBackend, lease: Lease, previous: Holder | None,
     if reentrant:
         reentry.record(lease, deeper=False)
     signals.lease_taken_over.send(sender=type(backend), lease=lease, previous=previous)
-    return _granted(backend, lease, renew)
+    return _granted(backend, lease, renew, held_here=reentrant)
 
 
 def _reenter(lease: Lease | None, held: Lease) -> Lease | None:
@@ -244,8 +252,9 @@ async def aacquire(
 ) -> Lease:
     """Async twin of :func:`acquire`; cancelling it while it waits leaves no claim."""
     backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
-    return await atake(backend, key, owner=owner, ttl=ttl, timeout=timeout, renew=renew,
-                       token=token, reentrant=reentrant)
+    with telemetry.span("occupy.acquire", backend, key):
+        return await atake(backend, key, owner=owner, ttl=ttl, timeout=timeout,
+                           renew=renew, token=token, reentrant=reentrant)
 
 
 async def atake(backend: BaseBackend, key: str, *, owner: str, ttl: float,
@@ -260,11 +269,13 @@ async def atake(backend: BaseBackend, key: str, *, owner: str, ttl: float,
     lease = None
     if held is not None:
         lease = _reenter(await backend.aresume(key, held.token, ttl), held)
+    deeper = lease is not None
     if lease is None:
-        lease = await backend.aacquire(key, owner=owner, ttl=ttl, timeout=timeout)
+        with telemetry.acquiring(backend, key, timeout):
+            lease = await backend.aacquire(key, owner=owner, ttl=ttl, timeout=timeout)
     if reentrant:
-        reentry.record(lease, deeper=held is not None)
-    return _granted(backend, lease, renew)
+        reentry.record(lease, deeper=deeper)
+    return _granted(backend, lease, renew, held_here=reentrant, deeper=deeper)
 
 
 def _releasable(lease: Any) -> Lease:
@@ -294,26 +305,38 @@ def release(lease: Lease) -> None:
     """
     lease = _releasable(lease)
     backend = lease.backend or lease._backend()
-    try:
-        backend.release(lease)
-    except BaseException:
-        reentry.forget(lease)
-        raise
-    reentry.unwind(lease)
-    signals.lease_released.send(sender=type(backend), lease=lease)
+    with telemetry.span("occupy.release", backend, lease.key):
+        try:
+            backend.release(lease)
+        except BaseException:
+            _release_failed(lease)
+            raise
+    _released(backend, lease)
 
 
 async def arelease(lease: Lease) -> None:
     """Async twin of :func:`release`."""
     lease = _releasable(lease)
     backend = lease._backend()
-    try:
-        await backend.arelease(lease)
-    except BaseException:
-        reentry.forget(lease)
-        raise
+    with telemetry.span("occupy.release", backend, lease.key):
+        try:
+            await backend.arelease(lease)
+        except BaseException:
+            _release_failed(lease)
+            raise
+    _released(backend, lease)
+
+
+def _released(backend: BaseBackend, lease: Lease) -> None:
     reentry.unwind(lease)
+    telemetry.released(lease)
     signals.lease_released.send(sender=type(backend), lease=lease)
+
+
+def _release_failed(lease: Lease) -> None:
+    """Forget a lease whose release failed: it is no longer held in-process."""
+    reentry.forget(lease)
+    telemetry.release_failed(lease)
 
 
 def holder(key: str, *, using: str = "default") -> Holder | None:
@@ -324,6 +347,14 @@ def holder(key: str, *, using: str = "default") -> Holder | None:
 async def aholder(key: str, *, using: str = "default") -> Holder | None:
     """Async twin of :func:`holder`."""
     return await get_backend(using).aholder(check_key(key))
+
+
+#: What each execution context (thread, or asyncio task) holds through ``lock`` objects,
+#: newest last: (lock, lease, span). Kept per context, so that one ``lock`` object shared
+#: by threads or tasks releases, on each exit, the lease that this context took; a tuple,
+#: so that a task started inside a block sees the stack but never changes its parent's.
+_held_by_locks: ContextVar[tuple[tuple[lock, Lease, AbstractContextManager[Any]], ...]] = (
+    ContextVar("occupy_held_by_locks", default=()))
 
 
 def _template_fields(template: str) -> set[str]:
@@ -368,7 +399,6 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
             "reentrant": bool(reentrant),
             "using": using,
         }
-        self._leases: list[Lease] = []
 
     def _take(self) -> Lease:
         """Take the key: :func:`acquire` with this lock's arguments (a lock on a backend
@@ -383,13 +413,27 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         """Return a copy of this lock on ``key`` (one per call of a decorated function)."""
         bound = copy.copy(self)
         bound.key = key
-        bound._leases = []
         return bound
 
-    def __enter__(self) -> Lease:
-        lease = self._take()
-        self._leases.append(lease)
+    def _entered(self, lease: Lease) -> Lease:
+        """Note that this context holds ``lease`` through this lock, in a span."""
+        section = telemetry.span("occupy.lock", lease.backend, lease.key)
+        section.__enter__()
+        _held_by_locks.set((*_held_by_locks.get(), (self, lease, section)))
         return lease
+
+    def _leaving(self) -> tuple[Lease, AbstractContextManager[Any]]:
+        """Return the lease this context took through this lock last, and its span."""
+        stack = _held_by_locks.get()
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i][0] is self:
+                _held_by_locks.set(stack[:i] + stack[i + 1:])
+                return stack[i][1], stack[i][2]
+        raise RuntimeError(f"lock({self.key!r}) was left by a thread or task that did "
+                           "not enter it.")
+
+    def __enter__(self) -> Lease:
+        return self._entered(self._take())
 
     def __exit__(
         self,
@@ -397,16 +441,16 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        lease = self._leases.pop()
+        lease, section = self._leaving()
         try:
             release(lease)
         except LeaseLost:
             _lost_on_exit(lease, exc)
+        finally:
+            section.__exit__(exc_type, exc, tb)
 
     async def __aenter__(self) -> Lease:
-        lease = await self._atake()
-        self._leases.append(lease)
-        return lease
+        return self._entered(await self._atake())
 
     async def __aexit__(
         self,
@@ -414,11 +458,13 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        lease = self._leases.pop()
+        lease, section = self._leaving()
         try:
             await arelease(lease)
         except LeaseLost:
             _lost_on_exit(lease, exc)
+        finally:
+            section.__exit__(exc_type, exc, tb)
 
     def __call__(self, func: F) -> F:
         """Decorate ``func`` so that each call holds the (formatted) key."""

@@ -12,7 +12,7 @@ configured aliases. One id per problem:
 - ``occupy.E006``: a backend's configuration has an unknown key, a value of the wrong
   type or range, or misses a ``LOCATION`` it needs.
 - ``occupy.E007``: a value of ``settings.OCCUPY`` is out of range (``TTL``,
-  ``TIMEOUT``, ``REST_FRAMEWORK``).
+  ``TIMEOUT``, ``REST_FRAMEWORK``, ``TELEMETRY``).
 - ``occupy.W001``: occupy's migration is recorded as applied but the claims table is
   missing (``check --database``).
 - ``occupy.W002``: a ``CacheBackend`` is on a cache whose ``add`` is not atomic.
@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.exceptions import ImproperlyConfigured
 
 from occupy.backends import get_backend, load_backend_class
 from occupy.backends.base import BaseBackend
@@ -66,10 +67,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     messages = _configured()[1]
     if messages:
         return messages
-    for name in ("TTL", "TIMEOUT", "REST_FRAMEWORK"):
+    for name in ("TTL", "TIMEOUT", "REST_FRAMEWORK", "TELEMETRY"):
         try:
             getattr(occupy_settings, name)
-        except InvalidBackendError as e:
+        except ImproperlyConfigured as e:
             messages.append(Error(str(e), obj=f"OCCUPY[{name!r}]", id="occupy.E007",
                                   hint=SETTINGS_HINT))
     return messages

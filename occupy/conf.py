@@ -19,8 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.utils.module_loading import import_string
 
 from occupy.exceptions import InvalidBackendError
 
@@ -38,11 +40,19 @@ REST_FRAMEWORK_DEFAULTS: dict[str, Any] = {
     "PROBLEM_TYPE_BASE": "about:blank",
 }
 
+#: What the OpenTelemetry instrumentation records (``OCCUPY["TELEMETRY"]``).
+TELEMETRY_DEFAULTS: dict[str, Any] = {
+    # A dotted path to a function key -> family (the only part of a key that reaches a
+    # metric or span attribute); None: the part before the first ":".
+    "KEY_FAMILY": None,
+}
+
 DEFAULTS: dict[str, Any] = {
     "BACKENDS": {"default": {"BACKEND": DEFAULT_BACKEND}},
     "TTL": 60,
     "TIMEOUT": 10,
     "REST_FRAMEWORK": REST_FRAMEWORK_DEFAULTS,
+    "TELEMETRY": TELEMETRY_DEFAULTS,
 }
 
 
@@ -132,6 +142,35 @@ class OccupySettings:
                 _positive_seconds(f"OCCUPY['REST_FRAMEWORK'][{name!r}]", merged[name])
             self._rest_framework = merged
         return self._rest_framework
+
+
+    @property
+    def TELEMETRY(self) -> dict[str, Any]:
+        """Return the telemetry settings, the project's over the defaults."""
+        if "TELEMETRY" not in self._cache:
+            value = self.user_settings.get("TELEMETRY", {})
+            if not isinstance(value, dict):
+                raise ImproperlyConfigured("settings.OCCUPY['TELEMETRY'] must be a dict.")
+            unknown = set(value) - set(TELEMETRY_DEFAULTS)
+            if unknown:
+                raise ImproperlyConfigured(
+                    f"settings.OCCUPY['TELEMETRY'] has unknown keys {sorted(unknown)}; "
+                    f"known keys are {sorted(TELEMETRY_DEFAULTS)}.")
+            merged = {**TELEMETRY_DEFAULTS, **value}
+            family = merged["KEY_FAMILY"]
+            if family is not None and not isinstance(family, str):
+                raise ImproperlyConfigured(
+                    "settings.OCCUPY['TELEMETRY']['KEY_FAMILY'] must be the dotted path of "
+                    f"a function (key -> family) or None, not {family!r}.")
+            if family is not None:
+                try:
+                    import_string(family)
+                except ImportError as e:
+                    raise ImproperlyConfigured(
+                        f"settings.OCCUPY['TELEMETRY']['KEY_FAMILY'] = {family!r} cannot be "
+                        f"imported: {e}") from e
+            self._cache["TELEMETRY"] = merged
+        return self._cache["TELEMETRY"]  # type: ignore[no-any-return]
 
 
 def _positive_seconds(name: str, value: Any, *, allow_zero: bool = False) -> float:

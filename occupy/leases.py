@@ -88,11 +88,16 @@ class Lease:
             )
         return self.backend
 
-    def mark_lost(self, reason: str) -> LeaseLost:
-        """Mark the lease lost, send ``lease_lost`` once, and return the error to raise."""
+    def mark_lost(self, reason: str, *, cause: str | None = None) -> LeaseLost:
+        """Mark the lease lost, send ``lease_lost`` once, and return the error to raise.
+
+        ``cause`` is ``"store_failure"`` when the store could not be reached to keep it
+        (else ``None``: it expired or was taken over, the store does not say which).
+        """
         if not self.lost:
             self.lost = True
-            signals.lease_lost.send(sender=type(self._backend()), lease=self, reason=reason)
+            signals.lease_lost.send(sender=type(self._backend()), lease=self, reason=reason,
+                                    cause=cause)
         return LeaseLost(f"The lease on {self.key!r} was lost: {reason}.", key=self.key)
 
     def extend(self, ttl: float | None = None) -> None:

@@ -21,6 +21,7 @@ import threading
 import time
 import weakref
 
+from occupy.exceptions import StoreUnavailable
 from occupy.leases import Lease
 
 __all__ = ["Watchdog", "watchdog"]
@@ -111,7 +112,8 @@ class Watchdog:
             lease._backend().extend(lease, lease.ttl)
         except Exception as e:  # any failure ends the renewals: the lease is lost
             self.unwatch(lease)
-            lease.mark_lost(f"the watchdog could not renew it ({e})")
+            lease.mark_lost(f"the watchdog could not renew it ({e})",
+                            cause="store_failure" if isinstance(e, StoreUnavailable) else None)
             logger.warning("stopped renewing %r: %s", lease.key, e)
 
     def _reset_after_fork(self) -> None:

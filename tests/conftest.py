@@ -11,8 +11,26 @@ from django.conf import settings
 from django.db import connections
 
 from occupy.backends import reset_backends
+from tests.support import telemetry
 from tests.support.aliases import CONTRACT_BACKENDS, backend_params
 from tests.support.cleanup import wipe
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Record occupy's telemetry in memory for the whole run, where the SDK is installed."""
+    telemetry.install()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if a full key, an owner or a token reached a metric or span attribute
+    anywhere in it (tests/support/telemetry.py)."""
+    found = telemetry.recorded()
+    leaks = [] if found is None else found.leaks()
+    if leaks:
+        session.config.get_terminal_writer().line(
+            "occupy telemetry leaked keys, owners or tokens into attributes:\n  "
+            + "\n  ".join(sorted(set(leaks))[:50]), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

@@ -118,7 +118,9 @@ def test_a_typo_or_a_bad_value_in_any_backend_is_e006_and_refused(config, named)
 
 
 @pytest.mark.parametrize(("name", "value"), [
-    ("TTL", -5), ("TTL", "60"), ("TIMEOUT", -1), ("REST_FRAMEWORK", {"LEASE_TTL": 0})])
+    ("TTL", -5), ("TTL", "60"), ("TIMEOUT", -1), ("REST_FRAMEWORK", {"LEASE_TTL": 0}),
+    ("TELEMETRY", {"KEY_FAMILY": 3}), ("TELEMETRY", {"KEY_FAMILY": "no.such.family"}),
+    ("TELEMETRY", {"FAMILY": None}), ("TELEMETRY", "yes")])
 def test_a_bad_setting_value_is_e007(name: str, value: object) -> None:
     with override_settings(OCCUPY={name: value}):
         errors = check_settings()

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from asgiref.sync import sync_to_async
 from django.core.checks import CheckMessage, Error, Warning
 
+from occupy import telemetry
 from occupy.backends.claims import UNKNOWN_OWNER
 from occupy.backends.options import Option, raise_problems, read_options, where
 from occupy.exceptions import (
@@ -354,6 +355,7 @@ class BaseBackend:
         """Return the error for a store that failed while occupy worked on ``key``; the
         caller raises it ``from error``."""
         on = "" if key is None else f" while working on {key!r}"
+        telemetry.store_error(self, key)
         return StoreUnavailable(
             f"occupy backend {self.alias!r} ({type(self).__name__}) could not use its "
             f"store{on}: {error}",

@@ -25,6 +25,7 @@ from django.db.models import Q
 from django.db.models.base import ModelBase
 from django.db.models.signals import post_save, pre_save
 
+from occupy import telemetry
 from occupy.exceptions import ConflictError, VersionConflict
 from occupy.models.keys import concrete_model, object_key
 from occupy.models.tracking import (
@@ -238,7 +239,9 @@ class GuardedSaveMixin(ChangeTrackingMixin):
             if self._write(using, values, guard):
                 break
         else:
-            raise self._refusal(using, fields, guards)
+            error = self._refusal(using, fields, guards)
+            telemetry.refused(error)
+            raise error
         for f, value in guard.sets.items():
             if f not in guard.read_back:
                 setattr(self, f.attname, value)

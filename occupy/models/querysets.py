@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from django.db import models, transaction
 from django.db.models import F
 
+from occupy import telemetry
 from occupy.api import DEFAULT, lock
 from occupy.exceptions import VersionConflict
 from occupy.models.keys import lock_model
@@ -144,11 +145,13 @@ class VersionedQuerySetMixin(_QuerySet[ModelT]):
         with transaction.atomic(using=self.select_for_update().db):
             count = self.update(version=F("version") + 1, **changes)
             if expected is not None and count != expected:
-                raise VersionConflict(
+                error = VersionConflict(
                     f"update_versioned() matched {count} {self.model._meta.label} rows, not "
                     f"{expected}: they changed since they were read; nothing was written.",
                     model=self.model, fields=tuple(changes),
                 )
+                telemetry.refused(error)
+                raise error
         return count
 
 

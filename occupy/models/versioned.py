@@ -30,6 +30,7 @@ from django.db import models, router, transaction
 from django.db.models import F
 from django.utils.translation import gettext_lazy as _
 
+from occupy import telemetry
 from occupy.exceptions import VersionConflict
 from occupy.models.guarded import Check, Guard, GuardedSaveMixin
 from occupy.models.keys import object_key
@@ -136,8 +137,11 @@ class VersionedMixin(GuardedSaveMixin):
                 label = f"{self._meta.object_name} {self.pk!r}"
                 why = ("no longer exists" if current is None else
                        f"changed since it was loaded (version {version}, now {current})")
-                raise VersionConflict(f"{label} was not deleted: it {why}.", model=type(self),
-                                      pk=self.pk, key=object_key(type(self), self.pk))
+                error = VersionConflict(f"{label} was not deleted: it {why}.",
+                                        model=type(self), pk=self.pk,
+                                        key=object_key(type(self), self.pk))
+                telemetry.refused(error)
+                raise error
             return super().delete(using=using, keep_parents=keep_parents)
 
     delete.alters_data = True  # type: ignore[attr-defined]  # templates never call it

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, IntegrityError, connections
 
+from occupy import telemetry
 from occupy.backends.cutoff import Cut, cutoffs
 from occupy.backends.db.checks import migrate_hint, migration_recorded
 from occupy.exceptions import StoreNotMigrated, StoreUnavailable
@@ -145,6 +146,7 @@ class Statements:
         caller's time was up: another writer held it all along (the caller raises it
         ``from`` the driver's error)."""
         name = connections.settings[self.backend.database].get("NAME")
+        telemetry.store_error(self.backend, key)
         return StoreUnavailable(
             f"occupy backend {self.backend.alias!r} could not write the claim on {key!r}: "
             f"SQLite database {name!r} stayed write-locked by another writer until the "
@@ -156,6 +158,7 @@ class Statements:
 
     def _locked_by_caller(self, key: str | None, alias: str) -> StoreUnavailable:
         name = connections.settings[self.backend.database].get("NAME")
+        telemetry.store_error(self.backend, key)
         return StoreUnavailable(
             f"occupy backend {self.backend.alias!r} cannot write the claim on {key!r}: "
             f"SQLite database {name!r} is write-locked, and this thread's transaction on "
