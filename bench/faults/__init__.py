@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import os
 import shutil
@@ -46,7 +47,7 @@ from types import FrameType
 
 from bench.faults.analysis import Tally
 from bench.faults.servers import MariaDB, PostgreSQL, Redis, Server, describe
-from bench.faults.soak import REPO, Plan, Store, soak
+from bench.faults.soak import REPO, SERVER_FAULTS, Plan, Store, soak
 
 __all__ = ["FULL", "SHORT", "STORES", "main"]
 
@@ -122,13 +123,22 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--port-base", type=int, default=16700)
     parser.add_argument("--require", action="store_true",
                         help="fail when a store's server or driver is missing")
+    parser.add_argument("--faults", default="",
+                        help="comma-separated fault kinds to inject (default: all)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args(argv)
     plan = SHORT if args.short else FULL
     if args.seconds is not None:
         if not 5 <= args.seconds <= 3600:
             parser.error("--seconds must be between 5 and 3600")
-        plan = Plan(seconds=args.seconds, interval=plan.interval)
+        plan = dataclasses.replace(plan, seconds=args.seconds)
+    if args.faults:
+        kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
+        unknown_kinds = set(kinds) - set(SERVER_FAULTS)
+        if unknown_kinds:
+            parser.error(f"unknown faults: {', '.join(sorted(unknown_kinds))}; "
+                         f"from {', '.join(SERVER_FAULTS)}")
+        plan = dataclasses.replace(plan, faults=kinds)
     names = [s for s in args.stores.split(",") if s] or [s.name for s in STORES]
     unknown = set(names) - {s.name for s in STORES}
     if unknown:
@@ -226,6 +236,7 @@ def print_report(results: dict[str, Tally], plan: Plan) -> None:
         print(f"{name}: faults: {faults or 'none'}; paused holders {r.paused} "
               f"({r.paused_accepted} wrote, nobody having taken the key); unfinished "
               f"sections (holder killed) {r.unfinished}")
+        print(f"  longest unobtainable: {r.longest_unobtainable:.2f} s, {r.longest_context}")
         if r.exceptions:
             print("  occupy exceptions: " + ", ".join(
                 f"{kind} {n}" for kind, n in r.exceptions.most_common()))

@@ -25,6 +25,7 @@ of the lost grant; the fence refuses the first one's stale step).
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ class Tally:
     grants_lost: int = 0
     #: The longest time, in seconds, a key went without a grant while workers wanted it.
     longest_unobtainable: float = 0.0
+    #: Which key that was, when, and the faults around it.
+    longest_context: str = ""
     faults: Counter[str] = field(default_factory=Counter)
     #: Exceptions the workers met: occupy's by class, and foreign ones by text.
     exceptions: Counter[str] = field(default_factory=Counter)
@@ -141,16 +144,20 @@ def _lost_with_data(s: SectionRow, until: float, faults: Sequence[Fault]) -> boo
     return any(f.loses_data and s.t_grant < f.started < until for f in faults)
 
 
-def longest_gap(sections: Iterable[SectionRow], started: float, ended: float) -> float:
-    """Return the longest time between ``started``, the grants of one key and
-    ``ended``, over the keys, in seconds."""
+def longest_gap(sections: Iterable[SectionRow], ended: float) -> tuple[float, str, float]:
+    """Return the longest time a key went without a grant, from the store's first grant
+    (when the workers were up) to ``ended``: (seconds, key, when the gap began)."""
     grants: dict[str, list[float]] = defaultdict(list)
     for s in sections:
         grants[s.key].append(s.t_grant)
-    longest = 0.0
-    for times in grants.values():
-        points = [started, *sorted(times), ended]
-        longest = max(longest, *(b - a for a, b in zip(points, points[1:], strict=False)))
+    if not grants:
+        return 0.0, "", 0.0
+    first = min(min(times) for times in grants.values())
+    longest = (0.0, "", 0.0)
+    for key, times in grants.items():
+        points = [first, *sorted(times), ended]
+        for a, b in itertools.pairwise(points):
+            longest = max(longest, (b - a, key, a))
     return longest
 
 
@@ -213,7 +220,12 @@ def tally(sections: Sequence[SectionRow], records: dict[str, tuple[int, int]],
     for why, _s in fence_violations(sections):
         t.fence_violations += 1
         _note(t, "fence", why)
-    t.longest_unobtainable = longest_gap(sections, started, ended)
+    t.longest_unobtainable, key, since = longest_gap(sections, ended)
+    if key:
+        before = [f"{f.kind} at {f.started - since:+.1f} s" for f in faults
+                  if since - 2 * ttl - 5 < f.started < since + t.longest_unobtainable]
+        t.longest_context = (f"key {key} from {since - started:.1f} s into the soak; "
+                             f"faults around it: {', '.join(before) or 'none'}")
     for (kind, detail), n in (outcomes or {}).items():
         if kind == "foreign":
             t.foreign[detail] += n

@@ -41,6 +41,10 @@ PAUSE_MARGIN = 0.5
 SERVER_FAULTS = ("restart", "kill holder", "kill connections", "pause holder",
                  "crash restart")
 LOCAL_FAULTS = ("kill holder", "pause holder")
+#: How long a worker may run past the soak's time if the stop file never came.
+WORKER_LIMIT = 120.0
+#: How long the workers may take to be set up, in seconds.
+READY_WAIT = 120.0
 REPO = Path(__file__).resolve().parent.parent.parent
 
 
@@ -71,6 +75,8 @@ class Plan:
     max_sections: int = 200_000
     #: How many workers may be started in all (the first ones and the replacements).
     max_spawns: int = 400
+    #: The kinds of fault injected (on a store without a server, those that apply).
+    faults: tuple[str, ...] = SERVER_FAULTS
 
 
 def _state(pid: int) -> str:
@@ -102,21 +108,34 @@ class Soak:
         #: Stopped workers: when each was first seen stopped.
         self.stopped: dict[int, float] = {}
         self.deadline = 0.0
+        self.stop_file = run_dir / f"{store.name}.stop"
 
-    def spawn(self, seconds: float) -> None:
-        """Start one more worker for ``seconds``."""
+    def spawn(self) -> None:
+        """Start one more worker (it runs until the stop file appears, or at most
+        :data:`WORKER_LIMIT` seconds past the soak's time)."""
+        seconds = self.plan.seconds + WORKER_LIMIT
         index = self.spawned
         self.spawned += 1
         config = {"index": index, "alias": self.store.name, "keys": self.keys,
                   "ttl": self.plan.ttl, "timeout": self.plan.timeout, "hold": self.plan.hold,
                   "seconds": seconds, "max_sections": self.plan.max_sections,
-                  "ledger": str(self.ledger.path)}
+                  "ledger": str(self.ledger.path), "stop_file": str(self.stop_file),
+                  "ready_file": str(self.ready_file(index))}
         log = (self.run_dir / f"{self.store.name}.worker-{index}.log").open("wb")
         with log:
             self.workers[index] = subprocess.Popen(
                 [sys.executable, "-m", "bench.faults.worker"], cwd=REPO,
                 env={**self.env, "OCCUPY_FAULTS_WORKER": json.dumps(config)},
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def ready_file(self, index: int) -> Path:
+        """Return the file worker ``index`` creates once it is set up."""
+        return self.run_dir / f"{self.store.name}.worker-{index}.ready"
+
+    def ready(self) -> list[int]:
+        """Return the workers running and set up (only those can take a pause)."""
+        return [w for w in self.alive() if w not in self.stopped
+                and self.ready_file(w).exists()]
 
     def alive(self) -> list[int]:
         """Return the workers still running, noting those that ended by themselves early."""
@@ -134,9 +153,8 @@ class Soak:
 
     def replace(self) -> None:
         """Start a worker in place of one that ended, for the rest of the soak."""
-        left = self.deadline - time.monotonic()
-        if left > 1 and self.spawned < self.plan.max_spawns:
-            self.spawn(left)
+        if self.deadline - time.monotonic() > 1 and self.spawned < self.plan.max_spawns:
+            self.spawn()
 
     def tend_pauses(self) -> None:
         """Continue each stopped worker once it has been stopped past the ttl."""
@@ -175,7 +193,7 @@ class Soak:
             detail = f"worker {victim}{' (holding)' if holding else ''}"
             self.replace()
         elif kind == "pause holder":
-            workers = [w for w in self.alive() if w not in self.stopped]
+            workers = self.ready()
             if workers:
                 victim = self.random.choice(workers)
                 with contextlib.suppress(ProcessLookupError):
@@ -189,25 +207,31 @@ class Soak:
     def run(self) -> Tally:
         """Soak the store; return its tally."""
         plan = self.plan
-        started = time.monotonic()
-        self.deadline = started + plan.seconds
+        self.deadline = time.monotonic() + READY_WAIT + plan.seconds
         try:
             for _ in range(plan.workers):
-                self.spawn(plan.seconds)
+                self.spawn()
+            # The soak's time starts when every worker is set up (Django, drivers).
+            while len(self.ready()) < plan.workers and time.monotonic() < self.deadline:
+                self.alive()
+                time.sleep(0.05)
+            started = time.monotonic()
+            self.deadline = started + plan.seconds
             # The last faults leave a paused worker time to be continued and to write.
             last_fault = self.deadline - plan.ttl - 2 * PAUSE_MARGIN - 1
-            kinds = self.store.faults
+            kinds = [k for k in self.store.faults if k in plan.faults]
             turn = 0
             next_fault = started + plan.interval
             while time.monotonic() < self.deadline:
                 self.tend_pauses()
                 now = time.monotonic()
-                if now >= next_fault and now < last_fault:
+                if kinds and next_fault <= now < last_fault:
                     self.inject(kinds[turn % len(kinds)])
                     turn += 1
                     next_fault = max(next_fault + plan.interval, time.monotonic())
                 time.sleep(0.05)
-            # Workers stop by themselves at the deadline; a paused one is continued.
+            # Workers stop at the stop file; a paused one is continued first.
+            self.stop_file.touch()
             grace = time.monotonic() + plan.timeout + plan.ttl + 30
             while self.alive() and time.monotonic() < grace:
                 self.tend_pauses()

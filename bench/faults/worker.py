@@ -2,11 +2,11 @@
 it; its settings come in ``OCCUPY_FAULTS_WORKER``, JSON, and the servers' ports in the
 variables :mod:`bench.faults.settings` reads).
 
-Until its time or its count of sections is up: pick a key, ``occupy.acquire`` it, read
-the key's counter with the lease's fence, hold a moment, write the counter + 1 with the
-fence, ``occupy.release``. Every step's outcome goes to the ledger; an occupy error is
-counted by class, any other exception (a *foreign* one, which occupy should have turned
-into its own) by its text.
+Until the coordinator's stop file appears (or its own time or count of sections is up):
+pick a key, ``occupy.acquire`` it, read the key's counter with the lease's fence, hold a
+moment, write the counter + 1 with the fence, ``occupy.release``. Every step's outcome
+goes to the ledger; an occupy error is counted by class, any other exception (a
+*foreign* one, which occupy should have turned into its own) by its text.
 
 ``SIGUSR1`` asks the worker to pause in its next section: right after its fenced read,
 it stops itself (``SIGSTOP``) while holding the lease; the coordinator sends ``SIGCONT``
@@ -27,6 +27,13 @@ from typing import Any
 
 #: How often the counts of outcomes go to the ledger, in seconds.
 FLUSH_EVERY = 1.0
+#: Set by ``SIGUSR1`` (installed before Django is set up, so an early one is kept).
+_pause_asked = False
+
+
+def _ask_pause(signum: int, frame: Any) -> None:
+    global _pause_asked
+    _pause_asked = True
 
 
 class Worker:
@@ -42,10 +49,10 @@ class Worker:
         self.timeout: float = config["timeout"]
         self.hold: float = config["hold"]
         self.deadline = time.monotonic() + config["seconds"]
+        self.stop_file = Path(config["stop_file"])
         self.max_sections: int = config["max_sections"]
         self.ledger = Ledger(Path(config["ledger"]))
         self.outcomes: Counter[tuple[str, str]] = Counter()
-        self.pause_next = False
         #: The ledger's sequence number after this worker's last step.
         self.last_seq = 0
         self.random = random.Random(self.index)
@@ -63,7 +70,7 @@ class Worker:
 
     def failed(self, step: str, error: Exception) -> None:
         """Count an exception raised by ``step``: occupy's by class, others by text."""
-        from occupy.exceptions import OccupyError
+        from occupy.exceptions import OccupyError, StoreUnavailable
 
         if isinstance(error, OccupyError):
             self.count(f"{step}: {type(error).__name__}")
@@ -71,16 +78,18 @@ class Worker:
             text = f"{step}: {type(error).__module__}.{type(error).__qualname__}: {error}"
             self.count("foreign", text[:300])
             time.sleep(0.05)  # a store that fails at once is not hammered
+        if isinstance(error, StoreUnavailable):
+            time.sleep(0.05)
 
     def run(self) -> None:
         """Run sections until the worker's time or count is up."""
         import occupy
 
-        signal.signal(signal.SIGUSR1, self._pause_requested)
         self.last_seq = self.ledger.now()
         flushed = time.monotonic()
         sections = 0
-        while sections < self.max_sections and time.monotonic() < self.deadline:
+        while (sections < self.max_sections and time.monotonic() < self.deadline
+               and not self.stop_file.exists()):
             if time.monotonic() - flushed > FLUSH_EVERY:
                 self.flush()
                 flushed = time.monotonic()
@@ -108,26 +117,27 @@ class Worker:
         self.last_seq = read.seq
         if not read.ok:
             return
-        paused = self.pause_next
+        global _pause_asked
+        paused = _pause_asked
         if paused:
-            self.pause_next = False
+            _pause_asked = False
             os.kill(os.getpid(), signal.SIGSTOP)  # the coordinator continues it
         time.sleep(self.random.uniform(0, self.hold))
         _accepted, self.last_seq = self.ledger.write(read, key, fence,
                                                      t_write=time.monotonic(), paused=paused)
 
-    def _pause_requested(self, signum: int, frame: Any) -> None:
-        self.pause_next = True
-
 
 def main() -> None:
     """Set Django up on the soak's settings and run the worker."""
+    signal.signal(signal.SIGUSR1, _ask_pause)
     config = json.loads(os.environ["OCCUPY_FAULTS_WORKER"])
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.faults.settings"
     import django
 
     django.setup()
-    Worker(config).run()
+    worker = Worker(config)
+    Path(config["ready_file"]).touch()
+    worker.run()
 
 
 if __name__ == "__main__":
