@@ -62,7 +62,7 @@ STORES = (
     Store("files", None),
 )
 FULL = Plan(seconds=150, interval=2.5)
-SHORT = Plan(seconds=14, interval=1.2)
+SHORT = Plan(seconds=10, interval=1.0)
 #: The Python driver each server's stores need.
 DRIVERS = {"postgresql": "psycopg", "mariadb": "MySQLdb", "redis-aof": "django_redis",
            "redis": "django_redis"}

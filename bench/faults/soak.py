@@ -10,8 +10,10 @@ fault every ``interval`` seconds, in turn from the store's list, until the time 
 - ``pause holder``: a worker asked (``SIGUSR1``) to stop itself right after its fenced
   read; the coordinator continues it (``SIGCONT``) once ``ttl`` + :data:`PAUSE_MARGIN`
   has passed since it stopped;
-- ``kill holder``: ``SIGKILL`` of a worker between its read and its write (any worker
-  when none is), replaced by a new one.
+- ``kill holder``: a worker asked (``SIGUSR2``) to kill itself (``SIGKILL``) right
+  after its fenced read, holding its lease; ``kill waiter``: ``SIGKILL`` of a worker
+  from outside, which is most often waiting for a key (its place in the queue is left
+  behind). Either is replaced by a new worker.
 
 Every wait is bounded; whatever is left of the workers is killed by PID in ``finally``.
 """
@@ -39,8 +41,8 @@ __all__ = ["PAUSE_MARGIN", "Plan", "Store", "soak"]
 #: How long past its ttl a paused holder stays stopped, in seconds.
 PAUSE_MARGIN = 0.5
 SERVER_FAULTS = ("restart", "kill holder", "kill connections", "pause holder",
-                 "crash restart")
-LOCAL_FAULTS = ("kill holder", "pause holder")
+                 "crash restart", "kill waiter")
+LOCAL_FAULTS = ("kill holder", "pause holder", "kill waiter")
 #: How long a worker may run past the soak's time if the stop file never came.
 WORKER_LIMIT = 120.0
 #: How long the workers may take to be set up, in seconds.
@@ -109,6 +111,8 @@ class Soak:
         self.stopped: dict[int, float] = {}
         self.deadline = 0.0
         self.stop_file = run_dir / f"{store.name}.stop"
+        #: Workers asked to die holding (``kill holder``), and since when.
+        self.doomed: dict[int, float] = {}
 
     def spawn(self) -> None:
         """Start one more worker (it runs until the stop file appears, or at most
@@ -144,7 +148,11 @@ class Soak:
             if code is None:
                 continue
             del self.workers[index]
-            if code != 0 and time.monotonic() < self.deadline:
+            if index in self.doomed and code == -signal.SIGKILL:
+                self.faults.append(Fault("kill holder", self.doomed.pop(index),
+                                         time.monotonic(), detail=f"worker {index}"))
+                self.replace()
+            elif code != 0 and time.monotonic() < self.deadline:
                 log = self.run_dir / f"{self.store.name}.worker-{index}.log"
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
                 self.crashed.append(f"worker {index} exited with {code}: {' | '.join(tail)}")
@@ -181,24 +189,27 @@ class Soak:
         elif kind == "kill connections":
             assert self.server is not None
             detail = f"{self.server.kill_connections()} connections"
-        elif kind == "kill holder":
-            workers = [w for w in self.alive() if w not in self.stopped]
-            holding = [w for w in self.ledger.holding() if w in workers]
+        elif kind == "kill waiter":
+            workers = [w for w in self.ready() if w not in self.doomed]
             if not workers:
                 return
-            victim = self.random.choice(holding or workers)
+            holding = set(self.ledger.holding())
+            victim = self.random.choice([w for w in workers if w not in holding] or workers)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.workers[victim].pid, signal.SIGKILL)
             self.workers.pop(victim).wait(10)
-            detail = f"worker {victim}{' (holding)' if holding else ''}"
+            detail = f"worker {victim}"
             self.replace()
-        elif kind == "pause holder":
-            workers = self.ready()
+        elif kind in ("pause holder", "kill holder"):
+            workers = [w for w in self.ready() if w not in self.doomed]
             if workers:
                 victim = self.random.choice(workers)
+                if kind == "kill holder":
+                    self.doomed[victim] = time.monotonic()
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.workers[victim].pid, signal.SIGUSR1)
-            return  # recorded by tend_pauses when it has happened
+                    os.kill(self.workers[victim].pid,
+                            signal.SIGUSR1 if kind == "pause holder" else signal.SIGUSR2)
+            return  # recorded when it has happened (tend_pauses, alive)
         loses = kind in ("restart", "crash restart") and not (self.server and
                                                                self.server.durable)
         self.faults.append(Fault(kind, started, time.monotonic(), loses_data=loses,

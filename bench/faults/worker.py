@@ -11,7 +11,8 @@ goes to the ledger; an occupy error is counted by class, any other exception (a
 ``SIGUSR1`` asks the worker to pause in its next section: right after its fenced read,
 it stops itself (``SIGSTOP``) while holding the lease; the coordinator sends ``SIGCONT``
 once the ttl has run out, and the write that follows must be refused whenever someone
-else took the key meanwhile.
+else took the key meanwhile. ``SIGUSR2`` asks it to die (``SIGKILL``) at the same point,
+holding its lease: the key must come free when the ttl runs out.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from typing import Any
 
 #: How often the counts of outcomes go to the ledger, in seconds.
 FLUSH_EVERY = 1.0
-#: Set by ``SIGUSR1`` (installed before Django is set up, so an early one is kept).
-_pause_asked = False
+#: What the coordinator asked for the next section, right after its fenced read:
+#: ``SIGUSR1`` a pause, ``SIGUSR2`` death (the handlers are installed before Django is
+#: set up, so an early request is kept).
+_asked: set[int] = set()
 
 
-def _ask_pause(signum: int, frame: Any) -> None:
-    global _pause_asked
-    _pause_asked = True
+def _ask(signum: int, frame: Any) -> None:
+    _asked.add(signum)
 
 
 class Worker:
@@ -117,10 +119,11 @@ class Worker:
         self.last_seq = read.seq
         if not read.ok:
             return
-        global _pause_asked
-        paused = _pause_asked
+        if signal.SIGUSR2 in _asked:
+            os.kill(os.getpid(), signal.SIGKILL)  # a holder dies holding its lease
+        paused = signal.SIGUSR1 in _asked
         if paused:
-            _pause_asked = False
+            _asked.discard(signal.SIGUSR1)
             os.kill(os.getpid(), signal.SIGSTOP)  # the coordinator continues it
         time.sleep(self.random.uniform(0, self.hold))
         _accepted, self.last_seq = self.ledger.write(read, key, fence,
@@ -129,7 +132,8 @@ class Worker:
 
 def main() -> None:
     """Set Django up on the soak's settings and run the worker."""
-    signal.signal(signal.SIGUSR1, _ask_pause)
+    signal.signal(signal.SIGUSR1, _ask)
+    signal.signal(signal.SIGUSR2, _ask)
     config = json.loads(os.environ["OCCUPY_FAULTS_WORKER"])
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.faults.settings"
     import django
