@@ -23,8 +23,10 @@ passes or fails a store is in :mod:`bench.faults.analysis`; the exit status is 1
 any store failed. Everything started is stopped by PID, also on Ctrl-C.
 
 Options: ``--short`` (a round of about two minutes in all), ``--seconds`` (per store),
-``--stores postgresql,redis,…``, ``--port-base``, ``--keep`` (leave the temporary
-directory, with the servers' and workers' logs and the ledgers).
+``--stores postgresql,redis,…``, ``--faults restart,kill holder,…``, ``--pending-ttl``
+(the database and file backends' ``PENDING_TTL``), ``--port-base``, ``--require``,
+``--keep`` (leave the temporary directory, with the servers' and workers' logs and the
+ledgers).
 """
 
 from __future__ import annotations
@@ -125,6 +127,8 @@ def main(argv: list[str]) -> None:
                         help="fail when a store's server or driver is missing")
     parser.add_argument("--faults", default="",
                         help="comma-separated fault kinds to inject (default: all)")
+    parser.add_argument("--pending-ttl", type=float, default=None,
+                        help="the database and file backends' PENDING_TTL (default: theirs)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args(argv)
     plan = SHORT if args.short else FULL
@@ -167,7 +171,8 @@ def main(argv: list[str]) -> None:
     began = time.monotonic()
     load_at_start = _load()
     print(f"fault soak: {len(stores)} stores, {plan.seconds:.0f} s each, {plan.workers} "
-          f"workers on {plan.keys} keys, ttl {plan.ttl} s, a fault every {plan.interval} s; "
+          f"workers on {plan.keys} keys, ttl {plan.ttl} s, a fault every {plan.interval} s, "
+          f"PENDING_TTL {args.pending_ttl or 'default'}; "
           f"load average {load_at_start}; {os.cpu_count()} CPUs", flush=True)
     for name, why in skipped.items():
         print(f"  skipped {name}: {why}")
@@ -178,6 +183,8 @@ def main(argv: list[str]) -> None:
             server.after_start()
         env = {**os.environ, **describe(servers), "OCCUPY_FAULTS_DIR": str(root),
                "DJANGO_SETTINGS_MODULE": "bench.faults.settings",
+               **({"OCCUPY_FAULTS_PENDING_TTL": str(args.pending_ttl)}
+                  if args.pending_ttl else {}),
                "PYTHONPATH": os.pathsep.join(p for p in (str(REPO),
                                                          os.environ.get("PYTHONPATH"))
                                              if p)}
@@ -185,8 +192,8 @@ def main(argv: list[str]) -> None:
                                     if s.label in ("postgresql", "mariadb"))])
         by_label = {s.label: s for s in servers}
         for number, store in enumerate(stores):
-            server = by_label.get(store.server) if store.server else None
-            result = soak(store, server, root, env, plan, seed=number)
+            result = soak(store, by_label.get(store.server or ""), root, env, plan,
+                          seed=number)
             results[store.name] = result
             print(f"  {store.name}: {result.sections:,} sections, "
                   f"{sum(result.faults.values())} faults, "

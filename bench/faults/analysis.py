@@ -100,7 +100,7 @@ def overlaps(sections: Iterable[SectionRow]) -> list[tuple[SectionRow, SectionRo
     for s in sections:
         if s.write_ok and s.write_seq is not None:
             by_key[s.key].append(s)
-    pairs = []
+    pairs: list[tuple[SectionRow, SectionRow]] = []
     for rows in by_key.values():
         rows.sort(key=lambda s: s.read_seq)
         open_rows: list[SectionRow] = []

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["STOP_WAIT", "MariaDB", "PostgreSQL", "Redis", "Server", "run_tool"]
+__all__ = ["STOP_WAIT", "MariaDB", "PostgreSQL", "Redis", "Server", "describe", "run_tool"]
 
 #: How long a server may take to stop by itself before its group is killed, in seconds.
 STOP_WAIT = 30.0
@@ -64,6 +64,8 @@ class Server:
     stop_signal = signal.SIGTERM
     #: Whether a restart keeps what the server held (False: Redis without persistence).
     durable = True
+    #: The user the server runs as (PostgreSQL refuses to run as root).
+    run_as: str | None = None
 
     def __init__(self, root: Path, port: int) -> None:
         self.root = root
@@ -89,9 +91,6 @@ class Server:
     def kill_connections(self) -> int:
         """Drop every client connection but the caller's; return how many."""
         raise NotImplementedError("subclasses of Server must provide kill_connections()")
-
-    #: The user the server runs as (PostgreSQL refuses to run as root).
-    run_as: str | None = None
 
     # Life cycle, by PID.
     @property

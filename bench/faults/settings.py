@@ -9,7 +9,9 @@ servers on the standard ports:
 - ``OCCUPY_FAULTS_PG_PORT``, ``OCCUPY_FAULTS_MARIADB_PORT``: the private PostgreSQL and
   MariaDB servers (database ``occupy``), absent when the run leaves them out;
 - ``OCCUPY_FAULTS_REDIS_AOF_PORT``, ``OCCUPY_FAULTS_REDIS_PORT``: the private Redis
-  servers with and without the append-only file.
+  servers with and without the append-only file;
+- ``OCCUPY_FAULTS_PENDING_TTL``: the database and file backends' ``PENDING_TTL`` (how
+  long a dead waiter's queued claim holds its place), when not the default.
 
 Backend aliases are the store names of :data:`bench.faults.stores.STORES`.
 """
@@ -64,6 +66,12 @@ for _name, _variable in (("redis-aof", "OCCUPY_FAULTS_REDIS_AOF_PORT"),
                            "OPTIONS": {"CACHE": _name}}
         BACKENDS[f"cache-{_name}"] = {"BACKEND": "occupy.backends.cache.CacheBackend",
                                       "OPTIONS": {"CACHE": _name}}
+
+if os.environ.get("OCCUPY_FAULTS_PENDING_TTL"):
+    for _config in BACKENDS.values():
+        if _config["BACKEND"].endswith(("DatabaseBackend", "FileBackend")):
+            _config.setdefault("OPTIONS", {})["PENDING_TTL"] = float(
+                os.environ["OCCUPY_FAULTS_PENDING_TTL"])
 
 OCCUPY: dict[str, Any] = {"BACKENDS": BACKENDS}
 SECRET_KEY = "occupy-faults"

@@ -30,7 +30,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bench.faults.analysis import Fault, Tally, tally
 from bench.faults.ledger import Ledger
@@ -275,8 +274,3 @@ def soak(store: Store, server: Server | None, run_dir: Path, env: dict[str, str]
     """Run one store's soak (see the module docstring); return its tally."""
     return Soak(store, server, run_dir, env, plan, seed).run()
 
-
-def describe_plan(plan: Plan) -> dict[str, Any]:
-    """Return the plan's figures for the report."""
-    return {"seconds": plan.seconds, "interval": plan.interval, "workers": plan.workers,
-            "keys": plan.keys, "ttl": plan.ttl, "timeout": plan.timeout}

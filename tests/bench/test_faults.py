@@ -4,18 +4,19 @@ fence would produce, through the real ledger, and checks the tally counts it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bench.faults.analysis import Fault, fence_violations, longest_gap, overlaps, tally
+from bench.faults.analysis import Fault, Tally, fence_violations, longest_gap, overlaps, tally
 from bench.faults.ledger import Ledger, Read
 
 KEY = "k"
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
     ledger = Ledger.create(tmp_path / "ledger.sqlite3", [KEY, "other"])
     yield ledger
     ledger.close()
@@ -32,7 +33,7 @@ def write(ledger: Ledger, r: Read, fence: int, *, t: float = 0.0,
     return ledger.write(r, KEY, fence, t_write=t, paused=paused)[0]
 
 
-def verdict(ledger: Ledger, faults: list[Fault] | None = None, ttl: float = 10.0):
+def verdict(ledger: Ledger, faults: list[Fault] | None = None, ttl: float = 10.0) -> Tally:
     return tally(ledger.sections(), ledger.records(), faults or [], ttl=ttl, started=0.0,
                  ended=100.0, outcomes=ledger.outcomes())
 
