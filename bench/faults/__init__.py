@@ -252,4 +252,4 @@ def print_report(results: dict[str, Tally], plan: Plan) -> None:
         for problem in r.problems:
             print(f"  {problem}")
     print(f"\nrule: a store fails on any overlap of accepted fenced writes, lost increment, "
-          f"fence violation or unexplained refusal (ttl {plan.ttl} s)")
+          f"fence violation or unexplained refusal, or when no section ran (ttl {plan.ttl} s)")

@@ -15,6 +15,8 @@ not zero:
   last its ttl, and did not hold its grant across a restart that lost the store's data:
   two holders at once that only the fence caught.
 
+A store where no section ran at all fails too: nothing was checked.
+
 Refusals with a reason are counted, not failed: a holder paused past its ttl (its
 write *must* be refused when someone took the key meanwhile), a section that outlived
 its ttl on a loaded machine, and **grants lost with the store's data** (a Redis restart
@@ -80,7 +82,7 @@ class Tally:
     def failures(self) -> int:
         """Return the number of violations of the rule (see the module docstring)."""
         return (self.overlaps + self.lost_increments + self.fence_violations
-                + self.refusals["unexplained"])
+                + self.refusals["unexplained"] + (self.sections == 0))
 
     @property
     def passed(self) -> bool:
@@ -166,6 +168,8 @@ def tally(sections: Sequence[SectionRow], records: dict[str, tuple[int, int]],
           outcomes: dict[tuple[str, str], int] | None = None) -> Tally:
     """Return the figures of a store's soak from its ledger and the faults injected."""
     t = Tally(sections=len(sections))
+    if not sections:
+        _note(t, "no section ran", "the workers never got a key (see their logs: --keep)")
     for f in faults:
         t.faults[f.kind] += 1
     for s in sections:

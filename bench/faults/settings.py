@@ -11,13 +11,17 @@ servers on the standard ports:
 - ``OCCUPY_FAULTS_REDIS_AOF_PORT``, ``OCCUPY_FAULTS_REDIS_PORT``: the private Redis
   servers with and without the append-only file;
 - ``OCCUPY_FAULTS_PENDING_TTL``: the database and file backends' ``PENDING_TTL`` (how
-  long a dead waiter's queued claim holds its place), when not the default.
+  long a dead waiter's queued claim holds its place), when not the default;
+- ``OCCUPY_FAULTS_EXTRA_BACKENDS``: more backends, JSON (alias → configuration), for a
+  soak of a store that is not one of occupy's (the harness's own tests soak a lock that
+  does not lock, to see it fail).
 
 Backend aliases are the store names of :data:`bench.faults.stores.STORES`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -72,6 +76,8 @@ if os.environ.get("OCCUPY_FAULTS_PENDING_TTL"):
         if _config["BACKEND"].endswith(("DatabaseBackend", "FileBackend")):
             _config.setdefault("OPTIONS", {})["PENDING_TTL"] = float(
                 os.environ["OCCUPY_FAULTS_PENDING_TTL"])
+
+BACKENDS.update(json.loads(os.environ.get("OCCUPY_FAULTS_EXTRA_BACKENDS", "{}")))
 
 OCCUPY: dict[str, Any] = {"BACKENDS": BACKENDS}
 SECRET_KEY = "occupy-faults"

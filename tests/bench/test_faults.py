@@ -4,6 +4,8 @@ fence would produce, through the real ledger, and checks the tally counts it."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from bench.faults.analysis import Fault, Tally, fence_violations, longest_gap, overlaps, tally
 from bench.faults.ledger import Ledger, Read
+from bench.faults.soak import REPO, Plan, Soak, Store
 
 KEY = "k"
 
@@ -161,3 +164,29 @@ def test_foreign_exceptions_are_counted_apart(ledger: Ledger) -> None:
     t = verdict(ledger)
     assert t.exceptions["acquire: LockTimeout"] == 5
     assert t.foreign == {"acquire: builtins.OverflowError: x": 1}
+
+
+def test_a_store_where_nothing_ran_fails(ledger: Ledger) -> None:
+    t = verdict(ledger)
+    assert t.sections == 0
+    assert not t.passed
+    assert t.problems[0].startswith("no section ran")
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_the_soak_fails_a_lock_that_does_not_lock(tmp_path: Path) -> None:
+    """Worker processes on a backend whose locks live in each process's memory (so
+    every process holds every key at once, with fences of its own): the soak's verdict
+    must be a failure, with the overlaps and lost increments counted."""
+    memory = {"memory": {"BACKEND": "tests.support.memory.MemoryBackend"}}
+    env = {**os.environ, "OCCUPY_FAULTS_DIR": str(tmp_path),
+           "OCCUPY_FAULTS_EXTRA_BACKENDS": json.dumps(memory),
+           "DJANGO_SETTINGS_MODULE": "bench.faults.settings", "PYTHONPATH": str(REPO)}
+    plan = Plan(seconds=3, interval=1000, workers=3, keys=1, hold=0.02, max_sections=300)
+    t = Soak(Store("memory", None), None, tmp_path, env, plan, seed=0).run()
+    assert t.sections > 0
+    assert t.overlaps > 0
+    assert t.lost_increments > 0
+    assert t.fence_violations > 0
+    assert not t.passed
