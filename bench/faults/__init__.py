@@ -1,7 +1,8 @@
 """The fault soak: ``python -m bench faults`` (``make faults``; ``--short`` in CI).
 
 It starts private servers in a temporary directory, on spare ports (from
-``--port-base``, default 16700): PostgreSQL 15 (``initdb`` and ``postgres``), MariaDB
+``--port-base``, default 16700): PostgreSQL (``initdb`` and ``postgres``, the newest
+under ``/usr/lib/postgresql`` or ``OCCUPY_FAULTS_PG_BIN``), MariaDB
 (``mariadb-install-db`` and ``mariadbd``) and two Redis servers, one with the
 append-only file and one with no persistence. Then, one store after the other, several
 worker processes (:mod:`bench.faults.worker`) run acquire → fenced read of a counter →
@@ -48,7 +49,7 @@ from pathlib import Path
 from types import FrameType
 
 from bench.faults.analysis import Tally
-from bench.faults.servers import MariaDB, PostgreSQL, Redis, Server, describe
+from bench.faults.servers import PG_BIN, MariaDB, PostgreSQL, Redis, Server, describe
 from bench.faults.soak import REPO, SERVER_FAULTS, Plan, Store, soak
 
 __all__ = ["FULL", "SHORT", "STORES", "main"]
@@ -151,7 +152,7 @@ def main(argv: list[str]) -> None:
     skipped = {}
     for store in stores:
         needs = [store.server] if store.server else []
-        binary = {"postgresql": "/usr/lib/postgresql/15/bin/postgres", "mariadb": "mariadbd",
+        binary = {"postgresql": str(PG_BIN / "postgres"), "mariadb": "mariadbd",
                   "redis-aof": "redis-server", "redis": "redis-server"}
         for label in needs:
             if importlib.util.find_spec(DRIVERS[label]) is None:

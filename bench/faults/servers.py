@@ -25,13 +25,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["STOP_WAIT", "MariaDB", "PostgreSQL", "Redis", "Server", "describe", "run_tool"]
+__all__ = ["PG_BIN", "STOP_WAIT", "MariaDB", "PostgreSQL", "Redis", "Server", "describe",
+           "run_tool"]
 
 #: How long a server may take to stop by itself before its group is killed, in seconds.
 STOP_WAIT = 30.0
 #: How long a server may take to accept connections after it was started, in seconds.
 START_WAIT = 60.0
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def _postgresql_bin() -> Path:
+    """Return the directory of the newest PostgreSQL server installed the Debian way
+    (``/usr/lib/postgresql/<version>/bin``), or ``OCCUPY_FAULTS_PG_BIN``."""
+    if os.environ.get("OCCUPY_FAULTS_PG_BIN"):
+        return Path(os.environ["OCCUPY_FAULTS_PG_BIN"])
+    found = [p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/postgres")]
+    found.sort(key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
+    return found[-1] if found else Path("/usr/lib/postgresql/15/bin")
+
+
+#: Where ``initdb``, ``postgres`` and ``pg_isready`` are.
+PG_BIN = _postgresql_bin()
 HOST = "127.0.0.1"
 
 
@@ -142,7 +156,7 @@ class Server:
 
 
 class PostgreSQL(Server):
-    """A private PostgreSQL 15 cluster (trust authentication, user ``postgres``,
+    """A private PostgreSQL cluster (trust authentication, user ``postgres``,
     database ``occupy``). Its own shutdown is the fast one (``SIGINT``)."""
 
     label = "postgresql"
