@@ -136,7 +136,9 @@ def main(argv: list[str]) -> None:
     if args.seconds is not None:
         if not 5 <= args.seconds <= 3600:
             parser.error("--seconds must be between 5 and 3600")
-        plan = dataclasses.replace(plan, seconds=args.seconds)
+        # A short soak still gets several faults of each kind's turn.
+        plan = dataclasses.replace(plan, seconds=args.seconds,
+                                   interval=min(plan.interval, max(0.5, args.seconds / 10)))
     if args.faults:
         kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
         unknown_kinds = set(kinds) - set(SERVER_FAULTS)
