@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: venv demo test test-slow test-all mysql-driver mysql-driver-required dist databases bench \
-	bench-scale serve lint docs clean
+	bench-scale faults serve lint docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -92,6 +92,14 @@ bench: venv databases
 bench-scale: mysql-driver databases
 	$(PY) -m pip install --quiet -e ".[dev,mysql,bench]"
 	$(PY) -m bench scale $(SCALE_ARGS)
+
+## faults: the fault soak (docs/benchmarks/faults.md): private PostgreSQL, MariaDB and Redis
+## servers in a temporary directory on ports from 16700, workers in acquire, fenced read,
+## fenced write, release loops on every store while servers restart, connections are
+## killed, holders are paused past their ttl and killed; fails on any overlap, lost
+## increment or fence violation. About 20 minutes; FAULTS_ARGS=--short: about 2 (CI).
+faults: mysql-driver
+	$(PY) -m bench faults $(FAULTS_ARGS)
 
 ## serve: the example site (admin and API) at http://127.0.0.1:8000/
 serve: venv

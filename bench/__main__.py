@@ -1,7 +1,8 @@
 """Run every benchmark: ``python -m bench`` (``make bench``), or some: ``python -m bench db``.
 
-``python -m bench scale [options]`` runs the scale benchmarks (``make bench-scale``),
-which are not part of ``make bench``: see :mod:`bench.scale` for their options.
+``python -m bench scale [options]`` runs the scale benchmarks (``make bench-scale``), and
+``python -m bench faults [options]`` the fault soak (``make faults``); neither is part
+of ``make bench``: see :mod:`bench.scale` and :mod:`bench.faults` for their options.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ MODULES = ["db", "redis", "cache", "file", "models", "telemetry", "http"]
 
 def main(argv: list[str]) -> None:
     """Run the benchmark modules named in ``argv`` (default: all)."""
-    if argv[:1] == ["scale"]:
-        importlib.import_module("bench.scale").main(argv[1:])
+    if argv[:1] in (["scale"], ["faults"]):
+        importlib.import_module(f"bench.{argv[0]}").main(argv[1:])
         return
     for name in argv or MODULES:
         importlib.import_module(f"bench.{name}").main()
