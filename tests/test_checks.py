@@ -8,6 +8,7 @@ import re
 import pytest
 from django.core.checks import run_checks
 from django.test import override_settings
+from django.test.utils import isolate_apps
 
 from occupy.backends import get_backend
 from occupy.checks import check_backends, check_settings, check_stores
@@ -149,3 +150,28 @@ def test_a_backend_with_only_warnings_is_still_looked_into(tmp_path, monkeypatch
             f.write(b"not a claim")
         assert "occupy.W003" in ids(check_backends())
         assert ids(check_stores(databases=["default"])) == ["occupy.W004"]
+
+
+def test_e201_names_a_manager_of_ones_own_in_manage_py_check() -> None:
+    """Through ``manage.py check``'s model checks: the mixins combined with no manager
+    declared pass; a manager of one's own without what they add is ``occupy.E201``."""
+    from django.db import models
+
+    from occupy.models import OccupiableMixin, VersionedMixin
+
+    with isolate_apps("tests.testapp") as registry:
+
+        class Combined(VersionedMixin, OccupiableMixin, models.Model):  # noqa: DJ008
+            class Meta:
+                app_label = "testapp"
+
+        class OwnManager(VersionedMixin, OccupiableMixin, models.Model):  # noqa: DJ008
+            objects = models.Manager()
+
+            class Meta:
+                app_label = "testapp"
+
+        messages = run_checks(app_configs=[registry.get_app_config("testapp")],
+                              tags=["models"])
+    found = [(m.obj, m.id) for m in messages if m.id.startswith("occupy.")]
+    assert found == [(OwnManager, "occupy.E201"), (OwnManager, "occupy.E201")]

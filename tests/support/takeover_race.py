@@ -26,8 +26,8 @@ def hold_and_renew(using: str, key: str, seconds: float, rounds: int) -> dict[st
     while time.monotonic() < deadline and len(granted) < rounds:
         try:
             lease = occupy.acquire(key, owner=OWNER_A, ttl=10, timeout=1, using=using)
-        except occupy.LockTimeout:
-            continue
+        except (occupy.LockTimeout, occupy.StoreUnavailable):
+            continue  # a busy store (SQLite's write lock under load): try again
         granted.append(lease.fence)
         try:
             for _ in range(2):
@@ -36,6 +36,8 @@ def hold_and_renew(using: str, key: str, seconds: float, rounds: int) -> dict[st
             occupy.release(lease)
         except occupy.LeaseLost:
             lost.append(lease.fence)
+        except occupy.StoreUnavailable:
+            pass  # the lease expires by its ttl
         time.sleep(random.uniform(0, 0.004))  # let B in now and then
     return {"granted": granted, "lost": lost}
 
@@ -67,6 +69,9 @@ def take_over_own(using: str, key: str, seconds: float, rounds: int) -> dict[str
                 lease = occupy.acquire(key, owner=OWNER_B, ttl=0.5, timeout=0,
                                        reentrant=False, using=using)
             elif read.owner == OWNER_B:
+                # Deciding the permission takes a moment (a request's queries), in
+                # which the holder read may release and A take the key.
+                time.sleep(random.uniform(0, 0.002))
                 lease = occupy.takeover(key, owner=OWNER_B, ttl=0.5, if_fence=read.fence,
                                         reentrant=False, using=using)
             else:
@@ -76,11 +81,11 @@ def take_over_own(using: str, key: str, seconds: float, rounds: int) -> dict[str
             holder = "(free)" if e.holder is None else e.holder.owner
             refused[holder] = refused.get(holder, 0) + 1
             continue
-        except occupy.Occupied:
+        except (occupy.Occupied, occupy.StoreUnavailable):
             continue
         time.sleep(random.uniform(0, 0.003))
         # LeaseLost: the other B took it over meanwhile, or it expired.
-        with contextlib.suppress(occupy.LeaseLost):
+        with contextlib.suppress(occupy.LeaseLost, occupy.StoreUnavailable):
             occupy.release(lease)
     return {"replaced": replaced, "refused": refused}
 
