@@ -352,3 +352,42 @@ def test_holder_since_is_when_the_holder_was_granted_the_key(
     second = occupy.holder("book:1", using=using)
     assert second.owner == "bob" and second.since > first.since  # the grant, not the queueing
     occupy.release(got[0])
+
+
+@pytest.mark.parametrize("forever", [1e10, 1e300, 10**400, float("inf")],
+                         ids=["1e10", "1e300", "10**400", "inf"])
+def test_a_huge_timeout_waits_forever_and_grants_like_any_other(using: str, forever: float) -> None:
+    # Before, Redis and the cache raised redis-py's OverflowError from the socket's
+    # timeout after the script had granted the key (an orphan held until its ttl), a
+    # database arming its cut-off that far ahead killed the cut-off thread, and SQLite
+    # overflowed its busy wait.
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=forever, using=using)
+    assert occupy.holder("book:1", using=using).fence == lease.fence
+    occupy.release(lease)
+    assert occupy.holder("book:1", using=using) is None
+    # Held by someone else, the wait is forever: it ends when the key is released.
+    other = occupy.acquire("book:1", owner="bob", ttl=30, using=using)
+    timer = threading.Timer(0.2, occupy.release, args=[other])
+    timer.start()
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=forever, using=using)
+    timer.join()
+    assert lease.fence > other.fence
+    occupy.release(lease)
+
+
+@pytest.mark.parametrize("ttl", [0.001, 10 * 365 * 24 * 3600])
+def test_the_shortest_and_the_longest_ttl_are_kept(using: str, ttl: float) -> None:
+    if ttl < 1 and using == "cache-addonly":
+        # A cache's add then set cannot confirm a grant that lives shorter than the
+        # round trip between them: it lets it expire rather than return it late.
+        with pytest.raises(occupy.Occupied):
+            occupy.acquire("book:1", owner="alice", ttl=ttl, timeout=0, using=using)
+        return
+    lease = occupy.acquire("book:1", owner="alice", ttl=ttl, timeout=0, using=using)
+    if ttl > 1:
+        assert occupy.holder("book:1", using=using).fence == lease.fence
+        lease.extend(ttl)
+        occupy.release(lease)
+    # The shortest lease expires: the key is free again at once after it.
+    time.sleep(0.05)
+    occupy.release(occupy.acquire("book:1", owner="bob", timeout=0, using=using))
