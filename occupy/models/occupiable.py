@@ -10,12 +10,12 @@ rows of the database ``"other"``.
 
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.core import checks
 from django.db import models
 
+from occupy import keys
 from occupy.api import DEFAULT, holder, lock
 from occupy.leases import Holder
 from occupy.models.keys import lock_model, object_key
@@ -165,7 +165,5 @@ class OccupiableMixin(models.Model):
 
 
 def _claim_key(model: type[models.Model], owner: str) -> str:
-    key = f"occupy.claim:{lock_model(model)._meta.label_lower}:{owner}"
-    if len(key) > 255:  # owners may be long: their digest keeps the key short
-        key = f"{key[:180]}#{hashlib.sha256(owner.encode()).hexdigest()}"
-    return key
+    # Owners may be long: a digest keeps the key short (see occupy.keys).
+    return keys.fit(f"occupy.claim:{lock_model(model)._meta.label_lower}:", owner)

@@ -49,7 +49,6 @@ with the app.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from functools import cached_property
@@ -57,7 +56,8 @@ from typing import Any
 
 from django.apps import apps
 from django.core.checks import CheckMessage, Error
-from django.db import DatabaseError, connections
+from django.core.exceptions import FieldError
+from django.db import DatabaseError, connections, router, transaction
 from django.db.models import DateTimeField
 from django.db.models.expressions import RawSQL
 
@@ -71,13 +71,10 @@ from occupy.backends.db.rows import DatabaseOccupationRows
 from occupy.backends.db.statements import Result, Statements
 from occupy.backends.options import Option, where
 from occupy.exceptions import InvalidBackendError, OccupyError
+from occupy.keys import ObjectKey, parse_object_key
 from occupy.leases import Holder, Lease, new_token
 
 __all__ = ["DatabaseBackend"]
-
-#: Keys that name a model instance ("<app_label>.<model_name>:<pk>") are linked to it.
-_OBJECT_KEY = re.compile(r"^([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*):(.+)$")
-
 
 class DatabaseBackend(BaseBackend):
     """Locks stored as :class:`~occupy.models.Occupation` rows in a Django database."""
@@ -341,15 +338,25 @@ class DatabaseBackend(BaseBackend):
             raise self.statements.failure(None, e) from e
 
     def object_of(self, key: str) -> tuple[int | None, str | None]:
-        """Return the content type id and object id a ``"app.model:pk"`` key names."""
-        match = _OBJECT_KEY.match(key)
-        if match is None or not apps.is_installed("django.contrib.contenttypes"):
+        """Return the content type id and object id a row's key names (see
+        :mod:`occupy.keys`), or ``(None, None)`` for a key that names no row.
+
+        A shortened key carries only the start of the primary key and its digest: the
+        row is looked up by that start and told by the digest (one query, for such keys
+        only). A row that cannot be found (deleted, a composite primary key) leaves the
+        claim unlinked: it locks all the same, but ``occupied()``, ``free()`` and the
+        admin's status column do not see it.
+        """
+        parsed = parse_object_key(key)
+        if parsed is None or not apps.is_installed("django.contrib.contenttypes"):
             return None, None
-        app_label, model_name, object_id = match.groups()
         try:
-            model = apps.get_model(app_label, model_name)
+            model = apps.get_model(parsed.app_label, parsed.model_name)
         except LookupError:
             return None, None
+        object_id: str | None = parsed.pk_text
+        if parsed.digest is not None:
+            object_id = self._shortened_object_id(model, parsed)
         from django.contrib.contenttypes.models import ContentType
 
         try:
@@ -357,3 +364,24 @@ class DatabaseBackend(BaseBackend):
         except DatabaseError as e:
             raise self.statements.failure(key, e) from e
         return content_type.pk, object_id
+
+    def _shortened_object_id(self, model: Any, parsed: ObjectKey) -> str | None:
+        """Return the primary key, as text, of the row of ``model`` a shortened key
+        names, or ``None`` when no row matches: looked for in the claims' database, then
+        in the one the router reads ``model`` from."""
+        for database in dict.fromkeys([self.database, router.db_for_read(model)]):
+            rows = model._base_manager.db_manager(database)
+            try:
+                # In a savepoint: a table missing there must not break the caller's
+                # transaction on that database.
+                with transaction.atomic(using=database):
+                    candidates = list(rows.filter(pk__startswith=parsed.pk_text)
+                                      .values_list("pk", flat=True))
+                found = next((str(pk) for pk in candidates if parsed.matches(pk)), None)
+            except (FieldError, TypeError, ValueError):
+                return None  # a primary key that cannot be looked up by its start
+            except DatabaseError:
+                continue  # the model has no table in that database
+            if found is not None:
+                return found
+        return None
