@@ -36,8 +36,8 @@ class Option:
     """One ``OPTIONS`` key: its type, its default, and what a value must satisfy.
 
     ``kind`` is a type or a tuple of types (``float`` also takes an ``int``; ``bool``
-    is never taken for a number). ``positive`` marks a duration in seconds: it must follow the rule of
-    :mod:`occupy.validation` (a millisecond to ten years).
+    is never taken for a number). ``positive`` marks a duration in seconds, which must
+    follow the rule of :mod:`occupy.validation` (a millisecond to ten years).
     ``check``, if given, returns a complaint about a value (``"must be …"``) or ``None``.
     """
 

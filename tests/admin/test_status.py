@@ -96,7 +96,9 @@ def test_the_filter_reads_the_columns_backend(users: StaffUsers) -> None:
 
 
 def test_the_admin_status_column_shows_a_row_under_a_shortened_key(users: StaffUsers) -> None:
-    held, free = Scroll.objects.create(code="a" * 220 + "1" * 30), Scroll.objects.create(code="a" * 220 + "2" * 30)
+    # Two rows whose keys share all of their readable start.
+    held = Scroll.objects.create(code="a" * 220 + "1" * 30)
+    free = Scroll.objects.create(code="a" * 220 + "2" * 30)
     lease = occupy.acquire(held.occupy_key, owner="worker-7")
     model_admin = admin.site._registry[Scroll]
     request = RequestFactory().get("/admin/testapp/scroll/")
