@@ -15,7 +15,7 @@ No ``OCCUPY`` at all means the database backend on the ``default`` database.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
@@ -25,6 +25,8 @@ from occupy.exceptions import InvalidBackendError
 from occupy.validation import check_timeout, check_ttl
 
 __all__ = ["DEFAULTS", "occupy_settings"]
+
+_T = TypeVar("_T")
 
 DEFAULT_BACKEND = "occupy.backends.db.DatabaseBackend"
 
@@ -131,7 +133,7 @@ class OccupySettings:
         return self._rest_framework
 
 
-def _seconds(check: Callable[..., Any], name: str, value: Any) -> Any:
+def _seconds(check: Callable[..., _T], name: str, value: Any) -> _T:
     """Return ``value`` checked by the rule for durations (``occupy.validation``), or
     raise ``InvalidBackendError`` naming the setting."""
     try:

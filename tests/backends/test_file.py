@@ -291,3 +291,45 @@ def test_a_forked_child_does_not_share_the_parents_key_locks(live_db: None) -> N
         time.sleep(1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("stray", ["using/junk.txt", "using/dir", "using/" + "ab" * 32 + "/",
+                                   "pending/notes.txt", "pending/" + "cd" * 32,
+                                   "fences/README", "fences/" + "ef" * 32 + "/"])
+def test_entries_occupy_did_not_write_are_skipped_and_reported(
+    live_db: None, stray: str, capsys, caplog
+) -> None:
+    """Before, a ``junk.txt`` in ``using/`` made claims(), list_locks and sweep_locks raise
+    KeyError, and a directory in place of a claim crashed them too."""
+    from occupy.checks import check_stores
+
+    backend = get_backend(USING)
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=USING)
+    waiter = backend.attempt("book:1", "bob", 30)
+    waiter.enqueue()
+    path = os.path.join(settings.FILES_LOCATION, stray)
+    if stray.endswith("/") or stray.endswith("dir"):
+        os.makedirs(path)
+    else:
+        with open(path, "w") as f:
+            f.write("not a claim")
+    # A directory inside a key's queue is not a ticket either.
+    os.makedirs(os.path.join(backend.directory.queue_path(
+        backend.directory.queued().__next__()), "subdir"))
+    with caplog.at_level("WARNING", logger="occupy.backends.file"):
+        assert [(c.key, c.owner, c.state) for c in backend.claims()] == [
+            ("book:1", "alice", "using"), ("book:1", "bob", "pending")]
+        assert "subdir" in caplog.text and "not occupy's" in caplog.text
+        assert backend.sweep() == 0
+    assert os.path.basename(path.rstrip("/")) in caplog.text
+    call_command("list_locks", using=[USING])
+    assert "alice" in capsys.readouterr().out
+    call_command("sweep_locks", using=[USING])
+    assert os.path.exists(path)  # not occupy's to remove
+    warnings = [w for w in check_stores(databases=["default"])
+                if w.id == "occupy.W004" and w.obj.endswith("['files']")]
+    assert len(warnings) == 1 and "2 entries" in warnings[0].msg
+    assert os.path.basename(path.rstrip("/")) in warnings[0].msg
+    waiter.cancel()
+    occupy.release(lease)
+    assert occupy.holder("book:1", using=USING) is None
