@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError
@@ -40,6 +41,7 @@ from occupy.backends.db.dialects import Dialect
 from occupy.backends.db.statements import Result
 from occupy.exceptions import StoreUnavailable
 from occupy.leases import Holder, Lease
+from occupy.validation import MAX_TTL
 
 if TYPE_CHECKING:
     from occupy.backends.db.backend import DatabaseBackend
@@ -154,7 +156,8 @@ class DatabaseAttempt(Attempt):
         if not rows:
             return self._grant_if_free()
         now = self.sql.to_datetime(rows[0][7])
-        expired = any(self.sql.to_datetime(row[6]) <= now for row in rows)
+        farthest = now + timedelta(seconds=MAX_TTL)  # a later expiry is not occupy's
+        expired = any(not now < self.sql.to_datetime(row[6]) <= farthest for row in rows)
         if expired:
             self.run(self.sql.purge_expired_of_key(), [self.digest])
             return self._grant_if_free()

@@ -322,12 +322,17 @@ class DatabaseBackend(BaseBackend):
         """
         return RawSQL(self.dialect.now, [], output_field=DateTimeField())
 
+    def farthest(self) -> RawSQL:
+        """Return the latest expiry a claim of occupy's may have, as an ORM expression
+        (see :attr:`~occupy.backends.db.dialects.base.Dialect.farthest`)."""
+        return RawSQL(self.dialect.farthest, [], output_field=DateTimeField())
+
     def claims(self) -> Iterator[Claim]:
         """Yield every live claim, granted and queued, ordered by key."""
         occupation = apps.get_model("occupy", "Occupation")
         rows = (
             occupation._default_manager.using(self.database)
-            .filter(expires_at__gt=self.now())
+            .filter(expires_at__gt=self.now(), expires_at__lte=self.farthest())
             .order_by("key", "id")
             .values_list("key", "owner", "state", "created_at", "expires_at", "fence")
         )

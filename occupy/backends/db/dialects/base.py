@@ -16,7 +16,10 @@ from __future__ import annotations
 import math
 import time
 from datetime import datetime, timezone
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from occupy.validation import MAX_TTL
 
 if TYPE_CHECKING:
     from occupy.backends.db.connections import OwnConnection
@@ -86,14 +89,25 @@ class Dialect:
             return moment.replace(tzinfo=timezone.utc)
         return moment.astimezone(timezone.utc)
 
+    @cached_property
+    def farthest(self) -> str:
+        """Return SQL for the latest expiry a claim may have: the store's now plus
+        :data:`~occupy.validation.MAX_TTL`. occupy writes none later (no ttl is longer);
+        a row that says it lives longer (a hand edit, a restored snapshot, another
+        program) is not occupy's, and counts as expired, so that it blocks nothing."""
+        seconds = self.seconds(MAX_TTL)
+        literal = f"'{seconds}'" if isinstance(seconds, str) else str(seconds)
+        return self.later.replace("%s", literal)
+
     def live(self, column: str = "expires_at") -> str:
-        """Return SQL that is true while ``column`` is in the future, as a filter on rows
-        found by key, digest or id."""
-        return f"{column} > {self.now}"
+        """Return SQL that is true while ``column`` is in the future, and no further
+        than :attr:`farthest`, as a filter on rows found by key, digest or id."""
+        return f"{column} > {self.now} AND {column} <= {self.farthest}"
 
     def expired(self, column: str = "expires_at") -> str:
-        """Return SQL that is true once ``column`` has passed (see :meth:`live`)."""
-        return f"{column} <= {self.now}"
+        """Return SQL that is true once ``column`` has passed, or for an expiry beyond
+        :attr:`farthest` (the negation of :meth:`live`)."""
+        return f"({column} <= {self.now} OR {column} > {self.farthest})"
 
     def fence_expr(self) -> str:
         """Return SQL for the next fence of the key whose digest is the parameter.
@@ -124,7 +138,7 @@ class Dialect:
             f"SELECT %s, %s, %s, %s, %s, %s, %s, 'using', "
             f"{self.greatest}({self.clock_us}, COALESCE(k.top, 0) + 1), 1, "
             f"{self.later}, {self.now} FROM (SELECT MAX(fence) AS top, "
-            f"MAX(CASE WHEN expires_at > {self.now} THEN 1 ELSE 0 END) AS live "
+            f"MAX(CASE WHEN {self.live()} THEN 1 ELSE 0 END) AS live "
             f"FROM {TABLE} WHERE digest = %s) k WHERE COALESCE(k.live, 0) = 0 "
             f"{self.on_conflict} RETURNING fence, expires_at"
         )
@@ -320,7 +334,7 @@ class Dialect:
 
     def count_expired(self) -> str:
         """Count every expired claim."""
-        return f"SELECT COUNT(*) FROM {TABLE} WHERE expires_at <= {self.now}"
+        return f"SELECT COUNT(*) FROM {TABLE} WHERE {self.expired()}"
 
     def sweep_batch(self) -> str:
         """Delete up to ``%s`` expired claims without loading them.
@@ -330,7 +344,7 @@ class Dialect:
         """
         return (
             f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} "
-            f"WHERE expires_at <= {self.now} LIMIT %s) AND expires_at <= {self.now}"
+            f"WHERE {self.expired()} LIMIT %s) AND {self.expired()}"
         )
 
     # --- waking waiters (where wakes_waiters) ---------------------------------------
