@@ -22,8 +22,8 @@ import math
 import re
 from typing import Any
 
-__all__ = ["MAX_KEY_LENGTH", "MAX_TTL", "MIN_TTL", "check_key", "check_owner",
-           "check_timeout", "check_token", "check_ttl", "duration_problem"]
+__all__ = ["MAX_FENCE", "MAX_KEY_LENGTH", "MAX_TTL", "MIN_TTL", "check_fence", "check_key",
+           "check_owner", "check_timeout", "check_token", "check_ttl", "duration_problem"]
 
 #: Longest key, in characters; every backend stores keys of this length.
 MAX_KEY_LENGTH = 255
@@ -32,6 +32,9 @@ MAX_TTL = 10 * 365 * 24 * 3600
 #: Shortest lease or interval, in seconds: one millisecond, the coarsest resolution of
 #: any store (Redis keeps expiries in whole milliseconds).
 MIN_TTL = 0.001
+
+#: Largest fence a store keeps (a signed 64-bit column).
+MAX_FENCE = 2**63 - 1
 
 
 _REALS = (int, float)
@@ -133,3 +136,16 @@ def duration_problem(value: Any) -> str | None:
     except (TypeError, ValueError) as e:
         return str(e).removeprefix("it ").rstrip(".")
     return None
+
+
+def check_fence(fence: Any, *, name: str = "if_fence") -> int | None:
+    """Return ``fence`` if it is ``None`` or a fence a store can hold (an ``int`` from
+    0 to :data:`MAX_FENCE`), else raise naming the problem."""
+    if fence is None or (type(fence) is int and 0 <= fence <= MAX_FENCE):
+        return fence
+    if isinstance(fence, bool) or not isinstance(fence, int):
+        raise TypeError(f"{name} must be an int (a Holder's fence) or None, not "
+                        f"{type(fence).__name__} ({fence!r}).")
+    if fence < 0 or fence > MAX_FENCE:
+        raise ValueError(f"{name} must be a fence from 0 to {MAX_FENCE}, not {fence!r}.")
+    return int(fence)
