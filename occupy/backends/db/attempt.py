@@ -41,7 +41,7 @@ from occupy.backends.db.dialects import Dialect
 from occupy.backends.db.statements import Result
 from occupy.exceptions import StoreUnavailable
 from occupy.leases import Holder, Lease
-from occupy.validation import MAX_TTL
+from occupy.validation import MAX_FENCE, MAX_TTL
 
 if TYPE_CHECKING:
     from occupy.backends.db.backend import DatabaseBackend
@@ -155,6 +155,9 @@ class DatabaseAttempt(Attempt):
         rows = self.run(self.sql.claims_of_key(), [self.digest])[1]
         if not rows:
             return self._grant_if_free()
+        top = max((int(row[4]) for row in rows if row[4] is not None), default=0)
+        if top >= MAX_FENCE:  # the grant refused to count past it
+            raise self.backend.fence_exhausted(self.key, top)
         now = self.sql.to_datetime(rows[0][7])
         farthest = now + timedelta(seconds=MAX_TTL)  # a later expiry is not occupy's
         expired = any(not now < self.sql.to_datetime(row[6]) <= farthest for row in rows)
@@ -305,6 +308,8 @@ class DatabaseAttempt(Attempt):
             self.run(self.sql.unlisten(channel), [])
 
     def current_holder(self) -> tuple[Holder | None, float | None]:
-        """Return the holder and its remaining seconds, by the database's clock."""
+        """Return the holder and its remaining seconds, by the database's clock; raise
+        ``StoreUnavailable`` instead if no grant could be made for want of a fence."""
+        self.backend.refuse_exhausted_fence(self.key)
         found = self.backend.holder_and_remaining(self.key)
         return (None, None) if found is None else found

@@ -66,13 +66,14 @@ from occupy.backends.claims import digest
 from occupy.backends.db.attempt import DatabaseAttempt
 from occupy.backends.db.checks import no_database, occupation_table_warnings
 from occupy.backends.db.connections import OwnConnections
-from occupy.backends.db.dialects import Dialect, dialect_for
+from occupy.backends.db.dialects import TABLE, Dialect, dialect_for
 from occupy.backends.db.rows import DatabaseOccupationRows
 from occupy.backends.db.statements import Result, Statements
 from occupy.backends.options import Option, where
-from occupy.exceptions import InvalidBackendError, OccupyError
+from occupy.exceptions import InvalidBackendError, OccupyError, StoreUnavailable
 from occupy.keys import ObjectKey, parse_object_key
 from occupy.leases import Holder, Lease, new_token
+from occupy.validation import MAX_FENCE
 
 __all__ = ["DatabaseBackend"]
 
@@ -261,6 +262,7 @@ class DatabaseBackend(BaseBackend):
             mine = self.execute(sql.granted(), [d, token], key=key)[1]
             return (1, mine) if mine else None
 
+        self.refuse_exhausted_fence(key)
         for _ in range(10):
             rows = self.execute(sql.holding(), [d], key=key)[1]
             if rows:
@@ -295,6 +297,27 @@ class DatabaseBackend(BaseBackend):
         """Return the live ``using`` claim's owner, expiry and fence, or ``None``."""
         found = self.holder_and_remaining(key)
         return None if found is None else found[0]
+
+    def refuse_exhausted_fence(self, key: str) -> None:
+        """Raise :class:`~occupy.exceptions.StoreUnavailable` if the claims table records
+        a fence for ``key`` above which no fence exists (see :meth:`fence_exhausted`)."""
+        top = self.execute(self.dialect.top_fence(), [digest(key)], key=key)[1]
+        if top and top[0][0] is not None and int(top[0][0]) >= MAX_FENCE:
+            raise self.fence_exhausted(key, int(top[0][0]))
+
+    def fence_exhausted(self, key: str, fence: int) -> StoreUnavailable:
+        """Return the error for a key whose recorded fence cannot rise any more."""
+        return StoreUnavailable(
+            f"occupy backend {self.alias!r} cannot hand out a fence for {key!r}: table "
+            f"{TABLE!r} records fence {fence} for it, and a fence cannot exceed "
+            f"{MAX_FENCE} (2^63 - 1; occupy never writes one so high: a restored "
+            "snapshot, a hand edit or another program did). No grant or takeover is made "
+            "until the key's rows are gone: sweep_locks removes them once expired, or "
+            f"delete them (DELETE FROM {TABLE} WHERE {self.dialect.quote}key"
+            f"{self.dialect.quote} = <the key>). Fences then restart from the database "
+            "clock, below the recorded one: storage that compares fences must forget it.",
+            key=key, using=self.alias,
+        )
 
     def holder_and_remaining(self, key: str) -> tuple[Holder, float] | None:
         """Return the live ``using`` claim's holder and its seconds left by the

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from occupy.validation import MAX_TTL
+from occupy.validation import MAX_FENCE, MAX_TTL
 
 if TYPE_CHECKING:
     from occupy.backends.db.connections import OwnConnection
@@ -115,7 +115,10 @@ class Dialect:
         The store's clock in microseconds is the floor, so a fence survives restarts,
         sweeps and releases (the key's rows are gone, the clock has moved on); one
         more than the highest fence still recorded for the key covers a clock that
-        stepped back while rows exist.
+        stepped back while rows exist. Every statement that writes it is guarded (in
+        its ``WHERE``, which is checked first) against a recorded fence of
+        :data:`~occupy.validation.MAX_FENCE`, one above which a ``BIGINT`` cannot hold
+        (PostgreSQL and MariaDB would fail, SQLite would turn it into an inexact float).
         """
         return (
             f"{self.greatest}({self.clock_us}, COALESCE((SELECT MAX(f.fence) FROM {TABLE} f "
@@ -140,6 +143,7 @@ class Dialect:
             f"{self.later}, {self.now} FROM (SELECT MAX(fence) AS top, "
             f"MAX(CASE WHEN {self.live()} THEN 1 ELSE 0 END) AS live "
             f"FROM {TABLE} WHERE digest = %s) k WHERE COALESCE(k.live, 0) = 0 "
+            f"AND COALESCE(k.top, 0) < {MAX_FENCE} "
             f"{self.on_conflict} RETURNING fence, expires_at"
         )
 
@@ -207,8 +211,8 @@ class Dialect:
             f"expires_at = {self.later}, created_at = {self.now} WHERE id = %s "
             f"AND state = 'pending' "
             f"AND {self.live()}{free} AND NOT EXISTS (SELECT 1 FROM {TABLE} o "
-            f"WHERE o.digest = %s AND {self.live('o.expires_at')} "
-            f"AND {blocked_by}){returning}"
+            f"WHERE o.digest = %s AND (({self.live('o.expires_at')} AND {blocked_by}) "
+            f"OR o.fence >= {MAX_FENCE})){returning}"
         )
 
     def queue_position(self) -> str:
@@ -262,6 +266,10 @@ class Dialect:
             f"SELECT id, owner, token, state, fence, depth, expires_at, {self.now} "
             f"FROM {TABLE} WHERE digest = %s"
         )
+
+    def top_fence(self) -> str:
+        """The highest fence recorded for a digest (any claim, live or not), or NULL."""
+        return f"SELECT MAX(fence) FROM {TABLE} WHERE digest = %s"
 
     def purge_expired_of_key(self) -> str:
         """Delete the expired claims of a digest."""
