@@ -333,3 +333,38 @@ def test_entries_occupy_did_not_write_are_skipped_and_reported(
     waiter.cancel()
     occupy.release(lease)
     assert occupy.holder("book:1", using=USING) is None
+
+
+def _plant_fence_file(backend: FileBackend, key: str, fence: int) -> str:
+    from occupy.backends.claims import Entry, digest
+    from occupy.backends.file import records
+
+    path = os.path.join(backend.root, "fences", digest(key))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(records.dump_claim(Entry("t" * 32, "old", fence, 1, 1, 1, key)))
+    return path
+
+
+def test_fences_rise_exactly_to_2_63_minus_1_and_are_then_refused(live_db: None) -> None:
+    backend = get_backend(USING)
+    _plant_fence_file(backend, "book:1", 2**63 - 2)
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=USING)
+    assert lease.fence == 2**63 - 1
+    with pytest.raises(occupy.StoreUnavailable, match="2\\^63 - 1"):
+        occupy.takeover("book:1", owner="bob", ttl=30, using=USING)
+    assert occupy.holder("book:1", using=USING).owner == "alice"  # untouched
+    occupy.release(lease)
+    with pytest.raises(occupy.StoreUnavailable, match="delete fences/") as info:
+        occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=USING)
+    assert info.value.key == "book:1"
+    os.unlink(os.path.join(backend.root, "fences", backend.directory.fenced().__next__()))
+    occupy.release(occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=USING))
+
+
+def test_a_recorded_fence_past_2_63_is_not_one_occupy_wrote(live_db: None) -> None:
+    backend = get_backend(USING)
+    _plant_fence_file(backend, "book:1", 2**63 + 5)
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=USING)
+    assert 0 < lease.fence < 2**63 - 1  # from the clock floor, never past 2^63 - 1
+    occupy.release(lease)

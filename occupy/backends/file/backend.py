@@ -47,7 +47,7 @@ import os
 import secrets
 import time
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from django.core.checks import CheckMessage, Warning
 
@@ -59,6 +59,7 @@ from occupy.backends.file.records import DEAD, Queued
 from occupy.backends.options import Option, where
 from occupy.exceptions import OccupyError
 from occupy.leases import Holder, Lease
+from occupy.validation import MAX_FENCE
 
 logger = logging.getLogger("occupy.backends.file")
 
@@ -249,6 +250,8 @@ class FileBackend(BaseBackend):
                     key, if_fence, previous,
                     None if live is None else (live.expires_us - now) / 1e6)
             if claim is not None:
+                if claim.fence >= MAX_FENCE:  # refused before the holder is touched
+                    attempt._fence_exhausted(claim.fence, f"using/{d}")
                 self.directory.retire(d)
             lease = attempt._grant(now)
         if lease is None:  # only if flock is not shared on this filesystem
@@ -473,6 +476,8 @@ class FileAttempt(Attempt):
         expires = now + round(self.ttl * 1e6)
 
         def claim(last_fence: int) -> Entry:
+            if last_fence >= MAX_FENCE:
+                self._fence_exhausted(last_fence, f"fences/{self.digest}")
             return Entry(self.token, self.owner, max(last_fence + 1, now), 1, expires, now,
                          self.key)
 
@@ -496,6 +501,12 @@ class FileAttempt(Attempt):
         self.ticket = ticket
         self.note_place(None)
         self._heartbeat(force=True)
+
+    def _fence_exhausted(self, fence: int, path: str) -> NoReturn:
+        raise self.backend.unavailable(self.key, OverflowError(
+            f"{path} records fence {fence}, the largest a fence can be (2^63 - 1), so no "
+            f"higher one exists: delete {path} by hand; fences then restart from the "
+            "clock, below those handed out, so storage that compares them must forget them"))
 
     def _heartbeat(self, force: bool = False) -> None:
         """Push our pending claim's expiry (its mtime) ``PENDING_TTL`` past now."""
