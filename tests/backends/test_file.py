@@ -368,3 +368,22 @@ def test_a_recorded_fence_past_2_63_is_not_one_occupy_wrote(live_db: None) -> No
     lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=USING)
     assert 0 < lease.fence < 2**63 - 1  # from the clock floor, never past 2^63 - 1
     occupy.release(lease)
+
+
+def test_a_queued_claim_beyond_the_longest_ttl_blocks_nothing(live_db: None) -> None:
+    """A ticket whose mtime (its expiry) lies past now plus MAX_TTL is not occupy's: the
+    key is granted, listing skips it and a sweep removes it."""
+    backend = get_backend(USING)
+    attempt = backend.attempt("book:1", "planted", 30)
+    holder = occupy.acquire("book:1", owner="alice", ttl=30, using=USING)
+    attempt.enqueue()
+    occupy.release(holder)
+    queue = backend.directory.queue_path(attempt.digest)
+    far = (2**33) * 1_000_000_000  # the year 2242
+    for ticket in os.listdir(queue):
+        os.utime(os.path.join(queue, ticket), ns=(far, far))
+    assert [c.owner for c in backend.claims()] == []
+    lease = occupy.acquire("book:1", owner="bob", ttl=30, timeout=0, using=USING)
+    occupy.release(lease)
+    backend.sweep()  # the grant removed it already, as an expired ticket
+    assert backend.directory.tickets(attempt.digest) == []

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from typing import ParamSpec, TypeVar
@@ -29,8 +30,11 @@ from typing import ParamSpec, TypeVar
 from occupy.backends.claims import Entry
 from occupy.backends.file import records
 from occupy.backends.file.records import Queued
+from occupy.validation import MAX_TTL
 
 __all__ = ["ClaimDirectory"]
+
+_MAX_TTL_NS = MAX_TTL * 1_000_000_000
 
 #: The name of every entry of ``using/``, ``pending/`` and ``fences/``: a key's digest.
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
@@ -182,11 +186,14 @@ class ClaimDirectory:
         return None if data is None else records.load_queued(data)
 
     def ticket_expires_ns(self, d: str, ticket: str) -> int:
-        """Return when the queued claim ``ticket`` expires (its mtime), or 0 if it is gone."""
+        """Return when the queued claim ``ticket`` expires (its mtime), or 0 if it is gone
+        or says it lives longer than any claim occupy writes (``MAX_TTL``): such a file
+        is not occupy's, and blocks nothing."""
         try:
-            return os.stat(f"{self._pending}/{d}/{ticket}").st_mtime_ns
+            expires = os.stat(f"{self._pending}/{d}/{ticket}").st_mtime_ns
         except FileNotFoundError:
             return 0
+        return 0 if expires > time.time_ns() + _MAX_TTL_NS else expires
 
     def renew_ticket(self, d: str, ticket: str, expires_ns: int) -> None:
         """Set the queued claim ``ticket`` to expire at ``expires_ns`` (its mtime); a
