@@ -555,3 +555,20 @@ def test_if_fence_is_checked_before_anything_is_written(
         occupy.takeover("book:1", owner="bob", if_fence=fence, using=using)  # type: ignore[arg-type]
     assert occupy.holder("book:1", using=using).fence == alice.fence
     occupy.release(alice)
+
+
+@pytest.mark.parametrize("ttl", [1e-9, 0.0009, 10 * 365 * 24 * 3600 + 1],
+                         ids=["1e-9", "0.0009", "ten-years-and-a-second"])
+def test_a_ttl_no_store_can_keep_is_refused_before_anything_is_written(using: str,
+                                                                      ttl: float) -> None:
+    # Before, 1e-9 was accepted (each store rounded it its own way, Redis up to 1 ms).
+    for call in (lambda: occupy.acquire("book:1", ttl=ttl, timeout=0, using=using),
+                 lambda: occupy.takeover("book:1", owner="bob", ttl=ttl, using=using)):
+        with pytest.raises(ValueError, match="ttl must be at"):
+            call()
+    assert occupy.holder("book:1", using=using) is None
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=using)
+    with pytest.raises(ValueError, match="ttl must be at"):
+        lease.extend(ttl)
+    assert occupy.holder("book:1", using=using).expires_at == lease.expires_at
+    occupy.release(lease)
