@@ -14,9 +14,8 @@ No ``OCCUPY`` at all means the database backend on the ``default`` database.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
@@ -25,8 +24,11 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from occupy.exceptions import InvalidBackendError
+from occupy.validation import check_timeout, check_ttl
 
 __all__ = ["DEFAULTS", "occupy_settings"]
+
+_T = TypeVar("_T")
 
 DEFAULT_BACKEND = "occupy.backends.db.DatabaseBackend"
 
@@ -109,15 +111,12 @@ class OccupySettings:
     @property
     def TTL(self) -> float:
         """Return the default lease lifetime in seconds."""
-        return _positive_seconds("OCCUPY['TTL']", self._get("TTL"))
+        return _seconds(check_ttl, "OCCUPY['TTL']", self._get("TTL"))
 
     @property
     def TIMEOUT(self) -> float | None:
         """Return the default wait in seconds (``None``: wait forever)."""
-        value = self._get("TIMEOUT")
-        if value is None:
-            return None
-        return _positive_seconds("OCCUPY['TIMEOUT']", value, allow_zero=True)
+        return _seconds(check_timeout, "OCCUPY['TIMEOUT']", self._get("TIMEOUT"))
 
 
     @property
@@ -139,7 +138,7 @@ class OccupySettings:
                                           "['PRECONDITION_REQUIRED'] must be a list of methods.")
             merged["PRECONDITION_REQUIRED"] = tuple(m.upper() for m in methods)
             for name in ("LEASE_TTL", "LEASE_TTL_MAX"):
-                _positive_seconds(f"OCCUPY['REST_FRAMEWORK'][{name!r}]", merged[name])
+                _seconds(check_ttl, f"OCCUPY['REST_FRAMEWORK'][{name!r}]", merged[name])
             self._rest_framework = merged
         return self._rest_framework
 
@@ -173,12 +172,13 @@ class OccupySettings:
         return self._cache["TELEMETRY"]  # type: ignore[no-any-return]
 
 
-def _positive_seconds(name: str, value: Any, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidBackendError(f"settings.{name} must be a finite number, not {value!r}.")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise InvalidBackendError(f"settings.{name} must be positive, not {value!r}.")
-    return float(value)
+def _seconds(check: Callable[..., _T], name: str, value: Any) -> _T:
+    """Return ``value`` checked by the rule for durations (``occupy.validation``), or
+    raise ``InvalidBackendError`` naming the setting."""
+    try:
+        return check(value, name=f"settings.{name}")
+    except (TypeError, ValueError) as e:
+        raise InvalidBackendError(str(e)) from e
 
 
 occupy_settings = OccupySettings()

@@ -2,6 +2,18 @@
 
 Each raises ``TypeError`` for a wrong type and ``ValueError`` for a wrong value, with a
 message that names the argument and the value.
+
+Durations follow one rule, whatever they time (a ``ttl``, ``extend``'s ttl, a
+``timeout``, a backend's ``POLL_INTERVAL``, the ``OCCUPY`` settings):
+
+- seconds, as an ``int`` or a ``float`` (never a ``bool``, a string or NaN);
+- a lifetime or an interval lies between :data:`MIN_TTL` (a millisecond: the finest
+  time every store keeps; a store rounds it up to its own resolution, never down to
+  nothing) and :data:`MAX_TTL` (ten years), both included; anything else is refused;
+- a wait (``timeout``) is 0 or more; ``None``, infinity and anything longer than
+  :data:`MAX_TTL` mean *wait forever*. So no finite number reaches a socket, a thread
+  or a statement timeout that could overflow: a wait of ten years and more is
+  forever, and is bounded by nothing, as ``None`` is.
 """
 
 from __future__ import annotations
@@ -10,13 +22,16 @@ import math
 import re
 from typing import Any
 
-__all__ = ["MAX_FENCE", "MAX_KEY_LENGTH", "MAX_TTL", "check_fence", "check_key",
-           "check_owner", "check_timeout", "check_token", "check_ttl"]
+__all__ = ["MAX_FENCE", "MAX_KEY_LENGTH", "MAX_TTL", "MIN_TTL", "check_fence", "check_key",
+           "check_owner", "check_timeout", "check_token", "check_ttl", "duration_problem"]
 
 #: Longest key, in characters; every backend stores keys of this length.
 MAX_KEY_LENGTH = 255
 #: Longest lease, in seconds (ten years): a longer one is a unit mistake.
 MAX_TTL = 10 * 365 * 24 * 3600
+#: Shortest lease or interval, in seconds: one millisecond, the coarsest resolution of
+#: any store (Redis keeps expiries in whole milliseconds).
+MIN_TTL = 0.001
 
 #: Largest fence a store keeps (a signed 64-bit column).
 MAX_FENCE = 2**63 - 1
@@ -74,37 +89,53 @@ def _number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__} "
                         f"({value!r}).")
+    if isinstance(value, int):
+        # An int too large for a float is far past any bound: infinity keeps its sign.
+        return float(value) if abs(value) < 2**1000 else (math.inf if value > 0 else -math.inf)
     if math.isnan(value):
         raise ValueError(f"{name} must be a number of seconds, not NaN.")
     return float(value)
 
 
-def check_ttl(ttl: Any) -> float:
-    """Return ``ttl`` as seconds if it is positive and finite, else raise."""
-    if type(ttl) in _REALS and 0 < ttl <= MAX_TTL:  # NaN and infinity fail this test
+def check_ttl(ttl: Any, *, name: str = "ttl") -> float:
+    """Return ``ttl`` as seconds if it lies between :data:`MIN_TTL` and :data:`MAX_TTL`,
+    else raise naming ``name``."""
+    if type(ttl) in _REALS and MIN_TTL <= ttl <= MAX_TTL:  # NaN and infinity fail this
         return float(ttl)
-    seconds = _number("ttl", ttl)
-    if not math.isfinite(seconds):
-        raise ValueError(f"ttl must be finite, not {ttl!r}; use renew=True for long work.")
+    seconds = _number(name, ttl)
+    if isinstance(ttl, float) and math.isinf(ttl):
+        raise ValueError(f"{name} must be finite, not {ttl!r}; use renew=True for long work.")
     if seconds <= 0:
-        raise ValueError(f"ttl must be positive, not {ttl!r}.")
+        raise ValueError(f"{name} must be positive, not {ttl!r}.")
+    if seconds < MIN_TTL:
+        raise ValueError(f"{name} must be at least {MIN_TTL:g} seconds (a millisecond, the "
+                         f"finest time a store keeps), not {ttl!r}.")
     if seconds > MAX_TTL:
-        raise ValueError(f"ttl must be at most {MAX_TTL} seconds (ten years), not {ttl!r}.")
+        raise ValueError(f"{name} must be at most {MAX_TTL} seconds (ten years), not {ttl!r}.")
     return seconds
 
 
-def check_timeout(timeout: Any) -> float | None:
-    """Return ``timeout`` as seconds (``None`` or infinity: wait forever), else raise."""
+def check_timeout(timeout: Any, *, name: str = "timeout") -> float | None:
+    """Return ``timeout`` as seconds, or ``None`` to wait forever (for ``None``,
+    infinity, and anything above :data:`MAX_TTL`), else raise naming ``name``."""
     if timeout is None:
         return None
-    if type(timeout) in _REALS and 0 <= timeout < math.inf:
+    if type(timeout) in _REALS and 0 <= timeout <= MAX_TTL:
         return float(timeout)
-    seconds = _number("timeout", timeout)
+    seconds = _number(name, timeout)
     if seconds < 0:
-        raise ValueError(f"timeout must be 0 or more (or None to wait forever), not {timeout!r}.")
-    if math.isinf(seconds):
-        return None
-    return seconds
+        raise ValueError(f"{name} must be 0 or more (or None to wait forever), not {timeout!r}.")
+    return None  # longer than ten years: forever, as the module docstring says
+
+
+def duration_problem(value: Any) -> str | None:
+    """Return what keeps ``value`` from being a lifetime or an interval by the rule of
+    :func:`check_ttl` (``"must be …"``, for a setting's message), or ``None``."""
+    try:
+        check_ttl(value, name="it")
+    except (TypeError, ValueError) as e:
+        return str(e).removeprefix("it ").rstrip(".")
+    return None
 
 
 def check_fence(fence: Any, *, name: str = "if_fence") -> int | None:

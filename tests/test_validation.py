@@ -33,6 +33,11 @@ def claims_in_store() -> int:
         ({"ttl": "30"}, TypeError, "ttl must be a number of seconds, not str"),
         ({"ttl": True}, TypeError, "not bool"),
         ({"ttl": 10**12}, ValueError, "at most"),
+        ({"ttl": 10**400}, ValueError, "at most"),
+        ({"ttl": 1e-9}, ValueError, "ttl must be at least 0.001 seconds"),
+        ({"ttl": 0.0009}, ValueError, "ttl must be at least 0.001 seconds"),
+        ({"timeout": -math.inf}, ValueError, "timeout must be 0 or more"),
+        ({"timeout": True}, TypeError, "timeout must be a number of seconds, not bool"),
         ({"timeout": -1}, ValueError, "timeout must be 0 or more"),
         ({"timeout": math.nan}, ValueError, "timeout must be a number of seconds, not NaN"),
         ({"timeout": "5"}, TypeError, "timeout must be a number of seconds, not str"),
@@ -61,7 +66,7 @@ def test_the_invalid_backend_error_is_an_improperly_configured_and_an_occupy_err
     assert issubclass(occupy.InvalidBackendError, occupy.OccupyError)
 
 
-@pytest.mark.parametrize("bad", [0, -1, math.nan])
+@pytest.mark.parametrize("bad", [0, -1, math.nan, 1e-9, 1e10, math.inf])
 def test_extend_checks_its_ttl(live_db: None, bad: float) -> None:
     lease = occupy.acquire("book:1")
     with pytest.raises(ValueError, match="ttl"):
@@ -97,6 +102,16 @@ def test_odd_but_valid_keys_work(using: str, key: str) -> None:
         ({"BACKENDS": {"default": {}}}, "dotted class path"),
         ({"TTL": 0, "BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend"}}},
          "OCCUPY['TTL'] must be positive"),
+        ({"TTL": 1e-9}, "OCCUPY['TTL'] must be at least 0.001 seconds"),
+        ({"TTL": 1e10}, "OCCUPY['TTL'] must be at most"),
+        ({"TIMEOUT": -1}, "OCCUPY['TIMEOUT'] must be 0 or more"),
+        ({"TIMEOUT": "10"}, "OCCUPY['TIMEOUT'] must be a number of seconds, not str"),
+        ({"BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend",
+                                   "OPTIONS": {"POLL_INTERVAL": 1e10}}}},
+         "['POLL_INTERVAL'] must be at most 315360000 seconds"),
+        ({"BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend",
+                                   "OPTIONS": {"POLL_INTERVAL": 1e-9}}}},
+         "['POLL_INTERVAL'] must be at least 0.001 seconds"),
         ({"SURPRISE": 1}, "unknown keys ['SURPRISE']"),
     ],
 )
@@ -105,6 +120,25 @@ def test_bad_settings_name_the_problem(live_db: None, setting: dict, words: str)
         occupy.acquire("book:1")
     assert words in str(info.value)
     assert claims_in_store() == 0
+
+
+@pytest.mark.parametrize("forever", [None, math.inf, 10 * 365 * 24 * 3600 + 1, 1e10, 1e300,
+                                     10**400])
+def test_a_wait_longer_than_ten_years_is_forever(forever: object) -> None:
+    from occupy.validation import check_timeout
+
+    assert check_timeout(forever) is None
+    assert check_timeout(0) == 0.0
+    assert check_timeout(10 * 365 * 24 * 3600) == 10 * 365 * 24 * 3600
+
+
+def test_the_http_lease_ttls_follow_the_rule_for_durations() -> None:
+    from occupy.conf import occupy_settings
+
+    with override_settings(OCCUPY={"REST_FRAMEWORK": {"LEASE_TTL": 1e-9}}), pytest.raises(
+        occupy.InvalidBackendError, match=r"\['LEASE_TTL'\] must be at least 0.001 seconds"
+    ):
+        occupy_settings.REST_FRAMEWORK  # noqa: B018
 
 
 def test_a_database_backend_on_an_unknown_database_names_it(live_db: None) -> None:

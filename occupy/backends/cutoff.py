@@ -5,6 +5,11 @@ statement nor its own statement timeout, and the drivers block on the socket unt
 does. :data:`cutoffs` shuts such a socket down when the caller's time is up, from one
 thread per process: ``shutdown``, never ``close``, so the descriptor stays the
 driver's, and the blocked call fails at once as a dropped connection.
+
+The thread must outlive anything a caller arms: a cut too far ahead to wait for in
+one go (past ``threading.TIMEOUT_MAX``) is waited for in steps, and a thread that died
+all the same is started again by the next :meth:`Cutoffs.arm`, so that no call can
+switch the protection off for the rest of the process.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class Cutoffs:
         self._heap: list[Cut] = []
         self._order = itertools.count()
         self._pid = 0
+        self._thread: threading.Thread | None = None
 
     def arm(self, fd: int, at: float) -> Cut:
         """Shut ``fd`` down at ``at`` (``time.monotonic()``); return the cut to disarm."""
@@ -49,7 +55,11 @@ class Cutoffs:
             if self._pid != os.getpid():  # first use, or a forked child: no thread yet
                 self._heap = []
                 self._pid = os.getpid()
-                threading.Thread(target=self._run, name="occupy-cutoff", daemon=True).start()
+                self._thread = None
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="occupy-cutoff",
+                                                daemon=True)
+                self._thread.start()
             heap = self._heap
             while heap and not heap[0].armed:
                 heapq.heappop(heap)
@@ -76,13 +86,18 @@ class Cutoffs:
                     continue
                 wait = heap[0].at - time.monotonic()
                 if wait > 0:
-                    self._cond.wait(wait)
+                    self._cond.wait(min(wait, _LONGEST_WAIT))
                     continue
                 # Under the lock: the statement's thread cannot disarm (and go on to
                 # close the descriptor) while it is shut down.
                 entry = heapq.heappop(heap)
                 entry.done = True
                 _shutdown(entry.fd)
+
+
+#: The longest single wait of the thread: ``Condition.wait`` refuses more than
+#: ``threading.TIMEOUT_MAX`` with ``OverflowError``.
+_LONGEST_WAIT = min(threading.TIMEOUT_MAX, 3600.0)
 
 
 def _shutdown(fd: int) -> None:
@@ -105,6 +120,7 @@ def _after_fork() -> None:
     # The parent's thread did not come along, and may have held the lock at the fork.
     cutoffs._cond = threading.Condition()
     cutoffs._pid = 0
+    cutoffs._thread = None
 
 
 os.register_at_fork(after_in_child=_after_fork)

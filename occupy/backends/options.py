@@ -9,7 +9,6 @@ building the backend raises, word for word.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from django.core.checks import CheckMessage, Error
 
 from occupy.exceptions import InvalidBackendError
+from occupy.validation import duration_problem
 
 __all__ = ["CONFIG_KEYS", "Option", "missing_cache", "raise_problems", "read_options",
            "where"]
@@ -36,7 +36,8 @@ class Option:
     """One ``OPTIONS`` key: its type, its default, and what a value must satisfy.
 
     ``kind`` is a type or a tuple of types (``float`` also takes an ``int``; ``bool``
-    is never taken for a number). ``positive`` requires a finite number above zero.
+    is never taken for a number). ``positive`` marks a duration in seconds, which must
+    follow the rule of :mod:`occupy.validation` (a millisecond to ten years).
     ``check``, if given, returns a complaint about a value (``"must be …"``) or ``None``.
     """
 
@@ -55,9 +56,8 @@ class Option:
             return f"must be {_names(kinds)}, not {value!r}"
         if not isinstance(value, kinds):
             return f"must be {_names(kinds)}, not {type(value).__name__} {value!r}"
-        if self.positive and not (isinstance(value, int | float) and math.isfinite(value)
-                                  and value > 0):
-            return f"must be a positive number of seconds, not {value!r}"
+        if self.positive and (problem := duration_problem(value)) is not None:
+            return problem
         return self.check(value) if self.check else None
 
 

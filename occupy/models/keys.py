@@ -1,4 +1,5 @@
-"""The lock key of a model instance: ``"<app_label>.<model_name>:<pk>"``.
+"""The lock key of a model instance: ``"<app_label>.<model_name>:<pk>"``, shortened
+with a digest when it would be too long (the format is :mod:`occupy.keys`'s).
 
 The database backend links a claim on such a key to the instance (the ``Occupation``
 row's content type and object id), which is what ``occupied()``, ``free()`` and
@@ -11,7 +12,7 @@ from typing import Any
 
 from django.db import models
 
-from occupy.validation import check_key
+from occupy import keys
 
 __all__ = ["concrete_model", "lock_model", "object_key"]
 
@@ -41,11 +42,12 @@ def object_key(model: type[models.Model], pk: Any) -> str:
     """Return the lock key of the row of ``model`` with primary key ``pk``.
 
     Raise ``ValueError`` when ``pk`` is ``None`` (an unsaved instance has no row to
-    lock) or the key would be longer than a key may be.
+    lock). A key that would be longer than a key may be keeps its readable start and
+    ends with a digest of the primary key (see :mod:`occupy.keys`).
     """
     if pk is None:
         raise ValueError(
             f"This {model._meta.object_name} has no primary key yet: save it before "
             "locking it."
         )
-    return check_key(f"{lock_model(model)._meta.label_lower}:{pk}")
+    return keys.object_key(lock_model(model)._meta.label_lower, pk)

@@ -45,14 +45,13 @@ Every class here is generic in the model, so type checkers see
 
 from __future__ import annotations
 
-import hashlib
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from django.db import models, transaction
 from django.db.models import F
 
-from occupy import telemetry
+from occupy import keys, telemetry
 from occupy.api import DEFAULT, lock
 from occupy.exceptions import VersionConflict
 from occupy.models.keys import lock_model
@@ -257,7 +256,5 @@ def _backend_of(model: type[models.Model], backend: str | None) -> str:
 
 
 def _claim_key(model: type[models.Model], owner: str) -> str:
-    key = f"occupy.claim:{lock_model(model)._meta.label_lower}:{owner}"
-    if len(key) > 255:  # owners may be long: their digest keeps the key short
-        key = f"{key[:180]}#{hashlib.sha256(owner.encode()).hexdigest()}"
-    return key
+    # Owners may be long: a digest keeps the key short (see occupy.keys).
+    return keys.fit(f"occupy.claim:{lock_model(model)._meta.label_lower}:", owner)

@@ -42,7 +42,7 @@ from occupy.http import MalformedPrecondition, Problem
 from occupy.leases import Holder, Lease
 from occupy.rest_framework.exceptions import OccupyAPIException, from_problem
 from occupy.rest_framework.serializers import LeaseSerializer
-from occupy.validation import check_token
+from occupy.validation import MIN_TTL, check_token
 
 __all__ = [
     "ConditionalMixin",
@@ -358,7 +358,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
             ttl = float(value)
         except (TypeError, ValueError):
             ttl = -1.0
-        if not 0 < ttl <= longest:
+        if not MIN_TTL <= ttl <= longest:  # below a millisecond no store keeps it
             raise from_problem(Problem(400, "invalid_ttl",
                                        f"ttl must be a number of seconds from 1 to {longest:g}."))
         return ttl

@@ -11,7 +11,7 @@ from django.test import RequestFactory
 import occupy
 from occupy.models import object_key
 from tests.support.users import StaffUsers, login
-from tests.testapp.models import Book
+from tests.testapp.models import Book, Scroll
 
 
 def test_the_column_for_100_rows_is_one_query(users: StaffUsers,
@@ -93,3 +93,18 @@ def test_the_filter_reads_the_columns_backend(users: StaffUsers) -> None:
     listed = OccupiedListFilter(request, {"occupied": ["1"]}, Book, model_admin)
     with pytest.raises(occupy.InvalidBackendError, match="'files'"):
         listed.queryset(request, Book.objects.all())
+
+
+def test_the_admin_status_column_shows_a_row_under_a_shortened_key(users: StaffUsers) -> None:
+    # Two rows whose keys share all of their readable start.
+    held = Scroll.objects.create(code="a" * 220 + "1" * 30)
+    free = Scroll.objects.create(code="a" * 220 + "2" * 30)
+    lease = occupy.acquire(held.occupy_key, owner="worker-7")
+    model_admin = admin.site._registry[Scroll]
+    request = RequestFactory().get("/admin/testapp/scroll/")
+    request.user = users.editor
+    cells = {row.pk: model_admin.occupy_status(row)
+             for row in model_admin.get_queryset(request)}
+    assert cells[held.pk].startswith("by someone else until ")
+    assert cells[free.pk] == "—"
+    occupy.release(lease)

@@ -288,3 +288,47 @@ def test_fences_rise_by_one_when_the_clock_is_behind_the_counter(
         fences.append(lease.fence)
         occupy.release(lease)
     assert fences == [ahead + 1, ahead + 2]
+
+
+ADD_ONLY = backend_params(["cache-addonly", "cache-locmem"])
+
+
+@pytest.mark.parametrize("using", ADD_ONLY)
+@pytest.mark.parametrize(("value", "repairable"), [
+    ("banana", True), (-5, True), (2**63 + 5, True), (1.5, True), (2**63 - 1, False),
+], ids=["text", "negative", "past 2^63", "float", "at 2^63-1"])
+def test_a_fence_counter_occupy_did_not_write_is_refused_on_the_add_path(
+    using: str, live_db: None, value: object, repairable: bool
+) -> None:
+    """Before: a ValueError from int() after add had granted the key (an orphan), or a
+    fence past 2^63 - 1."""
+    backend = get_backend(using)
+    cache, name = caches[backend.cache_alias], names("book:1").fence
+    cache.set(name, value, 60)
+    with pytest.raises(occupy.StoreUnavailable) as info:
+        occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=using)
+    assert info.value.key == "book:1" and name in str(info.value)
+    assert occupy.holder("book:1", using=using) is None  # the grant was given back
+    if repairable:
+        lease = occupy.takeover("book:1", owner="bob", ttl=30, using=using)
+        assert 0 < lease.fence < 2**63 - 1
+        occupy.release(lease)
+    else:
+        with pytest.raises(occupy.StoreUnavailable, match="delete it by hand"):
+            occupy.takeover("book:1", owner="bob", ttl=30, using=using)
+        cache.delete(name)
+    occupy.release(occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=using))
+
+
+@pytest.mark.parametrize("using", ADD_ONLY)
+def test_add_path_fences_rise_exactly_near_2_63(using: str, live_db: None) -> None:
+    backend = get_backend(using)
+    caches[backend.cache_alias].set(names("book:1").fence, 2**63 - 3, 60)
+    fences = []
+    for _ in range(2):
+        lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=using)
+        fences.append(lease.fence)
+        occupy.release(lease)
+    assert fences == [2**63 - 2, 2**63 - 1]
+    with pytest.raises(occupy.StoreUnavailable, match="largest fence"):
+        occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=using)

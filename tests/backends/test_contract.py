@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import threading
 import time
+from contextlib import suppress
 from datetime import datetime, timezone
 
 import pytest
@@ -354,6 +355,45 @@ def test_holder_since_is_when_the_holder_was_granted_the_key(
     occupy.release(got[0])
 
 
+@pytest.mark.parametrize("forever", [1e10, 1e300, 10**400, float("inf")],
+                         ids=["1e10", "1e300", "10**400", "inf"])
+def test_a_huge_timeout_waits_forever_and_grants_like_any_other(using: str, forever: float) -> None:
+    # Before, Redis and the cache raised redis-py's OverflowError from the socket's
+    # timeout after the script had granted the key (an orphan held until its ttl), a
+    # database arming its cut-off that far ahead killed the cut-off thread, and SQLite
+    # overflowed its busy wait.
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=forever, using=using)
+    assert occupy.holder("book:1", using=using).fence == lease.fence
+    occupy.release(lease)
+    assert occupy.holder("book:1", using=using) is None
+    # Held by someone else, the wait is forever: it ends when the key is released.
+    other = occupy.acquire("book:1", owner="bob", ttl=30, using=using)
+    timer = threading.Timer(0.2, occupy.release, args=[other])
+    timer.start()
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=forever, using=using)
+    timer.join()
+    assert lease.fence > other.fence
+    occupy.release(lease)
+
+
+@pytest.mark.parametrize("ttl", [0.001, 10 * 365 * 24 * 3600])
+def test_the_shortest_and_the_longest_ttl_are_kept(using: str, ttl: float) -> None:
+    if ttl < 1 and using == "cache-addonly":
+        # A cache's add then set cannot confirm a grant that lives shorter than the
+        # round trip between them: it lets it expire rather than return it late.
+        with suppress(occupy.Occupied):
+            occupy.acquire("book:1", owner="alice", ttl=ttl, timeout=0, using=using)
+    else:
+        lease = occupy.acquire("book:1", owner="alice", ttl=ttl, timeout=0, using=using)
+    if ttl > 1:
+        assert occupy.holder("book:1", using=using).fence == lease.fence
+        lease.extend(ttl)
+        occupy.release(lease)
+    # The shortest lease expires: the key is free again at once after it.
+    time.sleep(0.05)
+    occupy.release(occupy.acquire("book:1", owner="bob", timeout=0, using=using))
+
+
 # --- conditional takeover: replace the holder read, and only that one -----------------
 def _taken_over(using: str, key: str, owner: str, if_fence: int,
                 ttl: float = 30) -> tuple[occupy.Lease, occupy.Holder | None]:
@@ -515,3 +555,20 @@ def test_if_fence_is_checked_before_anything_is_written(
         occupy.takeover("book:1", owner="bob", if_fence=fence, using=using)  # type: ignore[arg-type]
     assert occupy.holder("book:1", using=using).fence == alice.fence
     occupy.release(alice)
+
+
+@pytest.mark.parametrize("ttl", [1e-9, 0.0009, 10 * 365 * 24 * 3600 + 1],
+                         ids=["1e-9", "0.0009", "ten-years-and-a-second"])
+def test_a_ttl_no_store_can_keep_is_refused_before_anything_is_written(using: str,
+                                                                      ttl: float) -> None:
+    # Before, 1e-9 was accepted (each store rounded it its own way, Redis up to 1 ms).
+    for call in (lambda: occupy.acquire("book:1", ttl=ttl, timeout=0, using=using),
+                 lambda: occupy.takeover("book:1", owner="bob", ttl=ttl, using=using)):
+        with pytest.raises(ValueError, match="ttl must be at"):
+            call()
+    assert occupy.holder("book:1", using=using) is None
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=using)
+    with pytest.raises(ValueError, match="ttl must be at"):
+        lease.extend(ttl)
+    assert occupy.holder("book:1", using=using).expires_at == lease.expires_at
+    occupy.release(lease)

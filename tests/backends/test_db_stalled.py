@@ -103,6 +103,17 @@ def test_a_stalled_database_does_not_outlast_the_timeout(alias: str) -> None:
     occupy.release(lease)
 
 
+@pytest.mark.parametrize("huge", [1e10, 1e300])
+def test_a_huge_timeout_leaves_the_next_stalled_call_bounded(alias: str, huge: float) -> None:
+    # Before, acquire(timeout=1e10) armed a cut-off 1e10 s ahead, which killed the cut-off
+    # thread (OverflowError) for the life of the process: every later call against a
+    # stalled server blocked for the whole stall.
+    occupy.release(occupy.acquire("stall:1", owner="alice", ttl=30, timeout=huge,
+                                  using=alias))
+    test_a_stalled_database_does_not_outlast_the_timeout(alias)
+    assert any(t.name == "occupy-cutoff" and t.is_alive() for t in threading.enumerate())
+
+
 def test_a_grant_after_the_deadline_is_given_back(
     alias: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

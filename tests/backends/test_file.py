@@ -291,3 +291,99 @@ def test_a_forked_child_does_not_share_the_parents_key_locks(live_db: None) -> N
         time.sleep(1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("stray", ["using/junk.txt", "using/dir", "using/" + "ab" * 32 + "/",
+                                   "pending/notes.txt", "pending/" + "cd" * 32,
+                                   "fences/README", "fences/" + "ef" * 32 + "/"])
+def test_entries_occupy_did_not_write_are_skipped_and_reported(
+    live_db: None, stray: str, capsys, caplog
+) -> None:
+    """Before, a ``junk.txt`` in ``using/`` made claims(), list_locks and sweep_locks raise
+    KeyError, and a directory in place of a claim crashed them too."""
+    from occupy.checks import check_stores
+
+    backend = get_backend(USING)
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=USING)
+    waiter = backend.attempt("book:1", "bob", 30)
+    waiter.enqueue()
+    path = os.path.join(settings.FILES_LOCATION, stray)
+    if stray.endswith("/") or stray.endswith("dir"):
+        os.makedirs(path)
+    else:
+        with open(path, "w") as f:
+            f.write("not a claim")
+    # A directory inside a key's queue is not a ticket either.
+    os.makedirs(os.path.join(backend.directory.queue_path(
+        backend.directory.queued().__next__()), "subdir"))
+    with caplog.at_level("WARNING", logger="occupy.backends.file"):
+        assert [(c.key, c.owner, c.state) for c in backend.claims()] == [
+            ("book:1", "alice", "using"), ("book:1", "bob", "pending")]
+        assert "subdir" in caplog.text and "not occupy's" in caplog.text
+        assert backend.sweep() == 0
+    assert os.path.basename(path.rstrip("/")) in caplog.text
+    call_command("list_locks", using=[USING])
+    assert "alice" in capsys.readouterr().out
+    call_command("sweep_locks", using=[USING])
+    assert os.path.exists(path)  # not occupy's to remove
+    warnings = [w for w in check_stores(databases=["default"])
+                if w.id == "occupy.W004" and w.obj.endswith("['files']")]
+    assert len(warnings) == 1 and "2 entries" in warnings[0].msg
+    assert os.path.basename(path.rstrip("/")) in warnings[0].msg
+    waiter.cancel()
+    occupy.release(lease)
+    assert occupy.holder("book:1", using=USING) is None
+
+
+def _plant_fence_file(backend: FileBackend, key: str, fence: int) -> str:
+    from occupy.backends.claims import Entry, digest
+    from occupy.backends.file import records
+
+    path = os.path.join(backend.root, "fences", digest(key))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(records.dump_claim(Entry("t" * 32, "old", fence, 1, 1, 1, key)))
+    return path
+
+
+def test_fences_rise_exactly_to_2_63_minus_1_and_are_then_refused(live_db: None) -> None:
+    backend = get_backend(USING)
+    _plant_fence_file(backend, "book:1", 2**63 - 2)
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=USING)
+    assert lease.fence == 2**63 - 1
+    with pytest.raises(occupy.StoreUnavailable, match="2\\^63 - 1"):
+        occupy.takeover("book:1", owner="bob", ttl=30, using=USING)
+    assert occupy.holder("book:1", using=USING).owner == "alice"  # untouched
+    occupy.release(lease)
+    with pytest.raises(occupy.StoreUnavailable, match="delete fences/") as info:
+        occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=USING)
+    assert info.value.key == "book:1"
+    os.unlink(os.path.join(backend.root, "fences", backend.directory.fenced().__next__()))
+    occupy.release(occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=USING))
+
+
+def test_a_recorded_fence_past_2_63_is_not_one_occupy_wrote(live_db: None) -> None:
+    backend = get_backend(USING)
+    _plant_fence_file(backend, "book:1", 2**63 + 5)
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=USING)
+    assert 0 < lease.fence < 2**63 - 1  # from the clock floor, never past 2^63 - 1
+    occupy.release(lease)
+
+
+def test_a_queued_claim_beyond_the_longest_ttl_blocks_nothing(live_db: None) -> None:
+    """A ticket whose mtime (its expiry) lies past now plus MAX_TTL is not occupy's: the
+    key is granted, listing skips it and a sweep removes it."""
+    backend = get_backend(USING)
+    attempt = backend.attempt("book:1", "planted", 30)
+    holder = occupy.acquire("book:1", owner="alice", ttl=30, using=USING)
+    attempt.enqueue()
+    occupy.release(holder)
+    queue = backend.directory.queue_path(attempt.digest)
+    far = (2**33) * 1_000_000_000  # the year 2242
+    for ticket in os.listdir(queue):
+        os.utime(os.path.join(queue, ticket), ns=(far, far))
+    assert [c.owner for c in backend.claims()] == []
+    lease = occupy.acquire("book:1", owner="bob", ttl=30, timeout=0, using=USING)
+    occupy.release(lease)
+    backend.sweep()  # the grant removed it already, as an expired ticket
+    assert backend.directory.tickets(attempt.digest) == []

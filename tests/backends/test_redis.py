@@ -334,6 +334,95 @@ def test_fences_never_fall_below_the_counter_when_the_clock_is_behind(backend) -
     assert occupy.acquire("book:1", using=backend.alias).fence == ahead + 2
 
 
+@pytest.mark.parametrize("start", [2**53 - 2, 2**62, 2**63 - 10, 10**18 + 999],
+                         ids=["2^53-2", "2^62", "2^63-10", "1e18+999"])
+def test_fences_are_exact_integers_up_to_2_63(backend, start: int) -> None:
+    """Before, the scripts counted in Lua doubles: a counter at 2^62 gave three grants
+    the same fence, one past 2^63 a negative one."""
+    backend.protocol.client.set(backend.protocol.keys("book:1").fence, start)
+    fences = []
+    for n in range(3):
+        lease = occupy.acquire("book:1", owner=f"w{n}", using=backend.alias)
+        assert occupy.holder("book:1", using=backend.alias).fence == lease.fence
+        fences.append(lease.fence)
+        occupy.release(lease)
+    taken = occupy.takeover("book:1", owner="t", ttl=30, using=backend.alias)
+    fences.append(taken.fence)
+    occupy.release(taken)
+    assert fences == [start + 1, start + 2, start + 3, start + 4]
+
+
+def test_a_waiter_handed_the_key_gets_an_exact_fence(backend) -> None:
+    backend.protocol.client.set(backend.protocol.keys("book:1").fence, 2**62)
+    first = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
+    timer = threading.Timer(0.2, occupy.release, args=[first])
+    timer.start()
+    second = occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, using=backend.alias)
+    timer.join()
+    assert (first.fence, second.fence) == (2**62 + 1, 2**62 + 2)
+    occupy.release(second)
+
+
+#: Fence counters occupy did not write, and whether a takeover rewrites them.
+BAD_FENCES = {
+    "text": (lambda client, name: client.set(name, "banana"), True),
+    "negative": (lambda client, name: client.set(name, "-5"), True),
+    "leading zeros": (lambda client, name: client.set(name, "0012"), True),
+    "past 2^63": (lambda client, name: client.set(name, str(2**63 + 5)), True),
+    "hash": (lambda client, name: client.hset(name, "fence", "7"), True),
+    "at 2^63-1": (lambda client, name: client.set(name, str(2**63 - 1)), False),
+}
+
+
+@pytest.mark.parametrize(("plant", "repairable"), BAD_FENCES.values(), ids=BAD_FENCES.keys())
+def test_a_fence_counter_occupy_did_not_write_is_refused_by_name(
+    backend, plant, repairable: bool
+) -> None:
+    """Before: "attempt to compare nil with number" from the script on every acquire,
+    WRONGTYPE on every call (takeover included), or a negative fence."""
+    name = backend.protocol.keys("book:1").fence
+    plant(backend.protocol.client, name)
+    for timeout in (0, 0.2):  # the first try, and the queueing script
+        with pytest.raises(occupy.StoreUnavailable) as info:
+            occupy.acquire("book:1", owner="alice", ttl=30, timeout=timeout,
+                           using=backend.alias)
+        message = str(info.value)
+        assert name in message and info.value.key == "book:1"
+        assert ("takeover" in message) == repairable and "Lua" not in message
+    assert occupy.holder("book:1", using=backend.alias) is None
+    if not repairable:
+        with pytest.raises(occupy.StoreUnavailable, match="delete it by hand"):
+            occupy.takeover("book:1", owner="bob", ttl=30, using=backend.alias)
+        backend.protocol.client.delete(name)
+    else:
+        lease = occupy.takeover("book:1", owner="bob", ttl=30, using=backend.alias)
+        assert lease.fence > 0
+        occupy.release(lease)
+    again = occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=backend.alias)
+    assert again.fence > 0
+    occupy.release(again)
+
+
+def test_a_release_does_not_hand_over_while_the_counter_is_refused(backend) -> None:
+    holder = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            occupy.acquire("book:1", owner="bob", ttl=30, timeout=5, using=backend.alias)
+        except occupy.OccupyError as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_for_waiters(backend, "book:1", 1)
+    backend.protocol.client.set(backend.protocol.keys("book:1").fence, "banana")
+    occupy.release(holder)  # the release itself succeeds
+    thread.join(10)
+    assert len(errors) == 1 and isinstance(errors[0], occupy.StoreUnavailable)
+    assert occupy.holder("book:1", using=backend.alias) is None
+
+
 # --- values occupy did not write ---------------------------------------------------------
 #: Under a lock's Redis key: text of another layout, bytes that are not UTF-8 (also in
 #: our layout), and a hash.

@@ -188,7 +188,7 @@ def test_leasing_needs_the_change_permission_not_the_add_one(users, client_for):
     assert APIClient().post(_url(book, "lease/"), {}, format="json").status_code in (401, 403)
 
 
-@pytest.mark.parametrize("ttl", ["x", "nan", [1], 0, -1, 1e308])
+@pytest.mark.parametrize("ttl", ["x", "nan", [1], 0, -1, 1e308, 1e-9])
 @pytest.mark.parametrize("endpoint", ["lease/", "lease/takeover/"])
 def test_an_invalid_ttl_is_400(users, client_for, endpoint, ttl):
     book = Book.objects.create(name="Dune")

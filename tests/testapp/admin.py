@@ -11,7 +11,7 @@ from occupy.admin import (
     VersionedAdminMixin,
     VersionedInlineMixin,
 )
-from tests.testapp.models import Book, Chapter, Document, Label, Shelf, UUIDBook
+from tests.testapp.models import Book, Chapter, Document, Label, Scroll, Shelf, UUIDBook
 
 #: Short leases, so that the browser tests see renewals and expiry within seconds.
 TTL = 6
@@ -64,6 +64,14 @@ class UUIDBookAdmin(FullAdmin):
 @admin.register(Shelf)
 class ShelfAdmin(EditLeaseAdminMixin, OccupyStatusAdminMixin, admin.ModelAdmin):
     """Edit leases without versions, string primary key."""
+
+    edit_lease_ttl = TTL
+    edit_lease_poll = 1
+
+
+@admin.register(Scroll)
+class ScrollAdmin(EditLeaseAdminMixin, OccupyStatusAdminMixin, admin.ModelAdmin):
+    """Edit leases on rows whose lock keys are shortened with a digest."""
 
     edit_lease_ttl = TTL
     edit_lease_poll = 1

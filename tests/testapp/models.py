@@ -86,6 +86,17 @@ class Shelf(OccupiableMixin, models.Model):
         return self.code
 
 
+class Scroll(OccupiableMixin, models.Model):
+    """An occupiable model whose string primary key is too long for a whole lock key
+    (its keys end with a digest; see ``occupy.keys``)."""
+
+    code = models.CharField(primary_key=True, max_length=250)
+    name = models.CharField(max_length=100, blank=True, default="")
+
+    def __str__(self) -> str:
+        return self.code[:40]
+
+
 class GoodsQuerySet(RowLockQuerySetMixin["Goods"], OccupiableQuerySetMixin["Goods"],
                     models.QuerySet["Goods"]):
     """Two concerns combined in a queryset of one's own: row locks and occupations."""

@@ -44,7 +44,7 @@ from django.core.cache import InvalidCacheBackendError, caches
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
-from occupy.backends.cache.store import PREFIX, AddProtocol, CacheStore
+from occupy.backends.cache.store import PREFIX, AddProtocol, CacheStore, FenceUnavailable
 from occupy.backends.delegating import DelegatingBackend
 from occupy.backends.options import Option, missing_cache, where
 from occupy.exceptions import InvalidBackendError
@@ -75,7 +75,7 @@ _KINDS = [
 def _store_errors() -> tuple[type[BaseException], ...]:
     """Return the errors by which a cache client says its server cannot be reached or used
     (those of the clients installed here)."""
-    errors: list[type[BaseException]] = [OSError]
+    errors: list[type[BaseException]] = [OSError, FenceUnavailable]
     for path in ("redis.exceptions.RedisError", "django_redis.exceptions.ConnectionInterrupted",
                  "pymemcache.exceptions.MemcacheError", "pylibmc.Error"):
         try:

@@ -31,9 +31,10 @@ from django.core.cache import caches
 from occupy.backends.base import Attempt, BaseBackend, Claim
 from occupy.backends.claims import Entry, digest, from_us, now_us
 from occupy.leases import Holder, Lease, new_token
+from occupy.validation import MAX_FENCE
 
-__all__ = ["FENCE_MEMORY_MS", "PREFIX", "AddProtocol", "CacheAttempt", "CacheStore", "Names",
-           "Outcome", "names"]
+__all__ = ["FENCE_MEMORY_MS", "PREFIX", "AddProtocol", "CacheAttempt", "CacheStore",
+           "FenceUnavailable", "Names", "Outcome", "names"]
 
 logger = logging.getLogger("occupy.backends.cache")
 
@@ -42,6 +43,12 @@ PREFIX = "occupy:"
 #: How long a key's fence counter outlives its last grant. Fences are floored by the
 #: clock, so a counter that expired only matters if the clock steps back meanwhile.
 FENCE_MEMORY_MS = 24 * 3600 * 1000
+
+
+class FenceUnavailable(Exception):
+    """A key's fence counter holds what no fence can follow: a value occupy did not write
+    (a takeover rewrites it) or the largest fence, ``MAX_FENCE``. The backend reports it
+    as ``StoreUnavailable`` (it is one of its ``store_errors``)."""
 
 
 class Names(NamedTuple):
@@ -119,7 +126,11 @@ class CacheStore:
         now = now_us()
         entry = Entry(token, owner, 0, 1, now + round(ttl * 1e6), now, key)
         if cache.add(entry_name, tuple(entry), self._timeout(entry.expires_us)):
-            entry = entry._replace(fence=self._next_fence(cache, fence_name, now))
+            try:
+                entry = entry._replace(fence=self._next_fence(cache, fence_name, now))
+            except FenceUnavailable:
+                cache.delete(entry_name)  # granted without a fence: given back
+                raise
             if not self._in_time(started, ttl, ttl):
                 return Outcome(None, None, now)  # it may have expired meanwhile: let it go
             cache.set(entry_name, tuple(entry), self._timeout(entry.expires_us))
@@ -163,7 +174,8 @@ class CacheStore:
         ):
             return Outcome(None, previous, now_us() if found is None else found[1])
         now = now_us()
-        fence = self._next_fence(cache, fence_name, now)
+        fence = self._next_fence(cache, fence_name, now, repair=True,
+                                 floor=0 if previous is None else previous.fence)
         entry = Entry(token, owner, fence, 1, now + round(ttl * 1e6), now, key)
         cache.set(entry_name, tuple(entry), self._timeout(entry.expires_us))
         return Outcome(entry, previous, now)
@@ -182,10 +194,31 @@ class CacheStore:
             return None
         return entry_name, current, now
 
-    def _next_fence(self, cache: Any, name: str, now: int) -> int:
+    def _next_fence(self, cache: Any, name: str, now: int, *, floor: int = 0,
+                    repair: bool = False) -> int:
+        """Return the next fence: above the counter, ``floor`` (a holder's fence) and
+        the clock in µs. A counter occupy did not write raises
+        :class:`FenceUnavailable`, unless ``repair`` (a takeover), which rewrites it;
+        a counter at ``MAX_FENCE`` always does."""
         # Only the holder writes the counter, so a read then a write is serialized by the
         # lock itself; the clock floor covers a counter the cache evicted or lost.
-        fence = max(int(cache.get(name) or 0) + 1, now)
+        last = cache.get(name)
+        if last is None:
+            last = 0
+        elif type(last) is not int or not 0 <= last <= MAX_FENCE:
+            if not repair:
+                raise FenceUnavailable(
+                    f"the fence counter {name!r} holds {last!r:.40}, which is not a fence "
+                    "occupy wrote: no fence can be handed out for the key until "
+                    "occupy.takeover() on it rewrites it.")
+            last = 0
+        last = max(last, floor)
+        if last >= MAX_FENCE:
+            raise FenceUnavailable(
+                f"the fence counter {name!r} is at the largest fence, {MAX_FENCE} (2^63 - "
+                "1), and cannot rise: delete it by hand; fences then restart from the clock, "
+                "below those handed out, so storage that compares them must forget them.")
+        fence = max(last + 1, now)
         cache.set(name, fence, FENCE_MEMORY_MS / 1000)
         return fence
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError
@@ -40,6 +41,7 @@ from occupy.backends.db.dialects import Dialect
 from occupy.backends.db.statements import Result
 from occupy.exceptions import StoreUnavailable
 from occupy.leases import Holder, Lease
+from occupy.validation import MAX_FENCE, MAX_TTL
 
 if TYPE_CHECKING:
     from occupy.backends.db.backend import DatabaseBackend
@@ -153,8 +155,12 @@ class DatabaseAttempt(Attempt):
         rows = self.run(self.sql.claims_of_key(), [self.digest])[1]
         if not rows:
             return self._grant_if_free()
+        top = max((int(row[4]) for row in rows if row[4] is not None), default=0)
+        if top >= MAX_FENCE:  # the grant refused to count past it
+            raise self.backend.fence_exhausted(self.key, top)
         now = self.sql.to_datetime(rows[0][7])
-        expired = any(self.sql.to_datetime(row[6]) <= now for row in rows)
+        farthest = now + timedelta(seconds=MAX_TTL)  # a later expiry is not occupy's
+        expired = any(not now < self.sql.to_datetime(row[6]) <= farthest for row in rows)
         if expired:
             self.run(self.sql.purge_expired_of_key(), [self.digest])
             return self._grant_if_free()
@@ -302,6 +308,8 @@ class DatabaseAttempt(Attempt):
             self.run(self.sql.unlisten(channel), [])
 
     def current_holder(self) -> tuple[Holder | None, float | None]:
-        """Return the holder and its remaining seconds, by the database's clock."""
+        """Return the holder and its remaining seconds, by the database's clock; raise
+        ``StoreUnavailable`` instead if no grant could be made for want of a fence."""
+        self.backend.refuse_exhausted_fence(self.key)
         found = self.backend.holder_and_remaining(self.key)
         return (None, None) if found is None else found

@@ -49,7 +49,6 @@ with the app.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from functools import cached_property
@@ -57,7 +56,8 @@ from typing import Any
 
 from django.apps import apps
 from django.core.checks import CheckMessage, Error
-from django.db import DatabaseError, connections
+from django.core.exceptions import FieldError
+from django.db import DatabaseError, connections, router, transaction
 from django.db.models import DateTimeField
 from django.db.models.expressions import RawSQL
 
@@ -66,18 +66,16 @@ from occupy.backends.claims import digest
 from occupy.backends.db.attempt import DatabaseAttempt
 from occupy.backends.db.checks import no_database, occupation_table_warnings
 from occupy.backends.db.connections import OwnConnections
-from occupy.backends.db.dialects import Dialect, dialect_for
+from occupy.backends.db.dialects import TABLE, Dialect, dialect_for
 from occupy.backends.db.rows import DatabaseOccupationRows
 from occupy.backends.db.statements import Result, Statements
 from occupy.backends.options import Option, where
-from occupy.exceptions import InvalidBackendError, OccupyError
+from occupy.exceptions import InvalidBackendError, OccupyError, StoreUnavailable
+from occupy.keys import ObjectKey, parse_object_key
 from occupy.leases import Holder, Lease, new_token
+from occupy.validation import MAX_FENCE
 
 __all__ = ["DatabaseBackend"]
-
-#: Keys that name a model instance ("<app_label>.<model_name>:<pk>") are linked to it.
-_OBJECT_KEY = re.compile(r"^([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*):(.+)$")
-
 
 class DatabaseBackend(BaseBackend):
     """Locks stored as :class:`~occupy.models.Occupation` rows in a Django database."""
@@ -264,6 +262,7 @@ class DatabaseBackend(BaseBackend):
             mine = self.execute(sql.granted(), [d, token], key=key)[1]
             return (1, mine) if mine else None
 
+        self.refuse_exhausted_fence(key)
         for _ in range(10):
             rows = self.execute(sql.holding(), [d], key=key)[1]
             if rows:
@@ -298,6 +297,27 @@ class DatabaseBackend(BaseBackend):
         """Return the live ``using`` claim's owner, expiry and fence, or ``None``."""
         found = self.holder_and_remaining(key)
         return None if found is None else found[0]
+
+    def refuse_exhausted_fence(self, key: str) -> None:
+        """Raise :class:`~occupy.exceptions.StoreUnavailable` if the claims table records
+        a fence for ``key`` above which no fence exists (see :meth:`fence_exhausted`)."""
+        top = self.execute(self.dialect.top_fence(), [digest(key)], key=key)[1]
+        if top and top[0][0] is not None and int(top[0][0]) >= MAX_FENCE:
+            raise self.fence_exhausted(key, int(top[0][0]))
+
+    def fence_exhausted(self, key: str, fence: int) -> StoreUnavailable:
+        """Return the error for a key whose recorded fence cannot rise any more."""
+        return StoreUnavailable(
+            f"occupy backend {self.alias!r} cannot hand out a fence for {key!r}: table "
+            f"{TABLE!r} records fence {fence} for it, and a fence cannot exceed "
+            f"{MAX_FENCE} (2^63 - 1; occupy never writes one so high: a restored "
+            "snapshot, a hand edit or another program did). No grant or takeover is made "
+            "until the key's rows are gone: sweep_locks removes them once expired, or "
+            f"delete them (DELETE FROM {TABLE} WHERE {self.dialect.quote}key"
+            f"{self.dialect.quote} = <the key>). Fences then restart from the database "
+            "clock, below the recorded one: storage that compares fences must forget it.",
+            key=key, using=self.alias,
+        )
 
     def holder_and_remaining(self, key: str) -> tuple[Holder, float] | None:
         """Return the live ``using`` claim's holder and its seconds left by the
@@ -343,12 +363,17 @@ class DatabaseBackend(BaseBackend):
         """
         return RawSQL(self.dialect.now, [], output_field=DateTimeField())
 
+    def farthest(self) -> RawSQL:
+        """Return the latest expiry a claim of occupy's may have, as an ORM expression
+        (see :attr:`~occupy.backends.db.dialects.base.Dialect.farthest`)."""
+        return RawSQL(self.dialect.farthest, [], output_field=DateTimeField())
+
     def claims(self) -> Iterator[Claim]:
         """Yield every live claim, granted and queued, ordered by key."""
         occupation = apps.get_model("occupy", "Occupation")
         rows = (
             occupation._default_manager.using(self.database)
-            .filter(expires_at__gt=self.now())
+            .filter(expires_at__gt=self.now(), expires_at__lte=self.farthest())
             .order_by("key", "id")
             .values_list("key", "owner", "state", "created_at", "expires_at", "fence")
         )
@@ -359,15 +384,25 @@ class DatabaseBackend(BaseBackend):
             raise self.statements.failure(None, e) from e
 
     def object_of(self, key: str) -> tuple[int | None, str | None]:
-        """Return the content type id and object id a ``"app.model:pk"`` key names."""
-        match = _OBJECT_KEY.match(key)
-        if match is None or not apps.is_installed("django.contrib.contenttypes"):
+        """Return the content type id and object id a row's key names (see
+        :mod:`occupy.keys`), or ``(None, None)`` for a key that names no row.
+
+        A shortened key carries only the start of the primary key and its digest: the
+        row is looked up by that start and told by the digest (one query, for such keys
+        only). A row that cannot be found (deleted, a composite primary key) leaves the
+        claim unlinked: it locks all the same, but ``occupied()``, ``free()`` and the
+        admin's status column do not see it.
+        """
+        parsed = parse_object_key(key)
+        if parsed is None or not apps.is_installed("django.contrib.contenttypes"):
             return None, None
-        app_label, model_name, object_id = match.groups()
         try:
-            model = apps.get_model(app_label, model_name)
+            model = apps.get_model(parsed.app_label, parsed.model_name)
         except LookupError:
             return None, None
+        object_id: str | None = parsed.pk_text
+        if parsed.digest is not None:
+            object_id = self._shortened_object_id(model, parsed)
         from django.contrib.contenttypes.models import ContentType
 
         try:
@@ -375,3 +410,24 @@ class DatabaseBackend(BaseBackend):
         except DatabaseError as e:
             raise self.statements.failure(key, e) from e
         return content_type.pk, object_id
+
+    def _shortened_object_id(self, model: Any, parsed: ObjectKey) -> str | None:
+        """Return the primary key, as text, of the row of ``model`` a shortened key
+        names, or ``None`` when no row matches: looked for in the claims' database, then
+        in the one the router reads ``model`` from."""
+        for database in dict.fromkeys([self.database, router.db_for_read(model)]):
+            rows = model._base_manager.db_manager(database)
+            try:
+                # In a savepoint: a table missing there must not break the caller's
+                # transaction on that database.
+                with transaction.atomic(using=database):
+                    candidates = list(rows.filter(pk__startswith=parsed.pk_text)
+                                      .values_list("pk", flat=True))
+                found = next((str(pk) for pk in candidates if parsed.matches(pk)), None)
+            except (FieldError, TypeError, ValueError):
+                return None  # a primary key that cannot be looked up by its start
+            except DatabaseError:
+                continue  # the model has no table in that database
+            if found is not None:
+                return found
+        return None

@@ -38,7 +38,7 @@ class DatabaseOccupationRows(OccupationRows):
         content_type = ContentType.objects.db_manager(self.database).get_for_model(model)
         return occupation._default_manager.using(self.database).filter(
             content_type_id=content_type.pk, state="using",
-            expires_at__gt=self.backend.now(),
+            expires_at__gt=self.backend.now(), expires_at__lte=self.backend.farthest(),
         )
 
     def object_id_text(self) -> Any:

@@ -42,11 +42,12 @@ written, default 600 s). POSIX only (``fcntl``).
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, NoReturn
 
 from django.core.checks import CheckMessage, Warning
 
@@ -58,6 +59,9 @@ from occupy.backends.file.records import DEAD, Queued
 from occupy.backends.options import Option, where
 from occupy.exceptions import OccupyError
 from occupy.leases import Holder, Lease
+from occupy.validation import MAX_FENCE
+
+logger = logging.getLogger("occupy.backends.file")
 
 __all__ = ["FileAttempt", "FileBackend"]
 
@@ -246,6 +250,8 @@ class FileBackend(BaseBackend):
                     key, if_fence, previous,
                     None if live is None else (live.expires_us - now) / 1e6)
             if claim is not None:
+                if claim.fence >= MAX_FENCE:  # refused before the holder is touched
+                    attempt._fence_exhausted(claim.fence, f"using/{d}")
                 self.directory.retire(d)
             lease = attempt._grant(now)
         if lease is None:  # only if flock is not shared on this filesystem
@@ -285,16 +291,17 @@ class FileBackend(BaseBackend):
     def _sweep(self, now: int, dry_run: bool) -> int:
         count = 0
         directory = self.directory
-        for d in directory.granted():
+        strays: list[str] = []
+        for d in directory.granted(strays):
             with self.locks.hold(d):
                 claim = self._claim(d)
                 if claim is not None and not claim.live(now):
                     count += 1
                     if not dry_run:
                         directory.retire(d)
-        for d in directory.queued():
+        for d in directory.queued(strays):
             with self.locks.hold(d):
-                for ticket in directory.tickets(d):
+                for ticket in directory.tickets(d, strays):
                     if directory.ticket_expires_ns(d, ticket) <= now * 1000:
                         count += 1
                         if not dry_run:
@@ -302,12 +309,14 @@ class FileBackend(BaseBackend):
                 if not dry_run:
                     directory.remove_queue(d)
         if dry_run:
+            self._report(strays)
             return count
-        for d in directory.fenced():
+        for d in directory.fenced(strays):
             with self.locks.hold(d):
                 if directory.last_fence(d) < now - FENCE_MEMORY_US:
                     directory.forget_fence(d)
         directory.remove_temporaries((now - TMP_MEMORY_US) * 1000)
+        self._report(strays)
         return count
 
     def claims(self) -> Iterable[Claim]:
@@ -319,7 +328,8 @@ class FileBackend(BaseBackend):
     def _claims(self, now: int) -> list[Claim]:
         found = []
         directory = self.directory
-        for d in directory.granted():
+        strays: list[str] = []
+        for d in directory.granted(strays):
             with self.locks.hold(d):
                 claim = self._claim(d)
             if claim is not None and claim.live(now):
@@ -327,9 +337,9 @@ class FileBackend(BaseBackend):
                 found.append(Claim(claim.key, claim.owner, "using",
                                    None if foreign else from_us(claim.since_us),
                                    from_us(claim.expires_us), None if foreign else claim.fence))
-        for d in directory.queued():
+        for d in directory.queued(strays):
             with self.locks.hold(d):
-                for ticket in directory.tickets(d):
+                for ticket in directory.tickets(d, strays):
                     expires = directory.ticket_expires_ns(d, ticket)
                     queued = directory.read_ticket(d, ticket)
                     # Gone, expired, or not a queued claim occupy wrote (it expires).
@@ -339,7 +349,46 @@ class FileBackend(BaseBackend):
                                        from_us(queued.since_us), from_us(expires // 1000),
                                        None))
         found.sort(key=lambda c: (c.key, c.state != "using"))
+        self._report(strays)
         return found
+
+    def _report(self, strays: list[str]) -> None:
+        if strays:
+            logger.warning("occupy backend %r skipped %d entries of its LOCATION that are "
+                           "not occupy's (remove them): %s", self.alias, len(strays),
+                           ", ".join(repr(path) for path in strays[:5]))
+
+    def strays(self) -> list[str]:
+        """Return the paths of the entries under ``LOCATION``'s ``using/``, ``pending/``
+        and ``fences/`` that occupy did not write there (a file of another name, a
+        directory where a claim file belongs): every call skips them."""
+        strays: list[str] = []
+        with self.reaching(None):
+            directory = self.directory
+            for d in directory.queued(strays):
+                directory.tickets(d, strays)
+            for _ in (*directory.granted(strays), *directory.fenced(strays)):
+                pass
+        return strays
+
+    def check_store(self, databases: Collection[str]) -> list[CheckMessage]:
+        """Add ``occupy.W004`` for entries of ``LOCATION`` occupy did not write."""
+        messages = super().check_store(databases)
+        try:
+            strays = self.strays()
+        except OccupyError:
+            return messages  # an unusable LOCATION: W005 and the calls themselves say so
+        if strays:
+            shown = ", ".join(repr(path) for path in strays[:3])
+            more = f" and {len(strays) - 3} more" if len(strays) > 3 else ""
+            messages.append(Warning(
+                f"occupy backend {self.alias!r} has {len(strays)} entries in its LOCATION "
+                f"that occupy did not write: {shown}{more}. They are skipped.",
+                hint="Remove them: only occupy's claim files belong under using/, "
+                "pending/ and fences/ (give other files a directory of their own).",
+                obj=where(self.alias), id="occupy.W004",
+            ))
+        return messages
 
 
 class FileAttempt(Attempt):
@@ -427,6 +476,8 @@ class FileAttempt(Attempt):
         expires = now + round(self.ttl * 1e6)
 
         def claim(last_fence: int) -> Entry:
+            if last_fence >= MAX_FENCE:
+                self._fence_exhausted(last_fence, f"fences/{self.digest}")
             return Entry(self.token, self.owner, max(last_fence + 1, now), 1, expires, now,
                          self.key)
 
@@ -450,6 +501,12 @@ class FileAttempt(Attempt):
         self.ticket = ticket
         self.note_place(None)
         self._heartbeat(force=True)
+
+    def _fence_exhausted(self, fence: int, path: str) -> NoReturn:
+        raise self.backend.unavailable(self.key, OverflowError(
+            f"{path} records fence {fence}, the largest a fence can be (2^63 - 1), so no "
+            f"higher one exists: delete {path} by hand; fences then restart from the "
+            "clock, below those handed out, so storage that compares them must forget them"))
 
     def _heartbeat(self, force: bool = False) -> None:
         """Push our pending claim's expiry (its mtime) ``PENDING_TTL`` past now."""

@@ -8,7 +8,10 @@ the backend makes on it. Layout::
     tmp/                        rewrites are written here, then renamed into place
 
 Keys are stored under their SHA-256 digest (``d`` below), which is a safe file name
-whatever the key. Nothing here takes a key's lock: the backend calls these under it.
+whatever the key. An entry that is not of this layout (a ``junk.txt``, a directory
+where a claim file belongs, a file where a queue directory belongs) is not occupy's:
+listing skips it and collects it in ``strays`` for the caller to report, and nothing
+here removes it. Nothing here takes a key's lock: the backend calls these under it.
 A directory that is missing (never made, or removed by a cleaner) is made and the call
 tried once more; any other ``OSError`` is the caller's (an unusable ``LOCATION``).
 Nothing is fsynced.
@@ -17,7 +20,9 @@ Nothing is fsynced.
 from __future__ import annotations
 
 import os
+import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from typing import ParamSpec, TypeVar
@@ -25,8 +30,14 @@ from typing import ParamSpec, TypeVar
 from occupy.backends.claims import Entry
 from occupy.backends.file import records
 from occupy.backends.file.records import Queued
+from occupy.validation import MAX_TTL
 
 __all__ = ["ClaimDirectory"]
+
+_MAX_TTL_NS = MAX_TTL * 1_000_000_000
+
+#: The name of every entry of ``using/``, ``pending/`` and ``fences/``: a key's digest.
+_DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -127,30 +138,42 @@ class ClaimDirectory:
         """Delete the key's retired claim."""
         _unlink(f"{self._fences}/{d}")
 
-    def granted(self) -> Iterator[str]:
-        """Yield the digests of the keys with a granted claim file."""
-        return _names(self._using)
+    def granted(self, strays: list[str] | None = None) -> Iterator[str]:
+        """Yield the digests of the keys with a granted claim file (adding the paths of
+        the entries that are not one to ``strays``)."""
+        return _digests(self._using, False, strays)
 
-    def fenced(self) -> Iterator[str]:
-        """Yield the digests of the keys with a retired claim file."""
-        return _names(self._fences)
+    def fenced(self, strays: list[str] | None = None) -> Iterator[str]:
+        """Yield the digests of the keys with a retired claim file (see :meth:`granted`)."""
+        return _digests(self._fences, False, strays)
 
     # --- queued claims: pending/<digest>/<ticket> ------------------------------------
     def queue_path(self, d: str) -> str:
         """Return the directory of the key's queued claims."""
         return f"{self._pending}/{d}"
 
-    def queued(self) -> Iterator[str]:
-        """Yield the digests of the keys with a queue directory."""
-        return _names(self._pending)
+    def queued(self, strays: list[str] | None = None) -> Iterator[str]:
+        """Yield the digests of the keys with a queue directory (see :meth:`granted`)."""
+        return _digests(self._pending, True, strays)
 
-    def tickets(self, d: str) -> list[str]:
-        """Return the tickets queued on the key, oldest first."""
-        try:  # on every try: listdir is the quickest way to learn the queue is empty
-            names = os.listdir(f"{self._pending}/{d}")
-        except FileNotFoundError:
+    def tickets(self, d: str, strays: list[str] | None = None) -> list[str]:
+        """Return the tickets queued on the key, oldest first (a directory among them is
+        not one: its path goes to ``strays``)."""
+        queue = f"{self._pending}/{d}"
+        found = []
+        try:  # on every try: a scan is the quickest way to learn the queue is empty
+            with os.scandir(queue) as it:
+                for entry in it:
+                    if entry.name.startswith("."):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        if strays is not None:
+                            strays.append(entry.path)
+                        continue
+                    found.append(entry.name)
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(name for name in names if not name.startswith("."))
+        return sorted(found)
 
     def enqueue(self, d: str, ticket: str, queued: Queued) -> None:
         """Write ``queued`` as the key's queued claim ``ticket``."""
@@ -163,11 +186,14 @@ class ClaimDirectory:
         return None if data is None else records.load_queued(data)
 
     def ticket_expires_ns(self, d: str, ticket: str) -> int:
-        """Return when the queued claim ``ticket`` expires (its mtime), or 0 if it is gone."""
+        """Return when the queued claim ``ticket`` expires (its mtime), or 0 if it is gone
+        or says it lives longer than any claim occupy writes (``MAX_TTL``): such a file
+        is not occupy's, and blocks nothing."""
         try:
-            return os.stat(f"{self._pending}/{d}/{ticket}").st_mtime_ns
+            expires = os.stat(f"{self._pending}/{d}/{ticket}").st_mtime_ns
         except FileNotFoundError:
             return 0
+        return 0 if expires > time.time_ns() + _MAX_TTL_NS else expires
 
     def renew_ticket(self, d: str, ticket: str, expires_ns: int) -> None:
         """Set the queued claim ``ticket`` to expire at ``expires_ns`` (its mtime); a
@@ -208,6 +234,8 @@ def _read(path: str) -> bytes | None:
         return None
     try:
         return os.read(fd, records.MAX_SIZE)
+    except IsADirectoryError:
+        return b""  # not a record occupy wrote
     finally:
         os.close(fd)
 
@@ -242,12 +270,27 @@ def _unlink(path: str) -> None:
         os.unlink(path)
 
 
-def _names(directory: str) -> Iterator[str]:
-    """Yield the names in ``directory`` but dot files (nothing if it does not exist)."""
+def _digests(directory: str, dirs: bool, strays: list[str] | None) -> Iterator[str]:
+    """Yield the names in ``directory`` that are digests of entries of the layout's kind
+    (directories if ``dirs``, else files); add the paths of the others to ``strays``."""
+    for entry in _entries(directory):
+        if _DIGEST.match(entry.name) and entry.is_dir(follow_symlinks=False) == dirs:
+            yield entry.name
+        elif strays is not None:
+            strays.append(entry.path)
+
+
+def _entries(directory: str) -> Iterator[os.DirEntry[str]]:
+    """Yield the entries of ``directory`` but dot files (nothing if it does not exist)."""
     try:
         with os.scandir(directory) as it:
             for entry in it:
                 if not entry.name.startswith("."):
-                    yield entry.name
+                    yield entry
     except FileNotFoundError:
         return
+
+
+def _names(directory: str) -> Iterator[str]:
+    """Yield the names in ``directory`` but dot files (nothing if it does not exist)."""
+    return (entry.name for entry in _entries(directory))

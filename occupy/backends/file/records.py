@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from occupy.backends.claims import Entry
+from occupy.validation import MAX_FENCE
 
 __all__ = ["DEAD", "MAX_SIZE", "Queued", "dump_claim", "dump_queued", "load_claim",
            "load_queued"]
@@ -41,9 +42,11 @@ def load_claim(data: bytes) -> Entry:
         return DEAD  # torn by a power cut, or not ours
     _, token, fence, depth, expires, since, owner, key = fields[:8]
     try:
-        return Entry(token, owner, int(fence), int(depth), int(expires), int(since), key)
+        entry = Entry(token, owner, int(fence), int(depth), int(expires), int(since), key)
     except ValueError:
         return DEAD
+    # A fence no BIGINT holds is not one occupy wrote either.
+    return entry if 0 <= entry.fence <= MAX_FENCE else DEAD
 
 
 class Queued(NamedTuple):

@@ -18,6 +18,12 @@ tag (so one Redis Cluster slot): ``<prefix>{<digest>}:`` followed by
    and also when the counter is lost or set back: a restart without persistence, a
    restore of an older snapshot, a failover to a replica that lagged. The counter
    lives ``FENCE_TTL`` from its first grant; after that the clock alone floors it.
+   Fences are decimal text in the scripts, compared (longer is larger, else byte
+   order) and counted (one added digit by digit) exactly, up to 2^63 - 1. A counter
+   occupy did not write (not a decimal, another type) refuses every grant with an
+   error naming the Redis key, and a takeover rewrites it (above the replaced holder's
+   fence); a counter at 2^63 - 1 refuses every grant, takeovers included, until it is
+   deleted by hand. No grant is ever made with a repeated or a negative fence.
 3. ``queue``: a sorted set of waiters' tokens, scored by arrival (``TIME`` µs).
 4. ``waiters``: a hash ``token -> "<deadline ms>|<ttl ms>|<owner>\\0<key>"``. A
    waiter refreshes its deadline every time it polls; one that died is dropped when
@@ -39,9 +45,10 @@ Redis Cluster routes a script by its declared key and lets it touch undeclared k
 the same slot, which the shared hash tag guarantees. Needs Redis 6.2 (``SET … GET``,
 ``PXAT``).
 
-Times are the server's: ``TIME`` for now, ``PXAT`` for expiry. Big integers go through
-``string.format('%d')`` because Lua numbers are doubles (exact below 2^53; fences in
-microseconds are about 2^51) and their default formatting rounds.
+Times are the server's: ``TIME`` for now, ``PXAT`` for expiry. Times go through
+``string.format('%d')`` because Lua numbers are doubles (exact below 2^53; times in
+microseconds are about 2^51) and their default formatting rounds; fences are never
+numbers in Lua at all.
 
 The uncontended path is what a lock is mostly asked for, so it is kept short: take is
 ``GET``, ``TIME``, ``EXISTS``, ``SET … GET`` (the fence) and ``SET … PXAT``; release is
@@ -99,28 +106,86 @@ local function bad_ttl(ttl)
   return not ttl or ttl ~= ttl or ttl < 1 or ttl > 1e12 or ttl % 1 ~= 0
 end
 
--- The next fence: the server's clock in µs, or one above the last fence if that is
--- ahead (a clock stepped back, two grants in one µs). The counter keeps the TTL it was
--- made with, so a key in steady use is written with one SET and no expiry to rewrite.
-local function next_fence(t)
-  local fence_key = base .. 'fence'
-  local now_us = t[1] * 1000000 + t[2]
-  local last = redis.call('SET', fence_key, string.format('%d', now_us), 'GET', 'KEEPTTL')
-  if not last then
-    redis.call('PEXPIRE', fence_key, FENCE_TTL)
-    return now_us
-  end
-  last = tonumber(last)
-  if last < now_us then return now_us end
-  redis.call('SET', fence_key, string.format('%d', last + 1), 'KEEPTTL')
-  return last + 1
+-- Fences are decimal text, compared and counted exactly: Lua numbers are doubles,
+-- exact only below 2^53, and a counter set higher (a restore, a hand edit, another
+-- program) must give neither a repeated nor a negative fence.
+local MAX_FENCE = '9223372036854775807'
+local function below(a, b)  -- a < b, for decimal texts without leading zeros
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+local function plus_one(n)
+  local i = #n
+  while i > 0 and string.byte(n, i) == 57 do i = i - 1 end  -- trailing nines
+  if i == 0 then return '1' .. string.rep('0', #n) end
+  return string.sub(n, 1, i - 1) .. string.char(string.byte(n, i) + 1) .. string.rep('0', #n - i)
+end
+local function fence_text(n)  -- n is a fence occupy could have written, as text
+  return n == '0' or (string.find(n, '^[1-9]%d*$') and not below(MAX_FENCE, n))
 end
 
-local function grant(token, flag, ttl, tail, t)
-  local fence = next_fence(t)
+-- The key's fence counter (false if it has none), or nil and why it cannot give the
+-- next fence (FENCE_AT_MAX: never again; anything else: a takeover rewrites it).
+local FENCE_AT_MAX = 'is at the largest fence, 2^63-1, and cannot rise'
+local function last_fence(fence_key)
+  local last = redis.pcall('GET', fence_key)
+  if not last then return false end
+  if type(last) ~= 'string' then
+    return nil, 'is not a string (another type: WRONGTYPE)'
+  end
+  if not fence_text(last) then
+    return nil, 'holds ' .. string.format('%q', string.sub(last, 1, 40)) ..
+      ', which is not a fence occupy wrote'
+  end
+  if last == MAX_FENCE then return nil, FENCE_AT_MAX end
+  return last
+end
+
+local function fence_error(fence_key, why)
+  local fix = 'occupy.takeover() on the key rewrites it'
+  if why == FENCE_AT_MAX then
+    fix = 'delete it by hand; fences then restart from the server clock, below those ' ..
+      'handed out, so storage that compares them must forget them too'
+  end
+  return 'occupy: fence counter ' .. fence_key .. ' ' .. why .. ': no fence can be ' ..
+    'handed out for the key until it is repaired (' .. fix .. ')'
+end
+
+-- The next fence, as text: the server's clock in µs, or one above the last fence if
+-- that is ahead (a clock stepped back, two grants in one µs), and above ``floor``
+-- (a holder's fence) when given. ``repair`` (a takeover) rewrites a counter occupy did
+-- not write instead of refusing. The counter keeps the TTL it was made with, so a key
+-- in steady use is written with one SET and no expiry to rewrite.
+local function next_fence(t, floor, repair)
+  local fence_key = base .. 'fence'
+  local last, why = last_fence(fence_key)
+  if last == nil then
+    if not repair or why == FENCE_AT_MAX then error({err = fence_error(fence_key, why)}) end
+    redis.call('DEL', fence_key)
+    last = false
+  end
+  local kept = last
+  if floor and (not last or below(last, floor)) then last = floor end
+  local fence = string.format('%d', t[1] * 1000000 + t[2])
+  if last and not below(last, fence) then
+    if last == MAX_FENCE or below(MAX_FENCE, last) then
+      error({err = fence_error(fence_key, FENCE_AT_MAX)})
+    end
+    fence = plus_one(last)
+  end
+  if kept then
+    redis.call('SET', fence_key, fence, 'KEEPTTL')
+  else
+    redis.call('SET', fence_key, fence, 'PX', FENCE_TTL)
+  end
+  return fence
+end
+
+local function grant(token, flag, ttl, tail, t, floor, repair)
+  local fence = next_fence(t, floor, repair)
   local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
   local expires = now_ms + ttl
-  local numbers = string.format('%d %d %d', fence, expires, now_ms)
+  local numbers = fence .. string.format(' %d %d', expires, now_ms)
   -- PXAT: an absolute expiry is stored and replicated as it is, with no rewriting.
   -- Redis turns a Lua number into text with '%.17g', exact for these 13 digits.
   redis.call('SET', lock, token .. ' ' .. flag .. '1 ' .. numbers .. ' ' .. tail,
@@ -142,6 +207,8 @@ end
 -- The key is free: hand it to the oldest waiter whose deadline has not passed, and
 -- push the grant to its wake-up list. Dead waiters met on the way are dropped.
 local function grant_next(t)
+  -- A counter that cannot give a fence: no hand-over (each waiter's own try reports it).
+  if last_fence(base .. 'fence') == nil then return nil end
   local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
@@ -366,7 +433,14 @@ if old_token then
 end
 local flag = '-'
 if redis.call('EXISTS', base .. 'queue') == 1 then flag = 'q' end
-return {grant(token, flag, ttl, tail, redis.call('TIME')), previous}
+-- The new fence is above the replaced holder's too, whatever the counter says (a
+-- counter occupy did not write is rewritten here, not refused).
+local floor = false
+if old_token then
+  floor = string.match(fence, '^0*(%d+)$')
+  if not fence_text(floor) then floor = MAX_FENCE end  -- refused by next_fence
+end
+return {grant(token, flag, ttl, tail, redis.call('TIME'), floor, true), previous}
 """
 
 #: Remove every trace of an attempt that gives up: its place in the queue, its wake-up

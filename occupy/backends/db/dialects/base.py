@@ -16,7 +16,10 @@ from __future__ import annotations
 import math
 import time
 from datetime import datetime, timezone
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from occupy.validation import MAX_FENCE, MAX_TTL
 
 if TYPE_CHECKING:
     from occupy.backends.db.connections import OwnConnection
@@ -86,14 +89,25 @@ class Dialect:
             return moment.replace(tzinfo=timezone.utc)
         return moment.astimezone(timezone.utc)
 
+    @cached_property
+    def farthest(self) -> str:
+        """Return SQL for the latest expiry a claim may have: the store's now plus
+        :data:`~occupy.validation.MAX_TTL`. occupy writes none later (no ttl is longer);
+        a row that says it lives longer (a hand edit, a restored snapshot, another
+        program) is not occupy's, and counts as expired, so that it blocks nothing."""
+        seconds = self.seconds(MAX_TTL)
+        literal = f"'{seconds}'" if isinstance(seconds, str) else str(seconds)
+        return self.later.replace("%s", literal)
+
     def live(self, column: str = "expires_at") -> str:
-        """Return SQL that is true while ``column`` is in the future, as a filter on rows
-        found by key, digest or id."""
-        return f"{column} > {self.now}"
+        """Return SQL that is true while ``column`` is in the future, and no further
+        than :attr:`farthest`, as a filter on rows found by key, digest or id."""
+        return f"{column} > {self.now} AND {column} <= {self.farthest}"
 
     def expired(self, column: str = "expires_at") -> str:
-        """Return SQL that is true once ``column`` has passed (see :meth:`live`)."""
-        return f"{column} <= {self.now}"
+        """Return SQL that is true once ``column`` has passed, or for an expiry beyond
+        :attr:`farthest` (the negation of :meth:`live`)."""
+        return f"({column} <= {self.now} OR {column} > {self.farthest})"
 
     def fence_expr(self) -> str:
         """Return SQL for the next fence of the key whose digest is the parameter.
@@ -101,7 +115,10 @@ class Dialect:
         The store's clock in microseconds is the floor, so a fence survives restarts,
         sweeps and releases (the key's rows are gone, the clock has moved on); one
         more than the highest fence still recorded for the key covers a clock that
-        stepped back while rows exist.
+        stepped back while rows exist. Every statement that writes it is guarded (in
+        its ``WHERE``, which is checked first) against a recorded fence of
+        :data:`~occupy.validation.MAX_FENCE`, one above which a ``BIGINT`` cannot hold
+        (PostgreSQL and MariaDB would fail, SQLite would turn it into an inexact float).
         """
         return (
             f"{self.greatest}({self.clock_us}, COALESCE((SELECT MAX(f.fence) FROM {TABLE} f "
@@ -124,8 +141,9 @@ class Dialect:
             f"SELECT %s, %s, %s, %s, %s, %s, %s, 'using', "
             f"{self.greatest}({self.clock_us}, COALESCE(k.top, 0) + 1), 1, "
             f"{self.later}, {self.now} FROM (SELECT MAX(fence) AS top, "
-            f"MAX(CASE WHEN expires_at > {self.now} THEN 1 ELSE 0 END) AS live "
+            f"MAX(CASE WHEN {self.live()} THEN 1 ELSE 0 END) AS live "
             f"FROM {TABLE} WHERE digest = %s) k WHERE COALESCE(k.live, 0) = 0 "
+            f"AND COALESCE(k.top, 0) < {MAX_FENCE} "
             f"{self.on_conflict} RETURNING fence, expires_at"
         )
 
@@ -193,8 +211,8 @@ class Dialect:
             f"expires_at = {self.later}, created_at = {self.now} WHERE id = %s "
             f"AND state = 'pending' "
             f"AND {self.live()}{free} AND NOT EXISTS (SELECT 1 FROM {TABLE} o "
-            f"WHERE o.digest = %s AND {self.live('o.expires_at')} "
-            f"AND {blocked_by}){returning}"
+            f"WHERE o.digest = %s AND (({self.live('o.expires_at')} AND {blocked_by}) "
+            f"OR o.fence >= {MAX_FENCE})){returning}"
         )
 
     def queue_position(self) -> str:
@@ -248,6 +266,10 @@ class Dialect:
             f"SELECT id, owner, token, state, fence, depth, expires_at, {self.now} "
             f"FROM {TABLE} WHERE digest = %s"
         )
+
+    def top_fence(self) -> str:
+        """The highest fence recorded for a digest (any claim, live or not), or NULL."""
+        return f"SELECT MAX(fence) FROM {TABLE} WHERE digest = %s"
 
     def purge_expired_of_key(self) -> str:
         """Delete the expired claims of a digest."""
@@ -321,7 +343,7 @@ class Dialect:
 
     def count_expired(self) -> str:
         """Count every expired claim."""
-        return f"SELECT COUNT(*) FROM {TABLE} WHERE expires_at <= {self.now}"
+        return f"SELECT COUNT(*) FROM {TABLE} WHERE {self.expired()}"
 
     def sweep_batch(self) -> str:
         """Delete up to ``%s`` expired claims without loading them.
@@ -331,7 +353,7 @@ class Dialect:
         """
         return (
             f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} "
-            f"WHERE expires_at <= {self.now} LIMIT %s) AND expires_at <= {self.now}"
+            f"WHERE {self.expired()} LIMIT %s) AND {self.expired()}"
         )
 
     # --- waking waiters (where wakes_waiters) ---------------------------------------

@@ -53,7 +53,7 @@ class MySQLDialect(Dialect):
     def sweep_batch(self) -> str:
         """Delete up to ``%s`` expired claims, oldest expiry first."""
         return (
-            f"DELETE FROM {TABLE} WHERE expires_at <= {self.now} "
+            f"DELETE FROM {TABLE} WHERE {self.expired()} "
             f"ORDER BY expires_at LIMIT %s"
         )
 

@@ -130,7 +130,7 @@ class PostgreSQLDialect(Dialect):
         """
         return (
             f"DELETE FROM {TABLE} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {TABLE} "
-            f"WHERE expires_at <= {self.now} LIMIT %s)) AND expires_at <= {self.now}"
+            f"WHERE {self.expired()} LIMIT %s)) AND {self.expired()}"
         )
 
     # --- waking waiters -----------------------------------------------------------------
