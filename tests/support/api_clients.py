@@ -185,3 +185,15 @@ def takeover_race(role: str, url: str, user: str, seconds: float) -> Any:
     if role == "flicker":
         return flicker(url, user, seconds)
     return take_over_own(url, user, seconds)
+
+
+def plain_appends(url: str, user: str, name: str, rounds: int) -> list[tuple[int, Any, Any]]:
+    """Read the row and PATCH ``name`` appended to its ``note``, ``rounds`` times, as a
+    client of a plain DRF API does (no precondition); return each answer's status,
+    ``ETag`` and ``code``."""
+    answers = []
+    for _ in range(rounds):
+        _status, _head, body = call("GET", url, user)
+        status, head, body = call("PATCH", url, user, {"note": body["note"] + name})
+        answers.append((status, head.get("ETag"), (body or {}).get("code")))
+    return answers
