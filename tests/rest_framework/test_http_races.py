@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import datetime
 
 import pytest
 from django.contrib.admin.models import LogEntry
 
 import occupy
-
 from tests.support import api_clients, multiproc
 from tests.support.aliases import backend_params
 from tests.testapp.models import Book, Document
