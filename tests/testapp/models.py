@@ -174,7 +174,5 @@ class LongKeyNote(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
     slug = models.CharField(primary_key=True, max_length=255)
     text = models.CharField(max_length=100, blank=True, default="")
 
-    objects: ClassVar[OccupyManager] = OccupyManager()
-
     def __str__(self) -> str:
         return self.slug
