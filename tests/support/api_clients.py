@@ -99,16 +99,19 @@ def append_until_written(url: str, user: str, name: str, rounds: int) -> list[in
     return statuses
 
 
-def patch_while_leased(url: str, user: str, tries: int) -> list[tuple[float, int, str, Any]]:
+def patch_while_leased(url: str, user: str, tries: int
+                       ) -> list[tuple[float, float, int, str, Any]]:
     """PATCH ``tries`` times while someone else holds an edit lease; return each answer
-    as (the time it came, its status, its ``Retry-After``, the holder named)."""
+    as (when the PATCH was sent, when its answer came, its status, its ``Retry-After``,
+    the holder named)."""
     answers = []
     for _ in range(tries):
         _status, head, body = call("GET", url, user)
+        sent = time.time()
         status, head, body = call("PATCH", url, user, {"body": "intruder"},
                                   If_Match=head["ETag"])
         holder = (body or {}).get("holder") or {}
-        answers.append((time.time(), status, head.get("Retry-After", ""),
+        answers.append((sent, time.time(), status, head.get("Retry-After", ""),
                         holder.get("owner_display")))
         time.sleep(0.05)
     return answers
