@@ -39,6 +39,9 @@ REST_FRAMEWORK_DEFAULTS: dict[str, Any] = {
     "CLIENT_HEADER": "Occupy-Client",
     "LEASE_TTL": 120,
     "LEASE_TTL_MAX": 600,
+    # How long a write without an edit lease waits for another request's write in
+    # flight (first come, first served) before answering 423.
+    "WRITE_WAIT": 2,
     "PROBLEM_TYPE_BASE": "about:blank",
 }
 
@@ -139,6 +142,15 @@ class OccupySettings:
             merged["PRECONDITION_REQUIRED"] = tuple(m.upper() for m in methods)
             for name in ("LEASE_TTL", "LEASE_TTL_MAX"):
                 _seconds(check_ttl, f"OCCUPY['REST_FRAMEWORK'][{name!r}]", merged[name])
+            wait = merged["WRITE_WAIT"]
+            seconds = (None if wait is None else
+                       _seconds(check_timeout, "OCCUPY['REST_FRAMEWORK']['WRITE_WAIT']", wait))
+            if seconds is None or seconds > 60:
+                raise InvalidBackendError(
+                    "settings.OCCUPY['REST_FRAMEWORK']['WRITE_WAIT'] is how long a write waits "
+                    "for another write in flight: a few seconds at most, not "
+                    f"{wait!r} (a request would hang for that long).")
+            merged["WRITE_WAIT"] = seconds
             self._rest_framework = merged
         return self._rest_framework
 

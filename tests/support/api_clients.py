@@ -79,3 +79,124 @@ def lease_race(role: str, url: str, user: str) -> list[int]:
     if role == "lease":
         return edit_under_lease(url, user, 10)
     return write_without_lease(url, user, 3.0)
+
+
+def append_until_written(url: str, user: str, name: str, rounds: int) -> list[int]:
+    """``rounds`` times: read the row, append ``name`` to its ``body`` and PATCH it back
+    with the ETag read, re-reading on 412 until it is written (bounded); return every
+    PATCH status, and the ``Retry-After`` of any 423 after it as ``-seconds``."""
+    statuses: list[int] = []
+    for _ in range(rounds):
+        for _attempt in range(200):
+            _status, head, body = call("GET", url, user)
+            status, head, _body = call("PATCH", url, user, {"body": body["body"] + name},
+                                       If_Match=head["ETag"])
+            statuses.append(status)
+            if status == 423:
+                statuses.append(-int(head["Retry-After"]))
+            if status != 412:
+                break
+    return statuses
+
+
+def patch_while_leased(url: str, user: str, tries: int
+                       ) -> list[tuple[float, float, int, str, Any]]:
+    """PATCH ``tries`` times while someone else holds an edit lease; return each answer
+    as (when the PATCH was sent, when its answer came, its status, its ``Retry-After``,
+    the holder named)."""
+    answers = []
+    for _ in range(tries):
+        _status, head, body = call("GET", url, user)
+        sent = time.time()
+        status, head, body = call("PATCH", url, user, {"body": "intruder"},
+                                  If_Match=head["ETag"])
+        holder = (body or {}).get("holder") or {}
+        answers.append((sent, time.time(), status, head.get("Retry-After", ""),
+                        holder.get("owner_display")))
+        time.sleep(0.05)
+    return answers
+
+
+def hold_and_renew(url: str, user: str, seconds: float) -> dict[str, int]:
+    """The first user of the takeover race: take the lease (waiting out 423s), renew it
+    a few times, release it; for ``seconds``. Return how many grants she got and how
+    many of them were lost (a renew or release answered 409)."""
+    grants = lost = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        status, _head, body = call("POST", url + "lease/", user, {"ttl": 30})
+        if status == 423:
+            time.sleep(0.002)
+            continue
+        assert status == 201, (status, body)
+        grants += 1
+        token = body["token"]
+        held = True
+        for _ in range(3):
+            time.sleep(0.05)
+            status, _head, body = call("PATCH", url + "lease/", user, {"ttl": 30},
+                                       Occupy_Lease=token)
+            if status != 200:
+                assert status == 409, (status, body)
+                held = False
+                break
+        if held:
+            status, _head, body = call("DELETE", url + "lease/", user, Occupy_Lease=token)
+            held = status == 204
+        lost += not held
+    return {"grants": grants, "lost": lost}
+
+
+def take_over_own(url: str, user: str, seconds: float) -> list[tuple[int, Any]]:
+    """The second user of the takeover race (no takeover permission): keep taking his
+    own lease over (another of his processes takes and releases it), releasing what he
+    gets; for ``seconds``. Return every takeover's status and the holder it says it
+    replaced."""
+    answers = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        status, _head, body = call("POST", url + "lease/takeover/", user, {"ttl": 1})
+        assert status in (201, 403, 423), (status, body)
+        replaced = (body or {}).get("replaced") if status == 201 else None
+        answers.append((status, None if replaced is None else replaced["owner_display"]))
+        if status == 201:
+            call("DELETE", url + "lease/", user, Occupy_Lease=body["token"])
+        else:
+            time.sleep(0.005)
+    return answers
+
+
+def flicker(url: str, user: str, seconds: float) -> int:
+    """Take a short lease and release it at once, over and over, for ``seconds``: the
+    holder the other side reads keeps ending; return how many leases were taken."""
+    taken = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        status, _head, body = call("POST", url + "lease/", user, {"ttl": 1})
+        if status == 201:
+            taken += 1
+            call("DELETE", url + "lease/", user, Occupy_Lease=body["token"])
+        time.sleep(0.005)
+    return taken
+
+
+def takeover_race(role: str, url: str, user: str, seconds: float) -> Any:
+    """One side of the takeover race: ``"hold"`` takes and renews leases, ``"take"``
+    keeps taking his own lease over, ``"flicker"`` takes his lease and lets it go."""
+    if role == "hold":
+        return hold_and_renew(url, user, seconds)
+    if role == "flicker":
+        return flicker(url, user, seconds)
+    return take_over_own(url, user, seconds)
+
+
+def plain_appends(url: str, user: str, name: str, rounds: int) -> list[tuple[int, Any, Any]]:
+    """Read the row and PATCH ``name`` appended to its ``note``, ``rounds`` times, as a
+    client of a plain DRF API does (no precondition); return each answer's status,
+    ``ETag`` and ``code``."""
+    answers = []
+    for _ in range(rounds):
+        _status, _head, body = call("GET", url, user)
+        status, head, body = call("PATCH", url, user, {"note": body["note"] + name})
+        answers.append((status, head.get("ETag"), (body or {}).get("code")))
+    return answers
