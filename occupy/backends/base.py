@@ -412,7 +412,14 @@ class BaseBackend:
         return 0
 
     def close(self) -> None:
-        """Release connections and threads this backend holds (on settings reload)."""
+        """Release connections and threads this backend holds, in every thread of this
+        process (on settings reload, :func:`occupy.backends.close_connections`); the
+        backend makes them again when next used."""
+
+    def close_if_unusable_or_obsolete(self) -> None:
+        """Close this thread's connections that are unusable or past their age, as
+        Django does with its own at the start and end of a request (a backend whose
+        connections are its own, not a pool's or a cache's, writes it)."""
 
     # --- generic work ----------------------------------------------------------------
     def acquire(self, key: str, *, owner: str, ttl: float, timeout: float | None) -> Lease:

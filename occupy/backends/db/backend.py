@@ -179,6 +179,13 @@ class DatabaseBackend(BaseBackend):
             own.close()
         self._local = threading.local()
 
+    def close_if_unusable_or_obsolete(self) -> None:
+        """Close this thread's connection if it is unusable or older than the
+        database's ``CONN_MAX_AGE`` (at the start and end of a request)."""
+        own = self.__dict__.get("own_connections")
+        if own is not None:
+            own.close_if_unusable_or_obsolete()
+
     # --- the contract -------------------------------------------------------------------
     def attempt(self, key: str, owner: str, ttl: float) -> DatabaseAttempt:
         """Return an attempt to take ``key`` (see :class:`DatabaseAttempt`)."""
