@@ -13,6 +13,9 @@ from django.db import connections
 from tests.support.aliases import CONTRACT_BACKENDS, backend_params
 from tests.support.cleanup import wipe
 
+#: A user's project with settings of its own, run by test_user_project.py.
+collect_ignore = ["user_project"]
+
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_test_environment: None, django_db_blocker) -> Iterator[None]:

@@ -1,0 +1,9 @@
+"""A model whose rows are locked."""
+
+from django.db import models
+
+
+class Item(models.Model):
+    """Something to sell."""
+
+    name = models.CharField(max_length=50)
