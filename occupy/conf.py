@@ -130,6 +130,12 @@ class OccupySettings:
             merged["PRECONDITION_REQUIRED"] = tuple(m.upper() for m in methods)
             for name in ("LEASE_TTL", "LEASE_TTL_MAX"):
                 _positive_seconds(f"OCCUPY['REST_FRAMEWORK'][{name!r}]", merged[name])
+            if merged["LEASE_TTL"] > merged["LEASE_TTL_MAX"]:
+                raise InvalidBackendError(
+                    "settings.OCCUPY['REST_FRAMEWORK']['LEASE_TTL'] "
+                    f"({merged['LEASE_TTL']!r} s) is above LEASE_TTL_MAX "
+                    f"({merged['LEASE_TTL_MAX']!r} s): a lease asked for without a ttl would "
+                    "outlive the longest one allowed. Lower LEASE_TTL or raise LEASE_TTL_MAX.")
             self._rest_framework = merged
         return self._rest_framework
 

@@ -74,6 +74,9 @@ class Lease:
     renew: bool = False
     depth: int = 1
     lost: bool = field(default=False, compare=False)
+    #: Whether this lease was released: a second release says so instead of asking the
+    #: store, which would no longer know the token.
+    released: bool = field(default=False, compare=False)
     #: The process that took the lease: a forked child must not renew or release it.
     pid: int = field(default_factory=os.getpid, repr=False, compare=False)
     backend: BaseBackend | None = field(default=None, repr=False, compare=False)

@@ -333,6 +333,15 @@ class Dialect:
             f"WHERE expires_at <= {self.now} LIMIT %s) AND expires_at <= {self.now}"
         )
 
+    def sweep_batch_returning(self) -> str:
+        """Return :meth:`sweep_batch` that returns the key of each claim it deletes."""
+        return f"{self.sweep_batch()} RETURNING {self.quote}key{self.quote}"
+
+    def expired_keys(self) -> str:
+        """The key of every expired claim (``sweep_locks --dry-run -v 2``)."""
+        return (f"SELECT {self.quote}key{self.quote} FROM {TABLE} "
+                f"WHERE expires_at <= {self.now}")
+
     # --- waking waiters (where wakes_waiters) ---------------------------------------
     def channel(self, pending_id: int) -> str:
         """Return the channel a queued claim listens on."""
