@@ -26,9 +26,9 @@ pytestmark = pytest.mark.skipif("postgresql" in settings.SKIPS,
 def test_sessions_stay_flat_under_gunicorn_threads() -> None:
     pytest.importorskip("gunicorn", reason="gunicorn is not installed: pip install gunicorn")
     database = f"occupy_sessions{settings.SUFFIX}"
-    with run_gunicorn(database) as book_url:
+    with run_gunicorn(database) as book_urls:
         before = sessions_on(database)
-        lease_cycles(book_url, REQUESTS)
+        lease_cycles(book_urls, REQUESTS)
         deadline = time.monotonic() + SETTLE_WITHIN
         while (after := sessions_on(database)) > before and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -45,10 +45,12 @@ def _free_port() -> int:
 
 
 @contextmanager
-def run_gunicorn(database: str, *, workers: int = 2, threads: int = 4) -> Iterator[str]:
+def run_gunicorn(database: str, *, workers: int = 2, threads: int = 4,
+                 books: int = 8) -> Iterator[list[str]]:
     """Create ``database`` (dropped first if left over), migrate the example project
-    into it with its users and a book, and serve it with gunicorn (``gthread`` workers)
-    until the block ends; yield the book's API URL. The database is dropped after."""
+    into it with its users and ``books`` books, and serve it with gunicorn (``gthread``
+    workers) until the block ends; yield the books' API URLs. The database is dropped
+    after."""
     with _admin_cursor() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{database}"')
         conn.execute(f'CREATE DATABASE "{database}"')
@@ -58,7 +60,8 @@ def run_gunicorn(database: str, *, workers: int = 2, threads: int = 4) -> Iterat
     try:
         manage("migrate", "--verbosity", "0", env=env)
         manage("shell", "--command", USERS + "\nfrom example_project.library.models import "
-               "Book\nBook.objects.create(name='sessions', status='a')", env=env)
+               f"Book\nfor n in range({books}): Book.objects.create(name=f'sessions {{n}}', "
+               "status='a')", env=env)
         port = _free_port()
         server = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "--workers", str(workers), "--threads",
@@ -76,7 +79,7 @@ def run_gunicorn(database: str, *, workers: int = 2, threads: int = 4) -> Iterat
                     raise AssertionError("gunicorn did not start") from None
                 time.sleep(0.2)
         assert status == 200, raw
-        yield f"{url}{json.loads(raw)[0]['id']}/"
+        yield [f"{url}{book['id']}/" for book in json.loads(raw)]
     finally:
         if server is not None:
             server.send_signal(signal.SIGTERM)
@@ -89,21 +92,20 @@ def run_gunicorn(database: str, *, workers: int = 2, threads: int = 4) -> Iterat
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
-def lease_cycles(book_url: str, requests: int, *, clients: int = 8) -> None:
-    """Send ``requests`` API requests from ``clients`` threads at once: each pair takes
-    the book's edit lease and gives it back (a lease another client holds is a 423);
-    fail on any other answer."""
+def lease_cycles(book_urls: list[str], requests: int) -> None:
+    """Send ``requests`` API requests, from one client thread per book at once: each
+    pair takes the client's book's edit lease and gives it back; fail on any other
+    answer."""
 
-    def cycle(_: int) -> None:
-        status, _head, raw = send("POST", f"{book_url}lease/", user="editor",
-                                  password=PASSWORD, body={"ttl": 30})
-        if status == 423:
-            return
-        assert status == 201, raw
-        token = json.loads(raw)["token"]
-        status, _head, raw = send("DELETE", f"{book_url}lease/", user="editor",
-                                  password=PASSWORD, Occupy_Lease=token)
-        assert status == 204, raw
+    def cycles(book_url: str) -> None:
+        for _ in range(requests // 2 // len(book_urls)):
+            status, _head, raw = send("POST", f"{book_url}lease/", user="editor",
+                                      password=PASSWORD, body={"ttl": 30})
+            assert status == 201, raw
+            token = json.loads(raw)["token"]
+            status, _head, raw = send("DELETE", f"{book_url}lease/", user="editor",
+                                      password=PASSWORD, Occupy_Lease=token)
+            assert status == 204, raw
 
-    with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(cycle, range(requests // 2)))
+    with ThreadPoolExecutor(len(book_urls)) as pool:
+        list(pool.map(cycles, book_urls))
