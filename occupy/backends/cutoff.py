@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import os
 import socket
 import threading
@@ -41,6 +42,9 @@ class Cutoffs:
         self._heap: list[Cut] = []
         self._order = itertools.count()
         self._pid = 0
+        #: When the thread wakes next by itself (``time.monotonic()``; inf: only when
+        #: notified). A cut due later needs no wake-up: the thread looks again then.
+        self._wakes_at = math.inf
 
     def arm(self, fd: int, at: float) -> Cut:
         """Shut ``fd`` down at ``at`` (``time.monotonic()``); return the cut to disarm."""
@@ -49,12 +53,15 @@ class Cutoffs:
             if self._pid != os.getpid():  # first use, or a forked child: no thread yet
                 self._heap = []
                 self._pid = os.getpid()
+                self._wakes_at = math.inf
                 threading.Thread(target=self._run, name="occupy-cutoff", daemon=True).start()
             heap = self._heap
             while heap and not heap[0].armed:
                 heapq.heappop(heap)
             heapq.heappush(heap, entry)
-            if heap[0] is entry:
+            # Waking the thread for every statement cost an uncontended acquire a
+            # context switch; one due after the thread's own wake-up can wait for it.
+            if entry.at < self._wakes_at:
                 self._cond.notify()
         return entry
 
@@ -72,10 +79,12 @@ class Cutoffs:
                 while heap and not heap[0].armed:
                     heapq.heappop(heap)
                 if not heap:
+                    self._wakes_at = math.inf
                     self._cond.wait()
                     continue
                 wait = heap[0].at - time.monotonic()
                 if wait > 0:
+                    self._wakes_at = heap[0].at
                     self._cond.wait(wait)
                     continue
                 # Under the lock: the statement's thread cannot disarm (and go on to
