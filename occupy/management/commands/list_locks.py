@@ -7,6 +7,7 @@ non-zero, without a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -56,7 +57,7 @@ class Command(BaseCommand):
         if failures:
             raise CommandError("\n".join(failures))
 
-    def _print(self, rows: list[tuple[str, ...]]) -> None:
+    def _print(self, rows: Sequence[tuple[str, ...]]) -> None:
         if not rows:
             self.stdout.write("No live claims.")
             return

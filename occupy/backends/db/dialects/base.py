@@ -44,7 +44,7 @@ def statement(build: Callable[[DialectT], str]) -> Callable[[DialectT], str]:
 
     @functools.wraps(build)
     def built(self: DialectT) -> str:
-        cache = self.__dict__.setdefault("_built", {})
+        cache: dict[Callable[[DialectT], str], str] = self.__dict__.setdefault("_built", {})
         sql = cache.get(build)
         if sql is None:
             sql = cache[build] = build(self)
