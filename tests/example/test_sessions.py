@@ -19,8 +19,11 @@ REQUESTS = 400
 #: How long a closed session may take to leave pg_stat_activity: a bound on a wait.
 SETTLE_WITHIN = 10.0
 
-pytestmark = pytest.mark.skipif("postgresql" in settings.SKIPS,
-                                reason=settings.SKIPS.get("postgresql", ""))
+pytestmark = [
+    pytest.mark.skipif("postgresql" in settings.SKIPS,
+                       reason=settings.SKIPS.get("postgresql", "")),
+    pytest.mark.slow,  # a gunicorn and 400 requests: about 40 s
+]
 
 
 def test_sessions_stay_flat_under_gunicorn_threads() -> None:
