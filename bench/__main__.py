@@ -11,7 +11,7 @@ import importlib
 import sys
 
 #: Benchmark modules in the order they run; each has a ``main()``.
-MODULES = ["db", "redis", "cache", "file", "models", "telemetry", "http"]
+MODULES = ["db", "redis", "cache", "file", "models", "telemetry", "sessions", "http"]
 
 
 def main(argv: list[str]) -> None:

@@ -5,7 +5,9 @@
    Target: the versioned save at least 0.8× the plain one.
 2. ``claim()`` throughput: 4 processes claiming and releasing from a pool of 1,000
    tasks, against the naive way without ``SKIP LOCKED`` (take the first free task,
-   try its lock, next one on failure), on PostgreSQL and MariaDB.
+   try its lock, next one on failure), on PostgreSQL and MariaDB; ``claim()`` with an
+   owner named (which serializes the owner's claims with a lock of its own) and with
+   the default owner (this thread: nothing to serialize).
 
 Both run on the benchmark databases of ``bench.common.setup_django``; the rows they
 make are deleted afterwards.
@@ -25,14 +27,15 @@ ROUNDS = 3
 
 
 # --- in the worker processes (nothing from Django at import time) --------------------
-def claim_worker(database: str, backend: str, title: str, me: str, naive: bool,
+def claim_worker(database: str, backend: str, title: str, me: str, how: str,
                  seconds: float) -> tuple[int, float]:
-    """Claim and release tasks for ``seconds``; return (claims, elapsed)."""
+    """Claim and release tasks for ``seconds`` (``how``: ``"claim"``, ``"default"``
+    or ``"naive"``); return (claims, elapsed)."""
     import occupy
     from tests.testapp.models import Task
 
     pool = Task.objects.using(database).filter(title=title, done=False)
-    take = _naive_claim if naive else _claim
+    take = {"claim": _claim, "default": _claim_as_default, "naive": _naive_claim}[how]
     count = 0
     started = time.perf_counter()
     while time.perf_counter() - started < seconds:
@@ -45,6 +48,10 @@ def claim_worker(database: str, backend: str, title: str, me: str, naive: bool,
 
 def _claim(pool: Any, me: str, backend: str) -> Any:
     return pool.claim(owner=me, ttl=30, backend=backend)
+
+
+def _claim_as_default(pool: Any, me: str, backend: str) -> Any:
+    return pool.claim(ttl=30, backend=backend)
 
 
 def _naive_claim(pool: Any, me: str, backend: str) -> Any:
@@ -102,12 +109,14 @@ def bench_claims(database: str, backend: str, label: str) -> None:
 
     title = f"bench-claim-{time.time_ns()}"
     Task.objects.using(database).bulk_create(Task(title=title) for _ in range(POOL))
-    rates: dict[str, list[float]] = {"claim()": [], "naive: first free + lock": []}
+    hows = {"claim(owner=…)": "claim", "claim(), default owner": "default",
+            "naive: first free + lock": "naive"}
+    rates: dict[str, list[float]] = {name: [] for name in hows}
     try:
         for _ in range(ROUNDS):
-            for name, naive in (("claim()", False), ("naive: first free + lock", True)):
+            for name, how in hows.items():
                 results = multiproc.run(claim_worker, [
-                    (database, backend, title, f"editor{n}", naive, SECONDS)
+                    (database, backend, title, f"editor{n}", how, SECONDS)
                     for n in range(PROCESSES)
                 ], timeout=120)
                 claims = sum(count for count, _ in results)

@@ -4,7 +4,8 @@ The ``default`` lock backend is the database one (what no ``OCCUPY`` setting at 
 would give); a file backend sits beside it, and a Redis and a cache backend when a Redis
 server answers on 127.0.0.1:6379 (``race_demo`` then shows rows for them too;
 ``EXAMPLE_REDIS=off`` leaves them out). ``EXAMPLE_DB=postgresql`` runs the same site on
-the local PostgreSQL; ``EXAMPLE_SQLITE`` moves the SQLite file.
+the local PostgreSQL (database ``EXAMPLE_PG_NAME``, default ``occupy``); ``EXAMPLE_SQLITE``
+moves the SQLite file.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ TEMPLATES = [
 WSGI_APPLICATION = "example_project.wsgi.application"
 
 if os.environ.get("EXAMPLE_DB") == "postgresql":
-    DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "occupy",
+    DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql",
+                             "NAME": os.environ.get("EXAMPLE_PG_NAME", "occupy"),
                              "USER": "postgres", "HOST": "127.0.0.1", "PORT": 5432}}
 else:
     DATABASES = {

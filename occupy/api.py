@@ -287,6 +287,9 @@ def _releasable(lease: Any) -> Lease:
             "must not release or renew its parent's leases.",
             key=lease.key,
         )
+    if lease.released:
+        raise LeaseLost(f"The lease on {lease.key!r} was already released: release() "
+                        "was called on it twice.", key=lease.key)
     if lease.renew:
         watchdog.unwatch(lease)
     if lease.lost:
@@ -297,7 +300,8 @@ def _releasable(lease: Any) -> Lease:
 
 def release(lease: Lease) -> None:
     """Release one level of ``lease``; raise :class:`~occupy.LeaseLost` if it was no
-    longer held (it expired or was taken over: nobody else's claim is touched).
+    longer held (it expired or was taken over: nobody else's claim is touched), or if
+    this lease was released already (the message says so).
 
     Whatever the outcome, the lease is no longer held in-process once this returns or
     raises: if the store failed to answer, its claim is left to expire by its ttl, and
@@ -328,6 +332,7 @@ async def arelease(lease: Lease) -> None:
 
 
 def _released(backend: BaseBackend, lease: Lease) -> None:
+    lease.released = True
     reentry.unwind(lease)
     telemetry.released(lease)
     signals.lease_released.send(sender=type(backend), lease=lease)

@@ -1,4 +1,5 @@
-"""The occupy app config: registers the system checks and the OpenAPI extension."""
+"""The occupy app config: registers the system checks, the connection lifecycle and the
+OpenAPI extension."""
 
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
@@ -12,9 +13,13 @@ class OccupyConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Register the system checks, and the OpenAPI extension where drf-spectacular
-        is installed."""
+        """Register the system checks, close occupy's connections where Django closes
+        its own (:mod:`occupy.backends.lifecycle`), and register the OpenAPI extension
+        where drf-spectacular is installed."""
         from occupy import checks  # noqa: F401 - registers on import
+        from occupy.backends.lifecycle import connect_receivers
+
+        connect_receivers()
 
         try:
             import drf_spectacular  # noqa: F401

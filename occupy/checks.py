@@ -12,13 +12,18 @@ configured aliases. One id per problem:
 - ``occupy.E006``: a backend's configuration has an unknown key, a value of the wrong
   type or range, or misses a ``LOCATION`` it needs.
 - ``occupy.E007``: a value of ``settings.OCCUPY`` is out of range (``TTL``,
-  ``TIMEOUT``, ``REST_FRAMEWORK``, ``TELEMETRY``).
+  ``TIMEOUT``, ``REST_FRAMEWORK``, whose ``LEASE_TTL`` may not exceed ``LEASE_TTL_MAX``,
+  ``TELEMETRY``).
+- ``occupy.E008``: a ``RedisBackend`` is on a cache that is not django-redis's.
 - ``occupy.W001``: occupy's migration is recorded as applied but the claims table is
   missing (``check --database``).
 - ``occupy.W002``: a ``CacheBackend`` is on a cache whose ``add`` is not atomic.
 - ``occupy.W003``: a ``FileBackend``'s ``LOCATION`` is a relative path.
 - ``occupy.W004``: a store holds claims occupy did not write (``check --database``).
 - ``occupy.W005``: a ``FileBackend``'s ``LOCATION`` is not writable.
+- ``occupy.W006``: occupy's migration was never applied to a ``DatabaseBackend``'s
+  database (``check --database``).
+- ``occupy.W007``: a backend's store could not be read (``check --database``).
 
 The admin adds ``occupy.E101`` and ``occupy.E102`` (see ``occupy.admin``).
 """

@@ -151,6 +151,12 @@ class OccupySettings:
                     "for another write in flight: a few seconds at most, not "
                     f"{wait!r} (a request would hang for that long).")
             merged["WRITE_WAIT"] = seconds
+            if merged["LEASE_TTL"] > merged["LEASE_TTL_MAX"]:
+                raise InvalidBackendError(
+                    "settings.OCCUPY['REST_FRAMEWORK']['LEASE_TTL'] "
+                    f"({merged['LEASE_TTL']!r} s) is above LEASE_TTL_MAX "
+                    f"({merged['LEASE_TTL_MAX']!r} s): a lease asked for without a ttl would "
+                    "outlive the longest one allowed. Lower LEASE_TTL or raise LEASE_TTL_MAX.")
             self._rest_framework = merged
         return self._rest_framework
 

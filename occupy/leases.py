@@ -28,10 +28,9 @@ def default_owner() -> str:
     owners, so they exclude each other instead of re-entering each other's lock.
     """
     owner = f"{_HOSTNAME}:{os.getpid()}:{threading.get_ident()}"
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no running event loop in this thread
-        task = None
+    # Asked first: current_task() raises where no loop runs, which costs more than the
+    # rest of this function.
+    task = asyncio.current_task() if asyncio._get_running_loop() is not None else None
     if task is not None:
         owner = f"{owner}:{id(task):x}"
     return owner
@@ -74,6 +73,9 @@ class Lease:
     renew: bool = False
     depth: int = 1
     lost: bool = field(default=False, compare=False)
+    #: Whether this lease was released: a second release says so instead of asking the
+    #: store, which would no longer know the token.
+    released: bool = field(default=False, compare=False)
     #: The process that took the lease: a forked child must not renew or release it.
     pid: int = field(default_factory=os.getpid, repr=False, compare=False)
     backend: BaseBackend | None = field(default=None, repr=False, compare=False)

@@ -10,10 +10,12 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from occupy.backends import reset_backends
 from tests.support import telemetry
 from tests.support.aliases import CONTRACT_BACKENDS, backend_params
 from tests.support.cleanup import wipe
+
+#: A user's project with settings of its own, run by test_user_project.py.
+collect_ignore = ["user_project"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -42,25 +44,7 @@ def django_db_setup(django_test_environment: None, django_db_blocker) -> Iterato
         config = setup_databases(verbosity=0, interactive=False, aliases=set(connections))
     yield
     with django_db_blocker.unblock():
-        for alias in connections:
-            connections[alias].close()
-        reset_backends()
-        _end_other_sessions()
         teardown_databases(config, verbosity=0)
-
-
-def _end_other_sessions() -> None:
-    """End the sessions still open on the PostgreSQL test databases, so that they can be
-    dropped: a connection the backend opened in a worker thread that has ended is closed
-    only when the garbage collector gets to it, which may be after the drop."""
-    for alias in connections:
-        conn = connections[alias]
-        if conn.vendor != "postgresql":
-            continue
-        with conn.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
-        conn.close()
 
 
 @pytest.fixture

@@ -175,3 +175,72 @@ def test_e201_names_a_manager_of_ones_own_in_manage_py_check() -> None:
                               tags=["models"])
     found = [(m.obj, m.id) for m in messages if m.id.startswith("occupy.")]
     assert found == [(OwnManager, "occupy.E201"), (OwnManager, "occupy.E201")]
+
+
+@pytest.mark.parametrize("cache", [
+    "django.core.cache.backends.locmem.LocMemCache",
+    "django.core.cache.backends.redis.RedisCache",
+])
+def test_a_redis_backend_on_a_cache_that_is_not_django_redis_is_e008(cache: str) -> None:
+    pytest.importorskip("django_redis")
+    caches = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+              "other": {"BACKEND": cache, "LOCATION": "redis://127.0.0.1:16601/0"}}
+    with override_settings(CACHES=caches, OCCUPY={"BACKENDS": {
+            "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+            "redis": {"BACKEND": "occupy.backends.redis.RedisBackend",
+                      "OPTIONS": {"CACHE": "other"}}}}):
+        errors = check_backends()
+    assert ids(errors) == ["occupy.E008"]
+    assert "'other'" in errors[0].msg and cache in errors[0].msg
+    assert "django_redis.cache.RedisCache" in errors[0].hint
+
+
+def test_a_default_lease_ttl_above_the_longest_is_e007() -> None:
+    with override_settings(OCCUPY={"REST_FRAMEWORK": {"LEASE_TTL": 900,
+                                                      "LEASE_TTL_MAX": 600}}):
+        errors = check_settings()
+    assert ids(errors) == ["occupy.E007"]
+    assert "LEASE_TTL" in errors[0].msg and "LEASE_TTL_MAX (600 s)" in errors[0].msg
+
+
+def test_a_database_occupy_was_never_migrated_to_is_w006(live_db: None) -> None:
+    from django.db import connection
+    from django.db.migrations.recorder import MigrationRecorder
+
+    from occupy.models import Occupation
+
+    recorder = MigrationRecorder(connection)
+    applied = [name for app, name in recorder.applied_migrations() if app == "occupy"]
+    with connection.schema_editor() as editor:
+        editor.delete_model(Occupation)
+    for name in applied:
+        recorder.record_unapplied("occupy", name)
+    try:
+        warnings = check_stores(databases=["default"])
+    finally:
+        for name in applied:
+            recorder.record_applied("occupy", name)
+        with connection.schema_editor() as editor:
+            editor.create_model(Occupation)
+        get_backend("default").close()
+    assert ids(warnings) == ["occupy.W006"]
+    assert "never applied to database 'default'" in warnings[0].msg
+    assert warnings[0].hint == "Run 'python manage.py migrate occupy --database default'."
+
+
+def test_a_store_that_cannot_be_reached_is_w007_not_w004(live_db: None) -> None:
+    pytest.importorskip("django_redis")
+    from django.conf import settings
+
+    caches = {**settings.CACHES, "down": {
+        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:16601/0",
+        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1}}}
+    with override_settings(CACHES=caches, OCCUPY={"BACKENDS": {
+            "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+            "down": {"BACKEND": "occupy.backends.redis.RedisBackend",
+                     "OPTIONS": {"CACHE": "down"}}}}):
+        warnings = check_stores(databases=["default"])
+    assert ids(warnings) == ["occupy.W007"]
+    assert warnings[0].obj == "OCCUPY['BACKENDS']['down']"
+    assert "could not read cache 'down' (redis://127.0.0.1:16601/0)" in warnings[0].msg
+    assert warnings[0].hint.startswith("Check that this Redis server answers")

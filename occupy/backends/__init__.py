@@ -13,7 +13,8 @@ from occupy.exceptions import InvalidBackendError
 if TYPE_CHECKING:
     from occupy.backends.base import BaseBackend
 
-__all__ = ["get_backend", "load_backend_class", "reset_backends"]
+__all__ = ["built_backends", "close_connections", "get_backend", "load_backend_class",
+           "reset_backends"]
 
 _backends: dict[str, BaseBackend] = {}
 _lock = threading.Lock()
@@ -74,6 +75,24 @@ def reset_backends() -> None:
         _backends.clear()
     for backend in old:
         backend.close()
+
+
+def close_connections() -> None:
+    """Close the connections occupy's backends made in this process, in every thread.
+
+    The backends stay configured and connect again when next used. Call it where an
+    app closes its own connections by hand (before forking workers, before dropping a
+    database); at the end of a request and when a thread ends occupy closes them itself
+    (see :mod:`occupy.backends.lifecycle`).
+    """
+    for backend in built_backends():
+        backend.close()
+
+
+def built_backends() -> list[BaseBackend]:
+    """Return the backends built so far in this process (none is built here)."""
+    with _lock:
+        return list(_backends.values())
 
 
 occupy_settings.on_reload(reset_backends)

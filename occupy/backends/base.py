@@ -19,7 +19,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -61,6 +61,14 @@ class Claim:
     since: datetime | None
     expires_at: datetime
     fence: int | None
+
+
+def store_reason(error: BaseException) -> str:
+    """Return the first line of what the store's driver said (the cause of an occupy
+    error, else the error itself), without its final full stop."""
+    cause = error.__cause__ if error.__cause__ is not None else error
+    lines = str(cause).strip().splitlines()
+    return (lines[0] if lines else type(cause).__name__).rstrip(".")
 
 
 class Attempt:
@@ -252,6 +260,10 @@ class BaseBackend:
     #: The errors by which the store's client says it cannot be reached or used
     #: (see :meth:`reaching`).
     store_errors: tuple[type[BaseException], ...] = ()
+    #: Whether the store drops expired claims by itself (Redis, caches), so that
+    #: ``sweep_locks`` has nothing to do; a backend whose expired claims stay until
+    #: swept sets it to False and writes :meth:`sweep`.
+    expires_by_itself: ClassVar[bool] = True
 
     def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
         options, problems = read_options(alias, params, self.options_schema)
@@ -298,8 +310,7 @@ class BaseBackend:
         except NotImplementedError:
             return []
         except Exception as e:  # a store that cannot be read is no reason to stop a check
-            return [Warning(f"Could not look for claims occupy did not write in backend "
-                            f"{self.alias!r}: {e}", obj=where(self.alias), id="occupy.W004")]
+            return [self.unreachable_store(e)]
         if not found:
             return []
         shown = ", ".join(repr(name) for name in found[:3])
@@ -312,6 +323,13 @@ class BaseBackend:
             "expire (delete those without an expiry by hand).",
             obj=where(self.alias), id="occupy.W004",
         )]
+
+    def unreachable_store(self, error: BaseException) -> CheckMessage:
+        """Return ``occupy.W007``: the store could not be read (``check --database``)."""
+        return Warning(
+            f"occupy backend {self.alias!r} could not read {self.describe_store()}: "
+            f"{store_reason(error)}.", hint=f"{self.store_fix()[0].upper()}{self.store_fix()[1:]}.",
+            obj=where(self.alias), id="occupy.W007")
 
     def make_lease(self, key: str, *, owner: str, token: str, fence: int,
                    expires_at: datetime, ttl: float, depth: int = 1) -> Lease:
@@ -434,16 +452,36 @@ class BaseBackend:
         raise NotImplementedError("subclasses of BaseBackend must provide a drop_claim() method")
 
     # --- what a backend may override ---------------------------------------------------
-    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
+    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False,
+              removed: Callable[[str], None] | None = None) -> int:
         """Delete expired claims in batches and return how many (or would be, if dry).
+        ``removed``, if given, is called with the key of each claim deleted (or that
+        would be): ``sweep_locks -v 2`` lists them.
 
         The default does nothing and returns 0: for stores that drop expired keys
-        themselves (Redis, caches).
+        themselves (:attr:`expires_by_itself`).
         """
         return 0
 
+    def describe_store(self) -> str:
+        """Return the store, as an operator finds it ("database 'default' (PostgreSQL at
+        db:5432)"): error messages of the management commands name it."""
+        return f"the store of occupy backend {self.alias!r} ({type(self).__name__})"
+
+    def store_fix(self) -> str:
+        """Return what an operator checks when the store cannot be used (a clause:
+        "check that … answers")."""
+        return "check that it answers and that the backend's OPTIONS point at it"
+
     def close(self) -> None:
-        """Release connections and threads this backend holds (on settings reload)."""
+        """Release connections and threads this backend holds, in every thread of this
+        process (on settings reload, :func:`occupy.backends.close_connections`); the
+        backend makes them again when next used."""
+
+    def close_if_unusable_or_obsolete(self) -> None:
+        """Close this thread's connections that are unusable or past their age, as
+        Django does with its own at the start and end of a request (a backend whose
+        connections are its own, not a pool's or a cache's, writes it)."""
 
     # --- generic work ----------------------------------------------------------------
     def acquire(self, key: str, *, owner: str, ttl: float, timeout: float | None) -> Lease:

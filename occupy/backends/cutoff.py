@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import os
 import socket
 import threading
@@ -47,6 +48,9 @@ class Cutoffs:
         self._order = itertools.count()
         self._pid = 0
         self._thread: threading.Thread | None = None
+        #: When the thread wakes next by itself (``time.monotonic()``; inf: only when
+        #: notified). A cut due later needs no wake-up: the thread looks again then.
+        self._wakes_at = math.inf
 
     def arm(self, fd: int, at: float) -> Cut:
         """Shut ``fd`` down at ``at`` (``time.monotonic()``); return the cut to disarm."""
@@ -56,6 +60,7 @@ class Cutoffs:
                 self._heap = []
                 self._pid = os.getpid()
                 self._thread = None
+                self._wakes_at = math.inf
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="occupy-cutoff",
                                                 daemon=True)
@@ -64,7 +69,9 @@ class Cutoffs:
             while heap and not heap[0].armed:
                 heapq.heappop(heap)
             heapq.heappush(heap, entry)
-            if heap[0] is entry:
+            # Waking the thread for every statement cost an uncontended acquire a
+            # context switch; one due after the thread's own wake-up can wait for it.
+            if entry.at < self._wakes_at:
                 self._cond.notify()
         return entry
 
@@ -82,11 +89,14 @@ class Cutoffs:
                 while heap and not heap[0].armed:
                     heapq.heappop(heap)
                 if not heap:
+                    self._wakes_at = math.inf
                     self._cond.wait()
                     continue
                 wait = heap[0].at - time.monotonic()
                 if wait > 0:
-                    self._cond.wait(min(wait, _LONGEST_WAIT))
+                    wait = min(wait, _LONGEST_WAIT)
+                    self._wakes_at = time.monotonic() + wait
+                    self._cond.wait(wait)
                     continue
                 # Under the lock: the statement's thread cannot disarm (and go on to
                 # close the descriptor) while it is shut down.

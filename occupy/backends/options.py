@@ -9,6 +9,7 @@ building the backend raises, word for word.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +19,8 @@ from django.core.checks import CheckMessage, Error
 from occupy.exceptions import InvalidBackendError
 from occupy.validation import duration_problem
 
-__all__ = ["CONFIG_KEYS", "Option", "missing_cache", "raise_problems", "read_options",
-           "where"]
+__all__ = ["CONFIG_KEYS", "Option", "cache_store", "missing_cache", "raise_problems",
+           "read_options", "where"]
 
 #: The keys of ``OCCUPY["BACKENDS"][alias]`` itself (``OPTIONS`` holds the rest).
 CONFIG_KEYS = frozenset({"BACKEND", "LOCATION", "OPTIONS"})
@@ -123,3 +124,15 @@ def missing_cache(alias: str, cache: Any) -> list[CheckMessage]:
         hint=f"Set OPTIONS['CACHE'] to one of {sorted(caches.settings)}.",
         obj=where(alias), id="occupy.E004",
     )]
+
+
+def cache_store(cache: str) -> str:
+    """Return the cache ``cache`` and where its server is, for error messages."""
+    from django.core.cache import caches
+
+    location = caches.settings.get(cache, {}).get("LOCATION")
+    if isinstance(location, list | tuple):
+        location = ", ".join(map(str, location))
+    if isinstance(location, str):  # never a password ("redis://:secret@host")
+        location = re.sub(r"//[^/@]*@", "//", location)
+    return f"cache {cache!r}" + (f" ({location})" if location else "")

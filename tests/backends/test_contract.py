@@ -14,6 +14,7 @@ import pytest
 import occupy
 from occupy import signals
 from occupy.backends import get_backend
+from occupy.exceptions import LeaseLost
 from tests.support.waiting import watch_waiters
 
 
@@ -27,6 +28,39 @@ def test_acquire_and_release(using: str) -> None:
     assert holder[:3] == ("alice", lease.expires_at, lease.fence)
     occupy.release(lease)
     assert occupy.holder("book:1", using=using) is None
+
+
+def test_a_second_release_says_the_lease_was_already_released(using: str) -> None:
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    occupy.release(lease)
+    lost: list[object] = []
+
+    def on_lost(**kwargs: object) -> None:
+        lost.append(kwargs)
+
+    signals.lease_lost.connect(on_lost)
+    try:
+        with pytest.raises(LeaseLost, match="was already released"):
+            occupy.release(lease)
+    finally:
+        signals.lease_lost.disconnect(on_lost)
+    assert lost == []  # nothing was lost: the caller released twice
+    assert not lease.lost
+    other = occupy.acquire("book:1", owner="bob", ttl=30, timeout=0, using=using)
+    with pytest.raises(LeaseLost, match="was already released"):
+        occupy.release(lease)  # and never touches the next holder's claim
+    assert occupy.holder("book:1", using=using).owner == "bob"
+    occupy.release(other)
+
+
+def test_a_second_async_release_says_the_lease_was_already_released(using: str) -> None:
+    async def twice() -> None:
+        lease = await occupy.aacquire("book:1", owner="alice", ttl=30, using=using)
+        await occupy.arelease(lease)
+        with pytest.raises(LeaseLost, match="was already released"):
+            await occupy.arelease(lease)
+
+    asyncio.run(twice())
 
 
 def test_expiry_comes_from_the_store_clock(using: str) -> None:

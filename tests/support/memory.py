@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -37,6 +37,8 @@ class _Grant:
 
 class MemoryBackend(BaseBackend):
     """Locks in a dict guarded by a mutex; fences from a per-key counter kept for good."""
+
+    expires_by_itself = False  # expired grants stay in the dict until swept
 
     options_schema = {
         "POLL_INTERVAL": Option(float, 0.01, "longest pause between two tries while waiting",
@@ -149,7 +151,8 @@ class MemoryBackend(BaseBackend):
         with self.mutex:
             self.grants.pop(key, None)
 
-    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
+    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False,
+              removed: Callable[[str], None] | None = None) -> int:
         """Delete expired claims; return how many."""
         with self.mutex:
             now = time.time()
@@ -157,6 +160,8 @@ class MemoryBackend(BaseBackend):
             if not dry_run:
                 for key in expired:
                     del self.grants[key]
+        for key in expired if removed is not None else []:
+            removed(key)
         return len(expired)
 
 

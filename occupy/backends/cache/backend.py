@@ -46,7 +46,7 @@ from django.utils.module_loading import import_string
 
 from occupy.backends.cache.store import PREFIX, AddProtocol, CacheStore, FenceUnavailable
 from occupy.backends.delegating import DelegatingBackend
-from occupy.backends.options import Option, missing_cache, where
+from occupy.backends.options import Option, cache_store, missing_cache, where
 from occupy.exceptions import InvalidBackendError
 
 if TYPE_CHECKING:
@@ -212,6 +212,15 @@ class CacheBackend(DelegatingBackend):
         """Return what carries out the contract: the Redis lock protocol on a Redis cache,
         ``add`` and a safety margin on any other."""
         return self._protocol
+
+    def describe_store(self) -> str:
+        """Return the cache the locks are in, and its location."""
+        return cache_store(self.cache_alias)
+
+    def store_fix(self) -> str:
+        """Return what to check when the cache cannot be used."""
+        return (f"check that the cache's server answers and that settings.CACHES"
+                f"[{self.cache_alias!r}] points at it")
 
     def close(self) -> None:
         """Stop the Redis protocol's async waiters' threads; the connections are the

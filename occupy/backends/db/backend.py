@@ -89,6 +89,8 @@ class DatabaseBackend(BaseBackend):
         "PREPARE": Option(bool, True, "PostgreSQL with psycopg 3: prepare the statements"),
     }
 
+    expires_by_itself = False
+
     def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
         super().__init__(alias, params)
         self.database: str = self.options["DATABASE"]
@@ -117,11 +119,15 @@ class DatabaseBackend(BaseBackend):
         return messages
 
     def check_store(self, databases: Collection[str]) -> list[CheckMessage]:
-        """Add ``occupy.W001``: the claims table is missing though occupy's migration is
-        recorded as applied (a database check: ``check --database``)."""
+        """Add ``occupy.W001`` (the claims table is missing though occupy's migration is
+        recorded as applied), ``occupy.W006`` (occupy's migration was never applied) and
+        ``occupy.W007`` (the database cannot be reached): ``check --database``."""
         if self.database not in databases:
             return []
-        return occupation_table_warnings(self.alias, self.database)
+        try:
+            return occupation_table_warnings(self.alias, self.database)
+        except DatabaseError as e:
+            return [self.unreachable_store(e)]
 
     # --- the parts ----------------------------------------------------------------------
     @cached_property
@@ -176,6 +182,13 @@ class DatabaseBackend(BaseBackend):
         if own is not None:
             own.close()
         self._local = threading.local()
+
+    def close_if_unusable_or_obsolete(self) -> None:
+        """Close this thread's connection if it is unusable or older than the
+        database's ``CONN_MAX_AGE`` (at the start and end of a request)."""
+        own = self.__dict__.get("own_connections")
+        if own is not None:
+            own.close_if_unusable_or_obsolete()
 
     # --- the contract -------------------------------------------------------------------
     def attempt(self, key: str, owner: str, ttl: float) -> DatabaseAttempt:
@@ -340,20 +353,47 @@ class DatabaseBackend(BaseBackend):
         """Delete the granted claim on ``key`` behind its holder's back (a test hook)."""
         self.execute(self.dialect.drop_claim(), [digest(key)], key=key)
 
-    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
-        """Delete expired claims ``batch_size`` at a time; return how many.
+    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False,
+              removed: Callable[[str], None] | None = None) -> int:
+        """Delete expired claims ``batch_size`` at a time; return how many; tell
+        ``removed`` the key of each (the batches then return their keys).
 
         Only a batch that deletes nothing ends the sweep: a short batch may just have
         met claims renewed while it ran (kept, so not counted), with more expired after.
         """
+        sql = self.dialect
         if dry_run:
-            return int(self.execute(self.dialect.count_expired(), [], prepare=False)[1][0][0])
+            if removed is None:
+                return int(self.execute(sql.count_expired(), [], prepare=False)[1][0][0])
+            keys = self.execute(sql.expired_keys(), [], prepare=False)[1]
+            for (key,) in keys:
+                removed(key)
+            return len(keys)
+        statement = sql.sweep_batch() if removed is None else sql.sweep_batch_returning()
         total = 0
         while True:
-            deleted = self.execute(self.dialect.sweep_batch(), [batch_size], prepare=False)[0]
+            deleted, rows = self.execute(statement, [batch_size], prepare=False)
+            if removed is not None:
+                deleted = len(rows)
+                for (key,) in rows:
+                    removed(key)
             total += deleted
             if not deleted:
                 return total
+
+    def describe_store(self) -> str:
+        """Return the database, its vendor and where it is."""
+        settings_dict = connections.settings[self.database]
+        host = settings_dict.get("HOST") or "localhost"
+        port = f":{settings_dict['PORT']}" if settings_dict.get("PORT") else ""
+        where_ = (f"file {settings_dict.get('NAME')}" if self.dialect.vendor == "sqlite"
+                  else f"{settings_dict.get('NAME')!r} at {host}{port}")
+        return f"database {self.database!r} ({self.dialect.vendor}, {where_})"
+
+    def store_fix(self) -> str:
+        """Return what to check when the database cannot be used."""
+        return (f"check that the database server answers and that settings.DATABASES"
+                f"[{self.database!r}] is right")
 
     def now(self) -> RawSQL:
         """Return the store's now as an ORM expression: the clock claims expire by.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.core.checks import CheckMessage, Warning
-from django.db import DatabaseError, connections
+from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from occupy.backends.db.dialects import TABLE
@@ -46,18 +46,22 @@ def migrate_hint(database: str, *, recorded: bool) -> str:
 def occupation_table_warnings(alias: str, database: str) -> list[CheckMessage]:
     """Return ``occupy.W001`` when ``database`` has no claims table although occupy's
     migration is recorded as applied there (the table was dropped, or a router sends it
-    elsewhere). Before the first ``migrate``, Django's own "unapplied migrations"
-    notice already says what to do, so this stays quiet then."""
+    elsewhere), ``occupy.W006`` when occupy's migration was never applied there. A
+    database that cannot be reached raises ``DatabaseError``: the backend reports it
+    (``occupy.W007``)."""
     if database not in connections.settings:
         return []
-    try:
-        with connections[database].cursor() as cursor:
-            tables = connections[database].introspection.table_names(cursor)
-    except DatabaseError as e:
-        return [Warning(f"Could not look for the {TABLE} table in database "
-                        f"{database!r}: {e}", obj=where(alias), id="occupy.W001")]
-    if TABLE in tables or not migration_recorded(connections[database]):
+    with connections[database].cursor() as cursor:
+        tables = connections[database].introspection.table_names(cursor)
+    if TABLE in tables:
         return []
+    if not migration_recorded(connections[database]):
+        return [Warning(
+            f"occupy's migration was never applied to database {database!r}, so occupy "
+            f"backend {alias!r} cannot take locks there.",
+            hint=migrate_hint(database, recorded=False),
+            obj=where(alias), id="occupy.W006",
+        )]
     return [Warning(
         f"Database {database!r} has no {TABLE} table, although occupy's migration "
         f"is recorded as applied there, so occupy backend {alias!r} cannot take locks.",

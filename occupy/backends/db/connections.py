@@ -71,6 +71,9 @@ class OwnConnections:
         if own is None:
             own = local.own = self._new()
             self._opened.add(own)
+            # Closes the session when the thread ends (its locals die with it), in the
+            # process that made it only: a forked child must not end its parent's.
+            weakref.finalize(own, _close_raw, own.wrapper, own.pid)
         wrapper = own.wrapper
         if wrapper.connection is None:
             if cutoff is not None:
@@ -121,14 +124,33 @@ class OwnConnections:
             with suppress(DatabaseError), own.wrapper.cursor() as cursor:
                 cursor.execute(self.dialect.end_session(), [session])
 
+    def close_if_unusable_or_obsolete(self) -> None:
+        """Close this thread's connection if it is unusable or older than the database's
+        ``CONN_MAX_AGE``, as Django does with its own at the start and end of a request
+        (``close_old_connections``)."""
+        own: OwnConnection | None = getattr(self._local, "own", None)
+        if own is None or own.pid != os.getpid() or own.wrapper.connection is None:
+            return
+        with suppress(DatabaseError):
+            own.wrapper.close_if_unusable_or_obsolete()
+
     def close(self) -> None:
         """Close the connections made in this process, in every thread."""
-        pid = os.getpid()
         for own in list(self._opened):
-            raw = own.wrapper.connection
-            if raw is not None and own.pid == pid:
-                # The raw close: Django's own refuses a connection of another thread.
-                raw.close()
-                own.wrapper.connection = None
+            _close_raw(own.wrapper, own.pid)
         self._opened = weakref.WeakSet()
         self._local = threading.local()
+
+
+def _close_raw(wrapper: BaseDatabaseWrapper, pid: int) -> None:
+    """Close ``wrapper``'s driver connection if this process made it.
+
+    The driver's own close: Django's refuses a connection of another thread. A
+    connection that already failed may fail again on closing: it is closed either way.
+    """
+    raw = wrapper.connection
+    if raw is None or pid != os.getpid():
+        return
+    wrapper.connection = None
+    with suppress(wrapper.Database.Error):  # type: ignore[attr-defined]
+        raw.close()

@@ -96,7 +96,7 @@ class Statements:
                         cursor.cursor.execute(statement, params, prepare=False)
                 raw = cursor.cursor
                 with own.wrapper.wrap_database_errors:
-                    rows = raw.fetchall() if raw.description else []
+                    rows = raw.fetchall() if dialect.has_rows(raw) else []
                 return raw.rowcount, rows
             except IntegrityError:
                 raise

@@ -46,7 +46,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, NoReturn
 
 from django.core.checks import CheckMessage, Warning
@@ -78,6 +78,7 @@ class FileBackend(BaseBackend):
     #: A ``LOCATION`` that cannot be used (under a regular file, not writable, a
     #: network filesystem gone) fails with one of these.
     store_errors = (OSError,)
+    expires_by_itself = False
 
     requires_location = True
     options_schema = {
@@ -275,7 +276,8 @@ class FileBackend(BaseBackend):
             claim = self._claim(d)
         return claim is not None and claim.token == lease.token and claim.live(now_us())
 
-    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
+    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False,
+              removed: Callable[[str], None] | None = None) -> int:
         """Remove expired claims and return how many (or would be, if ``dry_run``).
 
         Directories are streamed (``os.scandir``), so memory stays flat whatever their
@@ -286,9 +288,17 @@ class FileBackend(BaseBackend):
         """
         with self.reaching(None):
             self.directory.make()  # an unusable LOCATION fails here, even when empty
-            return self._sweep(now_us(), dry_run)
+            return self._sweep(now_us(), dry_run, removed or (lambda key: None))
 
-    def _sweep(self, now: int, dry_run: bool) -> int:
+    def describe_store(self) -> str:
+        """Return the directory the claims are in."""
+        return f"directory {self.root} (occupy backend {self.alias!r})"
+
+    def store_fix(self) -> str:
+        """Return what to check when the directory cannot be used."""
+        return "check that it exists on a mounted file system and that this user may write it"
+
+    def _sweep(self, now: int, dry_run: bool, removed: Callable[[str], None]) -> int:
         count = 0
         directory = self.directory
         strays: list[str] = []
@@ -297,6 +307,7 @@ class FileBackend(BaseBackend):
                 claim = self._claim(d)
                 if claim is not None and not claim.live(now):
                     count += 1
+                    removed(claim.key)
                     if not dry_run:
                         directory.retire(d)
         for d in directory.queued(strays):
@@ -304,6 +315,9 @@ class FileBackend(BaseBackend):
                 for ticket in directory.tickets(d, strays):
                     if directory.ticket_expires_ns(d, ticket) <= now * 1000:
                         count += 1
+                        queued = directory.read_ticket(d, ticket)
+                        if queued is not None:
+                            removed(queued.key)
                         if not dry_run:
                             directory.remove_ticket(d, ticket)
                 if not dry_run:

@@ -28,10 +28,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from django.core.checks import CheckMessage
+from django.core.checks import CheckMessage, Error
 
 from occupy.backends.delegating import DelegatingBackend
-from occupy.backends.options import Option, missing_cache, where
+from occupy.backends.options import Option, cache_store, missing_cache, where
 from occupy.backends.redis.scripts import RedisKeys
 from occupy.exceptions import InvalidBackendError
 
@@ -90,9 +90,11 @@ class RedisBackend(DelegatingBackend):
 
     @classmethod
     def check(cls, alias: str, params: Mapping[str, Any]) -> list[CheckMessage]:
-        """Add ``occupy.E004``: ``OPTIONS["CACHE"]`` is not in ``settings.CACHES``."""
+        """Add ``occupy.E004`` (``OPTIONS["CACHE"]`` is not in ``settings.CACHES``) and
+        ``occupy.E008`` (that cache is not a django-redis one)."""
         cache = (params.get("OPTIONS") or {}).get("CACHE", "default")
-        return super().check(alias, params) + missing_cache(alias, cache)
+        return [*super().check(alias, params), *missing_cache(alias, cache),
+                *_not_django_redis(alias, cache)]
 
     def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
         if importlib.util.find_spec("django_redis") is None:  # pragma: no cover
@@ -144,7 +146,8 @@ class RedisBackend(DelegatingBackend):
             raise InvalidBackendError(
                 f"occupy backend {self.alias!r} needs a django-redis cache with one primary "
                 f"(django_redis.cache.RedisCache, default or Sentinel client); cache "
-                f"{self.cache_alias!r} gives no raw Redis client."
+                f"{self.cache_alias!r} gives no raw Redis client: point OPTIONS['CACHE'] at "
+                "such a cache."
             ) from e
 
     def bind(self, client: Any) -> None:
@@ -156,8 +159,43 @@ class RedisBackend(DelegatingBackend):
             self, client, prefix=self.prefix, poll_interval=self.poll_interval,
             queue_ttl=self.queue_ttl, fence_ttl=self.fence_ttl)
 
+    def describe_store(self) -> str:
+        """Return the Redis server of the cache the locks are on."""
+        return cache_store(self.cache_alias)
+
+    def store_fix(self) -> str:
+        """Return what to check when Redis cannot be used."""
+        return (f"check that this Redis server answers and that settings.CACHES"
+                f"[{self.cache_alias!r}] points at it")
+
     def close(self) -> None:
         """Stop the async waiters' threads; the connection pool belongs to django-redis."""
         if self._protocol is not None:
             self._protocol.close()
         self._protocol = None
+
+
+def _not_django_redis(alias: str, cache: Any) -> list[CheckMessage]:
+    """Return ``occupy.E008`` if cache ``cache`` is configured with a class that is not
+    django-redis's ``RedisCache`` (a class that cannot be imported is Django's to report)."""
+    from django.core.cache import caches
+    from django.utils.module_loading import import_string
+
+    path = caches.settings.get(cache, {}).get("BACKEND") if isinstance(cache, str) else None
+    if not isinstance(path, str):
+        return []
+    try:
+        cache_class = import_string(path)
+        from django_redis.cache import RedisCache
+    except ImportError:
+        return []
+    if isinstance(cache_class, type) and issubclass(cache_class, RedisCache):
+        return []
+    return [Error(
+        f"occupy backend {alias!r} (RedisBackend) uses cache {cache!r}, whose BACKEND "
+        f"{path} is no django-redis cache: it gives no Redis client to lock on.",
+        hint="Point OPTIONS['CACHE'] at a cache whose BACKEND is "
+        "django_redis.cache.RedisCache, or use occupy.backends.cache.CacheBackend on "
+        "this cache.",
+        obj=where(alias), id="occupy.E008",
+    )]

@@ -1,7 +1,13 @@
-"""``manage.py list_locks``: show who holds and who waits for which key (never tokens)."""
+"""``manage.py list_locks``: show who holds and who waits for which key (never tokens).
+
+A backend whose store cannot be read is reported after the claims of the others were
+printed, as a ``CommandError`` that names the store and the fix: the command exits
+non-zero, without a traceback.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -9,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from occupy.backends import get_backend
 from occupy.conf import occupy_settings
 from occupy.exceptions import OccupyError
+from occupy.management.trouble import trouble
 
 COLUMNS = ("backend", "key", "owner", "state", "since", "expires", "fence")
 
@@ -26,12 +33,18 @@ class Command(BaseCommand):
         except OccupyError as e:
             raise CommandError(str(e)) from e
         rows = []
+        failures: list[str] = []
+        read = 0
         for backend in backends:
             try:
                 claims = list(backend.claims())
             except NotImplementedError as e:
                 self.stderr.write(f"{backend.alias}: {e}")
                 continue
+            except OccupyError as e:
+                failures.append(trouble(backend, e))
+                continue
+            read += 1
             rows += [
                 (backend.alias, c.key, c.owner, c.state,
                  c.since.isoformat(timespec="seconds") if c.since else "-",
@@ -39,6 +52,12 @@ class Command(BaseCommand):
                  "-" if c.fence is None else str(c.fence))
                 for c in claims
             ]
+        if rows or read:
+            self._print(rows)
+        if failures:
+            raise CommandError("\n".join(failures))
+
+    def _print(self, rows: Sequence[tuple[str, ...]]) -> None:
         if not rows:
             self.stdout.write("No live claims.")
             return

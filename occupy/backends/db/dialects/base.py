@@ -13,18 +13,20 @@ are woken. Callers ask the dialect; none asks which vendor it is.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from occupy.validation import MAX_FENCE, MAX_TTL
 
 if TYPE_CHECKING:
     from occupy.backends.db.connections import OwnConnection
 
-__all__ = ["COLUMNS", "TABLE", "Dialect"]
+__all__ = ["COLUMNS", "TABLE", "Dialect", "statement"]
 
 TABLE = "occupy_occupation"
 # "key" is reserved in MySQL; {q} is the vendor's identifier quote.
@@ -32,6 +34,26 @@ COLUMNS = (
     "{q}key{q}, digest, slot, content_type_id, object_id, owner, token, state, fence, depth, "
     "expires_at, created_at"
 )
+
+
+DialectT = TypeVar("DialectT", bound="Dialect")
+
+
+def statement(build: Callable[[DialectT], str]) -> Callable[[DialectT], str]:
+    """Build a statement once per dialect: it depends on the dialect's words only, and
+    building one (a few f-strings) cost an uncontended lock as much client time as a
+    third of its round trip. Cached per dialect instance and per defining function, so
+    that a subclass's override and the base's method it calls are cached apart."""
+
+    @functools.wraps(build)
+    def built(self: DialectT) -> str:
+        cache: dict[Callable[[DialectT], str], str] = self.__dict__.setdefault("_built", {})
+        sql = cache.get(build)
+        if sql is None:
+            sql = cache[build] = build(self)
+        return sql
+
+    return built
 
 
 class Dialect:
@@ -126,6 +148,7 @@ class Dialect:
         )
 
     # --- statements -------------------------------------------------------------------
+    @statement
     def grant_if_free(self) -> str:
         """Insert a granted claim if the key has no live claim at all (the fast path).
 
@@ -147,6 +170,7 @@ class Dialect:
             f"{self.on_conflict} RETURNING fence, expires_at"
         )
 
+    @statement
     def seize(self) -> str:
         """Hand the live using claim of a token to a new owner and token with a higher
         fence, as a new grant (takeover). Parameters: owner, token, digest (fence),
@@ -159,6 +183,7 @@ class Dialect:
             f"WHERE slot = %s AND token = %s AND {self.live()}{returning}"
         )
 
+    @statement
     def grant_over_queue(self) -> str:
         """Insert a granted claim whatever is queued (takeover of a key nobody holds);
         the unique ``slot`` refuses it if a holder got there first. Parameters: key,
@@ -171,6 +196,7 @@ class Dialect:
             f"{self.on_conflict} RETURNING fence, expires_at"
         )
 
+    @statement
     def holding(self) -> str:
         """Token, owner, expiry, fence and grant time of a digest's live using claim,
         and now."""
@@ -179,6 +205,7 @@ class Dialect:
             f"WHERE slot = %s AND {self.live()}"
         )
 
+    @statement
     def enqueue(self) -> str:
         """Insert a pending claim (the ticket); parameters: key, digest, content_type_id,
         object_id, owner, token, seconds."""
@@ -187,6 +214,7 @@ class Dialect:
             f"'pending', NULL, 1, {self.later}, {self.now}) RETURNING id"
         )
 
+    @statement
     def promote(self) -> str:
         """Promote pending claim ``id`` to using if it is the oldest live claim and no
         live claim is using the key. Parameters: digest, digest, seconds, id, digest, id.
@@ -215,6 +243,7 @@ class Dialect:
             f"OR o.fence >= {MAX_FENCE})){returning}"
         )
 
+    @statement
     def queue_position(self) -> str:
         """How many live claims are queued ahead of pending claim ``id``, and whether a
         live claim is using the key; parameters: digest, id, digest (the slot). A
@@ -227,6 +256,7 @@ class Dialect:
             f"{self.live('u.expires_at')})"
         )
 
+    @statement
     def heartbeat(self) -> str:
         """Keep pending claim ``id`` alive while its owner waits; parameters: seconds, id."""
         return (
@@ -234,10 +264,12 @@ class Dialect:
             f"AND state = 'pending' AND {self.live()}"
         )
 
+    @statement
     def queued(self) -> str:
         """The id of the pending claim with a token; digest, token."""
         return f"SELECT id FROM {TABLE} WHERE digest = %s AND token = %s AND state = 'pending'"
 
+    @statement
     def resume(self) -> str:
         """Add levels (0 or 1) to the live using claim of a token and keep it at least
         ``seconds`` more; parameters: levels, seconds, digest, token. Where
@@ -250,6 +282,7 @@ class Dialect:
             f"WHERE slot = %s AND token = %s AND {self.live()}{returning}"
         )
 
+    @statement
     def resumed(self) -> str:
         """Owner, fence, expiry and depth of the live using claim of a token; digest,
         token (after :meth:`resume` where ``UPDATE … RETURNING`` does not exist)."""
@@ -258,6 +291,7 @@ class Dialect:
             f"AND token = %s AND {self.live()}"
         )
 
+    @statement
     def claims_of_key(self) -> str:
         """All claims on a digest with the store's now: id, owner, token, state, fence,
         depth, expires_at, now; in no particular order (an ORDER BY id could lead a
@@ -267,14 +301,17 @@ class Dialect:
             f"FROM {TABLE} WHERE digest = %s"
         )
 
+    @statement
     def top_fence(self) -> str:
         """The highest fence recorded for a digest (any claim, live or not), or NULL."""
         return f"SELECT MAX(fence) FROM {TABLE} WHERE digest = %s"
 
+    @statement
     def purge_expired_of_key(self) -> str:
         """Delete the expired claims of a digest."""
         return f"DELETE FROM {TABLE} WHERE digest = %s AND {self.expired()}"
 
+    @statement
     def granted(self) -> str:
         """Fence, expiry and depth of the live using claim with a token; digest, token."""
         return (
@@ -282,6 +319,7 @@ class Dialect:
             f"AND {self.live()}"
         )
 
+    @statement
     def release(self) -> str:
         """Delete the live last level of a lease; digest, token."""
         return (
@@ -299,6 +337,7 @@ class Dialect:
         """Return how many claims a run of :meth:`release_and_wake` deleted."""
         return rowcount
 
+    @statement
     def unwind(self) -> str:
         """Remove one of several levels of a live lease, if it still has the depth read
         (a compare-and-set: run again after a lost reply, it takes no second level);
@@ -308,10 +347,12 @@ class Dialect:
             f"AND depth = %s AND depth > 1 AND {self.live()}"
         )
 
+    @statement
     def forget(self) -> str:
         """Delete whatever claim a token still has on a digest (cancel, late release)."""
         return f"DELETE FROM {TABLE} WHERE digest = %s AND token = %s"
 
+    @statement
     def extend(self) -> str:
         """Set a live lease to expire later; seconds, digest, token. Where
         ``UPDATE … RETURNING`` exists, the new expiry comes back with it (one round trip
@@ -322,6 +363,7 @@ class Dialect:
             f"AND {self.live()}{returning}"
         )
 
+    @statement
     def extended(self) -> str:
         """Expiry of the live using claim of a token; digest, token (after
         :meth:`extend` where ``UPDATE … RETURNING`` does not exist)."""
@@ -330,6 +372,7 @@ class Dialect:
             f"AND {self.live()}"
         )
 
+    @statement
     def holder(self) -> str:
         """Owner, expiry, fence, grant time and now of a digest's live using claim."""
         return (
@@ -337,14 +380,17 @@ class Dialect:
             f"WHERE slot = %s AND {self.live()}"
         )
 
+    @statement
     def drop_claim(self) -> str:
         """Delete the granted claim of a digest, whoever holds it (a test hook)."""
         return f"DELETE FROM {TABLE} WHERE slot = %s"
 
+    @statement
     def count_expired(self) -> str:
         """Count every expired claim."""
         return f"SELECT COUNT(*) FROM {TABLE} WHERE {self.expired()}"
 
+    @statement
     def sweep_batch(self) -> str:
         """Delete up to ``%s`` expired claims without loading them.
 
@@ -355,6 +401,17 @@ class Dialect:
             f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} "
             f"WHERE {self.expired()} LIMIT %s) AND {self.expired()}"
         )
+
+    @statement
+    def sweep_batch_returning(self) -> str:
+        """Return :meth:`sweep_batch` that returns the key of each claim it deletes."""
+        return f"{self.sweep_batch()} RETURNING {self.quote}key{self.quote}"
+
+    @statement
+    def expired_keys(self) -> str:
+        """The key of every expired claim (``sweep_locks --dry-run -v 2``)."""
+        return (f"SELECT {self.quote}key{self.quote} FROM {TABLE} "
+                f"WHERE expires_at <= {self.now}")
 
     # --- waking waiters (where wakes_waiters) ---------------------------------------
     def channel(self, pending_id: int) -> str:
@@ -411,6 +468,11 @@ class Dialect:
 
     def on_connect(self, own: OwnConnection) -> None:
         """Set up a new session of one of the backend's own connections."""
+
+    def has_rows(self, cursor: Any) -> bool:
+        """Return whether the statement the driver's ``cursor`` ran returned rows (none,
+        or a result set, possibly empty)."""
+        return cursor.description is not None
 
     def bound(self, own: OwnConnection, sql: str, left: float | None,
               sharing: str | None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from occupy.backends.db.dialects.base import TABLE, Dialect
+from occupy.backends.db.dialects.base import TABLE, Dialect, statement
 
 if TYPE_CHECKING:
     from occupy.backends.db.connections import OwnConnection
@@ -50,6 +50,7 @@ class MySQLDialect(Dialect):
 
         return Cast(column, TextField())
 
+    @statement
     def sweep_batch(self) -> str:
         """Delete up to ``%s`` expired claims, oldest expiry first."""
         return (

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError
 
-from occupy.backends.db.dialects.base import TABLE, Dialect
+from occupy.backends.db.dialects.base import TABLE, Dialect, statement
 
 if TYPE_CHECKING:
     from occupy.backends.db.connections import OwnConnection
@@ -98,6 +98,7 @@ class PostgreSQLDialect(Dialect):
         """Return how many claims :meth:`release_and_wake` deleted (its first column)."""
         return int(rows[0][0])
 
+    @statement
     def promote_when_released(self) -> str:
         """Promote as :meth:`promote` does, once a release in flight has committed;
         parameters: digest (the slot), then :meth:`promote`'s.
@@ -118,6 +119,7 @@ class PostgreSQLDialect(Dialect):
                              free=" AND NOT EXISTS (SELECT 1 FROM holder)")
         )
 
+    @statement
     def sweep_batch(self) -> str:
         """Delete up to ``%s`` expired claims without loading them.
 
@@ -190,6 +192,14 @@ class PostgreSQLDialect(Dialect):
         if not is_psycopg3:
             return options, False
         return {**options, "server_side_binding": True, "prepare_threshold": 1}, True
+
+    def has_rows(self, cursor: Any) -> bool:
+        """Return whether the statement returned rows; with psycopg 3, from the result's
+        field count: ``description`` builds a column object per field every time."""
+        result = getattr(cursor, "pgresult", None)
+        if result is None:
+            return cursor.description is not None
+        return bool(result.nfields)
 
     def on_connect(self, own: OwnConnection) -> None:
         """Set the session up: index lookups only, and UTC (see ``PG_SESSION``)."""
