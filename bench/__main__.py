@@ -10,7 +10,7 @@ import importlib
 import sys
 
 #: Benchmark modules in the order they run; each has a ``main()``.
-MODULES = ["db", "redis", "cache", "file", "models", "http"]
+MODULES = ["db", "redis", "cache", "file", "models", "http", "http_contended"]
 
 
 def main(argv: list[str]) -> None:
