@@ -35,6 +35,9 @@ REST_FRAMEWORK_DEFAULTS: dict[str, Any] = {
     "CLIENT_HEADER": "Occupy-Client",
     "LEASE_TTL": 120,
     "LEASE_TTL_MAX": 600,
+    # How long a write without an edit lease waits for another request's write in
+    # flight (first come, first served) before answering 423.
+    "WRITE_WAIT": 2,
     "PROBLEM_TYPE_BASE": "about:blank",
 }
 
@@ -130,6 +133,13 @@ class OccupySettings:
             merged["PRECONDITION_REQUIRED"] = tuple(m.upper() for m in methods)
             for name in ("LEASE_TTL", "LEASE_TTL_MAX"):
                 _positive_seconds(f"OCCUPY['REST_FRAMEWORK'][{name!r}]", merged[name])
+            merged["WRITE_WAIT"] = _positive_seconds("OCCUPY['REST_FRAMEWORK']['WRITE_WAIT']",
+                                                     merged["WRITE_WAIT"], allow_zero=True)
+            if merged["WRITE_WAIT"] > 60:
+                raise InvalidBackendError(
+                    "settings.OCCUPY['REST_FRAMEWORK']['WRITE_WAIT'] is how long a write waits "
+                    "for another write in flight: a few seconds at most, not "
+                    f"{merged['WRITE_WAIT']!r} (a request would hang for that long).")
             self._rest_framework = merged
         return self._rest_framework
 

@@ -8,9 +8,14 @@ turns every occupy condition into a status, a ``code``, headers and a body.
 - the body's ``version`` is stale, or a same-field clash: 409 ``version_conflict``,
   ``ETag``;
 - the writer's lease was fenced out or lost: 409 ``fenced_out`` / ``lease_lost``;
-- someone else holds the object: 423 ``locked``, ``Retry-After`` (whole seconds, ≥ 1);
+- someone else holds the object: 423 ``locked``, ``Retry-After`` (whole seconds, ≥ 1,
+  the holder's remaining time); a person is named only when the holder is somebody's
+  edit lease, never for another request's write in flight;
 - a lease endpoint without its token: 428 ``lease_token_required``;
 - the lock store cannot be reached: 503 ``store_unavailable``, ``Retry-After: 1``.
+
+Numbers in headers are read with bounds: an entity tag of more than
+:data:`MAX_VERSION_DIGITS` digits is refused (400), never handed to ``int()``.
 
 ETags are strong, ``"<version>"``, derived from the version alone. ``If-Match`` is read
 with Django's :func:`~django.utils.http.parse_etags`, so comma lists and weak tags
@@ -37,20 +42,28 @@ from occupy.exceptions import (
     StoreUnavailable,
 )
 from occupy.leases import Holder
+from occupy.owners import owner_display, parse_owner
 
 __all__ = [
+    "ANSWERED",
     "ANY",
     "MalformedPrecondition",
     "Problem",
+    "answer",
+    "current_version",
     "etag_for",
     "holder_body",
+    "lease_not_yours",
     "parse_if_match",
     "problem_for",
     "retry_after",
+    "unlockable",
 ]
 
 #: ``If-Match: *``: any current representation matches.
 ANY = "*"
+#: The most digits a version in an entity tag may have (a 64-bit number has 20).
+MAX_VERSION_DIGITS = 20
 
 
 class MalformedPrecondition(OccupyError, ValueError):
@@ -89,16 +102,31 @@ def parse_if_match(header: str) -> list[str]:
     parts = [part for part in header.split(",") if part.strip()]
     if not parts or (tags != [ANY] and len(tags) != len(parts)):
         raise MalformedPrecondition(
-            f"If-Match must be '*' or a list of entity tags such as '\"3\"', not {header!r}."
+            f"If-Match must be '*' or a list of entity tags such as '\"3\"', not "
+            f"{_shown(header)}."
         )
+    for tag in tags:
+        opaque = tag.removeprefix("W/").strip('"')
+        if opaque.isascii() and opaque.isdigit() and len(opaque) > MAX_VERSION_DIGITS:
+            raise MalformedPrecondition(
+                f"If-Match names a version of {len(opaque)} digits; a version has at most "
+                f"{MAX_VERSION_DIGITS}."
+            )
     return tags
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """Return ``text`` quoted for a message, cut to ``limit`` characters."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}…"
 
 
 def tag_version(tag: str) -> int | None:
     """Return the version an entity tag names (weak or strong), or ``None`` for a tag
     that is not one of occupy's (it then matches nothing)."""
     opaque = tag.removeprefix("W/").strip('"')
-    return int(opaque) if opaque.isascii() and opaque.isdigit() else None
+    if opaque.isascii() and opaque.isdigit() and len(opaque) <= MAX_VERSION_DIGITS:
+        return int(opaque)
+    return None
 
 
 def retry_after(holder: Holder | None, seconds: float | None = None) -> int:
@@ -131,13 +159,18 @@ def problem_for(exc: OccupyError, *, display: Callable[[str], str] = str,
     if isinstance(exc, MalformedPrecondition):
         return Problem(400, "malformed_precondition", str(exc))
     if isinstance(exc, Occupied):
-        seconds = retry_after(exc.holder, exc.retry_after)
-        who = "someone else"
-        if exc.holder is not None:
-            who = display(exc.holder.owner)
+        holder = exc.holder
+        seconds = retry_after(holder, None if holder is not None else exc.retry_after)
+        if holder is not None and parse_owner(holder.owner).write:
+            # Another request's write that outlasted the wait: nobody is editing.
+            return Problem(
+                423, "locked", "Another write to this object is taking longer than usual; "
+                "try again shortly.", extra={"holder": None, "retry_after": seconds},
+                headers={"Retry-After": str(seconds)})
+        who = "someone else" if holder is None else display(holder.owner)
         return Problem(
             423, "locked", f"This object is being edited by {who}; try again later.",
-            extra={"holder": holder_body(exc.holder, display), "retry_after": seconds},
+            extra={"holder": holder_body(holder, display), "retry_after": seconds},
             headers={"Retry-After": str(seconds)},
         )
     if isinstance(exc, StoreUnavailable):
@@ -164,6 +197,30 @@ def problem_for(exc: OccupyError, *, display: Callable[[str], str] = str,
     raise TypeError(f"occupy.http has no answer for {type(exc).__name__}: {exc}")
 
 
+#: The occupy exceptions :func:`problem_for` answers; any other is a bug or a
+#: misconfiguration, and is left to the framework (a 500 that names it).
+ANSWERED = (MalformedPrecondition, ConflictError, LeaseLost, Occupied, StoreUnavailable)
+
+
+def current_version(exc: OccupyError) -> int | None:
+    """Return the version the row of a conflict has now (for its ``ETag``), or ``None``."""
+    model = getattr(exc, "model", None)
+    pk = getattr(exc, "pk", None)
+    if (not isinstance(exc, ConflictError) or model is None or pk is None
+            or not any(f.name == "version" for f in model._meta.concrete_fields)):
+        return None
+    value = model._base_manager.filter(pk=pk).values_list("version", flat=True).first()
+    return None if value is None else int(value)
+
+
+def answer(exc: OccupyError, *, display: Callable[[str], str] = owner_display,
+           from_if_match: bool = False) -> Problem:
+    """Return the :class:`Problem` for ``exc``, with the row's current version read for
+    a conflict's ``ETag`` (:func:`problem_for` with what it needs looked up)."""
+    return problem_for(exc, display=display, current_version=current_version(exc),
+                       from_if_match=from_if_match)
+
+
 def precondition_required(method: str, accepted: list[str]) -> Problem:
     """Return the 428 for a write that must be conditional and is not."""
     return Problem(
@@ -172,6 +229,18 @@ def precondition_required(method: str, accepted: list[str]) -> Problem:
         f"from GET, or the {accepted[-1]!r} field.",
         extra={"accepted": accepted}, headers={"Cache-Control": "no-store"},
     )
+
+
+def lease_not_yours() -> Problem:
+    """Return the 409 for a lease token presented by a user who did not take the lease
+    (the lease is left as it is)."""
+    return Problem(409, "lease_lost", "You hold no lease with this token: it belongs to "
+                   "another user's lease, which is left as it is.")
+
+
+def unlockable(error: ValueError) -> Problem:
+    """Return the 400 for an object whose lock key cannot be built (its primary key)."""
+    return Problem(400, "invalid_key", f"This object cannot be locked: {error}")
 
 
 def lease_token_required(header: str) -> Problem:

@@ -100,9 +100,11 @@ class GuardedSaveMixin(ChangeTrackingMixin):
     Adds to a model what :class:`~occupy.models.tracking.ChangeTrackingMixin` adds
     (``changed_fields()``), and:
 
-    - ``save()`` of an existing row writes only those fields (or ``update_fields``),
-      plus ``auto_now`` fields, in an ``UPDATE`` filtered by the guards of
-      :meth:`save_guards`; a new instance is inserted as usual;
+    - ``save()`` of an existing row writes only those fields (or those of
+      ``update_fields`` whose value differs from the loaded one), plus ``auto_now``
+      fields, in an ``UPDATE`` filtered by the guards of :meth:`save_guards`; when no
+      field differs nothing is written (no version bump), and the guards' conditions
+      are still checked; a new instance is inserted as usual;
     - ``asave()`` takes the same keyword arguments as ``save()``.
 
     Instances you build yourself and save with ``update_fields`` (or
@@ -140,6 +142,13 @@ class GuardedSaveMixin(ChangeTrackingMixin):
             return
         if update_fields is not None:
             fields = self._resolve(update_fields)
+            changed = set(self._changed())
+            fields = [f for f in fields if f in changed or getattr(f, "auto_now", False)]
+            if not fields and not force_update:
+                # Nothing differs from what was loaded: no write (no version bump), but
+                # the save's preconditions (an expected version, a lease's fence) hold.
+                self._confirm(using, self.save_guards([], options))
+                return
         else:
             fields = self._changed()
             if fields:
@@ -225,6 +234,16 @@ class GuardedSaveMixin(ChangeTrackingMixin):
                 fields.append(f)
         return fields
 
+    def _confirm(self, using: str, guards: list[Guard]) -> None:
+        """Check that the stored row passes ``guards`` (their conditions only, nothing
+        set), locking it like a write would; raise the refusal's error if it does not."""
+        if not guards or not all(g.checks for g in guards):
+            return  # an unconditional alternative: nothing to confirm
+        for guard in guards:
+            if self._write(using, {}, Guard(checks=guard.checks)):
+                return
+        raise self._refusal(using, [], guards)
+
     def _update(self, using: str, fields: list[models.Field[Any, Any]],
                 guards: list[Guard]) -> None:
         origin = type(self)
@@ -265,6 +284,8 @@ class GuardedSaveMixin(ChangeTrackingMixin):
         ]
         if len(statements) == 1 and not guard.read_back:
             queryset, update = statements[0]
+            # Checks without assignments: check and lock the row with a no-op write.
+            update = update or {_pk_name(queryset): models.F(_pk_name(queryset))}
             return queryset.update(**update) == 1
         try:
             # A savepoint, so that a refusal inside the caller's transaction leaves it usable.

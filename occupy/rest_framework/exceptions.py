@@ -17,6 +17,7 @@ from occupy.http import Problem
 
 __all__ = [
     "FencedOutError",
+    "InvalidKey",
     "InvalidTTL",
     "LeaseLostError",
     "LeaseTokenRequired",
@@ -114,6 +115,14 @@ class LeaseTokenRequired(OccupyAPIException):
     default_code = "lease_token_required"
 
 
+class InvalidKey(OccupyAPIException):
+    """The object's lock key cannot be built (its primary key), so it cannot be locked."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_detail = "This object cannot be locked."
+    default_code = "invalid_key"
+
+
 class InvalidTTL(OccupyAPIException):
     """A lease request asked for a ttl that is no number of seconds within bounds."""
 
@@ -126,8 +135,7 @@ _BY_CODE: dict[str, type[OccupyAPIException]] = {
     cls.default_code: cls for cls in (
         PreconditionFailed, PreconditionRequired, MalformedPreconditionError,
         VersionConflictError, FencedOutError, LeaseLostError, Locked, LeaseTokenRequired,
-        StoreUnavailableError,
-        InvalidTTL,
+        StoreUnavailableError, InvalidKey, InvalidTTL,
     )
 }
 

@@ -2,9 +2,10 @@
 installed: ``OccupyConfig.ready()`` loads this module then).
 
 Every view that uses the mixins lists, without any ``extend_schema`` of its own, its
-304/409/412/423/428 answers with :class:`~occupy.rest_framework.serializers.OccupyErrorSerializer`,
-the ``If-Match``, ``If-None-Match`` and ``Occupy-Lease`` request headers and the ``ETag``
-and ``Retry-After`` response headers, and the lease endpoints' own bodies. Answers are
+304/400/403/409/412/423/428/503 answers with
+:class:`~occupy.rest_framework.serializers.OccupyErrorSerializer`, the ``If-Match``,
+``If-None-Match``, ``Occupy-Lease`` and ``Occupy-Client`` request headers and the
+``ETag`` and ``Retry-After`` response headers, and the lease endpoints' own bodies. Answers are
 added with ``setdefault``, so a user's ``extend_schema(responses=…)`` still wins.
 
 It works by :class:`OccupyViewExtension`, which gives each such view a schema class
@@ -25,6 +26,7 @@ from drf_spectacular.plumbing import get_class
 from drf_spectacular.utils import OpenApiParameter
 
 from occupy.conf import occupy_settings
+from occupy.rest_framework.leases import LEASE_ACTIONS
 from occupy.rest_framework.mixins import (
     ConditionalMixin,
     OccupiedWritesMixin,
@@ -32,8 +34,10 @@ from occupy.rest_framework.mixins import (
 )
 from occupy.rest_framework.serializers import (
     HolderBodySerializer,
+    LeaseReleaseSerializer,
     LeaseRequestSerializer,
     LeaseSerializer,
+    LeaseTakeoverSerializer,
     LeaseTokenSerializer,
     OccupyErrorSerializer,
 )
@@ -46,9 +50,21 @@ else:
     _AutoSchema = object
 
 _WRITES = ("update", "partial_update", "destroy")
-_LEASE_ACTIONS = ("lease", "release_lease", "takeover_lease")
+_LEASE_ACTIONS = LEASE_ACTIONS
+#: The lease actions that take a ``ttl`` (and may answer 400 ``invalid_ttl``).
+_TTL_ACTIONS = ("lease", "renew_lease", "takeover_lease")
+#: The lease actions that need the lease's token.
+_TOKEN_ACTIONS = ("renew_lease", "end_lease", "release_lease")
 _DESCRIPTIONS = {
     "304": "Not modified: If-None-Match matches the current ETag.",
+    "400": "Bad request: a malformed If-Match or lease token, or If-Match and the body's "
+           "version naming different versions (malformed_precondition); a ttl that is no "
+           "number of seconds in range (invalid_ttl); an object that cannot be locked "
+           "(invalid_key).",
+    "403": "Forbidden: taking over another user's edit lease needs the takeover "
+           "permission.",
+    "503": "Service unavailable: the lock store cannot be reached; nothing was written. "
+           "See Retry-After.",
     "409": "Conflict: the body's version is stale (version_conflict), or the edit lease "
            "was lost or taken over (lease_lost, fenced_out).",
     "412": "Precondition failed: If-Match does not match the current version.",
@@ -72,20 +88,25 @@ class OccupyAutoSchemaMixin(_AutoSchema):
         view, action = self.view, self._occupy_action()
         codes: list[str] = []
         if action in _LEASE_ACTIONS:
-            if self.method == "POST" and action == "lease":
-                codes.append("423")
-            if self.method in ("PATCH", "DELETE") or action == "release_lease":
-                codes += ["409", "428"]
-            return codes
+            codes.append("503")
+            if action in ("lease", "takeover_lease"):
+                codes += ["400", "409", "423"]
+            if action == "takeover_lease":
+                codes.append("403")
+            if action in _TTL_ACTIONS:
+                codes.append("400")
+            if action in _TOKEN_ACTIONS:
+                codes += ["400", "409", "428"]
+            return sorted(set(codes))
         if isinstance(view, ConditionalMixin):
             if action == "retrieve":
                 codes.append("304")
             if action in _WRITES:
-                codes += ["409", "412"]
+                codes += ["400", "409", "412"]
                 if self.method in view.get_precondition_required():
                     codes.append("428")
         if isinstance(view, OccupiedWritesMixin) and action in _WRITES:
-            codes += ["409", "423"]
+            codes += ["400", "409", "423", "503"]
         return sorted(set(codes))
 
     def get_override_parameters(self) -> list[Any]:
@@ -95,14 +116,20 @@ class OccupyAutoSchemaMixin(_AutoSchema):
         lease_header = occupy_settings.REST_FRAMEWORK["LEASE_HEADER"]
         header: Final = "header"  # OpenApiParameter.HEADER, as the literal the stubs ask
         if action in _LEASE_ACTIONS:
-            if self.method in ("PATCH", "DELETE") or (self.method == "POST"
-                                                     and action == "lease"):
+            if action in ("lease", "renew_lease", "end_lease", "takeover_lease"):
                 params.append(OpenApiParameter(
-                    lease_header, str, header, required=self.method != "POST",
-                    description="The lease's token (POST: present it to get the same "
-                                "lease back, extended, without a new level)."))
-            params.append(OpenApiParameter("Retry-After", int, header, response=[423],
-                                           description="Seconds until the lease ends."))
+                    lease_header, str, header, required=action in _TOKEN_ACTIONS,
+                    description="The lease's token: yours only (another user's gets 409). "
+                                "POST: present it to get the same lease back, extended, "
+                                "without a new level."))
+            if action in ("lease", "takeover_lease"):
+                params.append(OpenApiParameter(
+                    occupy_settings.REST_FRAMEWORK["CLIENT_HEADER"], str, header,
+                    description="Names your client (a tab, a device), up to 64 "
+                                "characters: kept with the lease's owner."))
+            params.append(OpenApiParameter("Retry-After", int, header, response=[423, 503],
+                                           description="Seconds until the lease ends "
+                                                       "(423), or to try again (503)."))
             return params
         if isinstance(view, ConditionalMixin):
             if action == "retrieve":
@@ -125,14 +152,18 @@ class OccupyAutoSchemaMixin(_AutoSchema):
                 lease_header, str, header,
                 description="Write under this edit lease (its token); without it the "
                             "write is refused with 423 while someone else holds one."))
-            params.append(OpenApiParameter("Retry-After", int, header, response=[423],
-                                           description="Seconds until the lease ends."))
+            params.append(OpenApiParameter("Retry-After", int, header, response=[423, 503],
+                                           description="Seconds until the lease ends "
+                                                       "(423), or to try again (503)."))
         return params
 
     def get_request_serializer(self) -> Any:
         """Return the lease endpoints' request body; others as usual."""
-        if self._occupy_action() in _LEASE_ACTIONS:
-            return None if self.method in ("GET", "DELETE") else LeaseRequestSerializer
+        action = self._occupy_action()
+        if action in _LEASE_ACTIONS:
+            if self.method in ("GET", "DELETE"):
+                return None
+            return LeaseReleaseSerializer if action == "release_lease" else LeaseRequestSerializer
         return super().get_request_serializer()
 
     def get_response_serializers(self) -> Any:
@@ -146,7 +177,7 @@ class OccupyAutoSchemaMixin(_AutoSchema):
             if self.method == "PATCH":
                 return LeaseSerializer
             if action == "takeover_lease":
-                return {201: LeaseTokenSerializer}
+                return {201: LeaseTakeoverSerializer}
             return {200: LeaseTokenSerializer, 201: LeaseTokenSerializer}
         return super().get_response_serializers()
 
@@ -168,7 +199,7 @@ class OccupyAutoSchemaMixin(_AutoSchema):
                 answer["content"] = {"application/json": {"schema": ref}}
             if code in ("304", "409", "412"):
                 answer["headers"] = {"ETag": headers["ETag"]}
-            elif code == "423":
+            elif code in ("423", "503"):
                 answer["headers"] = {"Retry-After": headers["Retry-After"]}
             responses.setdefault(code, answer)
         return operation

@@ -10,8 +10,10 @@ from rest_framework.utils import model_meta
 
 __all__ = [
     "HolderSerializer",
+    "LeaseReleaseSerializer",
     "LeaseRequestSerializer",
     "LeaseSerializer",
+    "LeaseTakeoverSerializer",
     "LeaseTokenSerializer",
     "OccupyErrorSerializer",
     "OccupyModelSerializerMixin",
@@ -98,9 +100,20 @@ class LeaseTokenSerializer(LeaseSerializer):
 
 
 class LeaseRequestSerializer(serializers.Serializer[Any]):
-    """What a lease request may send."""
+    """What a lease request may send (the browsable API's form on the lease endpoints;
+    the view reads and bounds ``ttl`` itself)."""
 
-    ttl = serializers.FloatField(required=False, help_text="Seconds the lease lives.")
+    ttl = serializers.FloatField(required=False, min_value=1,
+                                 help_text="Seconds the lease lives (from 1 to the "
+                                           "longest lease); a renew without it keeps "
+                                           "the lease's own.")
+
+
+class LeaseReleaseSerializer(serializers.Serializer[Any]):
+    """What ``…/lease/release/`` takes: the lease's token as a form field, since
+    ``navigator.sendBeacon`` cannot send headers."""
+
+    token = serializers.CharField(help_text="The token of the lease to release.")
 
 
 class HolderSerializer(serializers.Serializer[Any]):
@@ -109,6 +122,13 @@ class HolderSerializer(serializers.Serializer[Any]):
     owner_display = serializers.CharField()
     since = serializers.DateTimeField(allow_null=True)
     expires_at = serializers.DateTimeField()
+
+
+class LeaseTakeoverSerializer(LeaseTokenSerializer):
+    """A takeover's answer: the new lease with its token, and the holder it replaced
+    (``null`` when the object was free)."""
+
+    replaced = HolderSerializer(allow_null=True, help_text="Who held the lease before.")
 
 
 class HolderBodySerializer(serializers.Serializer[Any]):

@@ -79,3 +79,90 @@ def lease_race(role: str, url: str, user: str) -> list[int]:
     if role == "lease":
         return edit_under_lease(url, user, 10)
     return write_without_lease(url, user, 3.0)
+
+
+def append_until_written(url: str, user: str, name: str, rounds: int) -> list[int]:
+    """``rounds`` times: read the row, append ``name`` to its ``body`` and PATCH it back
+    with the ETag read, re-reading on 412 until it is written (bounded); return every
+    PATCH status, and the ``Retry-After`` of any 423 after it as ``-seconds``."""
+    statuses: list[int] = []
+    for _ in range(rounds):
+        for _attempt in range(200):
+            _status, head, body = call("GET", url, user)
+            status, head, _body = call("PATCH", url, user, {"body": body["body"] + name},
+                                       If_Match=head["ETag"])
+            statuses.append(status)
+            if status == 423:
+                statuses.append(-int(head["Retry-After"]))
+            if status != 412:
+                break
+    return statuses
+
+
+def patch_while_leased(url: str, user: str, tries: int) -> list[tuple[float, int, str, Any]]:
+    """PATCH ``tries`` times while someone else holds an edit lease; return each answer
+    as (the time it came, its status, its ``Retry-After``, the holder named)."""
+    answers = []
+    for _ in range(tries):
+        _status, head, body = call("GET", url, user)
+        status, head, body = call("PATCH", url, user, {"body": "intruder"},
+                                  If_Match=head["ETag"])
+        holder = (body or {}).get("holder") or {}
+        answers.append((time.time(), status, head.get("Retry-After", ""),
+                        holder.get("owner_display")))
+        time.sleep(0.05)
+    return answers
+
+
+def hold_and_renew(url: str, user: str, seconds: float) -> dict[str, int]:
+    """The first user of the takeover race: take the lease (waiting out 423s), renew it
+    a few times, release it; for ``seconds``. Return how many grants she got and how
+    many of them were lost (a renew or release answered 409)."""
+    grants = lost = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        status, _head, body = call("POST", url + "lease/", user, {"ttl": 30})
+        if status == 423:
+            time.sleep(0.02)
+            continue
+        assert status == 201, (status, body)
+        grants += 1
+        token = body["token"]
+        held = True
+        for _ in range(3):
+            time.sleep(0.03)
+            status, _head, body = call("PATCH", url + "lease/", user, {"ttl": 30},
+                                       Occupy_Lease=token)
+            if status != 200:
+                assert status == 409, (status, body)
+                held = False
+                break
+        if held:
+            status, _head, body = call("DELETE", url + "lease/", user, Occupy_Lease=token)
+            held = status == 204
+        lost += not held
+    return {"grants": grants, "lost": lost}
+
+
+def take_over_own(url: str, user: str, seconds: float) -> list[tuple[int, Any]]:
+    """The second user of the takeover race (no takeover permission): take the lease
+    with the shortest ttl, and keep taking his own lease over as it runs out, then let
+    it lapse; for ``seconds``. Return every takeover's status and the holder it says it
+    replaced."""
+    import random
+
+    answers = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        status, _head, body = call("POST", url + "lease/", user, {"ttl": 1})
+        assert status in (201, 423), (status, body)
+        time.sleep(random.uniform(0.85, 1.05))  # his lease about to end, or just ended
+        for _ in range(10):
+            status, _head, body = call("POST", url + "lease/takeover/", user, {"ttl": 1})
+            assert status in (201, 403, 423), (status, body)
+            replaced = (body or {}).get("replaced") if status == 201 else None
+            answers.append((status, None if replaced is None else replaced["owner_display"]))
+            if status != 201:
+                break
+        time.sleep(1.1)  # let it lapse: her turn
+    return answers

@@ -1,6 +1,7 @@
 """The API the DRF tests call: occupy's mixins on the test models, and a plain DRF
 viewset of the same model as the control."""
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import permissions, routers, serializers, viewsets
 
@@ -9,7 +10,7 @@ from occupy.rest_framework import (
     OccupyModelSerializerMixin,
     OccupyViewMixin,
 )
-from tests.testapp.models import Book, Document, Label, Shelf, UUIDBook
+from tests.testapp.models import Book, Document, Label, LongKeyNote, Shelf, UUIDBook
 
 
 class BookSerializer(OccupyModelSerializerMixin, serializers.ModelSerializer):
@@ -40,6 +41,20 @@ class UUIDBookSerializer(OccupyModelSerializerMixin, serializers.ModelSerializer
     class Meta:
         model = UUIDBook
         fields = ["id", "name"]
+
+
+class PlainBookSerializer(serializers.ModelSerializer):
+    """A plain DRF serializer of a versioned model (no occupy mixin)."""
+
+    class Meta:
+        model = Book
+        fields = ["id", "name", "status", "note"]
+
+
+class LongKeyNoteSerializer(OccupyModelSerializerMixin, serializers.ModelSerializer):
+    class Meta:
+        model = LongKeyNote
+        fields = ["slug", "text"]
 
 
 class CustomAnswerSerializer(serializers.Serializer):
@@ -91,6 +106,25 @@ class UUIDBookViewSet(_Guarded):
     serializer_class = UUIDBookSerializer
 
 
+class PlainBookViewSet(viewsets.ModelViewSet):
+    """Plain DRF on a model that gained VersionedMixin, and no other code change."""
+
+    queryset = Book.objects.order_by("pk")
+    serializer_class = PlainBookSerializer
+    permission_classes = [permissions.DjangoModelPermissions]
+
+
+class LongKeyNoteViewSet(_Guarded):
+    queryset = LongKeyNote.objects.order_by("pk")
+    serializer_class = LongKeyNoteSerializer
+    lookup_value_regex = "[^/]+"
+
+
+#: The occupy backends the multiprocess API tests run the document API on, each at
+#: ``/api/documents-<alias>/`` (the ones configured here).
+DOCUMENT_BACKENDS = [alias for alias in ("db-postgresql", "db-mysql", "redis")
+                     if alias in settings.OCCUPY["BACKENDS"]]
+
 router = routers.DefaultRouter()
 router.register("books", BookViewSet)
 router.register("plain-shelves", PlainShelfViewSet, basename="plain-shelf")
@@ -98,3 +132,10 @@ router.register("conditional-books", ConditionalBookViewSet, basename="condition
 router.register("documents", DocumentViewSet)
 router.register("labels", LabelViewSet)
 router.register("uuid-books", UUIDBookViewSet)
+router.register("plain-books", PlainBookViewSet, basename="plain-book")
+router.register("long-key-notes", LongKeyNoteViewSet)
+for _alias in DOCUMENT_BACKENDS:
+    router.register(f"documents-{_alias}",
+                    type(f"DocumentViewSet_{_alias.replace('-', '_')}", (DocumentViewSet,),
+                         {"occupy_backend": _alias}),
+                    basename=f"document-{_alias}")

@@ -169,3 +169,16 @@ class Chapter(VersionedMixin, models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+class LongKeyNote(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
+    """A string primary key of up to 255 characters: longer than a lock key may be once
+    the model's label is put in front (the HTTP layer must not answer 500 for it)."""
+
+    slug = models.CharField(primary_key=True, max_length=255)
+    text = models.CharField(max_length=100, blank=True, default="")
+
+    objects: ClassVar[OccupyManager] = OccupyManager()
+
+    def __str__(self) -> str:
+        return self.slug

@@ -1,0 +1,106 @@
+"""The owner strings occupy's HTTP integrations write, and what they tell about a holder.
+
+One home for the format, built and parsed here only:
+
+- ``user:<pk>[:ttl:<seconds>][:client:<id>]``: an **edit lease** a user took through the
+  API (``ttl`` is the lease's own length, kept by a renew that names none; ``client``
+  the ``Occupy-Client`` header, for a user's several clients);
+- ``write:user:<pk>``: the short **write lock** a write without an edit lease holds
+  for the length of the write: not somebody editing, and never named to others;
+- ``admin:user:<pk>:tab:<id>``: an edit lease of an admin browser tab (built by
+  :mod:`occupy.admin.owners`; read here so that the API names its user too).
+
+``anonymous`` stands for ``<pk>`` when the request has no user.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+__all__ = ["Owner", "lease_owner", "owner_display", "parse_owner", "same_user", "write_owner"]
+
+_WRITE = "write:"
+_OWNER = re.compile(
+    r"^(?P<write>write:)?(?P<admin>admin:)?user:(?P<pk>[^:]+)"
+    r"(?::ttl:(?P<ttl>\d{1,7}(?:\.\d{1,6})?))?(?::tab:(?P<tab>[^:]+))?(?::client:(?P<client>.*))?$"
+)
+#: The longest client id kept from the ``Occupy-Client`` header.
+CLIENT_MAX = 64
+
+
+@dataclass(frozen=True)
+class Owner:
+    """What an owner string says: the user (``None`` when it names none), whether it is
+    a write lock rather than an edit lease, the lease's own ttl, the client."""
+
+    user: str | None
+    write: bool = False
+    ttl: float | None = None
+    client: str | None = None
+
+    @property
+    def is_edit_lease(self) -> bool:
+        """Return whether the owner is a person's edit lease (API or admin)."""
+        return self.user is not None and not self.write
+
+
+def _user(user_pk: object) -> str:
+    return "anonymous" if user_pk is None else str(user_pk)
+
+
+def lease_owner(user_pk: object, *, ttl: float | None = None, client: str | None = None) -> str:
+    """Return the owner of an edit lease a user takes through the API."""
+    owner = f"user:{_user(user_pk)}"
+    if ttl is not None:
+        owner += f":ttl:{_seconds(ttl)}"
+    if client:
+        owner += f":client:{client[:CLIENT_MAX]}"
+    return owner
+
+
+def write_owner(user_pk: object) -> str:
+    """Return the owner of the write lock a write without an edit lease holds."""
+    return f"{_WRITE}user:{_user(user_pk)}"
+
+
+def parse_owner(owner: str) -> Owner:
+    """Return what ``owner`` says (an owner occupy did not write names no user)."""
+    match = _OWNER.match(owner)
+    if match is None:
+        return Owner(user=None, write=owner.startswith(_WRITE))
+    pk = None if match["pk"] == "anonymous" else match["pk"]
+    return Owner(user=pk, write=bool(match["write"]),
+                 ttl=None if match["ttl"] is None else float(match["ttl"]),
+                 client=match["client"])
+
+
+def owner_display(owner: str) -> str:
+    """Return whom clients are told holds an object: the user's full name or username
+    for an edit lease, else ``"someone else"`` (a write lock is nobody editing; other
+    owners may name a host and process, which are nobody's business)."""
+    parsed = parse_owner(owner)
+    if not parsed.is_edit_lease:
+        return "someone else"
+    from django.contrib.auth import get_user_model
+
+    user_model = get_user_model()
+    try:
+        user = user_model._default_manager.get(pk=parsed.user)
+    except (user_model.DoesNotExist, ValueError, TypeError):
+        return "another user"
+    return str(user.get_full_name() or user.get_username())
+
+
+def same_user(owner: str, user_pk: object) -> bool:
+    """Return whether ``owner`` is an edit lease or write lock of user ``user_pk``."""
+    parsed = parse_owner(owner)
+    return parsed.user is not None and user_pk is not None and parsed.user == str(user_pk)
+
+
+def _seconds(ttl: float) -> str:
+    """Return ``ttl`` as the owner writes it: whole seconds without a fraction."""
+    if not math.isfinite(ttl) or ttl <= 0:
+        raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}.")
+    return str(int(ttl)) if float(ttl).is_integer() else f"{ttl:.6f}".rstrip("0")

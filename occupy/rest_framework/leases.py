@@ -1,0 +1,309 @@
+"""``EditLeaseMixin``: the edit-lease endpoints under ``…/{pk}/lease/`` (see
+:mod:`occupy.rest_framework.mixins`).
+
+A lease is its user's: the token is a bearer credential only together with the session
+(or other authentication) of the user who took it. Every "may I take over?" is decided
+on the holder the store then replaces (a conditional takeover), never on an earlier read.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from contextlib import suppress
+from typing import Any
+
+from rest_framework import status
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.permissions import DjangoModelPermissions, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+import occupy
+from occupy import http
+from occupy.conf import occupy_settings
+from occupy.exceptions import LeaseLost, Occupied
+from occupy.history import log_entry
+from occupy.http import Problem
+from occupy.leases import Holder, Lease
+from occupy.owners import parse_owner, same_user
+from occupy.rest_framework.exceptions import from_problem
+from occupy.rest_framework.serializers import (
+    LeaseReleaseSerializer,
+    LeaseRequestSerializer,
+    LeaseSerializer,
+)
+from occupy.rest_framework.writes import OccupiedWritesMixin, _checked_token, _user_pk
+
+__all__ = ["EditLeaseMixin"]
+
+#: The edit-lease actions of :class:`EditLeaseMixin` (one per method and route).
+LEASE_ACTIONS = frozenset({"lease", "lease_holder", "renew_lease", "end_lease",
+                           "release_lease", "takeover_lease"})
+#: How often a takeover reads the holder again when it changed under it.
+TAKEOVER_TRIES = 5
+_NUMBER = re.compile(r"^\d{1,9}(\.\d{1,9})?$")
+
+
+class EditLeaseMixin(OccupiedWritesMixin):
+    """Edit-lease endpoints under ``…/{pk}/lease/`` on a viewset.
+
+    - ``POST`` takes the lease (201 with its token; the holder presenting its token
+      again gets 200 and the same lease, extended, with no extra level);
+    - ``PATCH`` renews it and ``DELETE`` releases it (both need the token in
+      ``Occupy-Lease``); a renew without ``ttl`` keeps the lease's own ttl;
+    - ``GET`` tells who holds it (never the token), to anyone who may view the object;
+    - ``POST …/lease/release/`` releases from ``navigator.sendBeacon`` (form body
+      ``token`` plus the CSRF token: nothing is CSRF exempt);
+    - ``POST …/lease/takeover/`` takes it over: from another user with
+      ``occupy.force_release_occupation`` or ``<app>.takeover_<model>``, from oneself
+      without. The permission is decided on the holder read, and the store replaces
+      that holder only (``takeover(if_fence=…)``); if it changed, it is read and
+      decided again.
+
+    A lease is bound to the user who took it: another user presenting its token gets
+    409 ``lease_lost`` on renew, release, beacon, takeover and writes, and the lease
+    is left as it is. Leasing needs the change permission on the object; the view's
+    permission classes judge the lease endpoints' writes as changes (so that
+    ``DjangoModelPermissions`` does not ask for the add or delete permission).
+    """
+
+    #: Default and longest lease, in seconds (defaults: the ``REST_FRAMEWORK`` settings).
+    lease_ttl: float | None = None
+    lease_ttl_max: float | None = None
+
+    def get_serializer_class(self) -> Any:
+        """Return the lease endpoints' request serializers on their actions (what the
+        browsable API and the schema show), else the view's own."""
+        act = getattr(self, "action", None)
+        if act == "release_lease":
+            return LeaseReleaseSerializer
+        if act in LEASE_ACTIONS:
+            return LeaseRequestSerializer
+        return super().get_serializer_class()
+
+    def get_lease_ttl(self, request: Request, default: float | None = None) -> float:
+        """Return the ttl the client asks for (body ``ttl``: a number of seconds from 1
+        to the longest lease), else ``default``, else the view's default."""
+        conf = occupy_settings.REST_FRAMEWORK
+        longest = float(self.lease_ttl_max or conf["LEASE_TTL_MAX"])
+        value = request.data.get("ttl") if hasattr(request.data, "get") else None
+        if value is None or value == "":
+            return float(default or self.lease_ttl or conf["LEASE_TTL"])
+        ttl = _seconds(value)
+        if ttl is None or not 1 <= ttl <= longest:
+            raise from_problem(Problem(
+                400, "invalid_ttl", f"ttl must be a number of seconds from 1 to {longest:g}, "
+                f"not {str(value)[:40]!r}."))
+        return ttl
+
+    def get_permissions(self) -> Sequence[Any]:
+        """Return the view's permissions; on the lease endpoints, without DRF's model
+        permissions (which would ask a ``POST`` for the *add* permission): leasing is
+        decided by :meth:`has_lease_permission`, and needs an authenticated user."""
+        permissions = super().get_permissions()
+        if getattr(self, "action", None) not in LEASE_ACTIONS:
+            return permissions
+        kept = [p for p in permissions if not isinstance(p, DjangoModelPermissions)]
+        return [IsAuthenticated(), *kept]
+
+    def has_lease_permission(self, request: Request, instance: Any) -> bool:
+        """Return whether ``request`` may lease ``instance``: its change permission."""
+        return _has_model_perm(request, instance, "change")
+
+    def has_holder_permission(self, request: Request, instance: Any) -> bool:
+        """Return whether ``request`` may see who holds ``instance``: its view or change
+        permission."""
+        return (_has_model_perm(request, instance, "view")
+                or self.has_lease_permission(request, instance))
+
+    def has_takeover_permission(self, request: Request, instance: Any) -> bool:
+        """Return whether ``request`` may take another user's lease over."""
+        opts = instance._meta
+        return bool(request.user.has_perm("occupy.force_release_occupation")
+                    or request.user.has_perm(f"{opts.app_label}.takeover_{opts.model_name}"))
+
+    def may_take_over(self, request: Request, instance: Any, holder: Holder) -> bool:
+        """Return whether ``request`` may replace ``holder``: its own lease, or with the
+        takeover permission."""
+        return (same_user(holder.owner, _user_pk(request))
+                or self.has_takeover_permission(request, instance))
+
+    def _leased_object(self, request: Request) -> Any:
+        instance = self.get_object()
+        if not self.has_lease_permission(request, instance):
+            raise PermissionDenied("Leasing this object needs the permission to change it.")
+        return instance
+
+    def _lease_body(self, lease: Lease, *, token: bool) -> dict[str, Any]:
+        body = dict(LeaseSerializer(lease).data)
+        if token:
+            body["token"] = lease.token
+        return body
+
+    def _holder_body(self, holder: Holder | None) -> dict[str, Any]:
+        return {"holder": http.holder_body(holder, self.get_owner_display)}
+
+    def _required_token(self, request: Request) -> str:
+        token = self.get_lease_token(request)
+        if token is None:
+            raise from_problem(http.lease_token_required(
+                occupy_settings.REST_FRAMEWORK["LEASE_HEADER"]))
+        return token
+
+    @action(detail=True, methods=["post"], url_path="lease", url_name="lease")
+    def lease(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Take the edit lease (201 with its token), or, presenting your token again,
+        keep it (200, the same lease)."""
+        instance = self._leased_object(request)
+        key = self.get_lease_key(instance)
+        ttl = self.get_lease_ttl(request)
+        token = self.get_lease_token(request)
+        if token is not None:
+            try:
+                self.own_lease(key, token)
+            except LeaseLost:
+                token = None  # it holds nothing any more: take the key afresh
+        lease = occupy.acquire(key, owner=self.get_lease_owner(request, ttl), ttl=ttl,
+                               timeout=0, token=token, reentrant=False,
+                               using=self.occupy_backend)
+        created = lease.token != token
+        return Response(self._lease_body(lease, token=True),
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @lease.mapping.get
+    def lease_holder(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Tell who holds the object (never the token); needs the view permission."""
+        instance = self.get_object()
+        if not self.has_holder_permission(request, instance):
+            raise PermissionDenied("Seeing who edits this object needs the permission to "
+                                   "view it.")
+        key = self.get_lease_key(instance)
+        return Response(self._holder_body(occupy.holder(key, using=self.occupy_backend)))
+
+    @lease.mapping.patch
+    def renew_lease(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Renew your lease (token in ``Occupy-Lease``) by ``ttl``, else its own ttl."""
+        instance = self._leased_object(request)
+        key = self.get_lease_key(instance)
+        token = self._required_token(request)
+        lease = self.own_lease(key, token)
+        ttl = self.get_lease_ttl(request, default=parse_owner(lease.owner).ttl)
+        lease = occupy.resume(key, token, ttl=ttl, using=self.occupy_backend)
+        return Response(self._lease_body(lease, token=False))
+
+    @lease.mapping.delete
+    def end_lease(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Release your lease (token in ``Occupy-Lease``)."""
+        instance = self._leased_object(request)
+        return self._release(self.get_lease_key(instance), self._required_token(request))
+
+    def _release(self, key: str, token: str) -> Response:
+        """Release the lease ``token`` holds: 204, also when it is already gone; 409 if
+        someone else holds the key now, or the token is another user's (their lease is
+        never touched)."""
+        try:
+            lease = self.own_lease(key, token)
+        except LeaseLost:
+            if occupy.holder(key, using=self.occupy_backend) is not None:
+                raise
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        with suppress(LeaseLost):  # it expired in between: nothing is held, as asked
+            occupy.release(lease)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @action(detail=True, methods=["post"], url_path="lease/release", url_name="lease-release")
+    def release_lease(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Release the lease whose token the form body carries (``navigator.sendBeacon``
+        cannot set headers); CSRF-protected like any other session request."""
+        instance = self._leased_object(request)
+        token = request.data.get("token") if hasattr(request.data, "get") else None
+        if not token:
+            raise from_problem(http.lease_token_required("'token' form field"))
+        return self._release(self.get_lease_key(instance), _checked_token(token))
+
+    @action(detail=True, methods=["post"], url_path="lease/takeover", url_name="lease-takeover")
+    def takeover_lease(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Take the lease over from its holder: a higher fence fences the old holder out.
+        Needs the takeover permission, unless the holder is the same user. Answers the
+        new lease and, as ``replaced``, the holder it replaced."""
+        instance = self._leased_object(request)
+        key = self.get_lease_key(instance)
+        token = self.get_lease_token(request)
+        if token is not None:
+            with suppress(LeaseLost):  # a token is optional; another user's is refused
+                self.own_lease(key, token)
+        ttl = self.get_lease_ttl(request)
+        owner = self.get_lease_owner(request, ttl)
+        lease, replaced = self._take_over(request, instance, key, owner, ttl)
+        if replaced is not None:
+            _log_takeover(request, instance, replaced, self.get_owner_display(replaced.owner))
+        body = self._lease_body(lease, token=True)
+        body["replaced"] = http.holder_body(replaced, self.get_owner_display)
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    def _take_over(self, request: Request, instance: Any, key: str, owner: str,
+                   ttl: float) -> tuple[Lease, Holder | None]:
+        """Replace the holder the permission was decided on, and only it: read, decide,
+        take over ``if_fence`` of what was read; read and decide again if the store
+        says the holder changed meanwhile."""
+        refused: Occupied | None = None
+        for _ in range(TAKEOVER_TRIES):
+            holder = occupy.holder(key, using=self.occupy_backend)
+            if holder is None:
+                try:  # free: take it only if still free
+                    return occupy.acquire(key, owner=owner, ttl=ttl, timeout=0,
+                                          reentrant=False, using=self.occupy_backend), None
+                except Occupied as e:
+                    refused = e
+                    continue
+            if parse_owner(holder.owner).write:
+                try:  # a write in flight is nobody's lease to take: wait for it
+                    return occupy.acquire(key, owner=owner, ttl=ttl,
+                                          timeout=self.get_write_wait(), reentrant=False,
+                                          using=self.occupy_backend), None
+                except Occupied as e:
+                    refused = e
+                    continue
+            if not self.may_take_over(request, instance, holder):
+                raise PermissionDenied("Taking over another user's edit lease needs the "
+                                       "takeover permission.")
+            try:
+                return occupy.takeover(key, owner=owner, ttl=ttl, reentrant=False,
+                                       if_fence=holder.fence,
+                                       using=self.occupy_backend), holder
+            except occupy.TakeoverRefused as e:
+                refused = e
+        assert refused is not None
+        raise refused  # the holder kept changing: 423 with whoever holds it now
+
+
+def _seconds(value: Any) -> float | None:
+    """Return ``value`` as a number of seconds if it is one (a JSON number, or digits
+    from a form), else ``None``: ``true``, ``"nan"``, ``"1e-300"`` are not."""
+    if isinstance(value, str):
+        return float(value) if _NUMBER.match(value) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _has_model_perm(request: Request, instance: Any, verb: str) -> bool:
+    opts = instance._meta
+    perm = f"{opts.app_label}.{verb}_{opts.model_name}"
+    return bool(request.user.has_perm(perm) or request.user.has_perm(perm, instance))
+
+
+def _log_takeover(request: Request, instance: Any, holder: Holder, display: str) -> None:
+    """Write an admin log entry for a takeover, naming the holder it replaced, where the
+    admin app is installed."""
+    from django.apps import apps
+
+    if not apps.is_installed("django.contrib.admin") or not request.user.is_authenticated:
+        return
+    from django.contrib.admin.models import CHANGE
+
+    log_entry(request.user.pk, instance, CHANGE,
+              f"Took over the edit lease from {display} (fence {holder.fence}).")

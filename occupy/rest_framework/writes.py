@@ -1,0 +1,170 @@
+"""``OccupiedWritesMixin``: writes never land inside someone else's edit lease, and a
+write in flight is waited for, not blamed on an editor (see
+:mod:`occupy.rest_framework.mixins`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from rest_framework.request import Request
+
+import occupy
+from occupy import http
+from occupy.conf import occupy_settings
+from occupy.exceptions import FencedOut, LeaseLost, Occupied
+from occupy.http import Problem
+from occupy.leases import Lease
+from occupy.owners import lease_owner, parse_owner, same_user, write_owner
+from occupy.rest_framework.errors import OccupyErrorsMixin
+from occupy.rest_framework.exceptions import from_problem
+from occupy.validation import check_token
+
+__all__ = ["OccupiedWritesMixin"]
+
+if TYPE_CHECKING:
+    from rest_framework.viewsets import ModelViewSet
+
+    _ModelViewSet = ModelViewSet[Any]
+else:
+    _ModelViewSet = object
+
+
+class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
+    """Writes never happen inside someone else's edit lease.
+
+    A write that carries ``Occupy-Lease: <token>`` runs under that lease: the store
+    checks the token, the lease must be the requesting user's own (another user's
+    token gets 409 and the lease is left alone), and the save is fenced by it
+    (``FencedMixin`` models) in a transaction that last confirms the lease is still
+    held. A write without a token holds the object's key itself for the length of the
+    write (a *write lock*, owner ``write:user:<pk>``), so "is someone editing it?" and
+    the write are one critical section.
+
+    A write lock is not an edit lease: a write that finds another request's write in
+    flight waits for it, first come first served, up to ``write_wait`` seconds
+    (``OCCUPY["REST_FRAMEWORK"]["WRITE_WAIT"]``, 2 by default). Only an edit lease, or a
+    write lock held past that wait, answers 423, with ``Retry-After`` = the holder's
+    remaining time, and a person named only when that person holds an edit lease.
+    Deleting an object under its edit lease releases the lease.
+    """
+
+    #: The occupy backend alias the leases live in.
+    occupy_backend = "default"
+    #: How long a write without a lease may hold the key, in seconds.
+    write_ttl = 30
+    #: How long a write waits for another write in flight (default: the setting).
+    write_wait: float | None = None
+
+    def get_write_wait(self) -> float:
+        """Return how long a write waits for another request's write, in seconds."""
+        if self.write_wait is not None:
+            return float(self.write_wait)
+        return float(occupy_settings.REST_FRAMEWORK["WRITE_WAIT"])
+
+    def get_lease_key(self, instance: Any) -> str:
+        """Return the lock key of ``instance`` (its ``occupy_key``, else ``app.model:pk``);
+        400 ``invalid_key`` when none can be built from its primary key."""
+        from occupy.models import object_key
+
+        try:
+            key = getattr(instance, "occupy_key", None)
+            return key if key is not None else object_key(type(instance), instance.pk)
+        except ValueError as e:
+            raise from_problem(http.unlockable(e)) from e
+
+    def get_lease_owner(self, request: Request, ttl: float | None = None) -> str:
+        """Return the owner of an edit lease taken for ``request``: ``user:<pk>``, with
+        the lease's ``ttl``, and the client's name from ``Occupy-Client`` (see
+        :mod:`occupy.owners`)."""
+        client = request.headers.get(occupy_settings.REST_FRAMEWORK["CLIENT_HEADER"])
+        return lease_owner(_user_pk(request), ttl=ttl, client=client or None)
+
+    def get_write_owner(self, request: Request) -> str:
+        """Return the owner of the write lock a write without a lease holds."""
+        return write_owner(_user_pk(request))
+
+    def get_lease_token(self, request: Request) -> str | None:
+        """Return the lease token the request presents (header), or ``None``; raise
+        400 for a header that cannot be a token."""
+        token = request.headers.get(occupy_settings.REST_FRAMEWORK["LEASE_HEADER"])
+        return None if not token else _checked_token(token)
+
+    def own_lease(self, key: str, token: str) -> Lease:
+        """Return the lease ``token`` holds on ``key`` if the requesting user took it;
+        409 ``lease_lost`` if the token is another user's (that lease is left as it is);
+        :class:`~occupy.LeaseLost` if it holds nothing."""
+        # ttl=1 keeps the lease at least one second: never shortened, hardly extended.
+        lease = occupy.resume(key, token, ttl=1, using=self.occupy_backend)
+        if not same_user(lease.owner, _user_pk(self.request)):
+            raise from_problem(http.lease_not_yours())
+        return lease
+
+    def take_write_lock(self, key: str) -> Lease:
+        """Hold ``key`` for one write: at once when it is free, after another write in
+        flight (up to :meth:`get_write_wait`), else raise
+        :class:`~occupy.Occupied` (an edit lease, or a write held past the wait)."""
+        owner = self.get_write_owner(self.request)
+        try:
+            return occupy.acquire(key, owner=owner, ttl=self.write_ttl, timeout=0,
+                                  reentrant=False, using=self.occupy_backend)
+        except Occupied as e:
+            wait = self.get_write_wait()
+            if (e.holder is not None and not parse_owner(e.holder.owner).write) or not wait:
+                raise  # somebody is editing: no use waiting for a lease of minutes
+        return occupy.acquire(key, owner=owner, ttl=self.write_ttl, timeout=wait,
+                              reentrant=False, using=self.occupy_backend)
+
+    @contextmanager
+    def occupy_write(self, instance: Any) -> Iterator[Lease]:
+        """Hold the object's key (or the presented lease) around a write."""
+        key = self.get_lease_key(instance)
+        token = self.get_lease_token(self.request)
+        if token is None:
+            lease = self.take_write_lock(key)
+            try:
+                yield lease
+            finally:
+                # A write lock outlived by its write: the row's own guard still decided.
+                with suppress(LeaseLost):
+                    occupy.release(lease)
+            return
+        try:
+            self.own_lease(key, token)
+            lease = occupy.resume(key, token, ttl=self.write_ttl, using=self.occupy_backend)
+        except LeaseLost as e:  # taken over or expired: this write is fenced out
+            raise FencedOut(f"The edit lease on {key!r} is no longer held; nothing was "
+                            "written.", model=type(instance), pk=instance.pk, key=key) from e
+        use_lease = getattr(instance, "use_lease", None)
+        if use_lease is not None:
+            use_lease(lease)
+        with transaction.atomic(using=instance._state.db):
+            yield lease
+            lease.ensure_held()
+
+    def perform_update(self, serializer: Any) -> None:
+        """Save under the object's key or the presented lease."""
+        with self.occupy_write(serializer.instance):
+            super().perform_update(serializer)
+
+    def perform_destroy(self, instance: Any) -> None:
+        """Delete under the object's key or the presented lease; a lease the delete ran
+        under is released (there is nothing left to edit)."""
+        with self.occupy_write(instance) as lease:
+            super().perform_destroy(instance)
+        if not parse_owner(lease.owner).write:
+            with suppress(LeaseLost):
+                occupy.release(lease)
+
+
+def _user_pk(request: Request) -> Any:
+    return getattr(getattr(request, "user", None), "pk", None)
+
+
+def _checked_token(token: Any) -> str:
+    try:
+        return check_token(token)
+    except (TypeError, ValueError) as e:
+        raise from_problem(Problem(400, "malformed_precondition", str(e))) from e
