@@ -5,12 +5,18 @@ statement nor its own statement timeout, and the drivers block on the socket unt
 does. :data:`cutoffs` shuts such a socket down when the caller's time is up, from one
 thread per process: ``shutdown``, never ``close``, so the descriptor stays the
 driver's, and the blocked call fails at once as a dropped connection.
+
+Arming and disarming cost no thread switch in the common case: the thread is woken only
+by a cut due before the moment it already sleeps until (it pops the cuts disarmed in
+the meantime when it wakes), so a steady stream of statements that each answer in time
+wakes it about once per bound, not once per statement.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import os
 import socket
 import threading
@@ -41,6 +47,8 @@ class Cutoffs:
         self._heap: list[Cut] = []
         self._order = itertools.count()
         self._pid = 0
+        #: When the thread wakes up next by itself (``math.inf``: not before a notify).
+        self._wakes_at = math.inf
 
     def arm(self, fd: int, at: float) -> Cut:
         """Shut ``fd`` down at ``at`` (``time.monotonic()``); return the cut to disarm."""
@@ -49,12 +57,12 @@ class Cutoffs:
             if self._pid != os.getpid():  # first use, or a forked child: no thread yet
                 self._heap = []
                 self._pid = os.getpid()
+                self._wakes_at = math.inf
                 threading.Thread(target=self._run, name="occupy-cutoff", daemon=True).start()
-            heap = self._heap
-            while heap and not heap[0].armed:
-                heapq.heappop(heap)
-            heapq.heappush(heap, entry)
-            if heap[0] is entry:
+            heapq.heappush(self._heap, entry)
+            # The thread wakes by itself by then otherwise; it holds the lock whenever it
+            # is not asleep, so it cannot be between a look at the heap and its sleep.
+            if at < self._wakes_at:
                 self._cond.notify()
         return entry
 
@@ -72,10 +80,12 @@ class Cutoffs:
                 while heap and not heap[0].armed:
                     heapq.heappop(heap)
                 if not heap:
+                    self._wakes_at = math.inf
                     self._cond.wait()
                     continue
                 wait = heap[0].at - time.monotonic()
                 if wait > 0:
+                    self._wakes_at = heap[0].at
                     self._cond.wait(wait)
                     continue
                 # Under the lock: the statement's thread cannot disarm (and go on to
