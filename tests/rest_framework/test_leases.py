@@ -1,0 +1,240 @@
+"""Edit leases over the API: bound to their user, bounded ttls, deletes that release,
+write locks that are waited for and never told as somebody editing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+
+import pytest
+from django.core.checks import run_checks
+
+import occupy
+from occupy.exceptions import InvalidBackendError
+from occupy.owners import lease_owner, parse_owner, write_owner
+from tests.testapp.models import Book, Document
+
+pytestmark = pytest.mark.usefixtures("users")
+
+
+def _url(obj, suffix: str = "") -> str:
+    return f"/api/{'documents' if isinstance(obj, Document) else 'books'}/{obj.pk}/{suffix}"
+
+
+def _remaining(expires_at: str) -> float:
+    return (datetime.fromisoformat(expires_at) - datetime.now(timezone.utc)).total_seconds()
+
+
+# --- a lease is its user's ----------------------------------------------------------------
+@pytest.fixture
+def her_lease(users, client_for):
+    """A document and the lease the editor took on it through the API."""
+    doc = Document.objects.create(body="draft")
+    taken = client_for(users.editor).post(_url(doc, "lease/"), {"ttl": 60}, format="json")
+    assert taken.status_code == 201
+    return doc, taken.json()
+
+
+def _survives(doc, lease) -> None:
+    holder = occupy.holder(doc.occupy_key)
+    assert holder is not None and holder.fence == lease["fence"]
+    assert parse_owner(holder.owner).user is not None
+    assert abs(_remaining(holder.expires_at.isoformat()) - _remaining(lease["expires_at"])) < 5
+
+
+def test_another_user_cannot_renew_her_lease(users, client_for, her_lease):
+    doc, lease = her_lease
+    response = client_for(users.other).patch(_url(doc, "lease/"), {"ttl": 600},
+                                             format="json", HTTP_OCCUPY_LEASE=lease["token"])
+    assert response.status_code == 409 and response.json()["code"] == "lease_lost"
+    _survives(doc, lease)
+
+
+def test_another_user_cannot_write_under_her_lease(users, client_for, her_lease):
+    doc, lease = her_lease
+    response = client_for(users.other).patch(_url(doc), {"body": "theirs"}, format="json",
+                                             HTTP_IF_MATCH='"1"',
+                                             HTTP_OCCUPY_LEASE=lease["token"])
+    assert response.status_code == 409, response.content
+    assert Document.objects.get().body == "draft"
+    _survives(doc, lease)
+
+
+@pytest.mark.parametrize("how", ["delete", "beacon"])
+def test_another_user_cannot_release_her_lease(users, client_for, her_lease, how):
+    doc, lease = her_lease
+    api = client_for(users.other)
+    if how == "delete":
+        response = api.delete(_url(doc, "lease/"), HTTP_OCCUPY_LEASE=lease["token"])
+    else:
+        response = api.post(_url(doc, "lease/release/"), {"token": lease["token"]})
+    assert response.status_code == 409 and response.json()["code"] == "lease_lost"
+    _survives(doc, lease)
+
+
+def test_another_user_cannot_take_her_lease_with_her_token(users, client_for, her_lease):
+    doc, lease = her_lease
+    api = client_for(users.other)
+    took = api.post(_url(doc, "lease/takeover/"), {}, format="json",
+                    HTTP_OCCUPY_LEASE=lease["token"])
+    assert took.status_code == 409 and took.json()["code"] == "lease_lost"
+    again = api.post(_url(doc, "lease/"), {}, format="json", HTTP_OCCUPY_LEASE=lease["token"])
+    assert again.status_code == 409 and "token" not in again.json()
+    _survives(doc, lease)
+    # And she still can: her token is hers.
+    mine = client_for(users.editor)
+    assert mine.patch(_url(doc, "lease/"), {}, format="json",
+                      HTTP_OCCUPY_LEASE=lease["token"]).status_code == 200
+
+
+def test_a_view_only_user_may_see_who_holds_an_object(users, client_for, her_lease):
+    doc, lease = her_lease
+    api = client_for(users.viewer)
+    looked = api.get(_url(doc, "lease/"))
+    assert looked.status_code == 200, looked.content
+    assert looked.json()["holder"]["owner_display"] == "Editor"
+    assert lease["token"] not in looked.content.decode()
+    assert api.post(_url(doc, "lease/"), {}, format="json").status_code == 403
+
+
+def test_deleting_the_object_under_its_lease_releases_the_lease(users, client_for,
+                                                                 her_lease):
+    doc, lease = her_lease
+    response = client_for(users.editor).delete(_url(doc), HTTP_IF_MATCH='"1"',
+                                               HTTP_OCCUPY_LEASE=lease["token"])
+    assert response.status_code == 204, response.content
+    assert not Document.objects.exists()
+    assert occupy.holder(doc.occupy_key) is None
+
+
+# --- ttls -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("ttl", [True, False, 1e-300, "nan", "1e-300", "inf", "30s", None,
+                                 {"s": 1}, 0.5])
+def test_a_ttl_is_a_number_of_seconds_in_range(users, client_for, ttl):
+    book = Book.objects.create(name="Dune")
+    body = {} if ttl is None else {"ttl": ttl}
+    response = client_for(users.editor).post(_url(book, "lease/"), body, format="json")
+    if ttl is None:  # absent: the default
+        assert response.status_code == 201
+        return
+    assert response.status_code == 400, (ttl, response.content)
+    assert response.json()["code"] == "invalid_ttl"
+    assert occupy.holder(book.occupy_key) is None
+
+
+def test_a_form_ttl_in_digits_is_a_number(users, client_for):
+    book = Book.objects.create(name="Dune")
+    response = client_for(users.editor).post(_url(book, "lease/"), {"ttl": "45"})
+    assert response.status_code == 201 and response.json()["ttl"] == 45
+
+
+def test_a_renew_without_ttl_keeps_the_leases_own(users, client_for):
+    book = Book.objects.create(name="Dune")
+    api = client_for(users.editor)
+    lease = api.post(_url(book, "lease/"), {"ttl": 20}, format="json").json()
+    time.sleep(1.2)
+    renewed = api.patch(_url(book, "lease/"), {}, format="json",
+                        HTTP_OCCUPY_LEASE=lease["token"])
+    assert renewed.status_code == 200
+    assert 18 < _remaining(renewed.json()["expires_at"]) <= 20.5  # 20 s again, not 120
+    longer = api.patch(_url(book, "lease/"), {"ttl": 90}, format="json",
+                       HTTP_OCCUPY_LEASE=lease["token"])
+    assert 85 < _remaining(longer.json()["expires_at"]) <= 90.5
+
+
+# --- preconditions ------------------------------------------------------------------------
+def test_if_match_and_a_body_version_that_disagree_are_400(users, client_for):
+    book = Book.objects.create(name="Dune")
+    Book.objects.filter(pk=book.pk).update_versioned(status="free")  # version 2
+    api = client_for(users.editor)
+    for header, version in (('"2"', 1), ('"1"', 2), ('"2", "3"', 1)):
+        response = api.patch(_url(book), {"name": "x", "version": version}, format="json",
+                             HTTP_IF_MATCH=header)
+        assert response.status_code == 400, (header, version, response.content)
+        assert response.json()["code"] == "malformed_precondition"
+        assert "version" in response.json()["detail"]
+    agree = api.patch(_url(book), {"name": "x", "version": 2}, format="json",
+                      HTTP_IF_MATCH='"2"')
+    assert agree.status_code == 200
+    assert Book.objects.values_list("name", "version").get() == ("x", 3)
+
+
+def test_a_patch_of_the_values_already_there_changes_nothing(users, client_for):
+    book = Book.objects.create(name="Dune", note="n")
+    api = client_for(users.editor)
+    response = api.patch(_url(book), {"name": "Dune", "note": "n"}, format="json",
+                         HTTP_IF_MATCH='"1"')
+    assert response.status_code == 200 and response["ETag"] == '"1"'
+    assert Book.objects.get().version == 1
+    Book.objects.filter(pk=book.pk).update_versioned(status="free")  # version 2
+    stale = api.patch(_url(book), {"name": "Dune"}, format="json", HTTP_IF_MATCH='"1"')
+    assert stale.status_code == 412  # a precondition still holds for a no-op
+    plain = client_for(users.editor).patch(f"/api/plain-books/{book.pk}/", {"name": "Dune"},
+                                           format="json")
+    assert plain.status_code == 200 and Book.objects.get().version == 2
+
+
+# --- write locks are not edit leases --------------------------------------------------------
+def test_a_write_waits_for_another_write_in_flight(users, client_for):
+    book = Book.objects.create(name="Dune")
+    writing = occupy.acquire(book.occupy_key, owner=write_owner(users.other.pk), ttl=30,
+                             reentrant=False)
+    done = threading.Timer(0.3, occupy.release, [writing])
+    done.start()
+    try:
+        response = client_for(users.editor).patch(_url(book), {"name": "x"}, format="json",
+                                                  HTTP_IF_MATCH='"1"')
+    finally:
+        done.join()
+    assert response.status_code == 200, response.content
+    assert Book.objects.get().name == "x"
+
+
+def test_a_write_held_past_the_wait_is_423_naming_nobody(users, client_for, settings):
+    settings.OCCUPY = {**settings.OCCUPY, "REST_FRAMEWORK": {"WRITE_WAIT": 0.2}}
+    book = Book.objects.create(name="Dune")
+    writing = occupy.acquire(book.occupy_key, owner=write_owner(users.other.pk), ttl=5,
+                             reentrant=False)
+    try:
+        response = client_for(users.editor).patch(_url(book), {"name": "x"}, format="json",
+                                                  HTTP_IF_MATCH='"1"')
+    finally:
+        occupy.release(writing)
+    assert response.status_code == 423
+    assert 1 <= int(response["Retry-After"]) <= 5
+    body = response.json()
+    assert body["holder"] is None and "Other" not in body["detail"]
+    assert "edited" not in body["detail"]
+
+
+def test_an_edit_lease_is_423_at_once_with_its_remaining_time(users, client_for,
+                                                              monkeypatch):
+    book = Book.objects.create(name="Dune")
+    lease = occupy.acquire(book.occupy_key, owner=lease_owner(users.other.pk), ttl=40,
+                           reentrant=False)
+    timeouts = []
+    acquire = occupy.acquire
+
+    def recorded(*args, **kwargs):
+        timeouts.append(kwargs.get("timeout"))
+        return acquire(*args, **kwargs)
+
+    monkeypatch.setattr(occupy, "acquire", recorded)
+    response = client_for(users.editor).patch(_url(book), {"name": "x"}, format="json",
+                                              HTTP_IF_MATCH='"1"')
+    occupy.release(lease)
+    assert response.status_code == 423
+    assert response.json()["holder"]["owner_display"] == "Other"
+    assert 39 <= int(response["Retry-After"]) <= 40
+    assert timeouts == [0]  # an edit lease is not waited for
+
+
+@pytest.mark.parametrize("value", [-1, "2", True, float("nan"), 600])
+def test_write_wait_is_checked(settings, value):
+    settings.OCCUPY = {**settings.OCCUPY, "REST_FRAMEWORK": {"WRITE_WAIT": value}}
+    from occupy.conf import occupy_settings
+
+    with pytest.raises(InvalidBackendError, match="WRITE_WAIT"):
+        occupy_settings.REST_FRAMEWORK  # noqa: B018
+    assert any("WRITE_WAIT" in m.msg for m in run_checks() if m.id.startswith("occupy."))
