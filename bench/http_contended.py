@@ -58,6 +58,8 @@ PASSWORD = "bench-http-pass"
 EDITOR_TTL = 2
 EDITOR_HOLD = 1.5
 EDITOR_FREE = 1.5
+#: The load average when the run began and ended.
+LOAD: list[float] = []
 #: Bounds on anything that waits: a request, the server's start, a client's end.
 REQUEST_TIMEOUT = 60
 START_TIMEOUT = 60
@@ -93,7 +95,19 @@ class Tally:
     answers: Counter[int] = field(default_factory=Counter)
     slept: float = 0.0
     elapsed: float = 0.0
+    #: How long each request took (any answer), seconds.
+    requests: list[float] = field(default_factory=list)
     retry_after: Counter[str] = field(default_factory=Counter)
+
+
+def _timed(tally: Tally, port: int, method: str, path: str, auth: str,
+           body: dict | None = None, **headers: str) -> tuple[int, Any, Any]:
+    """Send one request (:func:`_request`), adding its time to ``tally``."""
+    began = time.perf_counter()
+    try:
+        return _request(port, method, path, auth, body, **headers)
+    finally:
+        tally.requests.append(time.perf_counter() - began)
 
 
 def _request(port: int, method: str, path: str, auth: str, body: dict | None = None,
@@ -141,14 +155,14 @@ def _increment(port: int, path: str, auth: str, deadline: float, tally: Tally,
     return whether the increment succeeded."""
     began = time.perf_counter()
     while time.time() < deadline:
-        status, head, body = _request(port, "GET", path, auth)
+        status, head, body = _timed(tally, port, "GET", path, auth)
         if status != 200:
             tally.answers[status] += 1
             time.sleep(0.01)
             continue
         etag = head.get("ETag")
         conditional = {"If-Match": etag} if etag else {}
-        status, head, _ = _request(port, "PATCH", path, auth,
+        status, head, _ = _timed(tally, port, "PATCH", path, auth,
                                    {"note": str(int(body["note"] or 0) + 1)},
                                    **conditional, **headers)
         if status == 200:
@@ -294,6 +308,11 @@ class Cell:
             return math.nan
         return latencies[min(len(latencies) - 1, math.ceil(q * len(latencies)) - 1)]
 
+    def request_ms(self) -> float:
+        """Return the median time of one request of the writers, in milliseconds."""
+        times = sorted(x for t in self.writers for x in t.requests)
+        return times[len(times) // 2] * 1000 if times else math.nan
+
     def slept(self) -> float:
         """Return the share of the writers' time spent asleep on ``Retry-After``."""
         elapsed = sum(t.elapsed for t in self.writers)
@@ -341,10 +360,13 @@ def print_cells(cells: list[Cell]) -> None:
     """Print the table, with each goodput's ratio to ``ConditionalMixin``'s."""
     print(f"\n## Contended increments over HTTP: gunicorn ({WORKERS} sync workers), "
           f"PostgreSQL, {SECONDS:g} s per cell")
+    print(f"load average (1 min) before and after: {LOAD[0]:.1f}, {LOAD[-1]:.1f} "
+          f"on {os.cpu_count()} CPUs")
     print("target: OccupyViewMixin without an editor: 0 × 423, goodput ≥ ConditionalMixin's, "
           "p99 ≤ 1 s at 8 clients; every occupy row: 0 lost")
     header = (f"  {'clients':>7}  {'candidate':<40} {'incr/s':>7} {'× cond':>6} {'lost':>6} "
-              f"{'p50 ms':>7} {'p99 ms':>7} {'412':>6} {'423':>5} {'slept':>6}  other")
+              f"{'p50 ms':>7} {'p99 ms':>7} {'req ms':>6} {'412':>6} {'423':>5} "
+              f"{'slept':>6}  other")
     print(header)
     for clients in CLIENTS:
         reference = next((c for c in cells if c.clients == clients
@@ -359,10 +381,12 @@ def print_cells(cells: list[Cell]) -> None:
                 note = f" (editor: {cell.editor.ok} incr)"
             print(f"  {clients:>7}  {cell.candidate.name:<40} {rate:7.1f} {ratio:5.2f}× "
                   f"{cell.lost:6d} {cell.percentile(0.5) * 1000:7.0f} "
-                  f"{cell.percentile(0.99) * 1000:7.0f} {cell.count(412):6d} "
+                  f"{cell.percentile(0.99) * 1000:7.0f} {cell.request_ms():6.0f} "
+                  f"{cell.count(412):6d} "
                   f"{cell.count(423):5d} {cell.slept():6.0%}  {others}{note}")
     print("  (lost: increments answered 200 that the counter does not show; "
-          "× cond: goodput over ConditionalMixin's at the same number of clients)")
+          "× cond: goodput over ConditionalMixin's at the same number of clients; "
+          "req ms: median time of one request, any answer)")
     retry = Counter[str]()
     for cell in cells:
         for tally in cell.writers:
@@ -414,6 +438,7 @@ def main() -> None:
         f"{user.username}:{PASSWORD}".encode()).decode() for role, user in users.items()}
     books: list[Any] = []
     cells: list[Cell] = []
+    LOAD.append(os.getloadavg()[0])
     server, port = start_gunicorn()
     try:
         for clients in CLIENTS:
@@ -435,6 +460,7 @@ def main() -> None:
                     for k in backend.keys(book.occupy_key)]
             if keys:
                 get_redis_connection("redis").delete(*keys)
+    LOAD.append(os.getloadavg()[0])
     print_cells(cells)
 
 
