@@ -9,6 +9,7 @@ the local PostgreSQL; ``EXAMPLE_SQLITE`` moves the SQLite file.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 from pathlib import Path
@@ -21,6 +22,11 @@ SECRET_KEY = os.environ.get("EXAMPLE_SECRET_KEY", "example-only-not-secret")
 DEBUG = True
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 
+# Swagger UI's scripts and styles from the drf-spectacular-sidecar package (the dev
+# extra installs it), so /api/docs/ works offline; without it, from drf-spectacular's
+# default CDN.
+SIDECAR = importlib.util.find_spec("drf_spectacular_sidecar") is not None
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -30,6 +36,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    *(["drf_spectacular_sidecar"] if SIDECAR else []),
     "occupy",
     "example_project.library",
 ]
@@ -40,6 +47,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # occupy's conditions answered (409, 423, 503…) on any view, never a 500.
+    "occupy.middleware.OccupyErrorsMiddleware",
 ]
 ROOT_URLCONF = "example_project.urls"
 TEMPLATES = [
@@ -109,9 +118,9 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
-# Swagger UI at /api/docs/ loads its scripts from a CDN (drf-spectacular's default); the
-# drf-spectacular-sidecar package with "SWAGGER_UI_DIST": "SIDECAR" serves them locally.
 SPECTACULAR_SETTINGS = {
+    **({"SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+        "REDOC_DIST": "SIDECAR"} if SIDECAR else {}),
     "TITLE": "occupy example: the library",
     "DESCRIPTION": "Books and tasks. Writes are conditional (If-Match with the ETag of a "
                    "GET, or the body's version), never land inside someone else's edit "

@@ -81,13 +81,14 @@ def owner_display(owner: str) -> str:
     for an edit lease, else ``"someone else"`` (a write lock is nobody editing; other
     owners may name a host and process, which are nobody's business)."""
     parsed = parse_owner(owner)
-    if not parsed.is_edit_lease:
+    pk = parsed.user
+    if pk is None or parsed.write:
         return "someone else"
     from django.contrib.auth import get_user_model
 
     user_model = get_user_model()
     try:
-        user = user_model._default_manager.get(pk=parsed.user)
+        user = user_model._default_manager.get(pk=pk)
     except (user_model.DoesNotExist, ValueError, TypeError):
         return "another user"
     return str(user.get_full_name() or user.get_username())

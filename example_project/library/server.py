@@ -25,7 +25,14 @@ def serve(host: str = "127.0.0.1") -> Iterator[str]:
 
     httpd = ThreadedWSGIServer((host, 0), Quiet, allow_reuse_address=False)
     httpd.daemon_threads = True
-    httpd.set_app(WSGIHandler())
+    from django.conf import settings
+
+    app = WSGIHandler()
+    if settings.DEBUG:  # static files as runserver serves them (Swagger UI's, offline)
+        from django.contrib.staticfiles.handlers import StaticFilesHandler
+
+        app = StaticFilesHandler(app)
+    httpd.set_app(app)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:

@@ -24,7 +24,7 @@ from rest_framework.response import Response
 import occupy
 from occupy import http
 from occupy.conf import occupy_settings
-from occupy.exceptions import LeaseLost, Occupied
+from occupy.exceptions import LeaseLost, Occupied, TakeoverRefused
 from occupy.history import log_entry
 from occupy.http import Problem
 from occupy.leases import Holder, Lease
@@ -274,7 +274,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                 return occupy.takeover(key, owner=owner, ttl=ttl, reentrant=False,
                                        if_fence=holder.fence,
                                        using=self.occupy_backend), holder
-            except occupy.TakeoverRefused as e:
+            except TakeoverRefused as e:
                 refused = e
         assert refused is not None
         raise refused  # the holder kept changing: 423 with whoever holds it now

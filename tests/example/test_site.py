@@ -44,6 +44,12 @@ def test_swagger_ui_page_loads(example_site) -> None:
     assert status == 200
     assert head["Content-Type"].startswith("text/html")
     assert b"swagger" in raw.lower()
+    page = raw.decode()
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in page  # offline
+    assert "cdn." not in page and "unpkg" not in page
+    static = page.split('src="', 2)[1].split('"', 1)[0] if 'src="' in page else None
+    if static is not None and static.startswith("/static/"):
+        assert call("GET", f"{example_site.url}{static}")[0] == 200
 
 
 def test_anyone_reads_nobody_anonymous_writes(example_site) -> None:

@@ -88,6 +88,21 @@ def test_another_user_cannot_take_her_lease_with_her_token(users, client_for, he
                       HTTP_OCCUPY_LEASE=lease["token"]).status_code == 200
 
 
+def test_a_takeover_names_the_holder_it_replaced(users, client_for, her_lease):
+    """Her own lease taken over (no permission needed): ``replaced`` and the log entry
+    name the holder the store replaced, with its fence."""
+    from django.contrib.admin.models import LogEntry
+
+    doc, lease = her_lease
+    took = client_for(users.editor).post(_url(doc, "lease/takeover/"), {}, format="json")
+    assert took.status_code == 201
+    assert took.json()["replaced"]["owner_display"] == "Editor"
+    entry = LogEntry.objects.get()
+    assert entry.user_id == users.editor.pk
+    assert entry.change_message == (f"Took over the edit lease from Editor "
+                                    f"(fence {lease['fence']}).")
+
+
 def test_a_view_only_user_may_see_who_holds_an_object(users, client_for, her_lease):
     doc, lease = her_lease
     api = client_for(users.viewer)

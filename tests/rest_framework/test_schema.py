@@ -64,3 +64,26 @@ def test_a_users_own_answer_wins(schema):
 def test_plain_views_are_left_alone(schema):
     patch = schema["paths"]["/api/plain-shelves/{code}/"]["patch"]
     assert not {"412", "423", "428"} & set(patch["responses"])
+
+
+def test_bad_requests_outages_and_the_client_header_are_listed(schema):
+    patch = schema["paths"]["/api/books/{id}/"]["patch"]
+    assert {"400", "503"} <= set(patch["responses"])
+    assert "Retry-After" in patch["responses"]["503"]["headers"]
+    lease = schema["paths"]["/api/books/{id}/lease/"]
+    assert {"400", "503"} <= set(lease["post"]["responses"])
+    assert "Occupy-Client" in _headers(lease["post"])
+    assert {"400", "409", "428", "503"} <= set(lease["patch"]["responses"])
+    takeover = schema["paths"]["/api/books/{id}/lease/takeover/"]["post"]
+    assert {"400", "403", "409", "423", "503"} <= set(takeover["responses"])
+    assert "Occupy-Client" in _headers(takeover)
+    created = takeover["responses"]["201"]["content"]["application/json"]["schema"]
+    assert "replaced" in schema["components"]["schemas"][created["$ref"].split("/")[-1]][
+        "properties"]
+    beacon = schema["paths"]["/api/books/{id}/lease/release/"]["post"]
+    body = beacon["requestBody"]["content"]
+    assert any("token" in str(schema["components"]["schemas"].get(
+        media["schema"].get("$ref", "").split("/")[-1], {})) for media in body.values())
+    described = patch["responses"]["400"]["description"]
+    assert "malformed_precondition" in described
+    assert "invalid_ttl" in lease["post"]["responses"]["400"]["description"]

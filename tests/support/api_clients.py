@@ -123,14 +123,14 @@ def hold_and_renew(url: str, user: str, seconds: float) -> dict[str, int]:
     while time.monotonic() < deadline:
         status, _head, body = call("POST", url + "lease/", user, {"ttl": 30})
         if status == 423:
-            time.sleep(0.02)
+            time.sleep(0.002)
             continue
         assert status == 201, (status, body)
         grants += 1
         token = body["token"]
         held = True
         for _ in range(3):
-            time.sleep(0.03)
+            time.sleep(0.05)
             status, _head, body = call("PATCH", url + "lease/", user, {"ttl": 30},
                                        Occupy_Lease=token)
             if status != 200:
@@ -145,24 +145,55 @@ def hold_and_renew(url: str, user: str, seconds: float) -> dict[str, int]:
 
 
 def take_over_own(url: str, user: str, seconds: float) -> list[tuple[int, Any]]:
-    """The second user of the takeover race (no takeover permission): take the lease
-    with the shortest ttl, and keep taking his own lease over as it runs out, then let
-    it lapse; for ``seconds``. Return every takeover's status and the holder it says it
+    """The second user of the takeover race (no takeover permission): keep taking his
+    own lease over (another of his processes takes and releases it), releasing what he
+    gets; for ``seconds``. Return every takeover's status and the holder it says it
     replaced."""
-    import random
-
     answers = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
+        status, _head, body = call("POST", url + "lease/takeover/", user, {"ttl": 1})
+        assert status in (201, 403, 423), (status, body)
+        replaced = (body or {}).get("replaced") if status == 201 else None
+        answers.append((status, None if replaced is None else replaced["owner_display"]))
+        if status == 201:
+            call("DELETE", url + "lease/", user, Occupy_Lease=body["token"])
+        else:
+            time.sleep(0.005)
+    return answers
+
+
+def flicker(url: str, user: str, seconds: float) -> int:
+    """Take a short lease and release it at once, over and over, for ``seconds``: the
+    holder the other side reads keeps ending; return how many leases were taken."""
+    taken = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
         status, _head, body = call("POST", url + "lease/", user, {"ttl": 1})
-        assert status in (201, 423), (status, body)
-        time.sleep(random.uniform(0.85, 1.05))  # his lease about to end, or just ended
-        for _ in range(10):
-            status, _head, body = call("POST", url + "lease/takeover/", user, {"ttl": 1})
-            assert status in (201, 403, 423), (status, body)
-            replaced = (body or {}).get("replaced") if status == 201 else None
-            answers.append((status, None if replaced is None else replaced["owner_display"]))
-            if status != 201:
-                break
-        time.sleep(1.1)  # let it lapse: her turn
+        if status == 201:
+            taken += 1
+            call("DELETE", url + "lease/", user, Occupy_Lease=body["token"])
+        time.sleep(0.005)
+    return taken
+
+
+def takeover_race(role: str, url: str, user: str, seconds: float) -> Any:
+    """One side of the takeover race: ``"hold"`` takes and renews leases, ``"take"``
+    keeps taking his own lease over, ``"flicker"`` takes his lease and lets it go."""
+    if role == "hold":
+        return hold_and_renew(url, user, seconds)
+    if role == "flicker":
+        return flicker(url, user, seconds)
+    return take_over_own(url, user, seconds)
+
+
+def plain_appends(url: str, user: str, name: str, rounds: int) -> list[tuple[int, Any, Any]]:
+    """Read the row and PATCH ``name`` appended to its ``note``, ``rounds`` times, as a
+    client of a plain DRF API does (no precondition); return each answer's status,
+    ``ETag`` and ``code``."""
+    answers = []
+    for _ in range(rounds):
+        _status, _head, body = call("GET", url, user)
+        status, head, body = call("PATCH", url, user, {"note": body["note"] + name})
+        answers.append((status, head.get("ETag"), (body or {}).get("code")))
     return answers
