@@ -44,6 +44,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -248,25 +249,27 @@ def start_gunicorn() -> tuple[subprocess.Popen[bytes], int]:
 
 
 def stop(process: Any) -> None:
-    """Stop a process this benchmark started, by its PID: terminate, then kill."""
-    if process.poll() if isinstance(process, subprocess.Popen) else not process.is_alive():
+    """Stop a process this benchmark started (a ``Popen`` or a ``multiprocessing``
+    process), by its PID: terminate, wait up to 15 s, then kill."""
+    popen = isinstance(process, subprocess.Popen)
+
+    def alive() -> bool:
+        return process.poll() is None if popen else bool(process.is_alive())
+
+    def wait() -> None:
+        if popen:
+            with suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=15)
+        else:
+            process.join(timeout=15)
+
+    if not alive():
         return
     process.terminate()
-    try:
-        if isinstance(process, subprocess.Popen):
-            process.wait(timeout=15)
-        else:
-            process.join(timeout=15)
-    except subprocess.TimeoutExpired:
-        pass
-    alive = process.poll() is None if isinstance(process, subprocess.Popen) \
-        else process.is_alive()
-    if alive:
+    wait()
+    if alive():
         process.kill()
-        if isinstance(process, subprocess.Popen):
-            process.wait(timeout=15)
-        else:
-            process.join(timeout=15)
+        wait()
 
 
 @dataclass
