@@ -82,8 +82,10 @@ databases:
 	else echo "MariaDB is not answering on 127.0.0.1:3306; its benchmarks will skip"; fi
 
 ## bench: occupy against its peers on the local servers, figures and ratios (the HTTP
-## benchmark, occupy's DRF mixins against plain DRF, last)
+## benchmarks last: occupy's DRF mixins against plain DRF with one client, then several
+## client processes incrementing one object through gunicorn, which the bench extra brings)
 bench: venv databases
+	$(PY) -m pip install --quiet -e ".[dev,bench]"
 	$(PY) -m bench
 
 ## bench-scale: how occupy's cost grows (live claims, queues, many keys, footprint,

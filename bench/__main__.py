@@ -11,7 +11,8 @@ import importlib
 import sys
 
 #: Benchmark modules in the order they run; each has a ``main()``.
-MODULES = ["db", "redis", "cache", "file", "models", "telemetry", "sessions", "http"]
+MODULES = ["db", "redis", "cache", "file", "models", "telemetry", "sessions", "http",
+           "http_contended"]
 
 
 def main(argv: list[str]) -> None:

@@ -4,6 +4,8 @@ permissions. Imported once Django is set up (it is the benchmark's ``ROOT_URLCON
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import permissions, routers, serializers, viewsets
 
 from occupy.rest_framework import ConditionalMixin, OccupyModelSerializerMixin, OccupyViewMixin
@@ -32,6 +34,24 @@ class PlainViewSet(viewsets.ModelViewSet):
     permission_classes = [permissions.IsAuthenticated]
 
 
+class FloorViewSet(PlainViewSet):
+    """Plain DRF plus two raw Redis round trips around the save (``SET NX PX`` of the
+    object's key, then ``DEL``): what any lock held in Redis for a write costs at
+    least, the floor of ``OccupyViewMixin`` on Redis."""
+
+    def perform_update(self, serializer: Any) -> None:
+        from django_redis import get_redis_connection
+
+        redis = get_redis_connection("redis")
+        key = f"bench-floor:{serializer.instance.pk}"
+        if not redis.set(key, "bench", nx=True, px=30_000):
+            raise AssertionError(f"{key} is held: the floor's one client conflicts")
+        try:
+            super().perform_update(serializer)
+        finally:
+            redis.delete(key)
+
+
 class ConditionalViewSet(ConditionalMixin, PlainViewSet):
     """``If-Match`` into the guarded UPDATE."""
 
@@ -51,8 +71,8 @@ class DatabaseViewSet(RedisViewSet):
     occupy_backend = "db-postgresql"
 
 
-ROUTES = {"plain": PlainViewSet, "conditional": ConditionalViewSet, "redis": RedisViewSet,
-          "database": DatabaseViewSet}
+ROUTES = {"plain": PlainViewSet, "floor": FloorViewSet, "conditional": ConditionalViewSet,
+          "redis": RedisViewSet, "database": DatabaseViewSet}
 
 router = routers.SimpleRouter()
 for prefix, viewset in ROUTES.items():

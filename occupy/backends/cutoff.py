@@ -10,6 +10,11 @@ The thread must outlive anything a caller arms: a cut too far ahead to wait for 
 one go (past ``threading.TIMEOUT_MAX``) is waited for in steps, and a thread that died
 all the same is started again by the next :meth:`Cutoffs.arm`, so that no call can
 switch the protection off for the rest of the process.
+
+Arming and disarming cost no thread switch in the common case: the thread is woken only
+by a cut due before the moment it already sleeps until (it pops the cuts disarmed in
+the meantime when it wakes), so a steady stream of statements that each answer in time
+wakes it about once per bound, not once per statement.
 """
 
 from __future__ import annotations

@@ -53,10 +53,11 @@ def manage(*args: str, env: dict[str, str]) -> str:
 
 
 @contextmanager
-def run_site(tmp: Path) -> Iterator[Site]:
-    """Migrate the example site on a scratch SQLite file in ``tmp``, add its users and
-    serve it on a free port until the block ends."""
-    env = example_env(tmp)
+def run_site(tmp: Path, **extra_env: str) -> Iterator[Site]:
+    """Migrate the example site on a scratch SQLite file in ``tmp`` (with ``extra_env``
+    in its environment), add its users and serve it on a free port until the block
+    ends."""
+    env = {**example_env(tmp), **extra_env}
     manage("migrate", "--verbosity", "0", env=env)
     manage("shell", "--command", USERS, env=env)
     server = subprocess.Popen([sys.executable, "-m", "example_project.library.server"],
