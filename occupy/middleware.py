@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from occupy import http
+from occupy import http, telemetry
 from occupy.exceptions import OccupyError
 
 __all__ = ["OccupyErrorsMiddleware"]
@@ -44,6 +44,7 @@ class OccupyErrorsMiddleware:
         if not isinstance(exception, OccupyError) or not isinstance(exception, http.ANSWERED):
             return None
         problem = http.answer(exception)
+        telemetry.http_response(problem.status, problem.code)
         response = JsonResponse(problem.body(), status=problem.status)
         for name, value in problem.headers.items():
             response[name] = value

@@ -443,6 +443,10 @@ def store_error(backend: BaseBackend, key: str | None) -> None:
     _safely(lambda: _get().store_errors.add(1, attributes))
 
 
+#: The statuses of the HTTP contract that ``occupy.http.responses`` counts.
+HTTP_STATUSES = frozenset({304, 409, 412, 423, 428, 503})
+
+
 def http_response(status: int, code: str | None) -> None:
     """Count a DRF response with an occupy status (``code``: the body's, if any)."""
     if active():

@@ -11,7 +11,7 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from occupy import http
+from occupy import http, telemetry
 from occupy.conf import occupy_settings
 from occupy.exceptions import ConflictError
 from occupy.http import Problem
@@ -153,8 +153,13 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
 
     def finalize_response(self, request: Request, response: Response, *args: Any,
                           **kwargs: Any) -> Response:
-        """Give a successful write's answer the object's new ETag."""
+        """Give a successful write's answer the object's new ETag; count an answer with
+        an occupy status (telemetry)."""
         response = super().finalize_response(request, response, *args, **kwargs)
+        if response.status_code in telemetry.HTTP_STATUSES:
+            data = getattr(response, "data", None)
+            telemetry.http_response(response.status_code,
+                                    data.get("code") if isinstance(data, dict) else None)
         instance = getattr(self, "occupy_instance", None)
         if (instance is not None and request.method in ("PUT", "PATCH")
                 and 200 <= response.status_code < 300 and "ETag" not in response):
