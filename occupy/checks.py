@@ -34,11 +34,12 @@ from occupy.backends import get_backend, load_backend_class
 from occupy.backends.base import BaseBackend
 from occupy.backends.options import where
 from occupy.conf import occupy_settings
+from occupy.docs import docs_url
 from occupy.exceptions import InvalidBackendError, OccupyError
 
 __all__ = ["check_backends", "check_settings", "check_stores"]
 
-SETTINGS_HINT = "The OCCUPY setting is described in occupy's docs/reference/settings.md."
+SETTINGS_HINT = f"The OCCUPY setting is described at {docs_url('reference/settings')}."
 
 
 def _configured() -> tuple[dict[str, Any], list[CheckMessage]]:

@@ -14,7 +14,7 @@ __all__ = ["TABLES", "wipe", "wipe_stores", "wipe_tables"]
 TABLES = [
     "testapp_ebook", "testapp_book", "testapp_chapter", "testapp_strictbook", "testapp_uuidbook",
     "testapp_shelf", "testapp_label", "testapp_goods", "testapp_task", "testapp_document",
-    "testapp_page",
+    "testapp_page", "testapp_seat",
 ]
 
 
