@@ -1,6 +1,6 @@
 """The occupy app config: registers the system checks and the OpenAPI extension."""
 
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.utils.translation import gettext_lazy as _
 
 
@@ -12,9 +12,13 @@ class OccupyConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Register the system checks, and the OpenAPI extension where drf-spectacular
-        is installed."""
+        """Register the system checks (those of the DRF views where DRF is installed),
+        and the OpenAPI extension where drf-spectacular is installed."""
         from occupy import checks  # noqa: F401 - registers on import
+
+        if not apps.is_installed("rest_framework"):
+            return
+        from occupy.rest_framework import checks as rest_framework_checks  # noqa: F401
 
         try:
             import drf_spectacular  # noqa: F401
