@@ -14,6 +14,9 @@ from occupy.backends import reset_backends
 from tests.support.aliases import CONTRACT_BACKENDS, backend_params
 from tests.support.cleanup import wipe
 
+#: A project of its own, with its own settings: tests/test_userproject.py runs its suite.
+collect_ignore = ["userproject"]
+
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_test_environment: None, django_db_blocker) -> Iterator[None]:

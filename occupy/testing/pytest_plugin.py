@@ -7,6 +7,9 @@ configuration. It imports nothing of Django's until a fixture is used.
   and empty (:func:`occupy.testing.memory_backends`); returns the store clock.
 - ``occupy_clock``: the store clock (:data:`occupy.testing.clock`), taken back to the
   real time after the test.
+
+With pytest-django, the backends' own database connections are closed before the test
+databases are dropped (a session left open would keep PostgreSQL from dropping them).
 """
 
 from __future__ import annotations
@@ -38,3 +41,20 @@ def occupy_memory(occupy_clock: StoreClock) -> Iterator[StoreClock]:
 
     with memory_backends():
         yield occupy_clock
+
+
+@pytest.fixture(scope="session")
+def _occupy_backends_closed(django_db_setup: None) -> Iterator[None]:
+    """Close what the backends hold once the tests are done: set up after pytest-django's
+    test databases, so torn down before they are dropped."""
+    yield
+    from occupy.backends import reset_backends
+
+    reset_backends()
+
+
+@pytest.fixture(autouse=True)
+def _occupy_backends_closed_before_teardown(request: pytest.FixtureRequest) -> None:
+    """Arrange :func:`_occupy_backends_closed` for a run whose tests use the database."""
+    if "django_db_setup" in request.fixturenames:
+        request.getfixturevalue("_occupy_backends_closed")
