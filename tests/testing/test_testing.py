@@ -4,6 +4,7 @@ TestCase mixin (the contract suite runs on the memory store as alias ``memory``)
 from __future__ import annotations
 
 import io
+import time
 import unittest
 
 import pytest
@@ -26,6 +27,22 @@ def test_advancing_the_clock_expires_a_lease_without_sleeping(occupy_memory: Sto
         lease.extend(300)  # a renewal after expiry fails, as the watchdog's would
     bob = occupy.acquire("book:1", owner="bob", ttl=300, timeout=0)
     assert bob.fence > lease.fence
+
+
+def test_a_renewed_lease_is_lost_at_the_renewal_after_the_clock_passed_it(
+        occupy_memory: StoreClock) -> None:
+    """The watchdog renews every third of the ttl of real time: after advance() past
+    the expiry, its next renewal finds the lease gone and marks it lost."""
+    lease = occupy.acquire("book:1", owner="alice", ttl=0.6, renew=True)
+    occupy_memory.advance(1)
+    deadline = time.monotonic() + 10  # bounded: the renewal is due within 0.2 s
+    while not lease.lost and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert lease.lost
+    with pytest.raises(occupy.LeaseLost):
+        lease.ensure_held()
+    with pytest.raises(occupy.LeaseLost):
+        occupy.release(lease)
 
 
 def test_sweep_locks_finds_what_expired(occupy_memory: StoreClock) -> None:
