@@ -31,8 +31,10 @@ def wipe_stores() -> None:
     """Delete the suite's Redis keys (by prefix), the locmem cache and the lock files."""
     caches["locmem"].clear()
     from occupy.backends import get_backend
+    from occupy.testing import clock
 
     get_backend("memory").clear()  # type: ignore[attr-defined]
+    clock.reset()
     shutil.rmtree(settings.FILES_LOCATION, ignore_errors=True)
     if "redis" in settings.CACHES:
         from django_redis import get_redis_connection
