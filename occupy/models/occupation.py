@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import django
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
@@ -13,15 +12,7 @@ from django.utils.translation import gettext_lazy as _
 
 from occupy.models.keys import is_composite, parse_pk_text, pk_text
 
-__all__ = ["ObjectKeyRelation", "Occupation", "check_constraint"]
-
-
-def check_constraint(condition: Q, name: str) -> models.CheckConstraint:
-    """Return a ``CheckConstraint`` on Django 4.2 (``check=``) and 5.1+ (``condition=``)."""
-    if django.VERSION >= (5, 1):
-        return models.CheckConstraint(condition=condition, name=name)
-    # The stubs describe Django 5.1+, where check= is gone (deprecated in 5.1).
-    return models.CheckConstraint(check=condition, name=name)  # type: ignore[call-arg]  # pragma: no cover
+__all__ = ["ObjectKeyRelation", "Occupation"]
 
 
 class ObjectKeyRelation(GenericForeignKey):
@@ -110,8 +101,8 @@ class Occupation(models.Model):
         indexes = [models.Index(fields=["digest"], name="occupy_occupation_digest")]
         constraints = [
             models.UniqueConstraint(fields=["slot"], name="occupy_one_holder_per_key"),
-            check_constraint(
-                Q(state="using", slot=F("digest"), fence__isnull=False)
+            models.CheckConstraint(
+                condition=Q(state="using", slot=F("digest"), fence__isnull=False)
                 | Q(state="pending", slot__isnull=True),
                 name="occupy_using_holds_the_slot",
             ),
