@@ -2,57 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
-from occupy.models.keys import is_composite, parse_pk_text, pk_text
+from occupy.models.keys import parse_pk_text
 
-__all__ = ["ObjectKeyRelation", "Occupation"]
-
-
-class ObjectKeyRelation(GenericForeignKey):
-    """A ``GenericForeignKey`` whose object id is the text form of the row's key
-    (:func:`~occupy.models.keys.pk_text`), so that it also reaches rows with a
-    composite primary key, which Django's own does not."""
-
-    def __get__(self, instance: Any, cls: Any = None) -> Any:
-        """Return the row the claim names (``None`` if there is none); a composite
-        primary key is read back from its text form."""
-        if instance is None:
-            return self
-        model = self._composite_model(instance)
-        if model is None:
-            return super().__get__(instance, cls)
-        text = getattr(instance, self.fk_field)
-        cached = self.get_cached_value(instance, default=None)
-        if cached is not None and type(cached) is model and pk_text(model, cached.pk) == text:
-            return cached
-        try:
-            pk = parse_pk_text(model, text)
-        except ValueError:
-            found = None
-        else:
-            found = model._base_manager.using(instance._state.db).filter(pk=pk).first()
-        self.set_cached_value(instance, found)
-        return found
-
-    def __set__(self, instance: Any, value: Any) -> None:
-        """Point the claim at ``value``, writing a composite key in its text form."""
-        super().__set__(instance, value)
-        if value is not None and is_composite(type(value)):
-            setattr(instance, self.fk_field, pk_text(type(value), value.pk))
-
-    def _composite_model(self, instance: Any) -> type[models.Model] | None:
-        ct_id = getattr(instance, self.model._meta.get_field(self.ct_field).attname, None)
-        if ct_id is None:
-            return None
-        model = self.get_content_type(id=ct_id, using=instance._state.db).model_class()
-        return model if model is not None and is_composite(model) else None
+__all__ = ["Occupation"]
 
 
 class Occupation(models.Model):
@@ -83,7 +41,7 @@ class Occupation(models.Model):
     object_id = models.CharField(  # noqa: DJ001 - NULL with content_type, as Django's own
         _("object id"), max_length=255, null=True, blank=True
     )
-    content_object = ObjectKeyRelation("content_type", "object_id")
+    content_object = GenericForeignKey("content_type", "object_id")
     owner = models.CharField(_("owner"), max_length=255)
     token = models.CharField(max_length=64, editable=False)
     state = models.CharField(_("state"), max_length=8, choices=State.choices)
@@ -110,3 +68,23 @@ class Occupation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.state} by {self.owner})"
+
+    @property
+    def target(self) -> models.Model | None:
+        """Return the row this claim's key names, or ``None`` (no such row, or a key
+        that names none). Unlike ``content_object`` (Django's ``GenericForeignKey``),
+        it reaches rows with a composite primary key too: ``object_id`` is the key's
+        text form (:func:`~occupy.models.keys.pk_text`), read back here."""
+        if self.content_type_id is None or self.object_id is None:
+            return None
+        model = ContentType.objects.db_manager(self._state.db).get_for_id(
+            self.content_type_id).model_class()
+        if model is None:
+            return None
+        try:
+            pk = parse_pk_text(model, self.object_id)
+        except ValueError:
+            return None
+        found: models.Model | None = model._base_manager.using(self._state.db).filter(
+            pk=pk).first()
+        return found
