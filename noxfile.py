@@ -40,7 +40,7 @@ nox.options.error_on_missing_interpreters = False
 
 #: The oldest versions pyproject.toml allows (its floors), pinned.
 OLDEST = ["Django~=5.2.0", "djangorestframework==3.16.0", "drf-spectacular==0.28.0",
-          "django-redis==6.0.0", "redis==5.0.0", "psycopg[binary]==3.2.4"]
+          "django-redis==6.0.0", "redis==8.0.0", "psycopg[binary]==3.2.4"]
 #: The newest of each, on the given Django.
 NEWEST = ["djangorestframework", "drf-spectacular", "django-redis", "redis", "psycopg[binary]"]
 
