@@ -27,7 +27,7 @@ from django.db.models.functions import Cast, Concat, Replace
 from occupy.validation import check_key
 
 __all__ = ["concrete_model", "is_composite", "lock_model", "object_key", "parse_pk_text",
-           "pk_fields", "pk_text", "pk_text_expression"]
+           "pk_fields", "pk_text", "pk_text_expression", "value_field"]
 
 #: Separates the values of a composite primary key in its text form.
 PK_SEPARATOR = ","
@@ -81,7 +81,7 @@ def pk_fields(model: type[models.Model]) -> list[models.Field[Any, Any]]:
     return list(pk.fields) if is_composite(model) else [pk]  # type: ignore[attr-defined]
 
 
-def _value_field(field: models.Field[Any, Any]) -> models.Field[Any, Any]:
+def value_field(field: models.Field[Any, Any]) -> models.Field[Any, Any]:
     """Return the field whose values ``field`` holds (through relations and parent links)."""
     while isinstance(field, models.ForeignKey):
         field = field.target_field
@@ -89,7 +89,7 @@ def _value_field(field: models.Field[Any, Any]) -> models.Field[Any, Any]:
 
 
 def _component_text(field: models.Field[Any, Any], value: Any) -> str:
-    value = _value_field(field).to_python(value)
+    value = value_field(field).to_python(value)
     text = value.hex if isinstance(value, uuid.UUID) else str(value)
     for char, escape in _ESCAPES:
         text = text.replace(char, escape)
@@ -129,7 +129,7 @@ def parse_pk_text(model: type[models.Model], text: str) -> Any:
             for char, escape in reversed(_ESCAPES):
                 part = part.replace(escape, char)
         try:
-            values.append(_value_field(field).to_python(part))
+            values.append(value_field(field).to_python(part))
         except ValidationError as e:
             raise ValueError(
                 f"{text!r} is not a primary key of {model._meta.object_name}: {e}") from e
@@ -152,11 +152,11 @@ def pk_text_expression(model: type[models.Model], *, outer: bool = False) -> Com
         if parts:
             parts.append(Value(PK_SEPARATOR))
         text: Any = Cast(ref(field.attname), TextField())
-        value_field = _value_field(field)
-        if isinstance(value_field, models.UUIDField):
+        target = value_field(field)
+        if isinstance(target, models.UUIDField):
             # 32 hex digits whether the database stores a uuid (dashed text) or not.
             text = Replace(text, Value("-"), Value(""), output_field=TextField())
-        elif not isinstance(value_field, models.IntegerField):
+        elif not isinstance(target, models.IntegerField):
             for char, escape in _ESCAPES:
                 text = Replace(text, Value(char), Value(escape), output_field=TextField())
         parts.append(text)

@@ -20,7 +20,13 @@ from occupy.backends.base import OccupationRows
 from occupy.conf import occupy_settings
 from occupy.exceptions import InvalidBackendError, Occupied
 from occupy.leases import Lease, default_owner
-from occupy.models.keys import lock_model, object_key, parse_pk_text, pk_text_expression
+from occupy.models.keys import (
+    lock_model,
+    object_key,
+    parse_pk_text,
+    pk_text_expression,
+    value_field,
+)
 from occupy.validation import check_owner, check_ttl
 
 __all__ = ["Pool", "live_claims", "occupation_filter", "occupation_rows", "pk_field"]
@@ -56,10 +62,7 @@ def live_claims(model: type[models.Model], rows: OccupationRows) -> models.Query
 
 def pk_field(model: type[models.Model]) -> models.Field[Any, Any]:
     """Return the field whose values the primary key holds (through parent links)."""
-    field = model._meta.pk
-    while isinstance(field, models.ForeignKey):  # a parent link, or a pk that is a relation
-        field = field.target_field
-    return field
+    return value_field(model._meta.pk)
 
 
 def _to_pk(model: type[models.Model], object_id: str) -> Any:
