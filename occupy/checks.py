@@ -123,7 +123,7 @@ def composite_pk_unsupported(model: type[Any], user: type[Any], by: str) -> list
     """Return ``occupy.E301`` when ``model`` has a composite primary key and ``user``
     (an admin or a view class of occupy's) builds on ``by``, which does not support one:
     said at startup rather than as a traceback at request time."""
-    if not getattr(model._meta, "is_composite_pk", False):
+    if not model._meta.is_composite_pk:
         return []
     return [Error(
         f"{user.__name__} serves {model._meta.label}, whose primary key is composite "

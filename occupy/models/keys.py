@@ -72,7 +72,7 @@ def object_key(model: type[models.Model], pk: Any) -> str:
 
 def is_composite(model: type[models.Model]) -> bool:
     """Return whether ``model``'s primary key is a ``CompositePrimaryKey``."""
-    return bool(getattr(model._meta, "is_composite_pk", False))
+    return bool(model._meta.is_composite_pk)
 
 
 def pk_fields(model: type[models.Model]) -> list[models.Field[Any, Any]]:
