@@ -13,6 +13,10 @@ DOCS_URL = "https://django-occupy.readthedocs.io/en/stable/"
 
 
 def docs_url(page: str) -> str:
-    """Return the address of ``page`` of the documentation, a path under ``docs/``
-    without its suffix (``"reference/settings"``), or a folder ending in ``/``."""
-    return DOCS_URL + (page if page.endswith("/") or "#" in page else f"{page}.html")
+    """Return the address of ``page`` of the documentation: a path under ``docs/``
+    without its suffix (``"reference/settings"``), with an optional ``#anchor``, or a
+    folder ending in ``/``."""
+    path, hash_, anchor = page.partition("#")
+    if not path.endswith("/"):
+        path += ".html"
+    return f"{DOCS_URL}{path}{hash_}{anchor}"
