@@ -12,17 +12,19 @@ session    Python  Django      DRF, drf-spectacular, django-redis, redis-py    s
 newest     3.13    6.1         the newest                                      all
 oldest     3.10    5.2 LTS     the oldest pyproject.toml allows                all
 django60   3.12    6.0         the newest                                      contract,
-                                                                               models
+                                                                               models (*)
 django52   3.13    5.2 LTS     the newest                                      contract,
-                                                                               models
+                                                                               models (*)
 =========  ======  ==========  ==============================================  =========
 
+(*) in one process: the tests marked ``multiprocess`` are left out there.
 "All" is what ``make test`` runs (the tests marked slow are left out); CI runs every
 session. The interpreters are found on ``PATH`` as ``python3.X`` (with pyenv:
-``PYENV_VERSION=3.11.7:3.10.13:3.12.1:3.13.0``, as ``.ci/run`` sets it). A session
-whose Python is not installed here is skipped with nox's "Python interpreter 3.X not
-found" line, not failed, and the others run. The tests use the servers that answer, as
-``make test`` does; set the ``OCCUPY_TEST_*`` variables (tests/settings.py) as for it.
+``PYENV_VERSION=3.11.7:3.10.13:3.12.1:3.13.0``; ``.ci/run`` sets it to pyenv's newest
+of each). A session whose Python is not installed here is skipped with nox's "Python
+interpreter 3.X not found" line, not failed, and the others run. The tests use the
+servers that answer, as ``make test`` does; set the ``OCCUPY_TEST_*`` variables
+(tests/settings.py) as for it.
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ OLDEST = ["Django~=5.2.0", "djangorestframework==3.16.0", "drf-spectacular==0.28
 NEWEST = ["djangorestframework", "drf-spectacular", "django-redis", "redis", "psycopg[binary]"]
 
 #: The suites of the sessions in the middle of the range: the backends' contract and the
-#: model side, where a Django release changes what occupy builds on.
-CORE = ["tests/backends/test_contract.py", "tests/models"]
+#: model side, where a Django release changes what occupy builds on; in one process (the
+#: tests that race several processes are the drivers' and stores' business, which the
+#: whole suite at each end covers, and they are half the time of these suites).
+CORE = ["tests/backends/test_contract.py", "tests/models", "-m", "not multiprocess"]
 
 #: session name -> (Python, pins, default pytest arguments)
 MATRIX: dict[str, tuple[str, list[str], list[str]]] = {

@@ -112,13 +112,13 @@ def test_claimers_in_processes_never_get_the_same_seat(server: str) -> None:
     """Three processes claim seats (composite keys) from one pool until it is sold out:
     every seat is sold exactly once."""
     backend = BACKEND_OF[server]
-    make_seats(server, "gala", 30)
+    make_seats(server, "gala", 15)
     overlaps = multiproc.run(model_workers.claim_seats,
-                             [(server, backend, f"box-office-{n}", 30) for n in range(3)],
+                             [(server, backend, f"box-office-{n}", 15) for n in range(3)],
                              timeout=120)
     assert overlaps == [[], [], []]
     sold = list(Seat.objects.using(server).values_list("sold_to", flat=True))
-    assert len(sold) == 30 and "" not in sold
+    assert len(sold) == 15 and "" not in sold
 
 
 def test_locked_by_a_composite_key(database: str) -> None:
