@@ -61,11 +61,12 @@ mysql-driver-required: mysql-driver
 
 ## test-all: the suite with PostgreSQL, then MariaDB, as the default database, slow tests
 ## included; fails when a server is missing. The Redis, cache and file backends, the
-## example site (its own SQLite) and the browser's view of the admin (the admin's requests
-## and queries run here too, over plain requests) ran in `make test` and are skipped here.
+## example site (its own SQLite), the user project (tests/userproject: its own databases)
+## and the browser's view of the admin (the admin's requests and queries run here too,
+## over plain requests) ran in `make test` and are skipped here.
 STORE_TESTS := --ignore=tests/backends/test_redis.py --ignore=tests/backends/test_redis_servers.py \
 	--ignore=tests/backends/test_cache.py --ignore=tests/backends/test_file.py \
-	--ignore=tests/example --ignore=tests/admin/test_browser.py
+	--ignore=tests/example --ignore=tests/admin/test_browser.py --ignore=tests/test_userproject.py
 test-all: mysql-driver-required
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=postgresql $(PY) -m pytest $(STORE_TESTS)
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=mysql $(PY) -m pytest $(STORE_TESTS)

@@ -1,13 +1,30 @@
-"""The version matrix: occupy's suite on each supported Python, on the oldest and the
-newest supported versions of Django, Django REST framework and django-redis.
+"""The version matrix: occupy's suite on each end of the supported range, and its model
+and contract suites on the combinations in between.
 
     nox                                   # every session whose Python is installed
-    nox -s "tests-3.11(oldest)" -- tests/backends/test_contract.py tests/models
+    nox -s newest                         # one session
+    nox -s oldest -- tests/models -x      # arguments after -- go to pytest
     nox -l                                # the sessions
 
-A session whose Python is not installed here is skipped, not failed. Arguments after
-``--`` go to pytest (default: the whole suite). The tests use the servers that answer,
-as ``make test`` does; set the ``OCCUPY_TEST_*`` variables (tests/settings.py) as for it.
+=========  ======  ==========  ==============================================  =========
+session    Python  Django      DRF, drf-spectacular, django-redis, redis-py    suites
+=========  ======  ==========  ==============================================  =========
+newest     3.13    6.1         the newest                                      all
+oldest     3.10    5.2 LTS     the oldest pyproject.toml allows                all
+django60   3.12    6.0         the newest                                      contract,
+                                                                               models (*)
+django52   3.13    5.2 LTS     the newest                                      contract,
+                                                                               models (*)
+=========  ======  ==========  ==============================================  =========
+
+(*) in one process: the tests marked ``multiprocess`` are left out there.
+"All" is what ``make test`` runs (the tests marked slow are left out); CI runs every
+session. The interpreters are found on ``PATH`` as ``python3.X`` (with pyenv:
+``PYENV_VERSION=3.11.7:3.10.13:3.12.1:3.13.0``; ``.ci/run`` sets it to pyenv's newest
+of each). A session whose Python is not installed here is skipped with nox's "Python
+interpreter 3.X not found" line, not failed, and the others run. The tests use the
+servers that answer, as ``make test`` does; set the ``OCCUPY_TEST_*`` variables
+(tests/settings.py) as for it.
 """
 
 from __future__ import annotations
@@ -23,20 +40,29 @@ nox.options.reuse_existing_virtualenvs = True
 # A Python missing here skips its sessions, on CI too (where nox would fail them).
 nox.options.error_on_missing_interpreters = False
 
-PYTHONS = ["3.10", "3.11", "3.12"]
+#: The oldest versions pyproject.toml allows (its floors), pinned.
+OLDEST = ["Django~=5.2.0", "djangorestframework==3.16.0", "drf-spectacular==0.28.0",
+          "django-redis==6.0.0", "redis==8.0.0", "psycopg[binary]==3.2.4"]
+#: The newest of each, on the given Django.
+NEWEST = ["djangorestframework", "drf-spectacular", "django-redis", "redis", "psycopg[binary]"]
 
-#: The pins of each end of the supported range: Django LTS releases, and the oldest and
-#: newest DRF, drf-spectacular and django-redis that pyproject.toml allows.
-VERSIONS = {
-    "oldest": ["Django~=4.2.0", "djangorestframework==3.15.1", "drf-spectacular==0.27.0",
-               "django-redis==5.4.0"],
-    "newest": ["Django~=5.2.0", "djangorestframework", "drf-spectacular", "django-redis"],
+#: The suites of the sessions in the middle of the range: the backends' contract and the
+#: model side, where a Django release changes what occupy builds on; in one process (the
+#: tests that race several processes are the drivers' and stores' business, which the
+#: whole suite at each end covers, and they are half the time of these suites).
+CORE = ["tests/backends/test_contract.py", "tests/models", "-m", "not multiprocess"]
+
+#: session name -> (Python, pins, default pytest arguments)
+MATRIX: dict[str, tuple[str, list[str], list[str]]] = {
+    "newest": ("3.13", ["Django~=6.1.0", *NEWEST], ["-m", "not slow"]),
+    "oldest": ("3.10", OLDEST, ["-m", "not slow"]),
+    "django60": ("3.12", ["Django~=6.0.0", *NEWEST], CORE),
+    "django52": ("3.13", ["Django~=5.2.0", *NEWEST], CORE),
 }
-
 
 SHOW_VERSIONS = """
 import importlib.metadata as m, sys
-names = ["Django", "djangorestframework", "drf-spectacular", "django-redis", "redis"]
+names = ["Django", "djangorestframework", "drf-spectacular", "django-redis", "redis", "psycopg"]
 print(f"Python {sys.version.split()[0]}", *(f"{n} {m.version(n)}" for n in names), sep=", ")
 """
 
@@ -54,13 +80,36 @@ def mysql_headers() -> bool:
     return False
 
 
-@nox.session(python=PYTHONS)
-@nox.parametrize("versions", list(VERSIONS), ids=list(VERSIONS))
-def tests(session: nox.Session, versions: str) -> None:
-    """Run the suite on one Python with the oldest or the newest supported versions."""
+def run_suite(session: nox.Session, name: str) -> None:
+    """Install the versions of ``name`` and run its suites (or the arguments after --)."""
+    _, pins, suites = MATRIX[name]
     extras = "test,mysql" if mysql_headers() else "test"
-    session.install("--upgrade", "-e", f".[{extras}]", *VERSIONS[versions])
+    session.install("--upgrade", "-e", f".[{extras}]", *pins)
     session.run("python", "-c", SHOW_VERSIONS)
-    session.run("python", "-m", "pytest", *(session.posargs or ["-q"]),
-                env={"OCCUPY_TEST_SUFFIX": os.environ.get("OCCUPY_TEST_SUFFIX",
-                                                          f"_nox_{versions}")})
+    args = session.posargs or ["-q", "-p", "no:randomly", *suites]
+    session.run("python", "-m", "pytest", *args,
+                env={"OCCUPY_TEST_SUFFIX": os.environ.get("OCCUPY_TEST_SUFFIX", f"_nox_{name}")})
+
+
+@nox.session(python=MATRIX["newest"][0])
+def newest(session: nox.Session) -> None:
+    """Django 6.1 on Python 3.13 with the newest DRF, django-redis and redis-py: all."""
+    run_suite(session, "newest")
+
+
+@nox.session(python=MATRIX["oldest"][0])
+def oldest(session: nox.Session) -> None:
+    """Django 5.2 on Python 3.10 with the oldest DRF, django-redis and redis-py: all."""
+    run_suite(session, "oldest")
+
+
+@nox.session(python=MATRIX["django60"][0])
+def django60(session: nox.Session) -> None:
+    """Django 6.0 on Python 3.12: the contract and model suites."""
+    run_suite(session, "django60")
+
+
+@nox.session(python=MATRIX["django52"][0])
+def django52(session: nox.Session) -> None:
+    """Django 5.2 on Python 3.13 with the newest of the rest: the contract and model suites."""
+    run_suite(session, "django52")

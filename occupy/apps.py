@@ -1,7 +1,7 @@
 """The occupy app config: registers the system checks, the connection lifecycle and the
 OpenAPI extension."""
 
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.utils.translation import gettext_lazy as _
 
 
@@ -13,13 +13,18 @@ class OccupyConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Register the system checks, close occupy's connections where Django closes
-        its own (:mod:`occupy.backends.lifecycle`), and register the OpenAPI extension
-        where drf-spectacular is installed."""
+        """Register the system checks (those of the DRF views where DRF is installed),
+        close occupy's connections where Django closes its own
+        (:mod:`occupy.backends.lifecycle`), and register the OpenAPI extension where
+        drf-spectacular is installed."""
         from occupy import checks  # noqa: F401 - registers on import
         from occupy.backends.lifecycle import connect_receivers
 
         connect_receivers()
+
+        if not apps.is_installed("rest_framework"):
+            return
+        from occupy.rest_framework import checks as rest_framework_checks  # noqa: F401
 
         try:
             import drf_spectacular  # noqa: F401

@@ -40,11 +40,12 @@ from occupy.backends import get_backend, load_backend_class
 from occupy.backends.base import BaseBackend
 from occupy.backends.options import where
 from occupy.conf import occupy_settings
+from occupy.docs import docs_url
 from occupy.exceptions import InvalidBackendError, OccupyError
 
 __all__ = ["check_backends", "check_settings", "check_stores"]
 
-SETTINGS_HINT = "The OCCUPY setting is described in occupy's docs/reference/settings.md."
+SETTINGS_HINT = f"The OCCUPY setting is described at {docs_url('reference/settings')}."
 
 
 def _configured() -> tuple[dict[str, Any], list[CheckMessage]]:
@@ -122,3 +123,19 @@ def check_stores(
             continue  # it cannot be built: check_backends reports why
         messages += backend.check_store(databases)
     return messages
+
+
+def composite_pk_unsupported(model: type[Any], user: type[Any], by: str) -> list[CheckMessage]:
+    """Return ``occupy.E301`` when ``model`` has a composite primary key and ``user``
+    (an admin or a view class of occupy's) builds on ``by``, which does not support one:
+    said at startup rather than as a traceback at request time."""
+    if not model._meta.is_composite_pk:
+        return []
+    return [Error(
+        f"{user.__name__} serves {model._meta.label}, whose primary key is composite "
+        f"(CompositePrimaryKey), which {by} does not support.",
+        hint="Use occupy's model side on this model (occupy(), claim(), locked(), "
+        "versioned and fenced saves), which supports composite keys; see "
+        f"{docs_url('topics/models#composite-primary-keys')}.",
+        obj=user, id="occupy.E301",
+    )]

@@ -16,13 +16,5 @@ def log_entry(user_pk: Any, obj: Model, action_flag: int, message: str) -> None:
     ``django.contrib.admin``; the caller checks it is installed)."""
     from django.contrib.admin.models import LogEntry
 
-    if hasattr(LogEntry.objects, "log_actions"):  # Django 5.1+
-        LogEntry.objects.log_actions(user_pk, [obj], action_flag, change_message=message,
-                                     single_object=True)
-        return
-    from django.contrib.contenttypes.models import ContentType  # pragma: no cover - 4.2
-
-    # Django 6.0 removed log_action (deprecated since 5.1), and the stubs follow it.
-    LogEntry.objects.log_action(  # type: ignore[attr-defined]  # pragma: no cover - 4.2
-        user_pk, ContentType.objects.get_for_model(type(obj)).pk, str(obj.pk),
-        str(obj)[:200], action_flag, message)
+    LogEntry.objects.log_actions(user_pk, [obj], action_flag, change_message=message,
+                                 single_object=True)

@@ -14,8 +14,10 @@ from tests.support import telemetry
 from tests.support.aliases import CONTRACT_BACKENDS, backend_params
 from tests.support.cleanup import wipe
 
-#: A user's project with settings of its own, run by test_user_project.py.
-collect_ignore = ["user_project"]
+#: Users' projects with settings of their own: tests/test_user_project.py runs the one
+#: whose test databases must drop cleanly, tests/test_userproject.py the one that tests
+#: with occupy.testing.
+collect_ignore = ["user_project", "userproject"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -136,7 +136,7 @@ STORE_BACKENDS = {
                      "OPTIONS": {"CACHE": "locmem", "SINGLE_PROCESS": True}},
     "files": {"BACKEND": "occupy.backends.file.FileBackend", "LOCATION": FILES_LOCATION},
     # The README's "Writing a backend" example: the contract suite runs on it unchanged.
-    "memory": {"BACKEND": "tests.support.memory.MemoryBackend"},
+    "memory": {"BACKEND": "occupy.testing.MemoryBackend"},
 }
 #: A third-party backend to bind the contract suite to as well (alias ``extra``):
 #: ``OCCUPY_TEST_BACKEND=dotted.path.Backend``, its settings as JSON in

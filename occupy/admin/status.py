@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from occupy.backends import get_backend
+from occupy.models.keys import pk_text_expression
 from occupy.models.pool import live_claims, occupation_filter, occupation_rows
 
 __all__ = ["OccupiedListFilter", "OccupyStatusAdminMixin"]
@@ -33,7 +34,7 @@ _ADMIN_PREFIX = "admin:user:"
 def _claims_of_row(queryset: models.QuerySet[Any], alias: str) -> models.QuerySet[Any]:
     """Return the live claims on the outer query's row (``OuterRef("pk")``)."""
     claims = live_claims(queryset.model, occupation_rows(alias, "OccupyStatusAdminMixin"))
-    return claims.filter(occupy_object_id=Cast(OuterRef("pk"), TextField()))
+    return claims.filter(occupy_object_id=pk_text_expression(queryset.model, outer=True))
 
 
 def annotate_occupation(queryset: models.QuerySet[Any], alias: str) -> models.QuerySet[Any]:

@@ -136,11 +136,15 @@ class _VersionFieldMixin(_BaseModelAdmin):
     """Put the hidden version field in the fieldsets of an editable form."""
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """Add ``occupy.E101``: the model has no version (no ``VersionedMixin``)."""
+        """Add ``occupy.E101``: the model has no version (no ``VersionedMixin``);
+        ``occupy.E301``: its primary key is composite, which Django's admin does not
+        support (a model admin is refused when registered; this finds an inline)."""
+        from occupy.checks import composite_pk_unsupported
         from occupy.models import VersionedMixin
 
         errors = super().check(**kwargs)
         model = self.model
+        errors += composite_pk_unsupported(model, type(self), "Django's admin")
         if not issubclass(model, VersionedMixin):
             errors.append(checks.Error(
                 f"{type(self).__name__} adds occupy's version field, which needs a model "

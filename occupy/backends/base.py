@@ -31,6 +31,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from occupy import telemetry
 from occupy.backends.claims import UNKNOWN_OWNER
 from occupy.backends.options import Option, raise_problems, read_options, where
+from occupy.docs import docs_url
 from occupy.exceptions import (
     LeaseLost,
     LockTimeout,
@@ -297,7 +298,7 @@ class BaseBackend:
         problems += cls.config_problems(alias, params, options)
         return [Error(problem, obj=where(alias), id="occupy.E006",
                       hint=f"{cls.__name__}'s options are listed in its options_schema "
-                      "and, for occupy's backends, in docs/backends/.")
+                      f"and, for occupy's backends, at {docs_url('backends/')}.")
                 for problem in problems]
 
     def check_store(self, databases: Collection[str]) -> list[CheckMessage]:

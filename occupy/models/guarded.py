@@ -230,7 +230,6 @@ class GuardedSaveMixin(ChangeTrackingMixin):
             f = concrete_field(self._meta, name)
             if f.primary_key:
                 raise ValueError(f"update_fields cannot name the primary key {name!r}.")
-            # Field.generated is Django 5.0+; on 4.2 no field is generated.
             if f.name not in managed and f not in fields and not getattr(f, "generated", False):
                 fields.append(f)
         return fields

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import django
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
-__all__ = ["Occupation", "check_constraint"]
+from occupy.models.keys import parse_pk_text
 
-
-def check_constraint(condition: Q, name: str) -> models.CheckConstraint:
-    """Return a ``CheckConstraint`` on Django 4.2 (``check=``) and 5.1+ (``condition=``)."""
-    if django.VERSION >= (5, 1):
-        return models.CheckConstraint(condition=condition, name=name)
-    # The stubs describe Django 5.1+, where check= is gone (deprecated in 5.1).
-    return models.CheckConstraint(check=condition, name=name)  # type: ignore[call-arg]  # pragma: no cover
+__all__ = ["Occupation"]
 
 
 class Occupation(models.Model):
@@ -66,8 +59,8 @@ class Occupation(models.Model):
         indexes = [models.Index(fields=["digest"], name="occupy_occupation_digest")]
         constraints = [
             models.UniqueConstraint(fields=["slot"], name="occupy_one_holder_per_key"),
-            check_constraint(
-                Q(state="using", slot=F("digest"), fence__isnull=False)
+            models.CheckConstraint(
+                condition=Q(state="using", slot=F("digest"), fence__isnull=False)
                 | Q(state="pending", slot__isnull=True),
                 name="occupy_using_holds_the_slot",
             ),
@@ -75,3 +68,23 @@ class Occupation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.state} by {self.owner})"
+
+    @property
+    def target(self) -> models.Model | None:
+        """Return the row this claim's key names, or ``None`` (no such row, or a key
+        that names none). Unlike ``content_object`` (Django's ``GenericForeignKey``),
+        it reaches rows with a composite primary key too: ``object_id`` is the key's
+        text form (:func:`~occupy.models.keys.pk_text`), read back here."""
+        if self.content_type_id is None or self.object_id is None:
+            return None
+        model = ContentType.objects.db_manager(self._state.db).get_for_id(
+            self.content_type_id).model_class()
+        if model is None:
+            return None
+        try:
+            pk = parse_pk_text(model, self.object_id)
+        except ValueError:
+            return None
+        found: models.Model | None = model._base_manager.using(self._state.db).filter(
+            pk=pk).first()
+        return found

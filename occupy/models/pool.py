@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db import connections, models, transaction
-from django.db.models import Exists, OuterRef, Q, TextField, Value
-from django.db.models.functions import Cast, Replace
+from django.db.models import Exists, Q, TextField, Value
+from django.db.models.functions import Replace
 
 from occupy.api import DEFAULT, acquire, release
 from occupy.backends import get_backend
@@ -21,7 +20,13 @@ from occupy.backends.base import OccupationRows
 from occupy.conf import occupy_settings
 from occupy.exceptions import InvalidBackendError, Occupied
 from occupy.leases import Lease, default_owner
-from occupy.models.keys import lock_model, object_key
+from occupy.models.keys import (
+    lock_model,
+    object_key,
+    parse_pk_text,
+    pk_text_expression,
+    value_field,
+)
 from occupy.validation import check_owner, check_ttl
 
 __all__ = ["Pool", "live_claims", "occupation_filter", "occupation_rows", "pk_field"]
@@ -43,9 +48,9 @@ def occupation_rows(alias: str, what: str) -> OccupationRows:
 
 def live_claims(model: type[models.Model], rows: OccupationRows) -> models.QuerySet[Any]:
     """Return the live granted claims on rows of ``model``, each annotated with
-    ``occupy_object_id``: the object id as text equal to ``Cast(pk, TextField())``
-    (where the database has no uuid type, a UUID is stored as 32 hex digits: the
-    dashes go)."""
+    ``occupy_object_id``: the object id as text equal to the row's
+    :func:`~occupy.models.keys.pk_text_expression` (where the database has no uuid
+    type, a UUID primary key is stored as 32 hex digits: the dashes go)."""
     object_id = rows.object_id_text()
     native_uuid = connections[rows.database].features.has_native_uuid_field
     if isinstance(pk_field(model), models.UUIDField) and not native_uuid:
@@ -57,16 +62,13 @@ def live_claims(model: type[models.Model], rows: OccupationRows) -> models.Query
 
 def pk_field(model: type[models.Model]) -> models.Field[Any, Any]:
     """Return the field whose values the primary key holds (through parent links)."""
-    field = model._meta.pk
-    while isinstance(field, models.ForeignKey):  # a parent link, or a pk that is a relation
-        field = field.target_field
-    return field
+    return value_field(model._meta.pk)
 
 
 def _to_pk(model: type[models.Model], object_id: str) -> Any:
     try:
-        return pk_field(model).to_python(object_id)
-    except ValidationError:
+        return parse_pk_text(model, object_id)
+    except ValueError:
         return None  # a key of this model's form that names no valid pk
 
 
@@ -83,7 +85,7 @@ def occupation_filter(queryset: models.QuerySet[Any], alias: str) -> Q | Exists:
     if rows.database != queryset.db:
         pks = [_to_pk(model, oid) for oid in claims.values_list("object_id", flat=True)]
         return Q(pk__in=[pk for pk in pks if pk is not None])
-    return Exists(claims.filter(occupy_object_id=Cast(OuterRef("pk"), TextField())))
+    return Exists(claims.filter(occupy_object_id=pk_text_expression(model, outer=True)))
 
 
 class Pool:

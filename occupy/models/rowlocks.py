@@ -30,7 +30,7 @@ from django.db import (
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from occupy.exceptions import Occupied
-from occupy.models.keys import lock_model, object_key
+from occupy.models.keys import lock_model, object_key, pk_fields
 
 __all__ = ["locked_rows"]
 
@@ -104,8 +104,9 @@ def _take_sqlite_write_lock(conn: BaseDatabaseWrapper, model: type[models.Model]
     what a row lock does on the other databases.
     """
     table = conn.ops.quote_name(model._meta.db_table)
-    column = model._meta.pk.column
-    assert column is not None  # a primary key is concrete: it has a column
+    # Any column will do; the first of a composite primary key's (which has none itself).
+    column = pk_fields(model)[0].column
+    assert column is not None  # a primary key's fields are concrete: they have columns
     pk = conn.ops.quote_name(column)
     with conn.cursor() as cursor:
         if nowait:

@@ -69,11 +69,10 @@ class ChangeTrackingMixin(models.Model):
                         **kwargs: Any) -> None:
         """Reload as Django does (also when a deferred field is first read), and
         remember the reloaded values as loaded."""
-        if from_queryset is not None:  # Django 5.1+: passed on only when given (4.2)
-            kwargs["from_queryset"] = from_queryset
         # A list: Django reads the names, and so do we afterwards.
         names = None if fields is None else list(fields)
-        super().refresh_from_db(using=using, fields=names, **kwargs)
+        super().refresh_from_db(using=using, fields=names, from_queryset=from_queryset,
+                                **kwargs)
         if names is None:
             self._remember()
         else:

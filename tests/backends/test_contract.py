@@ -15,7 +15,17 @@ import occupy
 from occupy import signals
 from occupy.backends import get_backend
 from occupy.exceptions import LeaseLost
+from occupy.testing import MemoryBackend, clock
 from tests.support.waiting import watch_waiters
+
+
+def pass_time(using: str, seconds: float) -> None:
+    """Let ``seconds`` pass for the store ``using``: the memory store's clock is moved
+    (occupy.testing), the others are waited for."""
+    if isinstance(get_backend(using), MemoryBackend):
+        clock.advance(seconds)
+    else:
+        time.sleep(seconds)
 
 
 def test_acquire_and_release(using: str) -> None:
@@ -137,7 +147,7 @@ def test_extend_moves_the_expiry(using: str) -> None:
 
 def test_an_expired_lease_counts_as_absent(using: str) -> None:
     lease = occupy.acquire("book:1", owner="alice", ttl=0.3, using=using)
-    time.sleep(0.45)
+    pass_time(using, 0.45)
     assert occupy.holder("book:1", using=using) is None
     with pytest.raises(occupy.LeaseLost):
         lease.ensure_held()
@@ -152,7 +162,7 @@ def test_a_late_release_raises_and_never_frees_the_next_holder(using: str) -> No
                                dispatch_uid="test-late-release")
     try:
         alice = occupy.acquire("book:1", owner="alice", ttl=0.3, using=using)
-        time.sleep(0.45)
+        pass_time(using, 0.45)
         bob = occupy.acquire("book:1", owner="bob", ttl=30, timeout=0, using=using)
         with pytest.raises(occupy.LeaseLost) as info:
             occupy.release(alice)
@@ -169,7 +179,7 @@ def test_a_late_release_raises_and_never_frees_the_next_holder(using: str) -> No
 
 def test_a_late_extend_raises(using: str) -> None:
     alice = occupy.acquire("book:1", owner="alice", ttl=0.3, using=using)
-    time.sleep(0.45)
+    pass_time(using, 0.45)
     with pytest.raises(occupy.LeaseLost):
         alice.extend(30)
     assert occupy.holder("book:1", using=using) is None
@@ -209,10 +219,10 @@ def test_fences_rise_across_release_expiry_and_sweep(using: str) -> None:
     occupy.release(lease)
     lease = occupy.acquire("book:1", ttl=0.2, using=using)
     fences.append(lease.fence)
-    time.sleep(0.3)
+    pass_time(using, 0.3)
     lease = occupy.acquire("book:1", ttl=0.2, using=using)  # over an expired claim
     fences.append(lease.fence)
-    time.sleep(0.3)
+    pass_time(using, 0.3)
     backend.sweep()  # every trace of the key is gone
     lease = occupy.acquire("book:1", ttl=30, using=using)
     fences.append(lease.fence)
@@ -247,7 +257,7 @@ def test_the_with_block_releases_even_when_it_raises(using: str) -> None:
 
 def test_leaving_the_block_after_the_lease_expired_raises(using: str) -> None:
     with pytest.raises(occupy.LeaseLost), occupy.lock("book:1", ttl=0.3, using=using):
-        time.sleep(0.45)
+        pass_time(using, 0.45)
         occupy.release(occupy.acquire("book:1", owner="bob", timeout=0, using=using))
 
 

@@ -179,7 +179,7 @@ def test_the_soak_fails_a_lock_that_does_not_lock(tmp_path: Path) -> None:
     """Worker processes on a backend whose locks live in each process's memory (so
     every process holds every key at once, with fences of its own): the soak's verdict
     must be a failure, with the overlaps and lost increments counted."""
-    memory = {"memory": {"BACKEND": "tests.support.memory.MemoryBackend"}}
+    memory = {"memory": {"BACKEND": "occupy.testing.MemoryBackend"}}
     env = {**os.environ, "OCCUPY_FAULTS_DIR": str(tmp_path),
            "OCCUPY_FAULTS_EXTRA_BACKENDS": json.dumps(memory),
            "DJANGO_SETTINGS_MODULE": "bench.faults.settings", "PYTHONPATH": str(REPO)}

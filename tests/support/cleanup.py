@@ -14,7 +14,7 @@ __all__ = ["TABLES", "wipe", "wipe_stores", "wipe_tables"]
 TABLES = [
     "testapp_ebook", "testapp_book", "testapp_chapter", "testapp_strictbook", "testapp_uuidbook",
     "testapp_shelf", "testapp_label", "testapp_goods", "testapp_task", "testapp_document",
-    "testapp_page", "testapp_scroll", "testapp_longkeynote",
+    "testapp_page", "testapp_scroll", "testapp_longkeynote", "testapp_seat",
 ]
 
 
@@ -31,8 +31,10 @@ def wipe_stores() -> None:
     """Delete the suite's Redis keys (by prefix), the locmem cache and the lock files."""
     caches["locmem"].clear()
     from occupy.backends import get_backend
+    from occupy.testing import clock
 
     get_backend("memory").clear()  # type: ignore[attr-defined]
+    clock.reset()
     shutil.rmtree(settings.FILES_LOCATION, ignore_errors=True)
     if "redis" in settings.CACHES:
         from django_redis import get_redis_connection

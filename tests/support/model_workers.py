@@ -201,3 +201,22 @@ def finish_tasks(alias: str, backend: str, me: str) -> list[int]:
         finished.append(task.pk)
         occupy.release(task.lease)
     return finished
+
+
+def claim_seats(alias: str, backend: str, me: str, count: int) -> list[tuple[str, int]]:
+    """Claim ``count`` seats (composite primary keys) one after the other, mark each as
+    sold to ``me`` where nobody else has, and return the seats that were already sold
+    (an overlap: claim() handed a held seat out twice)."""
+    import occupy
+    from tests.testapp.models import Seat
+
+    seats = Seat.objects.using(alias)
+    overlaps = []
+    for _ in range(count):
+        seat = seats.filter(sold_to="").claim(owner=me, ttl=30, backend=backend)
+        if seat is None:
+            break
+        if seats.filter(pk=seat.pk, sold_to="").update(sold_to=me) != 1:
+            overlaps.append(seat.pk)
+        occupy.release(seat.lease)
+    return overlaps

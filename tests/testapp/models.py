@@ -187,3 +187,15 @@ class LongKeyNote(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+
+class Seat(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
+    """A composite primary key (show, number): versioned, fenced, occupiable, a pool."""
+
+    pk = models.CompositePrimaryKey("show", "number")
+    show = models.CharField(max_length=40)
+    number = models.IntegerField()
+    sold_to = models.CharField(max_length=100, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"{self.show} #{self.number}"

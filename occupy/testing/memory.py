@@ -1,12 +1,16 @@
-"""A fifth backend, written the way the README's "Writing a backend" says: locks in this
-process's memory. It exists to show that ``BaseBackend`` is the whole spec: the contract
-suite runs against it unchanged (alias ``memory`` in ``tests/settings.py``).
+"""``MemoryBackend``: locks in this process's memory, for tests; and the store clock
+they keep time by, which a test moves forward (:meth:`StoreClock.advance`) to expire,
+renew and sweep leases without sleeping.
 
-One process only (like ``LocMemCache``); its clock is this process's.
+It is written the way "Writing a backend" says, and passes the contract suite every
+other backend passes: code under test behaves as on a real store, in one process
+(like ``LocMemCache``). Expiry, ``holder()``, ``claims()`` and ``sweep()`` read
+:data:`clock`; waiting for a key (``timeout``) takes real time, as it does elsewhere.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -18,7 +22,43 @@ from occupy.backends.base import Attempt, BaseBackend, Claim
 from occupy.backends.options import Option
 from occupy.leases import Holder, Lease, new_token
 
-__all__ = ["MemoryBackend"]
+__all__ = ["MemoryAttempt", "MemoryBackend", "StoreClock", "clock"]
+
+
+class StoreClock:
+    """The memory store's clock: this process's time plus an offset a test moves.
+
+    ``advance(seconds)`` makes every memory store see that much more time passed: a
+    lease with ``ttl=30`` has expired after ``clock.advance(31)``. ``reset()`` takes
+    the offset back (between tests; the pytest plugin and the ``TestCase`` mixin do).
+    """
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self._mutex = threading.Lock()
+
+    def now(self) -> float:
+        """Return the store's time, in seconds since the epoch."""
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        """Move the store's time ``seconds`` forward; ``ValueError`` for a negative or
+        non-finite number (a store's time never goes back)."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"seconds must be a number, not {type(seconds).__name__}.")
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"seconds must be finite and ≥ 0, not {seconds!r}.")
+        with self._mutex:
+            self.offset += seconds
+
+    def reset(self) -> None:
+        """Take the offset back to 0: the store's time is this process's again."""
+        with self._mutex:
+            self.offset = 0.0
+
+
+#: The clock every ``MemoryBackend`` of this process keeps time by.
+clock = StoreClock()
 
 
 def _at(seconds: float) -> datetime:
@@ -36,7 +76,15 @@ class _Grant:
 
 
 class MemoryBackend(BaseBackend):
-    """Locks in a dict guarded by a mutex; fences from a per-key counter kept for good."""
+    """Locks in this process's memory, for tests: a dict guarded by a mutex, fences
+    from a per-key counter kept for good, time from :data:`clock`.
+
+    Select it for every alias with one line of settings
+    (``OCCUPY = {"BACKENDS": {"default": {"BACKEND": "occupy.testing.MemoryBackend"}}}``),
+    or for a test with :func:`occupy.testing.memory_backends` or the ``occupy_memory``
+    pytest fixture. ``occupied()``, ``free()`` and ``claim()`` need the database
+    backend's rows, and refuse this one.
+    """
 
     expires_by_itself = False  # expired grants stay in the dict until swept
 
@@ -79,7 +127,7 @@ class MemoryBackend(BaseBackend):
     def release(self, lease: Lease) -> None:
         """Undo one level of ``lease``, by its token."""
         with self.mutex:
-            grant = self._held(lease, time.time())
+            grant = self._held(lease, clock.now())
             if grant is not None:
                 grant.depth -= 1
                 if grant.depth == 0:
@@ -90,7 +138,7 @@ class MemoryBackend(BaseBackend):
     def extend(self, lease: Lease, ttl: float) -> None:
         """Move the expiry ``ttl`` seconds past now."""
         with self.mutex:
-            now = time.time()
+            now = clock.now()
             grant = self._held(lease, now)
             if grant is not None:
                 grant.expires = now + ttl
@@ -101,7 +149,7 @@ class MemoryBackend(BaseBackend):
     def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
         """Return the lease ``token`` holds on ``key``, one level deeper if asked."""
         with self.mutex:
-            now = time.time()
+            now = clock.now()
             grant = self._live(key, now)
             if grant is None or grant.token != token:
                 return None
@@ -115,7 +163,7 @@ class MemoryBackend(BaseBackend):
         """Grant ``key`` to ``owner`` now, replacing its holder (only the grant with
         fence ``if_fence``, if given)."""
         with self.mutex:
-            now = time.time()
+            now = clock.now()
             previous = self._live(key, now)
             if if_fence is not None and (previous is None or previous.fence != if_fence):
                 current = None if previous is None else self._holder(previous)
@@ -127,7 +175,7 @@ class MemoryBackend(BaseBackend):
     def holder(self, key: str) -> Holder | None:
         """Return who holds ``key`` now."""
         with self.mutex:
-            grant = self._live(key, time.time())
+            grant = self._live(key, clock.now())
         return None if grant is None else self._holder(grant)
 
     def _holder(self, grant: _Grant) -> Holder:
@@ -136,12 +184,12 @@ class MemoryBackend(BaseBackend):
     def is_held(self, lease: Lease) -> bool:
         """Return whether ``lease``'s token still holds its key."""
         with self.mutex:
-            return self._held(lease, time.time()) is not None
+            return self._held(lease, clock.now()) is not None
 
     def claims(self) -> Iterable[Claim]:
         """Return the live claims, by key."""
         with self.mutex:
-            now = time.time()
+            now = clock.now()
             live = sorted((key, g) for key, g in self.grants.items() if g.expires > now)
         return [Claim(key, g.owner, "using", _at(g.since), _at(g.expires), g.fence)
                 for key, g in live]
@@ -155,13 +203,14 @@ class MemoryBackend(BaseBackend):
               removed: Callable[[str], None] | None = None) -> int:
         """Delete expired claims; return how many."""
         with self.mutex:
-            now = time.time()
+            now = clock.now()
             expired = [key for key, g in self.grants.items() if g.expires <= now]
             if not dry_run:
                 for key in expired:
                     del self.grants[key]
-        for key in expired if removed is not None else []:
-            removed(key)
+        if removed is not None:
+            for key in expired:
+                removed(key)
         return len(expired)
 
 
@@ -176,7 +225,7 @@ class MemoryAttempt(Attempt):
     def try_acquire(self) -> Lease | None:
         """Grant the key if it is free."""
         with self.memory.mutex:
-            now = time.time()
+            now = clock.now()
             if self.memory._live(self.key, now) is not None:
                 return None
             return self.memory._grant(self.key, self.owner, self.token, self.ttl, now)
@@ -187,7 +236,7 @@ class MemoryAttempt(Attempt):
     def current_holder(self) -> tuple[Holder | None, float | None]:
         """Return the holder and the seconds left on its lease (for ``retry_after``)."""
         with self.memory.mutex:
-            now = time.time()
+            now = clock.now()
             grant = self.memory._live(self.key, now)
         if grant is None:
             return None, None

@@ -1,0 +1,22 @@
+"""The shop's models: a book two people edit, a task pool."""
+
+from django.db import models
+from occupy.models import OccupiableMixin, OccupyManager, VersionedMixin
+
+
+class Book(VersionedMixin, OccupiableMixin, models.Model):
+    name = models.CharField(max_length=100)
+    status = models.CharField(max_length=20, default="free")
+
+    objects = OccupyManager()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Task(OccupiableMixin, models.Model):
+    title = models.CharField(max_length=100)
+    done = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return self.title
