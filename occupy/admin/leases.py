@@ -37,10 +37,6 @@ from occupy.leases import Holder, Lease
 
 __all__ = ["EditLeaseAdminMixin"]
 
-#: The request attribute keeping the keys a changelist save holds until it is over.
-_LIST_LEASES = "_occupy_list_leases"
-
-
 class WriteRefused(Exception):
     """A changelist write met an object someone edits (or a store that is down)."""
 
@@ -79,7 +75,8 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
 
     @property
     def media(self) -> forms.Media:
-        return super().media + forms.Media(js=["occupy/admin/edit_lease.js"])
+        return super().media + forms.Media(js=["occupy/admin/edit_lease.js"],
+                                           css={"all": ["occupy/admin/edit_lease.css"]})
 
     # --- delete ----------------------------------------------------------------------
     def delete_view(self, request: HttpRequest, object_id: str,
@@ -153,17 +150,37 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
 
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        """Refuse a ``list_editable`` save (all rows: it is one transaction) when a
-        row is being edited, with a message naming the editor."""
-        held: list[Lease] = []
-        setattr(request, _LIST_LEASES, held)
+        """Hold the keys of the ``list_editable`` rows a save changes, before Django's
+        transaction and until it is over: refused (no row saved) with a message naming
+        the editor while a tab edits one of them."""
         try:
-            return super().changelist_view(request, extra_context)
+            held = self._hold_for_write(request, self._list_changes(request))
         except WriteRefused as e:
             self.message_user(request, f"Nothing was saved: {e}", messages.ERROR)
             return HttpResponseRedirect(request.get_full_path())
+        try:
+            return super().changelist_view(request, extra_context)
         finally:
             self._release_all(held)
+
+    def _list_changes(self, request: HttpRequest) -> list[Any]:
+        """Return the objects a ``list_editable`` save changes (none if it is not one,
+        or if its forms are invalid: Django shows their errors)."""
+        if request.method != "POST" or not self.list_editable or "_save" not in request.POST:
+            return []
+        formset_class = self.get_changelist_formset(request)
+        prefix = formset_class.get_default_prefix()
+        pk_name = self.model._meta.pk.name
+        try:
+            count = int(request.POST.get(f"{prefix}-TOTAL_FORMS", "0"))
+        except ValueError:
+            return []
+        pks = [request.POST.get(f"{prefix}-{i}-{pk_name}") for i in range(min(count, 1000))]
+        queryset = self.get_queryset(request).filter(pk__in=[pk for pk in pks if pk])
+        formset = formset_class(request.POST, request.FILES, queryset=queryset)
+        if not formset.is_valid():
+            return []
+        return [form.instance for form in formset.forms if form.has_changed()]
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         """Run every action holding the selected objects' keys: refused, with a
@@ -300,17 +317,13 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
 
     # --- the save ------------------------------------------------------------------------
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        """Fence the save by the tab's lease (``FencedMixin`` models); a changelist
-        save (``list_editable``) holds the row's keys until it is over, refused while
-        a tab edits the row."""
+        """Fence the save by the tab's lease (``FencedMixin`` models)."""
         state = getattr(request, STATE, None)
         if change and state is not None and state.leases:
             lease = state.leases[0]
             fence_key = getattr(obj, "fence_key", None)
             if fence_key is not None and fence_key() == lease.key:
                 obj.use_lease(lease)
-        elif change and state is None and hasattr(request, _LIST_LEASES):
-            getattr(request, _LIST_LEASES).extend(self._hold_for_write(request, [obj]))
         super().save_model(request, obj, form, change)
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any,
