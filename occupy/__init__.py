@@ -35,6 +35,7 @@ from occupy.exceptions import (
     OccupyError,
     StoreNotMigrated,
     StoreUnavailable,
+    TakeoverRefused,
     VersionConflict,
 )
 from occupy.leases import Holder, Lease
@@ -56,6 +57,7 @@ __all__ = [
     "OccupyError",
     "StoreNotMigrated",
     "StoreUnavailable",
+    "TakeoverRefused",
     "VersionConflict",
     "__version__",
     "aacquire",

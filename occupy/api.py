@@ -22,7 +22,14 @@ from occupy.backends.base import BaseBackend
 from occupy.conf import occupy_settings
 from occupy.exceptions import LeaseLost, OccupyError
 from occupy.leases import Holder, Lease, default_owner
-from occupy.validation import check_key, check_owner, check_timeout, check_token, check_ttl
+from occupy.validation import (
+    check_fence,
+    check_key,
+    check_owner,
+    check_timeout,
+    check_token,
+    check_ttl,
+)
 from occupy.watchdog import watchdog
 
 __all__ = [
@@ -159,6 +166,7 @@ def takeover(
     renew: bool = False,
     reentrant: bool = True,
     using: str = "default",
+    if_fence: int | None = None,
 ) -> Lease:
     """Take ``key`` now, whoever holds it, and return the new lease.
 
@@ -168,9 +176,25 @@ def takeover(
     Sends ``lease_taken_over`` with the holder replaced. Who may take over is the
     caller's decision (a permission, the same user's other tab): occupy does not ask.
     ``reentrant`` as for :func:`acquire`.
+
+    ``if_fence`` makes the takeover conditional: the key is taken only if it is still
+    held (live) by the grant whose fence is ``if_fence``, checked in the same store
+    operation as the replacement; otherwise nothing changes and
+    :class:`~occupy.TakeoverRefused` is raised, whose ``holder`` is the current holder
+    (``None`` when the key is free). A fence names one grant, so a permission decided
+    on a holder you read is decided on exactly the holder you replace::
+
+        current = occupy.holder(key)
+        if current is not None and may_take_from(user, current):
+            lease = occupy.takeover(key, owner=me, if_fence=current.fence)
+
+    If the holder changed in between (released, expired, taken again, taken over by
+    someone else), the takeover is refused instead of replacing a holder the
+    permission was never decided on: read the holder again and decide again.
     """
     backend, key, owner, ttl, _timeout = _prepare(key, owner, ttl, 0, using)
-    lease, previous = backend.takeover(key, owner, ttl)
+    if_fence = check_fence(if_fence)
+    lease, previous = backend.takeover(key, owner, ttl, if_fence=if_fence)
     return _taken_over(backend, lease, previous, renew, reentrant)
 
 
@@ -182,10 +206,12 @@ async def atakeover(
     renew: bool = False,
     reentrant: bool = True,
     using: str = "default",
+    if_fence: int | None = None,
 ) -> Lease:
     """Async twin of :func:`takeover`."""
     backend, key, owner, ttl, _timeout = _prepare(key, owner, ttl, 0, using)
-    lease, previous = await backend.atakeover(key, owner, ttl)
+    if_fence = check_fence(if_fence)
+    lease, previous = await backend.atakeover(key, owner, ttl, if_fence=if_fence)
     return _taken_over(backend, lease, previous, renew, reentrant)
 
 

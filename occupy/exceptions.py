@@ -25,6 +25,7 @@ __all__ = [
     "OccupyError",
     "StoreNotMigrated",
     "StoreUnavailable",
+    "TakeoverRefused",
     "VersionConflict",
 ]
 
@@ -73,6 +74,29 @@ class Occupied(OccupyError):
 
 class LockTimeout(Occupied):
     """The key stayed held by another owner for the whole ``timeout``."""
+
+
+class TakeoverRefused(Occupied):
+    """A conditional takeover (``takeover(..., if_fence=F)``) found the key no longer
+    held by the grant whose fence is ``F``: it was released, expired, or granted again
+    or taken over meanwhile. Nothing was changed.
+
+    ``holder`` is the current :class:`~occupy.leases.Holder` (``None`` when the key is
+    free), ``retry_after`` the seconds until its lease expires, rounded up, as for
+    :class:`Occupied`, and ``if_fence`` the fence the caller named.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str,
+        holder: Holder | None = None,
+        retry_after: int | None = None,
+        if_fence: int | None = None,
+    ) -> None:
+        super().__init__(message, key=key, holder=holder, retry_after=retry_after)
+        self.if_fence = if_fence
 
 
 class LeaseLost(OccupyError):

@@ -10,13 +10,16 @@ import math
 import re
 from typing import Any
 
-__all__ = ["MAX_KEY_LENGTH", "MAX_TTL", "check_key", "check_owner", "check_timeout",
-           "check_token", "check_ttl"]
+__all__ = ["MAX_FENCE", "MAX_KEY_LENGTH", "MAX_TTL", "check_fence", "check_key",
+           "check_owner", "check_timeout", "check_token", "check_ttl"]
 
 #: Longest key, in characters; every backend stores keys of this length.
 MAX_KEY_LENGTH = 255
 #: Longest lease, in seconds (ten years): a longer one is a unit mistake.
 MAX_TTL = 10 * 365 * 24 * 3600
+
+#: Largest fence a store keeps (a signed 64-bit column).
+MAX_FENCE = 2**63 - 1
 
 
 _REALS = (int, float)
@@ -102,3 +105,16 @@ def check_timeout(timeout: Any) -> float | None:
     if math.isinf(seconds):
         return None
     return seconds
+
+
+def check_fence(fence: Any, *, name: str = "if_fence") -> int | None:
+    """Return ``fence`` if it is ``None`` or a fence a store can hold (an ``int`` from
+    0 to :data:`MAX_FENCE`), else raise naming the problem."""
+    if fence is None or (type(fence) is int and 0 <= fence <= MAX_FENCE):
+        return fence
+    if isinstance(fence, bool) or not isinstance(fence, int):
+        raise TypeError(f"{name} must be an int (a Holder's fence) or None, not "
+                        f"{type(fence).__name__} ({fence!r}).")
+    if fence < 0 or fence > MAX_FENCE:
+        raise ValueError(f"{name} must be a fence from 0 to {MAX_FENCE}, not {fence!r}.")
+    return int(fence)

@@ -85,6 +85,8 @@ def test_errors_cross_a_process_boundary_whole() -> None:
     holder = occupy.Holder("alice", datetime(2026, 1, 1, tzinfo=timezone.utc), 7)
     for error in (occupy.Occupied("'k' is held", key="k", holder=holder, retry_after=3),
                   occupy.LockTimeout("'k' is still held", key="k", holder=holder),
+                  occupy.TakeoverRefused("'k' changed", key="k", holder=holder,
+                                         retry_after=3, if_fence=6),
                   occupy.StoreUnavailable("down", key="k", using="redis"),
                   occupy.LeaseLost("lost", key="k")):
         copy = pickle.loads(pickle.dumps(error))

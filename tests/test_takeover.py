@@ -10,6 +10,9 @@ import pytest
 
 import occupy
 from occupy import signals
+from tests.support import multiproc
+from tests.support.aliases import backend_params
+from tests.support.takeover_race import OWNER_B, race_worker
 from tests.support.waiting import watch_waiters
 
 
@@ -114,3 +117,29 @@ def test_async_takeover_and_resume(using: str) -> None:
         assert await occupy.aholder("book:1", using=using) is None
 
     asyncio.run(main())
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("alias", backend_params(
+    ["default", "db-postgresql", "db-mysql", "redis", "cache", "files"]))
+def test_a_conditional_takeover_never_replaces_a_grant_it_did_not_read(
+    alias: str, live_db: None
+) -> None:
+    """User A takes and renews a key in one process; two processes of user B read the
+    holder and take the key over only when the holder read is B's own (``if_fence``),
+    releasing at once, so that the holder often changes between the read and the
+    takeover. Every takeover must have replaced a grant of B's, never one of A's."""
+    key = "race:takeover"
+    results = multiproc.run(race_worker, [("a", alias, key, 3.0), ("b", alias, key, 3.0),
+                                          ("b", alias, key, 3.0)])
+    a, *bs = results
+    replaced = [holder for b in bs for holder in b["replaced"]]
+    refused = [b["refused"] for b in bs]
+    summary = f"A: {len(a['granted'])} grants; B replaced {len(replaced)}, refused {refused}"
+    assert a["granted"] and replaced, summary
+    assert {owner for owner, _fence in replaced} == {OWNER_B}, summary
+    assert not set(a["granted"]) & {fence for _owner, fence in replaced}, summary
+    assert a["lost"] == [], summary  # no grant of A's was taken from it
+    # The race was run: the holder changed under B's read at least once.
+    assert sum(sum(r.values()) for r in refused) > 0, summary

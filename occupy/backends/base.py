@@ -30,7 +30,14 @@ from django.core.checks import CheckMessage, Error, Warning
 
 from occupy.backends.claims import UNKNOWN_OWNER
 from occupy.backends.options import Option, raise_problems, read_options, where
-from occupy.exceptions import LeaseLost, LockTimeout, Occupied, OccupyError, StoreUnavailable
+from occupy.exceptions import (
+    LeaseLost,
+    LockTimeout,
+    Occupied,
+    OccupyError,
+    StoreUnavailable,
+    TakeoverRefused,
+)
 from occupy.leases import Holder, Lease, new_token
 
 if TYPE_CHECKING:
@@ -319,6 +326,22 @@ class BaseBackend:
         return Holder(owner=owner, expires_at=_utc(expires_at), fence=int(fence),
                       since=None if since is None else _utc(since))
 
+    @staticmethod
+    def takeover_refused(key: str, if_fence: int, holder: Holder | None,
+                         remaining: float | None) -> TakeoverRefused:
+        """Return the error for a conditional takeover of ``key`` that found another
+        holder than the grant with fence ``if_fence``: ``holder`` (``None`` when the key
+        is free), with ``remaining`` seconds left by the store's clock."""
+        now = ("free" if holder is None
+               else f"held by {holder.owner!r} (fence {holder.fence})")
+        return TakeoverRefused(
+            f"{key!r} was not taken over: its holder changed since it was read (the grant "
+            f"with fence {if_fence} no longer holds it; it is now {now}).",
+            key=key, holder=holder, if_fence=if_fence,
+            retry_after=(None if holder is None or remaining is None
+                         else max(1, math.ceil(remaining))),
+        )
+
     def occupation_rows(self) -> OccupationRows | None:
         """Return how the model side reads this backend's claims as ``Occupation`` rows,
         or ``None`` (the default) when it keeps them elsewhere."""
@@ -374,13 +397,19 @@ class BaseBackend:
         """
         raise NotImplementedError("subclasses of BaseBackend must provide a resume() method")
 
-    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
+    def takeover(self, key: str, owner: str, ttl: float, *,
+                 if_fence: int | None = None) -> tuple[Lease, Holder | None]:
         """Grant ``key`` to ``owner`` now, whoever holds it, and return the new lease and
         the holder it replaced (``None`` if the key was free).
 
         One store operation replaces the holder and issues a higher fence: the old
         lease's next extend or release finds it lost, and its fenced writes are refused.
         Queued waiters keep their places, behind the new holder.
+
+        With ``if_fence``, the same operation first checks that the key is held, live,
+        by the grant whose fence is ``if_fence``; if not, it changes nothing and raises
+        :class:`~occupy.exceptions.TakeoverRefused` (see :meth:`takeover_refused`)
+        naming the current holder. The holder returned is then that grant.
         """
         raise NotImplementedError("subclasses of BaseBackend must provide a takeover() method")
 
@@ -521,9 +550,11 @@ class BaseBackend:
             key, token, ttl, deeper=deeper
         )
 
-    async def atakeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
+    async def atakeover(self, key: str, owner: str, ttl: float, *,
+                        if_fence: int | None = None) -> tuple[Lease, Holder | None]:
         """Async twin of :meth:`takeover`."""
-        return await sync_to_async(self.takeover, thread_sensitive=False)(key, owner, ttl)
+        return await sync_to_async(self.takeover, thread_sensitive=False)(
+            key, owner, ttl, if_fence=if_fence)
 
     async def aholder(self, key: str) -> Holder | None:
         """Async twin of :meth:`holder`."""

@@ -21,7 +21,8 @@ class LockProtocol(Protocol):
     def extend(self, lease: Lease, ttl: float) -> None: ...
     def resume(self, key: str, token: str, ttl: float, *,
                deeper: bool = True) -> Lease | None: ...
-    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]: ...
+    def takeover(self, key: str, owner: str, ttl: float, *,
+                 if_fence: int | None = None) -> tuple[Lease, Holder | None]: ...
     def holder(self, key: str) -> Holder | None: ...
     def is_held(self, lease: Lease) -> bool: ...
     def claims(self) -> Iterable[Claim]: ...
@@ -54,10 +55,12 @@ class DelegatingBackend(BaseBackend):
         kept at least ``ttl`` more), or ``None``."""
         return self.protocol.resume(key, token, ttl, deeper=deeper)
 
-    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
-        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it; return
-        the lease and the holder replaced."""
-        return self.protocol.takeover(key, owner, ttl)
+    def takeover(self, key: str, owner: str, ttl: float, *,
+                 if_fence: int | None = None) -> tuple[Lease, Holder | None]:
+        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (only the
+        grant with fence ``if_fence``, if given); return the lease and the holder
+        replaced."""
+        return self.protocol.takeover(key, owner, ttl, if_fence=if_fence)
 
     def holder(self, key: str) -> Holder | None:
         """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""

@@ -352,3 +352,166 @@ def test_holder_since_is_when_the_holder_was_granted_the_key(
     second = occupy.holder("book:1", using=using)
     assert second.owner == "bob" and second.since > first.since  # the grant, not the queueing
     occupy.release(got[0])
+
+
+# --- conditional takeover: replace the holder read, and only that one -----------------
+def _taken_over(using: str, key: str, owner: str, if_fence: int,
+                ttl: float = 30) -> tuple[occupy.Lease, occupy.Holder | None]:
+    """Take ``key`` over if it is still held by the grant ``if_fence``; return the new
+    lease and the holder replaced, as the store reported it (``lease_taken_over``)."""
+    seen: list[occupy.Holder | None] = []
+
+    def receiver(sender: type, lease: occupy.Lease, previous: occupy.Holder | None,
+                 **kwargs: object) -> None:
+        seen.append(previous)
+
+    signals.lease_taken_over.connect(receiver)
+    try:
+        lease = occupy.takeover(key, owner=owner, ttl=ttl, if_fence=if_fence, using=using)
+    finally:
+        signals.lease_taken_over.disconnect(receiver)
+    assert len(seen) == 1
+    return lease, seen[0]
+
+
+def test_a_conditional_takeover_replaces_the_holder_read(using: str) -> None:
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    read = occupy.holder("book:1", using=using)
+    bob, previous = _taken_over(using, "book:1", "bob", read.fence)
+    assert previous is not None
+    assert (previous.owner, previous.fence) == ("alice", alice.fence) == (read.owner,
+                                                                          read.fence)
+    assert bob.fence > alice.fence and bob.depth == 1
+    assert occupy.holder("book:1", using=using)[::2] == ("bob", bob.fence)
+    with pytest.raises(occupy.LeaseLost):
+        alice.extend(30)
+    # A grant that was re-entered and extended is still the grant its fence names.
+    again = occupy.acquire("book:1", owner="bob", ttl=30, timeout=0, using=using)
+    assert again.depth == 2
+    bob.extend(60)
+    carol, previous = _taken_over(using, "book:1", "carol", bob.fence)
+    assert (previous.owner, previous.fence) == ("bob", bob.fence)
+    occupy.release(carol)
+    assert occupy.holder("book:1", using=using) is None
+
+
+def _changed(using: str, how: str) -> tuple[int, occupy.Lease | None]:
+    """Read alice's grant on ``book:1``, then change the holder ``how``; return the fence
+    read and the lease that holds the key now (``None`` if free)."""
+    alice = occupy.acquire("book:1", owner="alice", ttl=0.3 if how == "expired" else 30,
+                           using=using)
+    fence = occupy.holder("book:1", using=using).fence
+    if how == "released":
+        occupy.release(alice)
+        return fence, None
+    if how == "expired":
+        time.sleep(0.45)
+        return fence, None
+    if how == "granted again":
+        occupy.release(alice)
+        return fence, occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=using)
+    if how == "re-granted to another":
+        occupy.release(alice)
+        return fence, occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=using)
+    assert how == "taken over"
+    return fence, occupy.takeover("book:1", owner="carol", ttl=30, using=using)
+
+
+@pytest.mark.parametrize("how", ["released", "expired", "granted again",
+                                 "re-granted to another", "taken over"])
+def test_a_conditional_takeover_is_refused_when_the_holder_changed(
+    using: str, how: str
+) -> None:
+    fence, current = _changed(using, how)
+    taken: list[object] = []
+    signals.lease_taken_over.connect(lambda **kw: taken.append(kw), weak=False,
+                                     dispatch_uid="test-refused-takeover")
+    try:
+        with pytest.raises(occupy.TakeoverRefused) as info:
+            occupy.takeover("book:1", owner="bob", ttl=30, if_fence=fence, using=using)
+    finally:
+        signals.lease_taken_over.disconnect(dispatch_uid="test-refused-takeover")
+    error = info.value
+    assert isinstance(error, occupy.Occupied) and isinstance(error, occupy.OccupyError)
+    assert error.key == "book:1" and error.if_fence == fence
+    assert "book:1" in str(error) and "holder changed" in str(error)
+    assert taken == []
+    if current is None:
+        assert error.holder is None and error.retry_after is None
+        assert occupy.holder("book:1", using=using) is None
+        after = occupy.acquire("book:1", owner="dave", ttl=30, timeout=0, using=using)
+        assert after.fence > fence
+        occupy.release(after)
+        return
+    # Refused, and the current holder is untouched: named, still holding, its lease
+    # still extends and releases, and the next grant's fence is higher than its own.
+    assert (error.holder.owner, error.holder.fence) == (current.owner, current.fence)
+    assert current.fence > fence
+    assert 29 <= error.retry_after <= 30
+    assert current.token not in str(error) and current.token not in repr(error.holder)
+    assert occupy.holder("book:1", using=using)[::2] == (current.owner, current.fence)
+    current.extend(60)
+    current.ensure_held()
+    occupy.release(current)
+    assert occupy.holder("book:1", using=using) is None
+    after = occupy.acquire("book:1", owner="dave", ttl=30, timeout=0, using=using)
+    assert after.fence > current.fence
+    occupy.release(after)
+
+
+def test_a_conditional_takeover_of_a_free_key_is_refused(using: str) -> None:
+    with pytest.raises(occupy.TakeoverRefused) as info:
+        occupy.takeover("book:9", owner="bob", ttl=30, if_fence=1, using=using)
+    assert info.value.holder is None and info.value.retry_after is None
+    assert occupy.holder("book:9", using=using) is None
+    occupy.release(occupy.acquire("book:9", owner="bob", timeout=0, using=using))
+
+
+def test_a_refused_takeover_leaves_fences_rising(using: str) -> None:
+    """Refusals take no grant: the holder keeps its fence, and each later grant's fence
+    is higher than every fence seen before."""
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    fences = [alice.fence]
+    for stale in (alice.fence - 1, alice.fence + 1, 0):
+        with pytest.raises(occupy.TakeoverRefused):
+            occupy.takeover("book:1", owner="bob", ttl=30, if_fence=stale, using=using)
+        assert occupy.holder("book:1", using=using).fence == alice.fence
+    bob, _previous = _taken_over(using, "book:1", "bob", alice.fence)
+    fences.append(bob.fence)
+    with pytest.raises(occupy.TakeoverRefused):
+        occupy.takeover("book:1", owner="carol", ttl=30, if_fence=alice.fence, using=using)
+    occupy.release(bob)
+    carol = occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=using)
+    fences.append(carol.fence)
+    occupy.release(carol)
+    assert fences == sorted(set(fences)), fences
+
+
+def test_an_async_conditional_takeover(using: str) -> None:
+    async def main() -> None:
+        alice = await occupy.aacquire("book:1", owner="alice", ttl=30, using=using)
+        read = await occupy.aholder("book:1", using=using)
+        bob = await occupy.atakeover("book:1", owner="bob", ttl=30, if_fence=read.fence,
+                                     using=using)
+        assert bob.fence > alice.fence
+        with pytest.raises(occupy.TakeoverRefused) as info:
+            await occupy.atakeover("book:1", owner="carol", ttl=30, if_fence=read.fence,
+                                   using=using)
+        assert info.value.holder.owner == "bob"
+        await occupy.arelease(bob)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(("fence", "error"), [
+    ("1", TypeError), (1.0, TypeError), (True, TypeError), (-1, ValueError),
+    (2**63, ValueError),
+])
+def test_if_fence_is_checked_before_anything_is_written(
+    using: str, fence: object, error: type[Exception]
+) -> None:
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    with pytest.raises(error, match="if_fence"):
+        occupy.takeover("book:1", owner="bob", if_fence=fence, using=using)  # type: ignore[arg-type]
+    assert occupy.holder("book:1", using=using).fence == alice.fence
+    occupy.release(alice)

@@ -108,11 +108,17 @@ class MemoryBackend(BaseBackend):
             return self.make_lease(key, owner=grant.owner, token=token, fence=grant.fence,
                                    expires_at=_at(grant.expires), ttl=ttl, depth=grant.depth)
 
-    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
-        """Grant ``key`` to ``owner`` now, replacing its holder."""
+    def takeover(self, key: str, owner: str, ttl: float, *,
+                 if_fence: int | None = None) -> tuple[Lease, Holder | None]:
+        """Grant ``key`` to ``owner`` now, replacing its holder (only the grant with
+        fence ``if_fence``, if given)."""
         with self.mutex:
             now = time.time()
             previous = self._live(key, now)
+            if if_fence is not None and (previous is None or previous.fence != if_fence):
+                current = None if previous is None else self._holder(previous)
+                remaining = None if previous is None else previous.expires - now
+                raise self.takeover_refused(key, if_fence, current, remaining)
             lease = self._grant(key, owner, new_token(), ttl, now)
         return lease, None if previous is None else self._holder(previous)
 

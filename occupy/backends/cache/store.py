@@ -143,20 +143,30 @@ class CacheStore:
         self.cache.set(entry_name, tuple(entry), self._timeout(entry.expires_us))
         return entry
 
-    def takeover(self, key: str, owner: str, token: str,
-                 ttl: float) -> tuple[Entry, Entry | None]:
-        """Grant ``key`` to ``token`` whoever holds it, with a higher fence; return the
-        grant and the live entry it replaced, if any. A read then a write, like release
-        on these caches: two takeovers at the same moment can both think they won,
-        and the later write holds the key (both fences still rise)."""
+    def takeover(self, key: str, owner: str, token: str, ttl: float,
+                 if_fence: int | None = None) -> Outcome:
+        """Grant ``key`` to ``token`` whoever holds it (only the live entry with fence
+        ``if_fence``, if given), with a higher fence; return the grant and the live
+        entry it replaced, if any, or no grant and the live entry that is not the one
+        named. A read then a write, like release on these caches: two takeovers at the
+        same moment can both think they won, and the later write holds the key (both
+        fences still rise). A conditional one writes only while the entry read still
+        has more than the margin to live, as release does: else it is refused."""
         entry_name, fence_name = names(key)
         cache = self.cache
-        previous = self.holder(key)
+        read_at = time.monotonic()
+        found = self.holder(key)
+        previous = None if found is None else found[0]
+        if if_fence is not None and (
+            found is None or found[0].fence != if_fence
+            or not self._in_time(read_at, (found[0].expires_us - found[1]) / 1e6, ttl)
+        ):
+            return Outcome(None, previous, now_us() if found is None else found[1])
         now = now_us()
         fence = self._next_fence(cache, fence_name, now)
         entry = Entry(token, owner, fence, 1, now + round(ttl * 1e6), now, key)
         cache.set(entry_name, tuple(entry), self._timeout(entry.expires_us))
-        return entry, None if previous is None else previous[0]
+        return Outcome(entry, previous, now)
 
     def _writable(self, key: str, token: str, ttl: float) -> tuple[str, Entry, int] | None:
         """Return ``key``'s entry name, its entry and now if ``token`` holds it with
@@ -275,13 +285,21 @@ class AddProtocol:
             entry = self.store.resume(key, token, ttl, int(deeper))
         return None if entry is None else self.lease(key, entry.owner, ttl, entry)
 
-    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
-        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (a read
-        then a write, see :meth:`CacheStore.takeover`)."""
+    def takeover(self, key: str, owner: str, ttl: float, *,
+                 if_fence: int | None = None) -> tuple[Lease, Holder | None]:
+        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (only the
+        entry with fence ``if_fence``, if given): a read then a write, see
+        :meth:`CacheStore.takeover`."""
         with self.backend.reaching(key):
-            entry, previous = self.store.takeover(key, owner, new_token(), ttl)
-        return (self.lease(key, owner, ttl, entry),
-                None if previous is None else _holder(previous))
+            entry, previous, now = self.store.takeover(key, owner, new_token(), ttl,
+                                                       if_fence)
+        holder = None if previous is None else _holder(previous)
+        if entry is None:
+            assert if_fence is not None  # only a conditional takeover is refused
+            raise self.backend.takeover_refused(
+                key, if_fence, holder,
+                None if previous is None else (previous.expires_us - now) / 1e6)
+        return self.lease(key, owner, ttl, entry), holder
 
     def holder(self, key: str) -> Holder | None:
         """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""

@@ -244,31 +244,49 @@ class DatabaseBackend(BaseBackend):
                                expires_at=sql.to_datetime(expires_at), ttl=ttl,
                                depth=int(depth))
 
-    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
+    def takeover(self, key: str, owner: str, ttl: float, *,
+                 if_fence: int | None = None) -> tuple[Lease, Holder | None]:
         """Hand the live claim to ``owner`` with a higher fence (one guarded ``UPDATE``
         by the holder's token), or insert a granted claim ahead of any queue if nobody
-        holds the key; return the lease and the holder replaced."""
+        holds the key; return the lease and the holder replaced.
+
+        With ``if_fence``, only the claim read with that fence is handed over: the
+        ``UPDATE`` is guarded by that claim's token, which no other grant has, so it
+        changes nothing once the claim is released, expired or replaced; the holder is
+        then read again, and refused.
+        """
         d = digest(key)
         sql = self.dialect
         token = new_token()
         seconds = sql.seconds(ttl)
+
+        def settled() -> Result | None:  # a lost reply: did our grant commit?
+            mine = self.execute(sql.granted(), [d, token], key=key)[1]
+            return (1, mine) if mine else None
+
         for _ in range(10):
             rows = self.execute(sql.holding(), [d], key=key)[1]
             if rows:
-                old_token, old_owner, expires_at, fence, since = rows[0]
+                old_token, old_owner, expires_at, fence, since, now = rows[0]
                 previous = self.make_holder(old_owner, sql.to_datetime(expires_at), fence,
                                             sql.to_datetime(since))
+                if if_fence is not None and previous.fence != if_fence:
+                    remaining = (previous.expires_at - sql.to_datetime(now)).total_seconds()
+                    raise self.takeover_refused(key, if_fence, previous, remaining)
                 count, granted = self.execute(
-                    sql.seize(), [owner, token, d, seconds, d, old_token], key=key)
+                    sql.seize(), [owner, token, d, seconds, d, old_token], key=key,
+                    settled=settled)
                 if count and not sql.update_returning:
                     granted = self.execute(sql.granted(), [d, token], key=key)[1]
             else:
+                if if_fence is not None:
+                    raise self.takeover_refused(key, if_fence, None, None)
                 previous = None
                 self.execute(sql.purge_expired_of_key(), [d], key=key)
                 content_type_id, object_id = self.object_of(key)
                 granted = self.execute(sql.grant_over_queue(), [
                     key, d, d, content_type_id, object_id, owner, token, d, seconds,
-                ], key=key)[1]
+                ], key=key, settled=settled)[1]
             if granted:  # else the holder changed meanwhile: look again
                 fence, expires_at = granted[0][:2]
                 lease = self.make_lease(key, owner=owner, token=token, fence=fence,

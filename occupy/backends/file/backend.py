@@ -228,19 +228,24 @@ class FileBackend(BaseBackend):
             self.directory.rewrite(d, claim)
         return self._lease(key, ttl, claim)
 
-    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
-        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (under
-        the key's lock: the claim is retired, its fence kept, and a new one granted);
-        return the lease and the holder replaced."""
+    def takeover(self, key: str, owner: str, ttl: float, *,
+                 if_fence: int | None = None) -> tuple[Lease, Holder | None]:
+        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (only the
+        live claim with fence ``if_fence``, if given), under the key's lock: the claim
+        is retired, its fence kept, and a new one granted; return the lease and the
+        holder replaced."""
         d = digest(key)
         attempt = FileAttempt(self, key, owner, ttl)
         with self.reaching(key), self.locks.hold(d):
             now = now_us()
             claim = self._claim(d)
-            previous = None
+            live = claim if claim is not None and claim.live(now) else None
+            previous = None if live is None else self._holder(live)
+            if if_fence is not None and (live is None or live.fence != if_fence):
+                raise self.takeover_refused(
+                    key, if_fence, previous,
+                    None if live is None else (live.expires_us - now) / 1e6)
             if claim is not None:
-                if claim.live(now):
-                    previous = self._holder(claim)
                 self.directory.retire(d)
             lease = attempt._grant(now)
         if lease is None:  # only if flock is not shared on this filesystem

@@ -54,6 +54,7 @@ from occupy.backends.redis.values import (
     waiting_claims,
     wrong_type,
 )
+from occupy.exceptions import TakeoverRefused
 from occupy.leases import Holder, Lease, new_token
 
 __all__ = ["FENCE_TTL", "QUEUE_TTL", "RedisAttempt", "RedisProtocol"]
@@ -165,19 +166,37 @@ class RedisProtocol:
                                        fence=int(fence), expires_at=to_datetime(expires),
                                        ttl=ttl, depth=int(depth))
 
-    def takeover(self, key: str, owner: str, ttl: float) -> tuple[Lease, Holder | None]:
-        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it: one
-        script. Return the lease and the holder replaced."""
+    def takeover(self, key: str, owner: str, ttl: float, *,
+                 if_fence: int | None = None) -> tuple[Lease, Holder | None]:
+        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (only the
+        grant with fence ``if_fence``, if given): one script. Return the lease and the
+        holder replaced."""
         token = new_token()
         try:
-            numbers, previous = self.scripts.takeover(self.keys(key).lock, token,
-                                                      f"{owner}\0{key}", to_ms(ttl))
+            numbers, previous, *refused = self.scripts.takeover(
+                self.keys(key).lock, token, f"{owner}\0{key}", to_ms(ttl),
+                "" if if_fence is None else str(if_fence))
         except RedisError as e:
             raise self.backend.unavailable(key, e) from e
+        if numbers is None:
+            assert if_fence is not None  # only a conditional takeover is refused
+            raise self._refused(key, if_fence, previous, refused)
         fence, expires, _since = text(numbers).split(" ")
         lease = self.backend.make_lease(key, owner=owner, token=token, fence=int(fence),
                                         expires_at=to_datetime(expires), ttl=ttl)
         return lease, (Held.parse(previous, with_token=False).holder() if previous else None)
+
+    def _refused(self, key: str, if_fence: int, previous: Any,
+                 refused: list[Any]) -> TakeoverRefused:
+        """Return the error for a conditional takeover the script refused, naming the
+        holder it found (see :data:`~occupy.backends.redis.scripts.TAKEOVER`)."""
+        if previous is None:
+            return self.backend.takeover_refused(key, if_fence, None, None)
+        now_ms = int(refused[0])
+        held = (Held.unknown(key, now_ms, int(refused[1])) if text(previous) == "?"
+                else Held.parse(previous, with_token=False))
+        return self.backend.takeover_refused(key, if_fence, held.holder(),
+                                             (held.expires - now_ms) / 1000)
 
     def holder(self, key: str) -> Holder | None:
         """Return the holder's owner, expiry and fence, or ``None`` (never the token).

@@ -330,18 +330,36 @@ return fence .. ' ' .. expires .. ' ' .. depth .. ' ' .. tail
 """
 
 #: Grant the key to a new token now, whoever holds it, with a higher fence (takeover).
-#: ARGV: token, ``"<owner>\\0<key>"``, ttl ms. Queued waiters keep their places (the
-#: flag stays ``q``); the old holder's pending wake-up, if a release had just handed
-#: the key to it, is dropped, so that it queues again instead of taking a lease that is
-#: no longer its own. Returns ``{"<fence> <expires ms> <since ms>", old value without
-#: its token or false}`` (false too for a value occupy did not write, which is replaced).
+#: ARGV: token, ``"<owner>\\0<key>"``, ttl ms, and the fence the holder must have (a
+#: conditional takeover) or ``""``. Queued waiters keep their places (the flag stays
+#: ``q``); the old holder's pending wake-up, if a release had just handed the key to
+#: it, is dropped, so that it queues again instead of taking a lease that is no longer
+#: its own. Returns ``{"<fence> <expires ms> <since ms>", old value without its token
+#: or false}`` (false too for a value occupy did not write, which is replaced). A
+#: conditional takeover whose holder has another fence (a value occupy did not write
+#: has fence 0, as ``holder()`` reports it) or that finds the key free changes nothing
+#: and returns ``{false, old value without its token, or false if free, or "?" and
+#: the value's PTTL for a value occupy did not write, the server's now in ms}``.
 TAKEOVER = _PRELUDE + """
-local token, tail, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local token, tail, ttl, if_fence = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 if bad_ttl(ttl) then return redis.error_reply('occupy: ttl must be positive ms') end
 local held = redis.pcall('GET', lock)
 local previous = false
 -- A value occupy did not write (another type, another layout) is simply replaced.
-local old_token = type(held) == 'string' and string.match(held, '^(%S+) %S+ %d+ %d+ %d+ ')
+local old_token, fence
+if type(held) == 'string' then
+  old_token, fence = string.match(held, '^(%S+) %S+ (%d+) %d+ %d+ ')
+end
+if if_fence ~= '' then
+  if held and not old_token then fence = '0' end
+  if fence ~= if_fence then  -- both written with '%d': text compares exactly
+    local t = redis.call('TIME')
+    local now_ms = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
+    if old_token then return {false, string.sub(held, #old_token + 2), now_ms} end
+    if not held then return {false, false, now_ms} end
+    return {false, '?', now_ms, redis.call('PTTL', lock)}
+  end
+end
 if old_token then
   previous = string.sub(held, #old_token + 2)
   redis.call('DEL', base .. 'wake:' .. old_token)

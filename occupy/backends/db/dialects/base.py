@@ -154,9 +154,10 @@ class Dialect:
         )
 
     def holding(self) -> str:
-        """Token, owner, expiry, fence and grant time of a digest's live using claim."""
+        """Token, owner, expiry, fence and grant time of a digest's live using claim,
+        and now."""
         return (
-            f"SELECT token, owner, expires_at, fence, created_at FROM {TABLE} "
+            f"SELECT token, owner, expires_at, fence, created_at, {self.now} FROM {TABLE} "
             f"WHERE slot = %s AND {self.live()}"
         )
 
