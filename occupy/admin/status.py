@@ -11,7 +11,7 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import models
+from django.db import models, router
 from django.db.models import Case, CharField, OuterRef, Subquery, TextField, Value, When
 from django.db.models.functions import Cast, Concat, StrIndex, Substr
 from django.http import HttpRequest
@@ -153,8 +153,10 @@ class OccupyStatusAdminMixin(_ModelAdmin):
         return alias
 
     def _status_in_query(self) -> bool:
-        """Return whether the backend's claims can be read in the changelist's query."""
-        return get_backend(self._status_backend()).occupation_rows() is not None
+        """Return whether the backend's claims can be read in the changelist's query:
+        they are rows of the database the model is read from."""
+        rows = get_backend(self._status_backend()).occupation_rows()
+        return rows is not None and rows.database == router.db_for_read(self.model)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         """Add ``occupy.E102``: ``occupy_status_backend`` is not configured, and
@@ -181,10 +183,10 @@ class OccupyStatusAdminMixin(_ModelAdmin):
             return errors
         errors.append(checks.Warning(
             f"{type(self).__name__} shows the claims of the occupy backend {alias!r}, "
-            "which keeps them outside the database: the 'being edited' column asks the "
+            "which keeps them outside the model's database: the 'being edited' column asks the "
             "store for each row on the page, and the 'being edited' filter is not offered.",
-            hint="Use a DatabaseBackend for occupy_status_backend to have both from the "
-            "changelist's own query.", obj=type(self), id="occupy.W102"))
+            hint="Use a DatabaseBackend on the model's database for occupy_status_backend "
+            "to have both from the changelist's own query.", obj=type(self), id="occupy.W102"))
         return errors
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:

@@ -159,3 +159,44 @@ def test_the_delete_confirmation_names_the_editor_and_a_delete_releases_the_clai
     # The late beacon of the deleted object's page answers, and frees nothing else.
     assert editor.post(_url(doc, "occupy/release/"), {
         "_occupy_tab": page["tab"], "_occupy_lease": page["token"]}).status_code == 204
+
+
+def test_a_takeover_is_decided_on_the_holder_the_store_replaces(
+        users: StaffUsers, monkeypatch) -> None:
+    """The other editor (no takeover permission) takes over his own lease; between his
+    page's read of the holder (his) and the takeover, he lets it go and the editor
+    takes it. The store refuses the takeover of her grant; read again, she is not his:
+    403, her lease stays, nothing logged."""
+    from django.contrib.admin.models import LogEntry
+
+    doc = Document.objects.create(body="draft")
+    key = object_key(Document, doc.pk)
+    his = occupy.acquire(key, owner=f"admin:user:{users.other.pk}:tab:{'9' * 16}",
+                         reentrant=False)
+    real_holder = occupy.holder
+    hers: list[occupy.Lease] = []
+
+    def holder_then_switch(k: str, *, using: str = "default") -> occupy.Holder | None:
+        found = real_holder(k, using=using)
+        if k == key and not hers:  # his lease ends, hers begins, after this read
+            occupy.release(his)
+            hers.append(occupy.acquire(key, reentrant=False,
+                                       owner=f"admin:user:{users.editor.pk}:tab:{'a' * 16}"))
+        return found
+
+    monkeypatch.setattr(occupy, "holder", holder_then_switch)
+    response = login(users.other).post(_url(doc, "occupy/takeover/"), {"_occupy_tab": "b" * 16})
+    assert response.status_code == 403
+    holder = real_holder(key)
+    assert holder is not None and (holder.owner, holder.fence) == (hers[0].owner, hers[0].fence)
+    assert not LogEntry.objects.exists()
+    # With the permission, the same race replaces her, logged under her name.
+    hers.clear()
+    his = occupy.takeover(key, owner=f"admin:user:{users.other.pk}:tab:{'9' * 16}",
+                          reentrant=False)
+    response = login(users.supervisor).post(_url(doc, "occupy/takeover/"),
+                                            {"_occupy_tab": "c" * 16})
+    assert response.status_code == 302
+    assert real_holder(key).owner.endswith(":tab:" + "c" * 16)
+    assert list(LogEntry.objects.values_list("change_message", flat=True)) == [
+        f"Took over the edit lease from Editor (fence {hers[0].fence})."]
