@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: venv demo test test-slow test-all mysql-driver mysql-driver-required dist databases bench \
-	bench-scale serve lint docs clean
+	bench-scale serve lint docs docs-screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -110,6 +110,14 @@ lint: venv
 	$(PY) -m ruff check occupy tests bench example_project
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
+
+## docs-screenshots: copy the admin screenshots the docs show from the browser tests'
+## last run (tests/.screenshots/) into docs/images/admin-*.png
+DOCS_SCREENSHOTS := read-only-banner lease-lost conflict-page changelist-column occupations \
+	lease-released-edit-again store-down-save
+docs-screenshots:
+	for name in $(DOCS_SCREENSHOTS); do \
+	  cp tests/.screenshots/$$name.png docs/images/admin-$$name.png || exit 1; done
 
 ## docs: the documentation site (Sphinx, furo) into docs/_build/html; any warning fails
 DOCS_STAMP := $(VENV)/.installed-docs
