@@ -107,8 +107,8 @@ class EditLeaseBase(_ModelAdmin):
     #: Lease length in seconds; the page renews it every third of it. Chrome wakes the
     #: timers of a tab hidden for 5 minutes only once a minute, so keep it >= 120 s.
     edit_lease_ttl: float = 120
-    #: The occupy backend alias the leases live in.
-    edit_lease_backend: str = "default"
+    #: The occupy backend alias the leases live in (the name every occupy mixin uses).
+    occupy_backend: str = "default"
     #: How often, in seconds, a read-only page asks whether the lease is free.
     edit_lease_poll: float = 2
     #: How often, in seconds, an editing page asks whether it still holds the lease (a
@@ -151,7 +151,7 @@ class EditLeaseBase(_ModelAdmin):
         return admin_owner(request.user.pk, tab)
 
     def _holder(self, key: str) -> Holder | None:
-        return occupy.holder(key, using=self.edit_lease_backend)
+        return occupy.holder(key, using=self.occupy_backend)
 
     def _is_users(self, request: HttpRequest, holder: Holder | None) -> bool:
         """Return whether ``holder`` is one of the requesting user's tabs."""
@@ -184,7 +184,7 @@ class EditLeaseBase(_ModelAdmin):
         decided on the holder the store replaces (``if_fence``). Raise
         :class:`~occupy.Occupied` when a holder is not allowed (or the key keeps
         changing hands); note the holders replaced in ``replaced``."""
-        using = self.edit_lease_backend
+        using = self.occupy_backend
         for _attempt in range(TAKEOVER_ATTEMPTS):
             current = self._holder(key)
             if current is None:
@@ -243,7 +243,7 @@ class EditLeaseBase(_ModelAdmin):
         keys = state.keys
         if len(tokens) != len(keys):
             raise LeaseLost("The form carries no edit lease for these objects.", key=keys[0])
-        using = self.edit_lease_backend
+        using = self.occupy_backend
         try:
             # A store that holds the token extends it at least 1 s: no renewal of a
             # lease that turns out to be someone else's.

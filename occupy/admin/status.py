@@ -105,7 +105,7 @@ def holders_of_page(rows: Any, alias: str, key_of: Any = None) -> None:
 
 class OccupiedListFilter(admin.SimpleListFilter):
     """"Being edited: yes / no", from the same ``EXISTS`` as ``occupied()``, on the
-    model admin's ``occupy_status_backend``."""
+    model admin's ``occupy_backend``."""
 
     title = _("being edited")
     parameter_name = "occupied"
@@ -135,22 +135,18 @@ class OccupyStatusAdminMixin(_ModelAdmin):
     """Add a changelist column "being edited by … until …" and a list filter.
 
     Put ``"occupy_status"`` in ``list_display`` yourself to place it; otherwise it is
-    appended. The claims are those of ``occupy_status_backend`` (default: the edit
-    leases' backend, ``edit_lease_backend``, when the admin has one, else
-    ``"default"``). On a database backend the column and the "being edited" filter
-    come from the changelist's own query; on any other backend the column asks the
-    store for the holder of each row on the page, and the filter is not offered (the
-    check ``occupy.W102`` says so).
+    appended. The claims are those of ``occupy_backend`` (the alias every occupy mixin
+    of the admin uses, so the edit leases' too). On a database backend in the model's
+    database, the column and the "being edited" filter come from the changelist's own
+    query; on any other backend the column asks the store for the holder of each row
+    on the page, and the filter is not offered (the check ``occupy.W102`` says so).
     """
 
-    #: The occupy backend alias whose claims are shown (``None``: see the class doc).
-    occupy_status_backend: str | None = None
+    #: The occupy backend alias whose claims are shown.
+    occupy_backend: str = "default"
 
     def _status_backend(self) -> str:
-        alias = self.occupy_status_backend
-        if alias is None:
-            alias = getattr(self, "edit_lease_backend", None) or "default"
-        return alias
+        return self.occupy_backend
 
     def _status_in_query(self) -> bool:
         """Return whether the backend's claims can be read in the changelist's query:
@@ -159,7 +155,7 @@ class OccupyStatusAdminMixin(_ModelAdmin):
         return rows is not None and rows.database == router.db_for_read(self.model)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """Add ``occupy.E102``: ``occupy_status_backend`` is not configured, and
+        """Add ``occupy.E102``: ``occupy_backend`` is not configured, and
         ``occupy.W102``: the backend keeps its claims outside the database, so
         the column asks the store row by row and the filter is not offered. A
         configured backend that cannot be built is left to occupy's own checks
@@ -171,9 +167,9 @@ class OccupyStatusAdminMixin(_ModelAdmin):
         alias = self._status_backend()
         if alias not in occupy_settings.BACKENDS:
             errors.append(checks.Error(
-                f"{type(self).__name__}.occupy_status_backend is {alias!r}, which "
+                f"{type(self).__name__}.occupy_backend is {alias!r}, which "
                 "OCCUPY['BACKENDS'] does not configure.",
-                hint="Set occupy_status_backend to the alias of a configured backend.",
+                hint="Set occupy_backend to the alias of a configured backend.",
                 obj=type(self), id="occupy.E102"))
             return errors
         try:
@@ -185,7 +181,7 @@ class OccupyStatusAdminMixin(_ModelAdmin):
             f"{type(self).__name__} shows the claims of the occupy backend {alias!r}, "
             "which keeps them outside the model's database: the 'being edited' column asks the "
             "store for each row on the page, and the 'being edited' filter is not offered.",
-            hint="Use a DatabaseBackend on the model's database for occupy_status_backend "
+            hint="Use a DatabaseBackend on the model's database for occupy_backend "
             "to have both from the changelist's own query.", obj=type(self), id="occupy.W102"))
         return errors
 

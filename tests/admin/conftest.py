@@ -71,5 +71,5 @@ def store(users: StaffUsers, monkeypatch: pytest.MonkeyPatch) -> Iterator[Privat
     with private_redis() as server:
         for model_admin in admin.site._registry.values():
             if isinstance(model_admin, EditLeaseAdminMixin):
-                monkeypatch.setattr(model_admin, "edit_lease_backend", ALIAS)
+                monkeypatch.setattr(model_admin, "occupy_backend", ALIAS)
         yield server

@@ -55,7 +55,7 @@ def test_the_column_shows_leases_on_any_backend(users: StaffUsers, alias: str) -
     from occupy.admin import OccupiedListFilter, OccupyStatusAdminMixin
 
     class Elsewhere(OccupyStatusAdminMixin, admin.ModelAdmin):
-        occupy_status_backend = alias
+        occupy_backend = alias
 
     held, _free = Book.objects.create(name="held"), Book.objects.create(name="free")
     lease = occupy.acquire(object_key(Book, held.pk), using=alias, reentrant=False,
@@ -89,7 +89,7 @@ def test_a_misconfigured_backend_is_left_to_occupys_own_checks() -> None:
         pass
 
     class Elsewhere(OccupyStatusAdminMixin, admin.ModelAdmin):
-        occupy_status_backend = "nowhere"
+        occupy_backend = "nowhere"
 
     typo = {"BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend",
                                      "OPTIONS": {"POLL_INTERVALL": 0.05}}}}
@@ -104,7 +104,7 @@ def test_the_filter_reads_the_columns_backend(users: StaffUsers) -> None:
     from occupy.admin.status import OccupiedListFilter
 
     class OnFiles(OccupyStatusAdminMixin, admin.ModelAdmin):
-        occupy_status_backend = "files"
+        occupy_backend = "files"
 
     request = RequestFactory().get("/admin/testapp/book/", {"occupied": "1"})
     request.user = users.editor

@@ -36,7 +36,7 @@ def leases_on(request: pytest.FixtureRequest, users: StaffUsers,
     alias = request.param
     for model_admin in admin.site._registry.values():
         if isinstance(model_admin, EditLeaseAdminMixin):
-            monkeypatch.setattr(model_admin, "edit_lease_backend", alias)
+            monkeypatch.setattr(model_admin, "occupy_backend", alias)
     yield alias
 
 
