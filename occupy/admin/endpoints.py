@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 import occupy
 from occupy.admin.editing import (
-    STORE_UNAVAILABLE,
+    STORE_UNAVAILABLE_NOW,
     TAB,
     EditLeaseBase,
     TakeoverDenied,
@@ -34,7 +34,7 @@ __all__ = ["LeaseEndpointsMixin"]
 
 
 def _unavailable() -> JsonResponse:
-    return JsonResponse({"unavailable": True, "message": STORE_UNAVAILABLE}, status=503)
+    return JsonResponse({"unavailable": True, "message": STORE_UNAVAILABLE_NOW}, status=503)
 
 
 class LeaseEndpointsMixin(EditLeaseBase):

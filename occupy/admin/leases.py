@@ -97,7 +97,7 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
                 self.message_user(request, STORE_UNAVAILABLE.replace("saved", "deleted"),
                                   messages.WARNING)
             else:
-                if holder is not None:
+                if holder is not None and not self._is_users(request, holder):
                     self.message_user(request, self._busy(request, holder, obj, "deleted"),
                                       messages.WARNING)
             return parent(request, object_id, extra_context)

@@ -15,7 +15,8 @@ from tests.support.private_redis import ALIAS, PrivateRedis
 from tests.support.users import StaffUsers, login
 from tests.testapp.models import Document
 
-UNAVAILABLE = "The lock store is unavailable: nothing was saved, try again in a moment."
+UNAVAILABLE = ("The lock store is unavailable: nothing can be saved now. This page keeps "
+               "trying and says when it can.")
 
 
 def _page(client: Client, url: str) -> tuple[str, dict[str, str]]:

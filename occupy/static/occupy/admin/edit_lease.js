@@ -160,6 +160,7 @@
     }
 
     function unavailable(data) {
+      box.dataset.storeDown = "1";
       say(data && data.message ? data.message
         : "The lock store is unavailable: try again in a moment.", "error");
     }
@@ -207,10 +208,10 @@
           unavailable(data);
         } else if (data.httpStatus === 200 && !data.mine) {
           lost(data);
-        } else if (data.httpStatus === 200 && message && message.className.indexOf(
-          "error") !== -1 && message.textContent.indexOf("lock store") !== -1) {
+        } else if (data.httpStatus === 200 && box.dataset.storeDown === "1") {
           editingSaid(box.dataset.until);  /* the store is back */
         }
+        box.dataset.storeDown = data.httpStatus === 503 ? "1" : "";
       });
     }
 
