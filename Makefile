@@ -62,7 +62,8 @@ mysql-driver-required: mysql-driver
 ## and queries run here too, over plain requests) ran in `make test` and are skipped here.
 STORE_TESTS := --ignore=tests/backends/test_redis.py --ignore=tests/backends/test_redis_servers.py \
 	--ignore=tests/backends/test_cache.py --ignore=tests/backends/test_file.py \
-	--ignore=tests/example --ignore=tests/admin/test_browser.py
+	--ignore=tests/example --ignore=tests/admin/test_browser.py \
+	--ignore=tests/admin/test_browser_leases.py
 test-all: mysql-driver-required
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=postgresql $(PY) -m pytest $(STORE_TESTS)
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=mysql $(PY) -m pytest $(STORE_TESTS)
