@@ -44,6 +44,11 @@ class WriteRefused(Exception):
 class EditLeaseAdminMixin(LeaseEndpointsMixin):
     """Give a ``ModelAdmin``'s change form an edit lease per browser tab.
 
+    Attributes: ``occupy_backend`` (the occupy backend alias of the leases),
+    ``edit_lease_ttl`` (seconds; renewed every third of it), ``edit_lease_poll`` (how
+    often a read-only page asks whether it may edit) and ``edit_lease_check`` (how
+    often an editing page asks whether it still holds the lease).
+
     Hooks: :meth:`get_occupy_keys` (lock related objects too: all or nothing, in
     sorted order, like :class:`~occupy.lock_many`), :meth:`has_takeover_permission`.
     Taking over another user's lease needs ``occupy.force_release_occupation`` or
