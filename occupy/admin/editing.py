@@ -32,8 +32,8 @@ from occupy.admin.owners import admin_owner, owner_display, owner_user_pk
 from occupy.exceptions import LeaseLost, Occupied, StoreUnavailable, TakeoverRefused
 from occupy.leases import Holder, Lease
 
-__all__ = ["STORE_UNAVAILABLE", "STORE_UNAVAILABLE_NOW", "EditLeaseBase", "EditState",
-           "TakeoverDenied"]
+__all__ = ["STORE_UNAVAILABLE", "STORE_UNAVAILABLE_DELETE", "STORE_UNAVAILABLE_NOW",
+           "EditLeaseBase", "EditState", "TakeoverDenied"]
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Any]
@@ -46,6 +46,9 @@ TAB = re.compile(r"^[0-9a-f]{16}$")
 STATE = "_occupy_edit"
 #: What the admin says when the lease store cannot be reached.
 STORE_UNAVAILABLE = "The lock store is unavailable: nothing was saved, try again in a moment."
+#: What a refused delete says when the lease store cannot be reached.
+STORE_UNAVAILABLE_DELETE = ("The lock store is unavailable: nothing was deleted, try again "
+                            "in a moment.")
 #: What an open page says meanwhile (the endpoints' 503).
 STORE_UNAVAILABLE_NOW = ("The lock store is unavailable: nothing can be saved now. This page "
                          "keeps trying and says when it can.")

@@ -29,7 +29,14 @@ from django.contrib.admin.utils import unquote
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
-from occupy.admin.editing import STATE, STORE_UNAVAILABLE, TAB, EditState, new_tab
+from occupy.admin.editing import (
+    STATE,
+    STORE_UNAVAILABLE,
+    STORE_UNAVAILABLE_DELETE,
+    TAB,
+    EditState,
+    new_tab,
+)
 from occupy.admin.endpoints import LeaseEndpointsMixin
 from occupy.admin.owners import owner_display
 from occupy.exceptions import FencedOut, LeaseLost, Occupied, StoreUnavailable
@@ -99,7 +106,7 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             try:
                 holder = self._holder(keys[0])
             except StoreUnavailable:
-                self.message_user(request, STORE_UNAVAILABLE.replace("saved", "deleted"),
+                self.message_user(request, STORE_UNAVAILABLE_DELETE,
                                   messages.WARNING)
             else:
                 if holder is not None and not self._is_users(request, holder):
@@ -119,7 +126,7 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             return HttpResponseRedirect(self._change_url(obj))
         except StoreUnavailable:
             self._release_all(leases)
-            self.message_user(request, STORE_UNAVAILABLE.replace("saved", "deleted"),
+            self.message_user(request, STORE_UNAVAILABLE_DELETE,
                               messages.ERROR)
             return HttpResponseRedirect(self._change_url(obj))
         try:
