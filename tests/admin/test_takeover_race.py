@@ -21,7 +21,7 @@ from occupy import signals
 from occupy.admin import EditLeaseAdminMixin
 from occupy.admin.owners import owner_user_pk
 from tests.support import multiproc
-from tests.support.admin_race import race_worker
+from tests.support.admin_race import CAP, ROUNDS, race_worker
 from tests.support.aliases import backend_params
 from tests.support.live_server import serve
 from tests.support.users import StaffUsers, login
@@ -63,14 +63,15 @@ def test_no_grant_goes_to_a_user_without_the_permission(users: StaffUsers,
                 ("editor", url, cookies["editor"], obj, SECONDS),
                 ("other", url, cookies["other"], obj, SECONDS),
                 ("supervisor", url, cookies["supervisor"], obj, SECONDS),
-            ], timeout=SECONDS + 120)
+            ], timeout=SECONDS * CAP + 120)
     finally:
         signals.lease_taken_over.disconnect(receiver)
     pk = {str(u.pk): u.username for u in (users.editor, users.other, users.supervisor)}
     by = Counter((pk[owner_user_pk(new) or ""], pk[owner_user_pk(old) or ""])
                  for new, old, _fence in replaced)
-    # Enough rounds ran to race (the machine may be slow: counts, not rates).
-    assert her["grants"] >= 3 and his.get("took", 0) >= 3, (her, his, supervisor)
+    # The race ran: she held the object, and he tried his takeover many times (each
+    # "took" his own lease, or 403: she had it by then, and it stayed hers).
+    assert her["grants"] >= 1 and sum(his.values()) >= ROUNDS, (her, his, supervisor)
     assert by[("other", "editor")] == 0, (by, her, his)  # 0 grants of hers lost to him
     # His own tab to his other tab; the supervisor from either of them.
     assert set(by) <= {("other", "other"), ("supervisor", "editor"), ("supervisor", "other")}, by

@@ -79,6 +79,22 @@ class AdminClient:
                 token[1] if token else "")
 
 
+#: Each loop runs at least its ``seconds`` and until it has made ``ROUNDS`` tries, but
+#: never past ``CAP`` times its ``seconds`` (a loaded machine makes few per second).
+ROUNDS = 10
+CAP = 5
+
+
+class _Clock:
+    def __init__(self, seconds: float) -> None:
+        self.start = time.monotonic()
+        self.seconds = seconds
+
+    def going(self, tries: int) -> bool:
+        elapsed = time.monotonic() - self.start
+        return elapsed < self.seconds * CAP and (elapsed < self.seconds or tries < ROUNDS)
+
+
 def _take(client: AdminClient, obj: str, tab: str) -> str | None:
     """Take the object for ``tab`` as the page's script does when its lease is gone
     (``renew/`` with ``reacquire=1``); return the token, or ``None`` when held."""
@@ -99,8 +115,8 @@ def editor_loop(base: str, cookie: tuple[str, str], obj: str, seconds: float
     client = AdminClient(base, cookie)
     grants = lost = 0
     tab = secrets.token_hex(8)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    clock = _Clock(seconds)
+    while clock.going(grants):
         token = _take(client, obj, tab)
         if token is None:
             time.sleep(random.uniform(0, 0.003))
@@ -128,8 +144,8 @@ def own_takeover_loop(base: str, cookie: tuple[str, str], obj: str, seconds: flo
     between: then the takeover must not replace her). Return the answers."""
     client = AdminClient(base, cookie)
     answers: dict[str, int] = {}
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    clock = _Clock(seconds)
+    while clock.going(sum(answers.values())):
         first = secrets.token_hex(8)
         token = _take(client, obj, first)
         if token is None:
@@ -161,8 +177,8 @@ def supervisor_loop(base: str, cookie: tuple[str, str], obj: str, seconds: float
     go. Return how many takeovers were posted."""
     client = AdminClient(base, cookie)
     posted = 0
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    clock = _Clock(seconds)
+    while clock.going(posted):
         time.sleep(random.uniform(0.02, 0.08))
         tab = secrets.token_hex(8)
         status, _html, _headers = client.request("POST", obj + "occupy/takeover/",
