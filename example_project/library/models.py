@@ -3,7 +3,7 @@ editors take from a pool."""
 
 from django.db import models
 
-from occupy.models import OccupiableMixin, OccupyManager, VersionedMixin
+from occupy.models import OccupiableMixin, VersionedMixin
 
 
 class Book(VersionedMixin, OccupiableMixin, models.Model):
@@ -25,10 +25,6 @@ class Book(VersionedMixin, OccupiableMixin, models.Model):
         default=0, help_text="Copies on the shelf; each sale takes one.")
     tags = models.CharField(max_length=200, blank=True, default="")
 
-    #: Both mixins' queryset methods (``update_versioned()``, ``claim()`` …) and
-    #: ``locked()``, for seed 002's stock decrement.
-    objects = OccupyManager()
-
     def __str__(self) -> str:
         return self.name
 
@@ -43,8 +39,6 @@ class Task(VersionedMixin, OccupiableMixin, models.Model):
     priority = models.IntegerField(default=0)
     done = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
-
-    objects = OccupyManager()
 
     class Meta:
         ordering = ["-priority", "created_at"]

@@ -1,13 +1,12 @@
 """occupy's models, and the model-side tools users mix into their own models.
 
 - :class:`VersionedMixin`: optimistic concurrency with a ``version`` column;
-  its manager :class:`VersionedManager` adds ``update_versioned()``;
 - :class:`FencedMixin`: ``save(lease=…)`` refused for a lease older than the row's;
-- :class:`OccupiableMixin`: ``book.occupy()``, ``book.holder``; its manager
-  :class:`OccupiableManager` adds ``occupied()``, ``free()`` and ``claim()``;
-- :class:`RowLockManager`: ``locked()``, a row lock for a block (any model);
-- :class:`OccupyManager`: all of these queryset methods, for a model that combines
-  the mixins.
+- :class:`OccupiableMixin`: ``book.occupy()``, ``book.holder``;
+- :class:`OccupyManager`: the ``objects`` each of them installs, whatever their
+  combination: ``locked()`` (a row lock for a block), ``update_versioned()``,
+  ``occupied()``, ``free()`` and ``claim()``;
+- :class:`RowLockManager`: ``locked()`` alone, for any model.
 
 Each manager is a queryset mixin plus thin concrete classes, to mix into your own
 querysets: see :mod:`occupy.models.querysets`.
@@ -17,20 +16,22 @@ from occupy.models.fenced import FencedMixin
 from occupy.models.guarded import GuardedSaveMixin
 from occupy.models.keys import object_key
 from occupy.models.occupation import Occupation
-from occupy.models.occupiable import (
+from occupy.models.occupiable import OccupiableMixin
+from occupy.models.querysets import (
     OccupiableManager,
-    OccupiableMixin,
     OccupiableQuerySet,
     OccupiableQuerySetMixin,
-)
-from occupy.models.querysets import OccupyManager, OccupyQuerySet, OccupyQuerySetMixin
-from occupy.models.rowlocks import RowLockManager, RowLockQuerySet, RowLockQuerySetMixin
-from occupy.models.versioned import (
+    OccupyManager,
+    OccupyQuerySet,
+    OccupyQuerySetMixin,
+    RowLockManager,
+    RowLockQuerySet,
+    RowLockQuerySetMixin,
     VersionedManager,
-    VersionedMixin,
     VersionedQuerySet,
     VersionedQuerySetMixin,
 )
+from occupy.models.versioned import VersionedMixin
 
 __all__ = [
     "FencedMixin",

@@ -23,6 +23,7 @@ from occupy.exceptions import FencedOut
 from occupy.leases import Lease
 from occupy.models.guarded import Check, Guard, GuardedSaveMixin
 from occupy.models.keys import object_key
+from occupy.models.querysets import OccupyManager
 from occupy.models.tracking import concrete_field
 
 __all__ = ["FencedMixin"]
@@ -56,6 +57,8 @@ class FencedMixin(GuardedSaveMixin):
 
     #: Refuse ``save()`` of an existing row without ``lease=``.
     fence_required: ClassVar[bool] = False
+
+    objects = OccupyManager()
 
     class Meta:
         abstract = True

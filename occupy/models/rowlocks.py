@@ -1,7 +1,6 @@
-"""Row locks: ``locked()``, a transaction holding ``SELECT … FOR UPDATE``.
-
-:class:`RowLockQuerySetMixin` goes into your own querysets; :class:`RowLockQuerySet`
-and :class:`RowLockManager` are its thin concrete classes::
+"""Row locks: :func:`locked_rows`, a transaction holding ``SELECT … FOR UPDATE``; the
+queryset method ``locked()`` (:class:`~occupy.models.querysets.RowLockQuerySetMixin`)
+runs it::
 
     class Goods(models.Model):
         objects = RowLockManager()
@@ -18,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import (
     DatabaseError,
@@ -33,92 +32,60 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from occupy.exceptions import Occupied
 from occupy.models.keys import lock_model, object_key
 
-__all__ = ["RowLockManager", "RowLockQuerySet", "RowLockQuerySetMixin"]
-
-if TYPE_CHECKING:
-    _QuerySet = models.QuerySet[Any]
-else:
-    _QuerySet = object
+__all__ = ["locked_rows"]
 
 
-class RowLockQuerySetMixin(_QuerySet):
-    """Add ``locked()`` to a ``QuerySet`` subclass: a row lock held for a block."""
-
-    @contextmanager
-    def locked(
-        self, *args: Any, nowait: bool = False, skip_locked: bool = False,
-        of: tuple[str, ...] = (), **kwargs: Any,
-    ) -> Iterator[Any]:
-        """Open a transaction, lock the row matching the lookups and yield it.
-
-        Like ``get()``; with ``skip_locked=True`` like ``first()``: the first matching
-        row nobody else has locked, or ``None``. ``nowait=True`` raises
-        :class:`~occupy.Occupied` instead of waiting for another transaction's lock.
-        The transaction commits when the block ends (rolls back if it raises)::
-
-            with Goods.objects.locked(pk=3) as goods:
-                goods.count -= 1
-                goods.save(update_fields=["count"])
-
-        On SQLite, which has no row locks, the transaction takes the database's write
-        lock first (as ``BEGIN IMMEDIATE`` would), which serializes writers just the
-        same. Refuse options the database cannot honour with ``NotSupportedError``.
-        """
-        if nowait and skip_locked:
-            raise ValueError("locked() takes nowait or skip_locked, not both.")
-        # select_for_update() marks a clone "for write", so .db is the router's write db.
-        db = self.select_for_update().db
-        conn = connections[db]
-        features = conn.features
-        if features.has_select_for_update:
-            for wanted, name, feature in (
-                (nowait, "nowait", "has_select_for_update_nowait"),
-                (skip_locked, "skip_locked", "has_select_for_update_skip_locked"),
-                (of, "of", "has_select_for_update_of"),
-            ):
-                if wanted and not getattr(features, feature):
-                    raise NotSupportedError(
-                        f"locked({name}=…) needs SELECT … FOR UPDATE "
-                        f"{name.upper().replace('_', ' ')}, which the {conn.display_name} "
-                        f"database {db!r} does not support."
-                    )
-            queryset = self.select_for_update(nowait=nowait, skip_locked=skip_locked, of=of)
-        elif conn.vendor == "sqlite":
-            queryset = self.using(db)
-        else:
-            raise NotSupportedError(
-                f"locked() needs row locks (SELECT … FOR UPDATE), which the "
-                f"{conn.display_name} database {db!r} does not have."
-            )
-        nested = conn.in_atomic_block
-        with transaction.atomic(using=db):
-            try:
-                if not features.has_select_for_update:
-                    _take_sqlite_write_lock(conn, self.model, nowait=nowait, nested=nested)
-                if skip_locked:
-                    instance = queryset.filter(*args, **kwargs).first()
-                else:
-                    instance = queryset.get(*args, **kwargs)
-            except DatabaseError as e:
-                if nowait and _lock_unavailable(conn.vendor, e):
-                    key = _lookup_key(self.model, kwargs)
-                    raise Occupied(
-                        f"{key!r} is locked by another transaction; try again later.",
-                        key=key,
-                    ) from e
-                raise
-            yield instance
-
-
-class RowLockQuerySet(RowLockQuerySetMixin, models.QuerySet[Any]):
-    """A ``QuerySet`` with :class:`RowLockQuerySetMixin`."""
-
-
-_RowLockManagerBase = models.Manager.from_queryset(RowLockQuerySet)
-
-
-class RowLockManager(_RowLockManagerBase[Any]):
-    """A manager with ``locked()``."""
+@contextmanager
+def locked_rows(
+    rows: models.QuerySet[Any], *args: Any, nowait: bool = False, skip_locked: bool = False,
+    of: tuple[str, ...] = (), **kwargs: Any,
+) -> Iterator[Any]:
+    """Do the work of ``locked()`` on the queryset ``rows``: see
+    :meth:`~occupy.models.querysets.RowLockQuerySetMixin.locked`."""
+    if nowait and skip_locked:
+        raise ValueError("locked() takes nowait or skip_locked, not both.")
+    # select_for_update() marks a clone "for write", so .db is the router's write db.
+    db = rows.select_for_update().db
+    conn = connections[db]
+    features = conn.features
+    if features.has_select_for_update:
+        for wanted, name, feature in (
+            (nowait, "nowait", "has_select_for_update_nowait"),
+            (skip_locked, "skip_locked", "has_select_for_update_skip_locked"),
+            (of, "of", "has_select_for_update_of"),
+        ):
+            if wanted and not getattr(features, feature):
+                raise NotSupportedError(
+                    f"locked({name}=…) needs SELECT … FOR UPDATE "
+                    f"{name.upper().replace('_', ' ')}, which the {conn.display_name} "
+                    f"database {db!r} does not support."
+                )
+        queryset = rows.select_for_update(nowait=nowait, skip_locked=skip_locked, of=of)
+    elif conn.vendor == "sqlite":
+        queryset = rows.using(db)
+    else:
+        raise NotSupportedError(
+            f"locked() needs row locks (SELECT … FOR UPDATE), which the "
+            f"{conn.display_name} database {db!r} does not have."
+        )
+    nested = conn.in_atomic_block
+    with transaction.atomic(using=db):
+        try:
+            if not features.has_select_for_update:
+                _take_sqlite_write_lock(conn, rows.model, nowait=nowait, nested=nested)
+            if skip_locked:
+                instance = queryset.filter(*args, **kwargs).first()
+            else:
+                instance = queryset.get(*args, **kwargs)
+        except DatabaseError as e:
+            if nowait and _lock_unavailable(conn.vendor, e):
+                key = _lookup_key(rows.model, kwargs)
+                raise Occupied(
+                    f"{key!r} is locked by another transaction; try again later.",
+                    key=key,
+                ) from e
+            raise
+        yield instance
 
 
 def _lookup_key(model: type[models.Model], lookups: dict[str, Any]) -> str:

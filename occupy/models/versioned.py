@@ -21,7 +21,7 @@ the row changed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from asgiref.sync import sync_to_async
 from django.core import checks
@@ -34,9 +34,10 @@ from occupy.exceptions import VersionConflict
 from occupy.models.guarded import Check, Guard, GuardedSaveMixin
 from occupy.models.keys import object_key
 from occupy.models.managers import check_objects_manager
+from occupy.models.querysets import OccupyManager, VersionedQuerySetMixin
 from occupy.models.tracking import concrete_field
 
-__all__ = ["VersionedManager", "VersionedMixin", "VersionedQuerySet", "VersionedQuerySetMixin"]
+__all__ = ["VersionedMixin"]
 
 POLICIES = ("fields", "strict")
 #: Stands for "the version was never loaded" (an instance built by hand).
@@ -51,60 +52,6 @@ def _check_policy(owner: str, policy: Any) -> str:
     return str(policy)
 
 
-if TYPE_CHECKING:
-    _QuerySet = models.QuerySet[Any]
-else:
-    _QuerySet = object
-
-
-class VersionedQuerySetMixin(_QuerySet):
-    """Add ``update_versioned()``, the guarded ``update()``, to a ``QuerySet`` subclass
-    of a :class:`VersionedMixin` model."""
-
-    def update_versioned(self, *, expected: int | None = None, **changes: Any) -> int:
-        """Update the matched rows like ``update()`` and bump each one's version, in one
-        transaction; return how many rows matched.
-
-        ``QuerySet.update()`` neither checks nor bumps a ``VersionedMixin`` model's
-        version; this bumps it, so an instance loaded before the update conflicts when
-        it is saved (whatever the policy) and ETags change. With ``expected`` (the
-        row count you expect, e.g. ``1`` for
-        ``filter(pk=…, version=loaded_version)``), any other count rolls the update
-        back and raises :class:`~occupy.VersionConflict`.
-        """
-        if not issubclass(self.model, VersionedMixin):
-            raise TypeError(
-                f"update_versioned() needs a model with VersionedMixin; "
-                f"{self.model._meta.label} has no version."
-            )
-        if "version" in changes:
-            raise ValueError("update_versioned() sets version itself; do not pass it.")
-        if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)
-                                     or expected < 0):
-            raise ValueError(f"expected must be a row count (an int ≥ 0), not {expected!r}.")
-        # select_for_update() marks a clone "for write", so .db is the router's write db.
-        with transaction.atomic(using=self.select_for_update().db):
-            count = self.update(version=F("version") + 1, **changes)
-            if expected is not None and count != expected:
-                raise VersionConflict(
-                    f"update_versioned() matched {count} {self.model._meta.label} rows, not "
-                    f"{expected}: they changed since they were read; nothing was written.",
-                    model=self.model, fields=tuple(changes),
-                )
-        return count
-
-
-class VersionedQuerySet(VersionedQuerySetMixin, models.QuerySet[Any]):
-    """A ``QuerySet`` with :class:`VersionedQuerySetMixin`."""
-
-
-_VersionedManagerBase = models.Manager.from_queryset(VersionedQuerySet)
-
-
-class VersionedManager(_VersionedManagerBase[Any]):
-    """The default manager of :class:`VersionedMixin` models: ``update_versioned()``."""
-
-
 class VersionedMixin(GuardedSaveMixin):
     """Refuse lost updates with an integer ``version`` column.
 
@@ -117,9 +64,10 @@ class VersionedMixin(GuardedSaveMixin):
       fields' loaded values, with ``"strict"`` the loaded version;
     - ``delete()``: refused with :class:`~occupy.VersionConflict` when the row's
       version moved on (guarded in the same transaction as the delete);
-    - ``objects``: a :class:`VersionedManager`, whose ``update_versioned()`` is the
-      guarded form of ``QuerySet.update()`` (see :mod:`occupy.models.querysets` to
-      combine it with other managers).
+    - ``objects``: the :class:`~occupy.models.OccupyManager`, which every occupy model
+      mixin installs; its ``update_versioned()`` is the guarded form of
+      ``QuerySet.update()`` (see :mod:`occupy.models.querysets` for querysets of your
+      own).
 
     ``QuerySet.update()`` and ``bulk_update()`` bypass all this: they neither check
     nor bump the version.
@@ -134,11 +82,7 @@ class VersionedMixin(GuardedSaveMixin):
     #: someone else; ``"strict"``: conflict on any change since the row was loaded.
     version_policy: ClassVar[str] = "fields"
 
-    objects = VersionedManager()
-    if TYPE_CHECKING:
-        # Any manager: a model combining occupy's mixins declares its own (see
-        # occupy.models.querysets), whatever each mixin installs.
-        _default_manager: ClassVar[models.Manager[Any]]
+    objects = OccupyManager()
 
     class Meta:
         abstract = True
@@ -149,8 +93,8 @@ class VersionedMixin(GuardedSaveMixin):
 
     @classmethod
     def check(cls, **kwargs: Any) -> list[checks.CheckMessage]:
-        """Add ``occupy.E201``: ``objects``, inherited from another occupy mixin, has
-        no ``update_versioned()``."""
+        """Add ``occupy.E201``: the model's own ``objects`` has no
+        ``update_versioned()``."""
         return [*super().check(**kwargs),
                 *check_objects_manager(cls, VersionedMixin, VersionedQuerySetMixin,
                                        "update_versioned()")]

@@ -10,20 +10,23 @@ from django.test.utils import isolate_apps
 
 import occupy
 from occupy.models import (
+    FencedMixin,
     OccupiableManager,
     OccupiableMixin,
     OccupiableQuerySetMixin,
     OccupyManager,
+    OccupyQuerySetMixin,
     RowLockQuerySetMixin,
-    VersionedManager,
     VersionedMixin,
     VersionedQuerySetMixin,
     object_key,
 )
 from tests.testapp.models import (
     Book,
+    Document,
     EBook,
     Goods,
+    Label,
     Page,
     ProxyBook,
     Shelf,
@@ -107,23 +110,42 @@ def test_using_never_names_the_lock_backend(tables: None) -> None:
             call(using="default")
 
 
-def test_each_mixin_installs_the_manager_of_what_it_adds() -> None:
-    assert type(StrictBook.objects) is VersionedManager  # VersionedMixin only
-    assert type(Task.objects) is type(Shelf.objects) is OccupiableManager
-    assert type(Page.objects) is models.Manager  # FencedMixin adds no queryset method
-    assert not hasattr(StrictBook.objects, "claim") and not hasattr(StrictBook.objects, "locked")
-    assert not hasattr(Task.objects, "update_versioned") and not hasattr(Task.objects, "locked")
-    for model in (Book, UUIDBook):  # both mixins: the model declares an OccupyManager
-        assert isinstance(model.objects, OccupyManager)
+def test_every_mixin_installs_the_one_occupy_manager() -> None:
+    """Whichever of the mixins Django's manager inheritance takes ``objects`` from, and
+    whatever they are combined with, it is the same manager with every method."""
+    for model in (StrictBook, Task, Shelf, Page, Book, UUIDBook, Document, Label):
+        assert type(model.objects) is OccupyManager, model
         assert model._default_manager is model.objects
+        for method in ("locked", "update_versioned", "occupied", "free", "claim"):
+            assert callable(getattr(model.objects, method)), (model, method)
+            assert callable(getattr(model.objects.all(), method)), (model, method)
     queryset = Goods.objects.all()  # a queryset of its own with two concerns
     assert isinstance(queryset, RowLockQuerySetMixin)
     assert isinstance(queryset, OccupiableQuerySetMixin)
     assert not isinstance(queryset, VersionedQuerySetMixin)
 
 
+def test_a_model_with_occupiable_mixin_alone_has_row_locks(tables: None) -> None:
+    """Seed 002's row lock on occupy's queryset, with no manager declared."""
+    shelf = Shelf.objects.create(name="s")
+    with Shelf.objects.locked(pk=shelf.pk) as locked:
+        assert locked == shelf
+    with Shelf.objects.filter(name="s").locked(pk=shelf.pk) as locked:
+        assert locked == shelf
+
+
+def test_a_method_the_model_cannot_carry_names_the_model_and_what_it_lacks(
+    tables: None,
+) -> None:
+    with pytest.raises(TypeError, match=r"update_versioned\(\) needs a model with "
+                                        r"VersionedMixin; testapp.Shelf has no version"):
+        Shelf.objects.update_versioned(name="x")
+    with pytest.raises(TypeError, match=r"testapp\.Task"):
+        Task.objects.filter(pk=1).update_versioned(title="x")
+
+
 @isolate_apps("tests.testapp")
-def test_a_model_combining_mixins_declares_a_manager_with_all_they_add() -> None:
+def test_the_mixins_compose_with_no_manager_declared() -> None:
     class Options:
         app_label = "testapp"
 
@@ -133,21 +155,59 @@ def test_a_model_combining_mixins_declares_a_manager_with_all_they_add() -> None
     class Reversed(OccupiableMixin, VersionedMixin, models.Model):  # noqa: DJ008 - never shown
         Meta = Options
 
-    class Declared(VersionedMixin, OccupiableMixin, models.Model):  # noqa: DJ008 - never shown
-        objects = OccupyManager()
+    class All(FencedMixin, VersionedMixin, OccupiableMixin, models.Model):  # noqa: DJ008
         Meta = Options
 
-    class OwnChoice(VersionedMixin, OccupiableMixin, models.Model):  # noqa: DJ008 - never shown
+    class OwnQuerySet(OccupyQuerySetMixin["Own"], models.QuerySet["Own"]):
+        pass
+
+    class Own(VersionedMixin, OccupiableMixin, models.Model):  # noqa: DJ008 - never shown
+        objects = OwnQuerySet.as_manager()
+        Meta = Options
+
+    for model in (Both, Reversed, All, Own):
+        assert [e for e in model.check() if e.id.startswith("occupy.")] == [], model
+        assert isinstance(model.objects.all(), OccupyQuerySetMixin)
+
+
+@isolate_apps("tests.testapp")
+def test_a_manager_of_ones_own_that_lacks_what_the_mixins_add_fails_check() -> None:
+    class Options:
+        app_label = "testapp"
+
+    class Plain(VersionedMixin, OccupiableMixin, models.Model):  # noqa: DJ008 - never shown
+        objects = models.Manager()
+        Meta = Options
+
+    class Partial(VersionedMixin, OccupiableMixin, models.Model):  # noqa: DJ008 - never shown
+        objects = OccupiableManager()
+        Meta = Options
+
+    class Base(OccupiableMixin, models.Model):
+        objects = OccupiableManager()
+
+        class Meta:
+            abstract = True
+
+    class Inherited(Base, VersionedMixin):  # noqa: DJ008 - never shown
+        Meta = Options
+
+    class Fenced(FencedMixin, models.Model):  # noqa: DJ008 - FencedMixin adds no method
         objects = models.Manager()
         Meta = Options
 
     def occupy_errors(model: type[models.Model]) -> list:
         return [e for e in model.check() if e.id.startswith("occupy.")]
 
-    (error,) = occupy_errors(Both)
-    assert error.id == "occupy.E201" and error.obj is Both
-    assert "occupied(), free() or claim()" in error.msg and "OccupiableMixin" in error.msg
-    assert "objects = OccupyManager()" in error.hint
-    (error,) = occupy_errors(Reversed)
-    assert "update_versioned()" in error.msg and "VersionedMixin" in error.msg
-    assert occupy_errors(Declared) == [] and occupy_errors(OwnChoice) == []
+    errors = occupy_errors(Plain)
+    assert [e.id for e in errors] == ["occupy.E201", "occupy.E201"]
+    assert all(e.obj is Plain for e in errors)
+    text = " ".join(e.msg for e in errors)
+    assert "update_versioned()" in text and "VersionedMixin" in text
+    assert "occupied(), free() or claim()" in text and "OccupiableMixin" in text
+    assert "Plain.objects is a Manager" in text
+    assert "OccupyQuerySetMixin" in errors[0].hint
+    for model in (Partial, Inherited):
+        (error,) = occupy_errors(model)
+        assert "update_versioned()" in error.msg and "OccupiableManager" in error.msg
+    assert occupy_errors(Fenced) == []

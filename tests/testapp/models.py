@@ -1,14 +1,13 @@
 """Models the tests lock and write."""
 
 import uuid
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from django.db import models
 from django.utils import timezone
 
 from occupy.models import (
     FencedMixin,
-    OccupiableManager,
     OccupiableMixin,
     OccupiableQuerySetMixin,
     OccupyManager,
@@ -36,7 +35,6 @@ class Book(VersionedMixin, OccupiableMixin, models.Model):
     tags = models.JSONField(default=list, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
-    objects: ClassVar[OccupyManager] = OccupyManager()
 
     def __str__(self) -> str:
         return self.name
@@ -73,7 +71,6 @@ class UUIDBook(VersionedMixin, OccupiableMixin, models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     name = models.CharField(max_length=100)
 
-    objects: ClassVar[OccupyManager] = OccupyManager()
 
     def __str__(self) -> str:
         return self.name
@@ -89,7 +86,8 @@ class Shelf(OccupiableMixin, models.Model):
         return self.code
 
 
-class GoodsQuerySet(RowLockQuerySetMixin, OccupiableQuerySetMixin, models.QuerySet[Any]):
+class GoodsQuerySet(RowLockQuerySetMixin["Goods"], OccupiableQuerySetMixin["Goods"],
+                    models.QuerySet["Goods"]):
     """Two concerns combined in a queryset of one's own: row locks and occupations."""
 
     def cheap(self) -> "GoodsQuerySet":
@@ -97,7 +95,7 @@ class GoodsQuerySet(RowLockQuerySetMixin, OccupiableQuerySetMixin, models.QueryS
         return self.filter(count__lt=5)
 
 
-GoodsManager = OccupiableManager.from_queryset(GoodsQuerySet)
+GoodsManager = OccupyManager.from_queryset(GoodsQuerySet)
 
 
 class Goods(OccupiableMixin, models.Model):
@@ -106,8 +104,8 @@ class Goods(OccupiableMixin, models.Model):
     name = models.CharField(max_length=50)
     count = models.IntegerField(default=0)
 
-    # From OccupiableMixin's manager, so that it is one for type checkers too.
-    objects: ClassVar[GoodsManager] = GoodsManager()
+    # From the manager OccupiableMixin installs, so that it is one for type checkers too.
+    objects: ClassVar[GoodsManager["Goods"]] = GoodsManager()
 
     def __str__(self) -> str:
         return f"{self.name}: {self.count}"
@@ -132,7 +130,6 @@ class Document(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
 
     body = models.TextField(blank=True, default="")
 
-    objects: ClassVar[OccupyManager] = OccupyManager()
 
     def __str__(self) -> str:
         return self.body[:20]
@@ -155,7 +152,6 @@ class Label(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
     code = models.CharField(primary_key=True, max_length=40)
     text = models.CharField(max_length=100, blank=True, default="")
 
-    objects: ClassVar[OccupyManager] = OccupyManager()
 
     def __str__(self) -> str:
         return self.code
