@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: venv demo test test-slow test-all mysql-driver mysql-driver-required dist databases bench \
-	bench-scale faults serve lint docs clean
+	bench-scale faults serve lint docs docs-screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,7 +66,8 @@ mysql-driver-required: mysql-driver
 ## over plain requests) ran in `make test` and are skipped here.
 STORE_TESTS := --ignore=tests/backends/test_redis.py --ignore=tests/backends/test_redis_servers.py \
 	--ignore=tests/backends/test_cache.py --ignore=tests/backends/test_file.py \
-	--ignore=tests/example --ignore=tests/admin/test_browser.py --ignore=tests/test_userproject.py
+	--ignore=tests/example --ignore=tests/admin/test_browser.py --ignore=tests/test_userproject.py \
+	--ignore=tests/admin/test_browser_leases.py
 test-all: mysql-driver-required
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=postgresql $(PY) -m pytest $(STORE_TESTS)
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=mysql $(PY) -m pytest $(STORE_TESTS)
@@ -124,6 +125,14 @@ lint: venv
 	$(PY) -m ruff check occupy tests bench example_project
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
+
+## docs-screenshots: copy the admin screenshots the docs show from the browser tests'
+## last run (tests/.screenshots/) into docs/images/admin-*.png
+DOCS_SCREENSHOTS := read-only-banner lease-lost conflict-page changelist-column occupations \
+	lease-released-edit-again store-down-save
+docs-screenshots:
+	for name in $(DOCS_SCREENSHOTS); do \
+	  cp tests/.screenshots/$$name.png docs/images/admin-$$name.png || exit 1; done
 
 ## docs: the documentation site (Sphinx, furo) into docs/_build/html; any warning fails
 DOCS_STAMP := $(VENV)/.installed-docs

@@ -3,7 +3,8 @@
 ``BookAdmin`` uses all three of occupy's admin mixins: an edit lease per browser tab
 (the others get the read-only form and a banner), the hidden version (a stale form
 meets the conflict page instead of reverting someone's change), and the
-"being edited" column and filter. ``TaskAdmin`` uses the same three.
+"being edited" column and filter; its list edits and actions are refused while someone
+edits a row. ``TaskAdmin`` uses the same three.
 """
 
 from django.contrib import admin
@@ -18,6 +19,8 @@ from occupy.admin import EditLeaseAdminMixin, OccupyStatusAdminMixin, VersionedA
 class BookAdmin(EditLeaseAdminMixin, VersionedAdminMixin, OccupyStatusAdminMixin,
                 admin.ModelAdmin):
     list_display = ["name", "status", "borrow_count", "stock", "occupy_status"]
+    # A list save holds the keys of the rows it changes: refused while a tab edits one.
+    list_editable = ["status"]
     search_fields = ["name"]
     actions = ["mark_free"]
 

@@ -1,6 +1,7 @@
-"""``OccupyStatusAdminMixin``: who edits which row, in the changelist, from the same
-query that lists the rows (subqueries on the database backend's ``Occupation`` rows:
-no query per row, no polling)."""
+"""``OccupyStatusAdminMixin``: who edits which row, in the changelist. On the database
+backend from the same query that lists the rows (subqueries on its ``Occupation`` rows:
+no query per row, no polling); on any other backend from the store, one holder read per
+row on the page."""
 
 from __future__ import annotations
 
@@ -10,14 +11,18 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import models
+from django.db import models, router
 from django.db.models import Case, CharField, OuterRef, Subquery, TextField, Value, When
 from django.db.models.functions import Cast, Concat, StrIndex, Substr
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+import occupy
+from occupy.admin.owners import owner_user_pk
 from occupy.backends import get_backend
+from occupy.exceptions import StoreUnavailable
+from occupy.models import object_key
 from occupy.models.keys import pk_text_expression
 from occupy.models.pool import live_claims, occupation_filter, occupation_rows
 
@@ -75,9 +80,33 @@ def annotate_occupation(queryset: models.QuerySet[Any], alias: str) -> models.Qu
     return annotated
 
 
+def holders_of_page(rows: Any, alias: str, key_of: Any = None) -> None:
+    """Set ``occupy_owner``, ``occupy_until``, ``occupy_username`` and
+    ``occupy_full_name`` on each of ``rows`` (the page's objects), as
+    :func:`annotate_occupation` does in SQL, from the holders backend ``alias`` reports
+    (``key_of(obj)``: an object's key, default ``app.model:pk``)."""
+    objects = list(rows)  # evaluates (and caches) the page's query
+    holders = {}
+    for obj in objects:
+        key = key_of(obj) if key_of is not None else object_key(type(obj), obj.pk)
+        holders[obj.pk] = occupy.holder(key, using=alias)
+    pks = {owner_user_pk(h.owner) for h in holders.values() if h is not None
+           and h.owner.startswith(_ADMIN_PREFIX)}
+    user_model = get_user_model()
+    users = {str(u.pk): u for u in user_model._default_manager.filter(pk__in=[
+        pk for pk in pks if pk is not None])} if pks else {}
+    for obj in objects:
+        found = holders[obj.pk]
+        user = None if found is None else users.get(owner_user_pk(found.owner) or "")
+        obj.occupy_owner = None if found is None else found.owner
+        obj.occupy_until = None if found is None else found.expires_at
+        obj.occupy_username = None if user is None else user.get_username()
+        obj.occupy_full_name = None if user is None else user.get_full_name()
+
+
 class OccupiedListFilter(admin.SimpleListFilter):
     """"Being edited: yes / no", from the same ``EXISTS`` as ``occupied()``, on the
-    model admin's ``occupy_status_backend``."""
+    model admin's ``occupy_backend``."""
 
     title = _("being edited")
     parameter_name = "occupied"
@@ -86,7 +115,8 @@ class OccupiedListFilter(admin.SimpleListFilter):
                  model: type[models.Model], model_admin: Any) -> None:
         super().__init__(request, params, model, model_admin)
         #: The occupy backend alias whose claims count (the column's).
-        self.backend: str = getattr(model_admin, "occupy_status_backend", "default")
+        status_backend = getattr(model_admin, "_status_backend", None)
+        self.backend: str = status_backend() if status_backend else "default"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
         """Offer "Yes" (being edited) and "No"."""
@@ -106,40 +136,78 @@ class OccupyStatusAdminMixin(_ModelAdmin):
     """Add a changelist column "being edited by … until …" and a list filter.
 
     Put ``"occupy_status"`` in ``list_display`` yourself to place it; otherwise it is
-    appended. Needs the database backend (``occupy_status_backend``), whose claims it
-    reads in the changelist's own query.
+    appended. The claims are those of ``occupy_backend`` (the alias every occupy mixin
+    of the admin uses, so the edit leases' too). On a database backend in the model's
+    database, the column and the "being edited" filter come from the changelist's own
+    query; on any other backend the column asks the store for the holder of each row
+    on the page, and the filter is not offered (the check ``occupy.W102`` says so).
     """
 
-    #: The occupy backend alias whose claims are shown (a ``DatabaseBackend``).
-    occupy_status_backend: str = "default"
+    #: The occupy backend alias whose claims are shown.
+    occupy_backend: str = "default"
+
+    def _status_backend(self) -> str:
+        return self.occupy_backend
+
+    def _status_in_query(self) -> bool:
+        """Return whether the backend's claims can be read in the changelist's query:
+        they are rows of the database the model is read from."""
+        rows = get_backend(self._status_backend()).occupation_rows()
+        return rows is not None and rows.database == router.db_for_read(self.model)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """Add ``occupy.E102``: ``occupy_status_backend`` is no database backend. A
+        """Add ``occupy.E102``: ``occupy_backend`` is not configured, and
+        ``occupy.W102``: the backend keeps its claims outside the database, so
+        the column asks the store row by row and the filter is not offered. A
         configured backend that cannot be built is left to occupy's own checks
         (``occupy.E001``-``E006``), which name the setting to fix."""
         from occupy.conf import occupy_settings
         from occupy.exceptions import OccupyError
 
         errors = super().check(**kwargs)
-        alias = self.occupy_status_backend
-        try:
-            configured = alias in occupy_settings.BACKENDS
-            if configured:
-                get_backend(alias)
-        except (OccupyError, ImproperlyConfigured):
+        alias = self._status_backend()
+        if alias not in occupy_settings.BACKENDS:
+            errors.append(checks.Error(
+                f"{type(self).__name__}.occupy_backend is {alias!r}, which "
+                "OCCUPY['BACKENDS'] does not configure.",
+                hint="Set occupy_backend to the alias of a configured backend.",
+                obj=type(self), id="occupy.E102"))
             return errors
         try:
-            occupation_rows(alias, type(self).__name__)
-        except (OccupyError, ImproperlyConfigured) as e:
-            errors.append(checks.Error(
-                str(e), hint="Set occupy_status_backend to the alias of a DatabaseBackend: the "
-                "column reads its Occupation rows.", obj=type(self), id="occupy.E102"))
+            if self._status_in_query():
+                return errors
+        except (OccupyError, ImproperlyConfigured):
+            return errors
+        errors.append(checks.Warning(
+            f"{type(self).__name__} shows the claims of the occupy backend {alias!r}, "
+            "which keeps them outside the model's database: the 'being edited' column asks the "
+            "store for each row on the page, and the 'being edited' filter is not offered.",
+            hint="Use a DatabaseBackend on the model's database for occupy_backend "
+            "to have both from the changelist's own query.", obj=type(self), id="occupy.W102"))
         return errors
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
-        """Annotate each row with its holder (one query for the whole page)."""
+        """Annotate each row with its holder (one query for the whole page), on a
+        database backend."""
         queryset = super().get_queryset(request)
-        return annotate_occupation(queryset, self.occupy_status_backend)
+        if not self._status_in_query():
+            return queryset
+        return annotate_occupation(queryset, self._status_backend())
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        """On a backend outside the database, give each row on the page its holder,
+        read from the store (one call per row, the users in one query)."""
+        changelist = super().get_changelist_instance(request)
+        if not self._status_in_query():
+            try:
+                holders_of_page(changelist.result_list, self._status_backend(),
+                                getattr(self, "get_occupy_key", None))
+            except StoreUnavailable:
+                from django.contrib import messages
+
+                self.message_user(request, "The lock store is unavailable: who is "
+                                  "editing which row is not shown.", messages.WARNING)
+        return changelist
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
         """Append ``occupy_status`` unless it is placed already."""
@@ -149,9 +217,9 @@ class OccupyStatusAdminMixin(_ModelAdmin):
         return display
 
     def get_list_filter(self, request: HttpRequest) -> list[Any]:
-        """Append the "being edited" filter."""
+        """Append the "being edited" filter (on a database backend)."""
         filters = list(super().get_list_filter(request))
-        if OccupiedListFilter not in filters:
+        if OccupiedListFilter not in filters and self._status_in_query():
             filters.append(OccupiedListFilter)
         return filters
 

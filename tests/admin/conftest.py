@@ -16,6 +16,7 @@ from django.contrib.auth.models import User
 from tests.support.browser import Browser, browser_missing, open_browser
 from tests.support.cleanup import wipe_tables
 from tests.support.live_server import serve
+from tests.support.private_redis import ALIAS, PrivateRedis, private_redis, redis_server_missing
 from tests.support.users import StaffUsers, staff_users
 
 
@@ -53,3 +54,22 @@ def browser(server_url: str) -> Iterator[Callable[[User], Browser]]:
     yield make
     for browser in browsers:
         browser.quit()
+
+
+@pytest.fixture
+def store(users: StaffUsers, monkeypatch: pytest.MonkeyPatch) -> Iterator[PrivateRedis]:
+    """The edit leases of every admin on a private Redis the test can kill part-way."""
+    from django.contrib import admin
+
+    from occupy.admin import EditLeaseAdminMixin
+
+    why = redis_server_missing()
+    if why is not None:
+        if settings.REQUIRE_SERVERS:
+            pytest.fail(f"OCCUPY_REQUIRE_SERVERS=1 but {why}.")
+        pytest.skip(why)
+    with private_redis() as server:
+        for model_admin in admin.site._registry.values():
+            if isinstance(model_admin, EditLeaseAdminMixin):
+                monkeypatch.setattr(model_admin, "occupy_backend", ALIAS)
+        yield server

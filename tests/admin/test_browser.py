@@ -152,7 +152,7 @@ def test_takeover_disables_the_old_tab_and_the_fence_refuses_its_save(users: Sta
     _type(editor, "body", "the editor's unsaved words")
     supervisor.open(_change(doc))
     button = supervisor.find("[name=_occupy_takeover]")
-    assert button.text == "Take over from Editor"
+    assert button.get_attribute("value") == "Take over from Editor"
     button.click()
     supervisor.wait(lambda: supervisor.state() == "editing", what="editing after takeover")
     editor.wait(lambda: editor.state() == "lost", timeout=TTL, what="the lost lease")

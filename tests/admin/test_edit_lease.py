@@ -128,7 +128,7 @@ def test_renew_release_and_status(users: StaffUsers) -> None:
     status = login(users.other).get(_url(doc, "occupy/status/")).json()
     assert status["holder"] == "Editor" and status["free"] is False
     assert client.post(_url(doc, "occupy/release/"), body).status_code == 204
-    assert client.get(_url(doc, "occupy/status/")).json() == {"free": True}
+    assert client.get(_url(doc, "occupy/status/")).json() == {"free": True, "mine": False}
     response = client.post(_url(doc, "occupy/renew/"), body)
     assert response.status_code == 409 and response.json()["lost"] is True
     again = client.post(_url(doc, "occupy/renew/"), {**body, "reacquire": "1"}).json()
@@ -168,7 +168,8 @@ def test_the_fence_refuses_a_save_whose_lease_check_passed_before_a_takeover(
     assert supervisor.post(_url(doc), {"body": "new editor", "occupy_version": 1,
                                        "_occupy_tab": new["tab"],
                                        "_occupy_lease": new["token"]}).status_code == 302
-    monkeypatch.setattr(EditLeaseAdminMixin, "_resume", lambda self, keys, tokens: [stale])
+    monkeypatch.setattr(EditLeaseAdminMixin, "_resume",
+                        lambda self, request, state, tokens: [stale])
     response = editor.post(_url(doc), {"body": "stale", "occupy_version": 2,
                                        "_occupy_tab": old["tab"], "_occupy_lease": old["token"]})
     assert response.status_code == 200

@@ -48,15 +48,34 @@ def test_the_changelist_shows_the_column_and_filters(users: StaffUsers) -> None:
     occupy.release(lease)
 
 
-def test_the_column_needs_a_database_backend() -> None:
-    from occupy.admin import OccupyStatusAdminMixin
+@pytest.mark.parametrize("alias", ["files", "memory"])
+def test_the_column_shows_leases_on_any_backend(users: StaffUsers, alias: str) -> None:
+    """Outside the database, the column reads the page's holders from the store (the
+    check warns that it does, and that the filter is not offered)."""
+    from occupy.admin import OccupiedListFilter, OccupyStatusAdminMixin
 
-    class OnFiles(OccupyStatusAdminMixin, admin.ModelAdmin):
-        occupy_status_backend = "files"
+    class Elsewhere(OccupyStatusAdminMixin, admin.ModelAdmin):
+        occupy_backend = alias
 
-    errors = OnFiles(Book, admin.AdminSite()).check()
-    assert [e.id for e in errors] == ["occupy.E102"]
-    assert "FileBackend" in errors[0].msg
+    held, _free = Book.objects.create(name="held"), Book.objects.create(name="free")
+    lease = occupy.acquire(object_key(Book, held.pk), using=alias, reentrant=False,
+                           owner=f"admin:user:{users.other.pk}:tab:0123456789abcdef")
+    worker = occupy.acquire(object_key(Book, _free.pk), using=alias, reentrant=False,
+                            owner="worker-7")
+    model_admin = Elsewhere(Book, admin.AdminSite())
+    errors = model_admin.check()
+    assert [e.id for e in errors] == ["occupy.W102"] and repr(alias) in errors[0].msg
+    request = RequestFactory().get("/admin/testapp/book/")
+    request.user = users.editor
+    assert OccupiedListFilter not in model_admin.get_list_filter(request)
+    changelist = model_admin.get_changelist_instance(request)
+    cells = {row.name: model_admin.occupy_status(row) for row in changelist.result_list}
+    assert cells["held"].startswith("by Other until "), cells
+    assert cells["free"].startswith("by someone else until "), cells
+    occupy.release(lease)
+    occupy.release(worker)
+    changelist = model_admin.get_changelist_instance(request)
+    assert {model_admin.occupy_status(row) for row in changelist.result_list} == {"—"}
 
 
 def test_a_misconfigured_backend_is_left_to_occupys_own_checks() -> None:
@@ -70,7 +89,7 @@ def test_a_misconfigured_backend_is_left_to_occupys_own_checks() -> None:
         pass
 
     class Elsewhere(OccupyStatusAdminMixin, admin.ModelAdmin):
-        occupy_status_backend = "nowhere"
+        occupy_backend = "nowhere"
 
     typo = {"BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend",
                                      "OPTIONS": {"POLL_INTERVALL": 0.05}}}}
@@ -85,7 +104,7 @@ def test_the_filter_reads_the_columns_backend(users: StaffUsers) -> None:
     from occupy.admin.status import OccupiedListFilter
 
     class OnFiles(OccupyStatusAdminMixin, admin.ModelAdmin):
-        occupy_status_backend = "files"
+        occupy_backend = "files"
 
     request = RequestFactory().get("/admin/testapp/book/", {"occupied": "1"})
     request.user = users.editor

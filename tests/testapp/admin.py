@@ -46,7 +46,16 @@ class DocumentAdmin(FullAdmin):
 
 @admin.register(Label)
 class LabelAdmin(FullAdmin):
-    """Fenced and versioned, string primary key."""
+    """Fenced and versioned, string primary key; its list is editable and has an action."""
+
+    list_display = ["code", "text", "occupy_status"]
+    list_editable = ["text"]
+    actions = ["clear_text"]
+
+    @admin.action(description="Clear the text", permissions=["change"])
+    def clear_text(self, request: HttpRequest, queryset: QuerySet[Label]) -> None:
+        """Write the selected rows through update_versioned()."""
+        queryset.update_versioned(text="")
 
 
 class ChapterInline(VersionedInlineMixin, admin.TabularInline):

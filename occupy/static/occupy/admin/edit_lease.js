@@ -2,9 +2,13 @@
  *
  * Reads its settings from #occupy-lease (data-* attributes) and the tokens from the
  * form's hidden _occupy_lease inputs. Editing: renews every ttl/3 while the page is
- * open (hidden or not), releases with a beacon on pagehide, takes the lease again when
- * the page comes back from the back/forward cache; a lost lease disables Save and
- * keeps the user's input. Read-only: asks every few seconds whether the lease is free
+ * open (hidden or not), asks every few seconds (a read) whether this tab still holds
+ * the lease, so a takeover or a force release shows within seconds; releases with a
+ * beacon on pagehide, takes the lease again when the page comes back from the
+ * back/forward cache, and puts its tab id in the address so that a reload keeps the
+ * lease. A lost lease disables Save and Delete and keeps the user's input; once the
+ * object is free, "Edit again" takes it again with the input kept. Read-only (someone
+ * else edits, or the lock store is down): asks every few seconds whether that is over
  * and reloads the page (editable) once it is. Every request carries the CSRF token.
  */
 (function () {
@@ -20,10 +24,13 @@
     var csrf = csrfInput ? csrfInput.value : "";
     var ttl = parseFloat(box.dataset.ttl) || 60;
     var poll = parseFloat(box.dataset.poll) || 2;
+    var check = parseFloat(box.dataset.check) || 3;
     var state = box.dataset.state;
     var submitting = false;
-    var timer = null;
+    var timers = [];
     var message = box.querySelector(".occupy-message");
+    var actions = box.querySelector(".occupy-actions");
+    var again = box.querySelector(".occupy-edit-again");
 
     function tokens() {
       return Array.prototype.map.call(
@@ -60,6 +67,7 @@
       }
       message.textContent = text;
       message.className = "occupy-message " + level;
+      message.hidden = false;
     }
 
     function timeOf(iso) {
@@ -68,8 +76,31 @@
 
     function saveButtons() {
       return form ? form.querySelectorAll(
-        "input[type=submit], button[type=submit]:not([formaction])"
+        "input[type=submit]:not([formaction]), button[type=submit]:not([formaction])"
       ) : [];
+    }
+
+    function deleteLinks() {
+      return document.querySelectorAll(".submit-row .deletelink, .deletelink-box a");
+    }
+
+    function enableWriting(yes) {
+      saveButtons().forEach(function (button) { button.disabled = !yes; });
+      deleteLinks().forEach(function (link) {
+        if (yes) {
+          if (link.dataset.occupyHref) {
+            link.href = link.dataset.occupyHref;
+          }
+          link.removeAttribute("aria-disabled");
+        } else {
+          if (link.getAttribute("href")) {
+            link.dataset.occupyHref = link.getAttribute("href");
+          }
+          link.removeAttribute("href");
+          link.setAttribute("aria-disabled", "true");
+        }
+        link.classList.toggle("occupy-disabled", !yes);
+      });
     }
 
     function setState(name) {
@@ -78,35 +109,60 @@
       document.body.classList.toggle("occupy-lease-lost", name === "lost");
     }
 
-    function lost(data) {
-      stop();
-      setState("lost");
-      saveButtons().forEach(function (button) { button.disabled = true; });
-      say(data && data.message ? data.message
-        : "Your edit lease was lost: nothing can be saved from this page.", "error");
-    }
-
-    function readOnly(data) {
-      stop();
-      setState("readonly");
-      if (form) {
-        form.querySelectorAll("input, select, textarea, button").forEach(function (el) {
-          if (el.type !== "hidden") {
-            el.disabled = true;
-          }
-        });
-      }
-      say((data.holder || "Someone else") + " is editing this object" +
-        (data.since ? " since " + timeOf(data.since) : "") + ", until " +
-        timeOf(data.until) + ". This page turns editable when they are done.", "warning");
-      timer = window.setInterval(checkFree, poll * 1000);
+    function every(seconds, fn) {
+      timers.push(window.setInterval(fn, seconds * 1000));
     }
 
     function stop() {
-      if (timer !== null) {
-        window.clearInterval(timer);
-        timer = null;
+      timers.forEach(function (timer) { window.clearInterval(timer); });
+      timers = [];
+    }
+
+    function showAgain(yes) {
+      if (again && actions) {
+        again.hidden = !yes;
+        actions.hidden = !yes;
       }
+    }
+
+    function editingSaid(until) {
+      say("You are editing" + (box.dataset.version ? " version " + box.dataset.version
+        : "") + ": others see this object read-only until you save or leave " +
+        "(lease until " + timeOf(until) + ").", "info");
+    }
+
+    function lost(data) {
+      stop();
+      setState("lost");
+      enableWriting(false);
+      say(data && data.message ? data.message
+        : "Your edit lease was lost: nothing can be saved from this page.", "error");
+      every(poll, watchFree);
+    }
+
+    function watchFree() {
+      /* Lost: once the object is free, offer to take it again, keeping the input. */
+      status().then(function (data) {
+        if (data && state === "lost") {
+          showAgain(!!data.free);
+        }
+      });
+    }
+
+    function status() {
+      return fetch(box.dataset.statusUrl + "?_occupy_tab=" + encodeURIComponent(
+        box.dataset.tab), {credentials: "same-origin"}).then(function (response) {
+        return response.json().then(function (data) {
+          data.httpStatus = response.status;
+          return data;
+        });
+      }).catch(function () { return null; });
+    }
+
+    function unavailable(data) {
+      box.dataset.storeDown = "1";
+      say(data && data.message ? data.message
+        : "The lock store is unavailable: try again in a moment.", "error");
     }
 
     function renew(reacquire) {
@@ -122,15 +178,16 @@
             box.dataset.until = data.until;
             if (state !== "editing") {
               setState("editing");
-              saveButtons().forEach(function (button) { button.disabled = false; });
+              showAgain(false);
+              enableWriting(true);
             }
-            say("You are editing" + (box.dataset.version ? " version " + box.dataset.version
-              : "") + ": others see this object read-only until you save or leave " +
-              "(lease until " + timeOf(data.until) + ").", "info");
+            editingSaid(data.until);
             return;
           }
-          if (response.status === 409) {
-            if (reacquire) {
+          if (response.status === 503) {
+            unavailable(data);
+          } else if (response.status === 409) {
+            if (reacquire && state !== "lost") {
               readOnly(data);
             } else {
               lost(data);
@@ -142,24 +199,71 @@
       });
     }
 
-    function heartbeat() {
+    function stillMine() {
+      status().then(function (data) {
+        if (!data || state !== "editing") {
+          return;
+        }
+        if (data.httpStatus === 503) {
+          unavailable(data);
+        } else if (data.httpStatus === 200 && !data.mine) {
+          lost(data);
+        } else if (data.httpStatus === 200 && box.dataset.storeDown === "1") {
+          editingSaid(box.dataset.until);  /* the store is back */
+        }
+        box.dataset.storeDown = data.httpStatus === 503 ? "1" : "";
+      });
+    }
+
+    function readOnly(data) {
       stop();
-      timer = window.setInterval(function () { renew(false); }, ttl * 1000 / 3);
+      setState("readonly");
+      if (form) {
+        form.querySelectorAll("input, select, textarea, button").forEach(function (el) {
+          if (el.type !== "hidden") {
+            el.disabled = true;
+          }
+        });
+      }
+      say((data.holder || "Someone else") + " is editing this object" +
+        (data.since ? " since " + timeOf(data.since) : "") + ", until " +
+        timeOf(data.until) + ". This page turns editable when they are done.", "warning");
+      every(poll, checkFree);
+    }
+
+    function editing() {
+      stop();
+      every(ttl / 3, function () { renew(false); });
+      every(check, stillMine);
+    }
+
+    function ownUrl() {
+      /* This page's address with this tab's id: a reload asks for the tab's lease. */
+      var url = new URL(window.location.href);
+      url.searchParams.set("_occupy_tab", box.dataset.tab);
+      return url.toString();
     }
 
     function checkFree() {
-      fetch(box.dataset.statusUrl, {credentials: "same-origin"}).then(function (response) {
-        return response.json();
-      }).then(function (data) {
-        if (data.free) {
+      status().then(function (data) {
+        if (data && data.httpStatus === 200 && (data.free || state === "unavailable")) {
           stop();
-          window.location.reload();
+          window.location.replace(ownUrl());
         }
-      }).catch(function () {});
+      });
     }
 
     if (form) {
       form.addEventListener("submit", function () { submitting = true; });
+    }
+    if (again) {
+      again.addEventListener("click", function () {
+        renew(true).then(function () {
+          if (state === "editing") {
+            editing();
+          }
+        });
+      });
     }
 
     window.addEventListener("pagehide", function () {
@@ -177,20 +281,25 @@
       if (state === "editing") {  /* back from the bfcache: the beacon let it go */
         renew(true).then(function () {
           if (state === "editing") {
-            heartbeat();
+            editing();
           }
         });
-      } else if (state === "readonly") {
-        timer = window.setInterval(checkFree, poll * 1000);
+      } else if (state === "readonly" || state === "unavailable") {
+        every(poll, checkFree);
       }
     });
 
     if (state === "editing") {
-      heartbeat();
-    } else if (state === "readonly") {
-      timer = window.setInterval(checkFree, poll * 1000);
+      if (window.history && window.history.replaceState) {
+        /* A reload asks for this tab's own lease, which it takes over from itself. */
+        window.history.replaceState(window.history.state, "", ownUrl());
+      }
+      editing();
+    } else if (state === "readonly" || state === "unavailable") {
+      every(poll, checkFree);
     } else if (state === "lost") {
-      saveButtons().forEach(function (button) { button.disabled = true; });
+      enableWriting(false);
+      every(poll, watchFree);
     }
     document.body.classList.toggle("occupy-lease-lost", state === "lost");
   }
