@@ -172,7 +172,7 @@ def test_the_admin_status_annotation(database: str) -> None:
     held, _free = make_seats(database, "gala", 2)
 
     class SeatStatus(OccupyStatusAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
-        occupy_status_backend = backend
+        occupy_backend = backend
 
     model_admin = SeatStatus(Seat, admin.AdminSite())
     with held.occupy(owner="worker-7", ttl=30, backend=backend):
