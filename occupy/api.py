@@ -358,8 +358,20 @@ async def aholder(key: str, *, using: str = "default") -> Holder | None:
 #: newest last: (lock, lease, span). Kept per context, so that one ``lock`` object shared
 #: by threads or tasks releases, on each exit, the lease that this context took; a tuple,
 #: so that a task started inside a block sees the stack but never changes its parent's.
-_held_by_locks: ContextVar[tuple[tuple[lock, Lease, AbstractContextManager[Any]], ...]] = (
-    ContextVar("occupy_held_by_locks", default=()))
+_held_by_locks: ContextVar[tuple[_Entered, ...]] = ContextVar("occupy_held_by_locks",
+                                                              default=())
+
+
+class _Entered:
+    """One entry into a ``lock``: the lock, the lease it took, and the span of the
+    section; ``left`` once it was left (from its own context or handed on)."""
+
+    __slots__ = ("handed_on", "lease", "left", "lock", "section", "span")
+
+    def __init__(self, owner: lock, lease: Lease, section: AbstractContextManager[Any],
+                 span: Any) -> None:
+        self.lock, self.lease, self.section, self.span = owner, lease, section, span
+        self.left = self.handed_on = False
 
 
 def _template_fields(template: str) -> set[str]:
@@ -404,6 +416,8 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
             "reentrant": bool(reentrant),
             "using": using,
         }
+        #: The entries not left yet, in every context (see :meth:`_leaving`).
+        self._outstanding: list[_Entered] = []
 
     def _take(self) -> Lease:
         """Take the key: :func:`acquire` with this lock's arguments (a lock on a backend
@@ -418,24 +432,47 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         """Return a copy of this lock on ``key`` (one per call of a decorated function)."""
         bound = copy.copy(self)
         bound.key = key
+        bound._outstanding = []
         return bound
 
     def _entered(self, lease: Lease) -> Lease:
         """Note that this context holds ``lease`` through this lock, in a span."""
         section = telemetry.span("occupy.lock", lease.backend, lease.key)
-        section.__enter__()
-        _held_by_locks.set((*_held_by_locks.get(), (self, lease, section)))
+        entry = _Entered(self, lease, section, section.__enter__())
+        _held_by_locks.set((*_held_by_locks.get(), entry))
+        self._outstanding.append(entry)
         return lease
 
-    def _leaving(self) -> tuple[Lease, AbstractContextManager[Any]]:
-        """Return the lease this context took through this lock last, and its span."""
+    def _leaving(self) -> _Entered:
+        """Return this lock's entry that this context made last; from a context that
+        made none (a block handed on to another thread, a timer), the lock's only
+        outstanding entry. Two or more outstanding elsewhere cannot be told apart."""
         stack = _held_by_locks.get()
-        for i in range(len(stack) - 1, -1, -1):
-            if stack[i][0] is self:
-                _held_by_locks.set(stack[:i] + stack[i + 1:])
-                return stack[i][1], stack[i][2]
-        raise RuntimeError(f"lock({self.key!r}) was left by a thread or task that did "
-                           "not enter it.")
+        live = tuple(e for e in stack if not e.left)
+        mine = [e for e in live if e.lock is self]
+        outstanding = self._outstanding
+        if mine:
+            entry = mine[-1]
+        elif len(outstanding) == 1:
+            entry = outstanding[0]
+            entry.handed_on = True
+        else:
+            raise RuntimeError(
+                f"lock({self.key!r}) was left by a thread or task that did not enter it, "
+                f"while {len(outstanding)} entries of it are held elsewhere.")
+        entry.left = True
+        outstanding.remove(entry)
+        _held_by_locks.set(tuple(e for e in live if e is not entry))
+        return entry
+
+    def _end_section(self, entry: _Entered, exc_type: type[BaseException] | None,
+                     exc: BaseException | None, tb: TracebackType | None) -> None:
+        """End the section's span: as the current span in the context that entered it,
+        else (handed on) just the span, whose context belongs to the other thread."""
+        if not entry.handed_on:
+            entry.section.__exit__(exc_type, exc, tb)
+        elif entry.span is not None:
+            entry.span.end()
 
     def __enter__(self) -> Lease:
         return self._entered(self._take())
@@ -446,13 +483,13 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        lease, section = self._leaving()
+        entry = self._leaving()
         try:
-            release(lease)
+            release(entry.lease)
         except LeaseLost:
-            _lost_on_exit(lease, exc)
+            _lost_on_exit(entry.lease, exc)
         finally:
-            section.__exit__(exc_type, exc, tb)
+            self._end_section(entry, exc_type, exc, tb)
 
     async def __aenter__(self) -> Lease:
         return self._entered(await self._atake())
@@ -463,13 +500,13 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        lease, section = self._leaving()
+        entry = self._leaving()
         try:
-            await arelease(lease)
+            await arelease(entry.lease)
         except LeaseLost:
-            _lost_on_exit(lease, exc)
+            _lost_on_exit(entry.lease, exc)
         finally:
-            section.__exit__(exc_type, exc, tb)
+            self._end_section(entry, exc_type, exc, tb)
 
     def __call__(self, func: F) -> F:
         """Decorate ``func`` so that each call holds the (formatted) key."""
