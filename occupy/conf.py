@@ -122,19 +122,25 @@ class OccupySettings:
         return _seconds(check_timeout, "OCCUPY['TIMEOUT']", self._get("TIMEOUT"))
 
 
+    def _section(self, name: str, defaults: dict[str, Any],
+                 error: type[ImproperlyConfigured]) -> dict[str, Any]:
+        """Return ``OCCUPY[name]``, a dict of optional keys, merged over ``defaults``;
+        raise ``error`` for a value that is not a dict or has a key not in them."""
+        value = self._get(name)
+        if not isinstance(value, dict):
+            raise error(f"settings.OCCUPY[{name!r}] must be a dict.")
+        unknown = set(value) - set(defaults)
+        if unknown:
+            raise error(f"settings.OCCUPY[{name!r}] has unknown keys {sorted(unknown)}; "
+                        f"known keys are {sorted(defaults)}.")
+        return {**defaults, **value}
+
     @property
     def REST_FRAMEWORK(self) -> dict[str, Any]:
         """Return the HTTP contract's settings, the project's over the defaults."""
         if self._rest_framework is None:
-            value = self._get("REST_FRAMEWORK")
-            if not isinstance(value, dict):
-                raise InvalidBackendError("settings.OCCUPY['REST_FRAMEWORK'] must be a dict.")
-            unknown = set(value) - set(REST_FRAMEWORK_DEFAULTS)
-            if unknown:
-                raise InvalidBackendError(
-                    f"settings.OCCUPY['REST_FRAMEWORK'] has unknown keys {sorted(unknown)}; "
-                    f"known keys are {sorted(REST_FRAMEWORK_DEFAULTS)}.")
-            merged = {**REST_FRAMEWORK_DEFAULTS, **value}
+            merged = self._section("REST_FRAMEWORK", REST_FRAMEWORK_DEFAULTS,
+                                   InvalidBackendError)
             methods = merged["PRECONDITION_REQUIRED"]
             if isinstance(methods, str) or not all(isinstance(m, str) for m in methods):
                 raise InvalidBackendError("settings.OCCUPY['REST_FRAMEWORK']"
@@ -160,20 +166,11 @@ class OccupySettings:
             self._rest_framework = merged
         return self._rest_framework
 
-
     @property
     def TELEMETRY(self) -> dict[str, Any]:
         """Return the telemetry settings, the project's over the defaults."""
         if "TELEMETRY" not in self._cache:
-            value = self.user_settings.get("TELEMETRY", {})
-            if not isinstance(value, dict):
-                raise ImproperlyConfigured("settings.OCCUPY['TELEMETRY'] must be a dict.")
-            unknown = set(value) - set(TELEMETRY_DEFAULTS)
-            if unknown:
-                raise ImproperlyConfigured(
-                    f"settings.OCCUPY['TELEMETRY'] has unknown keys {sorted(unknown)}; "
-                    f"known keys are {sorted(TELEMETRY_DEFAULTS)}.")
-            merged = {**TELEMETRY_DEFAULTS, **value}
+            merged = self._section("TELEMETRY", TELEMETRY_DEFAULTS, ImproperlyConfigured)
             family = merged["KEY_FAMILY"]
             if family is not None and not isinstance(family, str):
                 raise ImproperlyConfigured(
