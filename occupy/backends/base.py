@@ -605,12 +605,6 @@ class BaseBackend:
         """Async twin of :meth:`is_held`."""
         return await sync_to_async(self.is_held, thread_sensitive=False)(lease)
 
-    async def asweep(self, *, batch_size: int = 1000, dry_run: bool = False) -> int:
-        """Async twin of :meth:`sweep`."""
-        return await sync_to_async(self.sweep, thread_sensitive=False)(
-            batch_size=batch_size, dry_run=dry_run
-        )
-
 
 def _utc(moment: datetime) -> datetime:
     """Return ``moment`` as an aware UTC ``datetime`` (a naive one is taken as UTC)."""

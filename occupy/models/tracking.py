@@ -49,7 +49,7 @@ def is_expression(value: Any) -> bool:
 class ChangeTrackingMixin(models.Model):
     """Tell which fields changed since the instance was loaded or last saved.
 
-    Adds to a model ``changed_fields()`` and ``loaded_value(name)``.
+    Adds ``changed_fields()`` to a model.
     """
 
     class Meta:
@@ -90,10 +90,6 @@ class ChangeTrackingMixin(models.Model):
                 loaded.pop(attname, None)  # deferred, or set by an expression: unknown
             else:
                 loaded[attname] = _frozen(value)
-
-    def loaded_value(self, name: str) -> Any:
-        """Return the value field ``name`` had when loaded; ``KeyError`` if it was not."""
-        return self.__dict__.get("_occupy_loaded", {})[_attname(self._meta, name)]
 
     def changed_fields(self) -> list[str]:
         """Return the names of the fields assigned a different value since the instance
