@@ -7,8 +7,7 @@ One home for the format, built and parsed here only:
   the ``Occupy-Client`` header, for a user's several clients);
 - ``write:user:<pk>``: the short **write lock** a write without an edit lease holds
   for the length of the write: not somebody editing, and never named to others;
-- ``admin:user:<pk>:tab:<id>``: an edit lease of an admin browser tab (built by
-  :mod:`occupy.admin.owners`; read here so that the API names its user too).
+- ``admin:user:<pk>:tab:<id>``: an edit lease of an admin browser tab.
 
 ``anonymous`` stands for ``<pk>`` when the request has no user.
 """
@@ -19,7 +18,8 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["Owner", "lease_owner", "owner_display", "parse_owner", "same_user", "write_owner"]
+__all__ = ["Owner", "admin_owner", "lease_owner", "owner_display", "owner_user_pk",
+           "parse_owner", "same_user", "write_owner"]
 
 _WRITE = "write:"
 _OWNER = re.compile(
@@ -60,6 +60,11 @@ def lease_owner(user_pk: object, *, ttl: float | None = None, client: str | None
     return owner
 
 
+def admin_owner(user_pk: object, tab: str) -> str:
+    """Return the owner of an edit lease taken by one admin browser tab."""
+    return f"admin:user:{_user(user_pk)}:tab:{tab}"
+
+
 def write_owner(user_pk: object) -> str:
     """Return the owner of the write lock a write without an edit lease holds."""
     return f"{_WRITE}user:{_user(user_pk)}"
@@ -92,6 +97,13 @@ def owner_display(owner: str) -> str:
     except (user_model.DoesNotExist, ValueError, TypeError):
         return "another user"
     return str(user.get_full_name() or user.get_username())
+
+
+def owner_user_pk(owner: str) -> str | None:
+    """Return the primary key of the user whose edit lease ``owner`` is, or ``None``
+    (a write lock, or an owner that names no user)."""
+    parsed = parse_owner(owner)
+    return None if parsed.write else parsed.user
 
 
 def same_user(owner: str, user_pk: object) -> bool:

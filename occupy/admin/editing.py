@@ -28,9 +28,9 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 import occupy
-from occupy.admin.owners import admin_owner, owner_display, owner_user_pk
 from occupy.exceptions import LeaseLost, Occupied, StoreUnavailable, TakeoverRefused
 from occupy.leases import Holder, Lease
+from occupy.owners import admin_owner, owner_display, owner_user_pk
 
 __all__ = ["STORE_UNAVAILABLE", "STORE_UNAVAILABLE_DELETE", "STORE_UNAVAILABLE_NOW",
            "EditLeaseBase", "EditState", "TakeoverDenied"]

@@ -27,8 +27,8 @@ from occupy.admin.editing import (
     EditLeaseBase,
     TakeoverDenied,
 )
-from occupy.admin.owners import owner_display
 from occupy.exceptions import LeaseLost, Occupied, StoreUnavailable
+from occupy.owners import owner_display
 
 __all__ = ["LeaseEndpointsMixin"]
 

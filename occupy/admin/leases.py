@@ -38,9 +38,9 @@ from occupy.admin.editing import (
     new_tab,
 )
 from occupy.admin.endpoints import LeaseEndpointsMixin
-from occupy.admin.owners import owner_display
 from occupy.exceptions import FencedOut, LeaseLost, Occupied, StoreUnavailable
 from occupy.leases import Holder, Lease
+from occupy.owners import owner_display
 
 __all__ = ["EditLeaseAdminMixin"]
 

@@ -15,9 +15,9 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from occupy.admin.owners import owner_display
 from occupy.history import log_entry
 from occupy.models import Occupation
+from occupy.owners import owner_display
 
 __all__ = ["OccupationAdmin"]
 

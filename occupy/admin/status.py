@@ -19,12 +19,12 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 import occupy
-from occupy.admin.owners import owner_user_pk
 from occupy.backends import get_backend
 from occupy.exceptions import StoreUnavailable
 from occupy.models import object_key
 from occupy.models.keys import pk_text_expression
 from occupy.models.pool import live_claims, occupation_filter, occupation_rows
+from occupy.owners import owner_user_pk
 
 __all__ = ["OccupiedListFilter", "OccupyStatusAdminMixin"]
 

@@ -19,7 +19,7 @@ from django.contrib.admin.models import LogEntry
 import occupy
 from occupy import signals
 from occupy.admin import EditLeaseAdminMixin
-from occupy.admin.owners import owner_user_pk
+from occupy.owners import owner_user_pk
 from tests.support import multiproc
 from tests.support.admin_race import CAP, ROUNDS, race_worker
 from tests.support.aliases import backend_params
