@@ -119,9 +119,11 @@ dist: venv
 	$(PY) -m twine check --strict dist/*
 	$(PY) .ci/check_dist.py dist
 
-## lint: ruff, mypy (strict, with django-stubs) and the import-linter contracts
+## lint: ruff format --check, ruff check, mypy (strict, with django-stubs) and the import-linter contracts
 ## (.importlinter: the layers, concrete backends only under occupy.backends, no cycles)
 lint: venv
+	$(PY) -m ruff format --check occupy tests bench example_project noxfile.py docs/conf.py \
+	  manage.py .ci/check_dist.py
 	$(PY) -m ruff check occupy tests bench example_project
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports

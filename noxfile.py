@@ -45,8 +45,14 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = False
 
 #: The oldest versions pyproject.toml allows (its floors), pinned.
-OLDEST = ["Django~=5.2.0", "djangorestframework==3.16.0", "drf-spectacular==0.28.0",
-          "django-redis==6.0.0", "redis==8.0.0", "psycopg[binary]==3.2.4"]
+OLDEST = [
+    "Django~=5.2.0",
+    "djangorestframework==3.16.0",
+    "drf-spectacular==0.28.0",
+    "django-redis==6.0.0",
+    "redis==8.0.0",
+    "psycopg[binary]==3.2.4",
+]
 #: The newest of each, on the given Django.
 NEWEST = ["djangorestframework", "drf-spectacular", "django-redis", "redis", "psycopg[binary]"]
 
@@ -56,8 +62,14 @@ NEWEST = ["djangorestframework", "drf-spectacular", "django-redis", "redis", "ps
 #: whole suite at each end covers, and they are half the time of these suites).
 CORE = ["tests/backends/test_contract.py", "tests/models", "-m", "not multiprocess"]
 #: The oldest pins matter most where occupy meets DRF, drf-spectacular and django-redis.
-OLDEST_SUITES = ["tests/backends/test_contract.py", "tests/models", "tests/rest_framework",
-                 "tests/test_checks.py", "-m", "not slow and not multiprocess"]
+OLDEST_SUITES = [
+    "tests/backends/test_contract.py",
+    "tests/models",
+    "tests/rest_framework",
+    "tests/test_checks.py",
+    "-m",
+    "not slow and not multiprocess",
+]
 
 #: session name -> (Python, pins, default pytest arguments)
 MATRIX: dict[str, tuple[str, list[str], list[str]]] = {
@@ -94,8 +106,13 @@ def run_suite(session: nox.Session, name: str) -> None:
     session.install("--upgrade", "-e", f".[{extras}]", *pins)
     session.run("python", "-c", SHOW_VERSIONS)
     args = session.posargs or ["-q", "-p", "no:randomly", *suites]
-    session.run("python", "-m", "pytest", *args,
-                env={"OCCUPY_TEST_SUFFIX": os.environ.get("OCCUPY_TEST_SUFFIX", f"_nox_{name}")})
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        *args,
+        env={"OCCUPY_TEST_SUFFIX": os.environ.get("OCCUPY_TEST_SUFFIX", f"_nox_{name}")},
+    )
 
 
 @nox.session(python=MATRIX["newest"][0])

@@ -19,8 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: Files every wheel must carry, whatever the checkout holds (a stale checkout would not
 #: notice their loss by comparison alone).
-REQUIRED = ["occupy/py.typed", "occupy/migrations/__init__.py",
-            "occupy/migrations/0001_initial.py"]
+REQUIRED = ["occupy/py.typed", "occupy/migrations/__init__.py", "occupy/migrations/0001_initial.py"]
 REQUIRED_DIRS = ["occupy/templates/", "occupy/static/"]
 
 
@@ -29,7 +28,8 @@ def version() -> str:
     tree = ast.parse((ROOT / "occupy" / "__init__.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets):
+            isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets
+        ):
             return str(ast.literal_eval(node.value))
     raise SystemExit("occupy/__init__.py defines no __version__")
 
@@ -37,11 +37,15 @@ def version() -> str:
 def package_files() -> set[str]:
     """Return the files of the occupy package that git tracks (else all but caches)."""
     try:
-        listed = subprocess.run(["git", "ls-files", "occupy"], cwd=ROOT, check=True,
-                                capture_output=True, text=True).stdout.split()
+        listed = subprocess.run(
+            ["git", "ls-files", "occupy"], cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout.split()
     except (OSError, subprocess.CalledProcessError):
-        listed = [str(p.relative_to(ROOT)) for p in (ROOT / "occupy").rglob("*")
-                  if p.is_file() and "__pycache__" not in p.parts]
+        listed = [
+            str(p.relative_to(ROOT))
+            for p in (ROOT / "occupy").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        ]
     return {name for name in listed if not name.endswith(".pyc")}
 
 
@@ -51,8 +55,9 @@ def main(directory: str) -> list[str]:
     dist = Path(directory)
     wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
     if len(wheels) != 1 or len(sdists) != 1:
-        return [f"expected one wheel and one sdist in {dist}, found "
-                f"{[p.name for p in wheels + sdists]}"]
+        return [
+            f"expected one wheel and one sdist in {dist}, found {[p.name for p in wheels + sdists]}"
+        ]
     wheel, sdist = wheels[0], sdists[0]
     expected = version()
     for path in (wheel, sdist):

@@ -11,8 +11,17 @@ import importlib
 import sys
 
 #: Benchmark modules in the order they run; each has a ``main()``.
-MODULES = ["db", "redis", "cache", "file", "models", "telemetry", "sessions", "http",
-           "http_contended"]
+MODULES = [
+    "db",
+    "redis",
+    "cache",
+    "file",
+    "models",
+    "telemetry",
+    "sessions",
+    "http",
+    "http_contended",
+]
 
 
 def main(argv: list[str]) -> None:

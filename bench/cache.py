@@ -79,9 +79,12 @@ def main() -> None:
         for using in ("cache", "cache-django"):  # the fence counters outlive the locks
             protocol = get_backend(using).protocol
             protocol.client.delete(*protocol.keys("bench:cache"))
-    print_table("Uncontended acquire + release on a Redis cache (one process)", results,
-                reference="seed 003 CacheLock (add, get+delete)",
-                target="occupy ≥ 1.0× the seed's lock on the same django-redis cache")
+    print_table(
+        "Uncontended acquire + release on a Redis cache (one process)",
+        results,
+        reference="seed 003 CacheLock (add, get+delete)",
+        target="occupy ≥ 1.0× the seed's lock on the same django-redis cache",
+    )
 
 
 if __name__ == "__main__":

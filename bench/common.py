@@ -71,7 +71,10 @@ class Result:
 
 
 def alternate(
-    candidates: dict[str, Callable[[int], None]], *, ops: int, rounds: int = 5,
+    candidates: dict[str, Callable[[int], None]],
+    *,
+    ops: int,
+    rounds: int = 5,
     warmup: int = 50,
 ) -> list[Result]:
     """Time ``fn(ops)`` for each candidate, rounds alternating; return their rates."""
@@ -86,8 +89,9 @@ def alternate(
     return [Result(name, rates[name]) for name in candidates]
 
 
-def print_table(title: str, results: list[Result], *, reference: str | None = None,
-                target: str = "") -> None:
+def print_table(
+    title: str, results: list[Result], *, reference: str | None = None, target: str = ""
+) -> None:
     """Print results with their ratio to ``reference`` (default: the last result)."""
     ref = next((r for r in results if r.name == reference), results[-1])
     print(f"\n## {title}")
@@ -98,5 +102,7 @@ def print_table(title: str, results: list[Result], *, reference: str | None = No
         spread = f"{min(r.rates):,.0f}–{max(r.rates):,.0f}"
         ratios = r.ratios(ref)
         ratio_spread = f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(ratios) > 1 else ""
-        print(f"  {r.name.ljust(width)}  {r.rate:>10,.0f} {r.unit}  "
-              f"({spread})  {r.ratio(ref):5.2f}×{ratio_spread} {ref.name}")
+        print(
+            f"  {r.name.ljust(width)}  {r.rate:>10,.0f} {r.unit}  "
+            f"({spread})  {r.ratio(ref):5.2f}×{ratio_spread} {ref.name}"
+        )

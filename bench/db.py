@@ -98,7 +98,8 @@ class _Raw:
             config = connections.settings[DATABASE]
             options = {**config["OPTIONS"], "server_side_binding": True, "prepare_threshold": 1}
             self.connection = load_backend(config["ENGINE"]).DatabaseWrapper(
-                {**config, "OPTIONS": options}, DATABASE)
+                {**config, "OPTIONS": options}, DATABASE
+            )
         else:
             self.connection = connections.create_connection(DATABASE)
         self.owner = f"{os.getpid()}"
@@ -131,8 +132,7 @@ class PlainTable(_Raw):
         return key
 
     def give(self, key: str) -> None:
-        self.execute(f"DELETE FROM {PLAIN_TABLE} WHERE key = %s AND owner = %s",
-                     [key, self.owner])
+        self.execute(f"DELETE FROM {PLAIN_TABLE} WHERE key = %s AND owner = %s", [key, self.owner])
 
 
 class PreparedPlainTable(PlainTable):
@@ -155,8 +155,7 @@ class AdvisoryLock(_Raw):
         self.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [key])
 
 
-CANDIDATES: list[Callable[[], Any]] = [OccupyLock, PlainTable, PreparedPlainTable,
-                                       AdvisoryLock]
+CANDIDATES: list[Callable[[], Any]] = [OccupyLock, PlainTable, PreparedPlainTable, AdvisoryLock]
 
 
 def create_plain_table() -> None:
@@ -164,8 +163,10 @@ def create_plain_table() -> None:
     from django.db import connections
 
     with connections[DATABASE].cursor() as cursor:
-        cursor.execute(f"CREATE TABLE IF NOT EXISTS {PLAIN_TABLE} (key text PRIMARY KEY, "
-                       "owner text NOT NULL, expires_at timestamptz NOT NULL)")
+        cursor.execute(
+            f"CREATE TABLE IF NOT EXISTS {PLAIN_TABLE} (key text PRIMARY KEY, "
+            "owner text NOT NULL, expires_at timestamptz NOT NULL)"
+        )
         cursor.execute(f"DELETE FROM {PLAIN_TABLE}")
 
 
@@ -202,8 +203,12 @@ def uncontended() -> None:
     results = alternate(candidates, ops=UNCONTENDED_OPS, rounds=UNCONTENDED_ROUNDS)
     for result in results:
         result.unit = "acquire+release/s"
-    print_table("Uncontended acquire+release, one process (PostgreSQL)", results,
-                reference=PlainTable.name, target="occupy ≥ 0.80× plain lock table")
+    print_table(
+        "Uncontended acquire+release, one process (PostgreSQL)",
+        results,
+        reference=PlainTable.name,
+        target="occupy ≥ 0.80× plain lock table",
+    )
     cpu_per_op(candidates, locks)
 
 
@@ -239,8 +244,10 @@ def cpu_per_op(candidates: dict[str, Callable[[int], None]], locks: list[Any]) -
     for name in candidates:
         total = client[name] + server[name]
         here, there = client[name] / ops * 1e6, server[name] / ops * 1e6
-        print(f"  {name.ljust(width)}  {here:6.0f} µs {there:6.0f} µs"
-              f"  {reference / total:5.2f}× plain lock table")
+        print(
+            f"  {name.ljust(width)}  {here:6.0f} µs {there:6.0f} µs"
+            f"  {reference / total:5.2f}× plain lock table"
+        )
 
 
 # --- 2. contention ------------------------------------------------------------------------
@@ -280,8 +287,9 @@ def contention() -> None:
     tasks = [ctx.Queue() for _ in range(PROCESSES)]
     results = ctx.Queue()
     inside, overlaps = ctx.Value("i", 0), ctx.Value("i", 0)
-    procs = [ctx.Process(target=_worker, args=(queue, results, inside, overlaps))
-             for queue in tasks]
+    procs = [
+        ctx.Process(target=_worker, args=(queue, results, inside, overlaps)) for queue in tasks
+    ]
     for proc in procs:
         proc.start()
     names = [factory.name for factory in CANDIDATES]
@@ -295,8 +303,9 @@ def contention() -> None:
                 for queue in tasks:
                     queue.put((name, start_at, start_at + CONTENDED_SECONDS))
                 done = [results.get(timeout=120) for _ in procs]
-                rates[name].append(sum(len(w) for _, w, _ in done)
-                                   / max(elapsed for _, _, elapsed in done))
+                rates[name].append(
+                    sum(len(w) for _, w, _ in done) / max(elapsed for _, _, elapsed in done)
+                )
                 for _, w, _ in done:
                     waits[name] += w
     finally:
@@ -304,17 +313,25 @@ def contention() -> None:
             queue.put(None)
         for proc in procs:
             proc.join(timeout=30)
-    title = (f"Contention: {PROCESSES} processes, one key, {CRITICAL_SECTION * 1000:g} ms "
-             f"critical section, {CONTENDED_SECONDS:g} s rounds (PostgreSQL)")
-    print_table(title, [Result(name, rates[name], "sections/s") for name in names],
-                reference=PlainTable.name, target="no wait above 100 ms")
+    title = (
+        f"Contention: {PROCESSES} processes, one key, {CRITICAL_SECTION * 1000:g} ms "
+        f"critical section, {CONTENDED_SECONDS:g} s rounds (PostgreSQL)"
+    )
+    print_table(
+        title,
+        [Result(name, rates[name], "sections/s") for name in names],
+        reference=PlainTable.name,
+        target="no wait above 100 ms",
+    )
     width = max(map(len, names))
     print(f"  {'waits (ms)'.ljust(width)}      median      p99    worst   (n)")
     for name in names:
         w = sorted(waits[name])
         p99 = statistics.quantiles(w, n=100)[98]
-        print(f"  {name.ljust(width)}  {statistics.median(w) * 1000:>10.2f} "
-              f"{p99 * 1000:>8.1f} {w[-1] * 1000:>8.1f}   ({len(w):,})")
+        print(
+            f"  {name.ljust(width)}  {statistics.median(w) * 1000:>10.2f} "
+            f"{p99 * 1000:>8.1f} {w[-1] * 1000:>8.1f}   ({len(w):,})"
+        )
     if overlaps.value:
         print(f"  VIOLATION: two holders were inside the section {overlaps.value} times")
 
@@ -386,11 +403,14 @@ def sweep(database: str) -> None:
     print_table(
         f"sweep_locks: {SWEEP_ROWS:,} expired claims beside {SWEEP_LIVE:,} live ones, "
         f"batches of 1000 ({vendor})",
-        [Result(name, r, "rows/s") for name, r in rates.items()], reference="one DELETE",
+        [Result(name, r, "rows/s") for name, r in rates.items()],
+        reference="one DELETE",
     )
     growth = f"{max(rss_growth) / 1024:.1f} MiB" if rss_growth else "n/a"
-    print(f"  memory during sweep_locks: peak RSS growth {growth}, "
-          f"tracemalloc peak {traced_peak / 1024:.0f} KiB")
+    print(
+        f"  memory during sweep_locks: peak RSS growth {growth}, "
+        f"tracemalloc peak {traced_peak / 1024:.0f} KiB"
+    )
 
 
 def _check(database: str, live: set[str]) -> None:
@@ -399,8 +419,10 @@ def _check(database: str, live: set[str]) -> None:
     left = count_claims(database, expired=True)
     kept = tokens_of(database, "bench-live")
     if left or kept != live:
-        print(f"  VIOLATION on {database}: {left} expired claims left, "
-              f"{len(live - kept)} live claims gone")
+        print(
+            f"  VIOLATION on {database}: {left} expired claims left, "
+            f"{len(live - kept)} live claims gone"
+        )
 
 
 def main() -> None:

@@ -39,15 +39,22 @@ def main() -> None:
     parent = os.path.dirname(settings.FILES_LOCATION)
     directory = tempfile.mkdtemp(prefix="occupy-bench-filelock-", dir=parent)
     try:
-        results = alternate({
-            "filelock.FileLock": filelock_cycle(directory),
-            "occupy FileBackend": occupy_cycle("bench:file", "files"),
-        }, ops=5000, rounds=7)
+        results = alternate(
+            {
+                "filelock.FileLock": filelock_cycle(directory),
+                "occupy FileBackend": occupy_cycle("bench:file", "files"),
+            },
+            ops=5000,
+            rounds=7,
+        )
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    print_table(f"Uncontended acquire + release of a file lock ({parent})", results,
-                reference="filelock.FileLock",
-                target="occupy ≥ 1.0× filelock.FileLock on the same filesystem")
+    print_table(
+        f"Uncontended acquire + release of a file lock ({parent})",
+        results,
+        reference="filelock.FileLock",
+        target="occupy ≥ 1.0× filelock.FileLock on the same filesystem",
+    )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,10 @@ def print_machine() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SHOW server_version")
         server = cursor.fetchone()[0]
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
-          f"{platform.python_version()}, PostgreSQL {server}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, PostgreSQL {server}"
+    )
 
 
 def patcher(route: str, pk: int, user: object) -> Callable[[int], None]:
@@ -65,15 +67,15 @@ def patcher(route: str, pk: int, user: object) -> Callable[[int], None]:
             headers = {} if etag is None else {"HTTP_IF_MATCH": etag}
             response = client.patch(url, {"status": status[0]}, format="json", **headers)
             if response.status_code != 200:
-                raise AssertionError(f"PATCH {url} answered {response.status_code}: "
-                                     f"{response.content[:300]!r}")
+                raise AssertionError(
+                    f"PATCH {url} answered {response.status_code}: {response.content[:300]!r}"
+                )
             etag = response.headers.get("ETag")
 
     return run
 
 
-def cpu_timed(fn: Callable[[int], None], ops: int,
-              cpu: list[float]) -> Callable[[int], None]:
+def cpu_timed(fn: Callable[[int], None], ops: int, cpu: list[float]) -> Callable[[int], None]:
     """Return ``fn``, appending the process CPU seconds per op of each timed round (the
     calls with ``ops`` operations, not the warm-up) to ``cpu``."""
 
@@ -94,8 +96,10 @@ def main() -> None:
     try:
         setup_django("postgresql")
     except (ImproperlyConfigured, OperationalError) as e:  # no server, or no database
-        print(f"\n## PATCH through DRF: skipped (PostgreSQL: {e}; `make databases` "
-              "creates the database)")
+        print(
+            f"\n## PATCH through DRF: skipped (PostgreSQL: {e}; `make databases` "
+            "creates the database)"
+        )
         return
     from django.conf import settings
     from django.contrib.auth.models import User
@@ -111,8 +115,7 @@ def main() -> None:
         print(f"(the Redis candidates are skipped: {settings.SKIPS.get('redis')})")
         del routes["redis"], routes["floor"]
     user, _ = User.objects.get_or_create(username="bench-http", defaults={"is_superuser": True})
-    books = {route: Book.objects.create(name=f"bench-http-{route}", status="a")
-             for route in routes}
+    books = {route: Book.objects.create(name=f"bench-http-{route}", status="a") for route in routes}
     names = {
         "plain": "plain DRF ModelViewSet",
         "floor": "plain DRF + 2 raw Redis round trips",
@@ -123,10 +126,16 @@ def main() -> None:
     cpu: dict[str, list[float]] = {names[route]: [] for route in routes}
     try:
         with override_settings(ROOT_URLCONF="bench.http_api", DEBUG=False):
-            results = alternate({
-                names[route]: cpu_timed(patcher(route, books[route].pk, user), OPS,
-                                        cpu[names[route]])
-                for route in routes}, ops=OPS, rounds=ROUNDS)
+            results = alternate(
+                {
+                    names[route]: cpu_timed(
+                        patcher(route, books[route].pk, user), OPS, cpu[names[route]]
+                    )
+                    for route in routes
+                },
+                ops=OPS,
+                rounds=ROUNDS,
+            )
     finally:
         Book.objects.filter(pk__in=[b.pk for b in books.values()]).delete()
         user.delete()
@@ -137,16 +146,21 @@ def main() -> None:
             get_redis_connection("redis").delete(*backend.keys(books["redis"].occupy_key))
     for result in results:
         result.unit = "req/s"
-    print_table("PATCH of one field through DRF, PostgreSQL, test client (one client)",
-                results, reference=names["plain"],
-                target="ConditionalMixin ≥ 0.9×, OccupyViewMixin on the database ≥ 0.75× "
-                       "plain DRF; OccupyViewMixin on Redis ≥ 1/1.05 of the floor")
+    print_table(
+        "PATCH of one field through DRF, PostgreSQL, test client (one client)",
+        results,
+        reference=names["plain"],
+        target="ConditionalMixin ≥ 0.9×, OccupyViewMixin on the database ≥ 0.75× "
+        "plain DRF; OccupyViewMixin on Redis ≥ 1/1.05 of the floor",
+    )
     by_name = {result.name: result for result in results}
     if "redis" in routes:
         floor, redis = by_name[names["floor"]], by_name[names["redis"]]
         ratios = redis.ratios(floor)
-        print(f"  OccupyViewMixin on Redis / the floor: {redis.ratio(floor):.2f}× "
-              f"({min(ratios):.2f}–{max(ratios):.2f}; target ≥ {1 / 1.05:.2f}×)")
+        print(
+            f"  OccupyViewMixin on Redis / the floor: {redis.ratio(floor):.2f}× "
+            f"({min(ratios):.2f}–{max(ratios):.2f}; target ≥ {1 / 1.05:.2f}×)"
+        )
     plain_cpu = statistics.median(cpu[names["plain"]])
     print("  CPU per request in this process (median of rounds; × plain by CPU):")
     for name, seconds in cpu.items():

@@ -71,8 +71,13 @@ class DatabaseViewSet(RedisViewSet):
     occupy_backend = "db-postgresql"
 
 
-ROUTES = {"plain": PlainViewSet, "floor": FloorViewSet, "conditional": ConditionalViewSet,
-          "redis": RedisViewSet, "database": DatabaseViewSet}
+ROUTES = {
+    "plain": PlainViewSet,
+    "floor": FloorViewSet,
+    "conditional": ConditionalViewSet,
+    "redis": RedisViewSet,
+    "database": DatabaseViewSet,
+}
 
 router = routers.SimpleRouter()
 for prefix, viewset in ROUTES.items():

@@ -101,8 +101,15 @@ class Tally:
     retry_after: Counter[str] = field(default_factory=Counter)
 
 
-def _timed(tally: Tally, port: int, method: str, path: str, auth: str,
-           body: dict | None = None, **headers: str) -> tuple[int, Any, Any]:
+def _timed(
+    tally: Tally,
+    port: int,
+    method: str,
+    path: str,
+    auth: str,
+    body: dict | None = None,
+    **headers: str,
+) -> tuple[int, Any, Any]:
     """Send one request (:func:`_request`), adding its time to ``tally``."""
     began = time.perf_counter()
     try:
@@ -111,8 +118,9 @@ def _timed(tally: Tally, port: int, method: str, path: str, auth: str,
         tally.requests.append(time.perf_counter() - began)
 
 
-def _request(port: int, method: str, path: str, auth: str, body: dict | None = None,
-             **headers: str) -> tuple[int, Any, Any]:
+def _request(
+    port: int, method: str, path: str, auth: str, body: dict | None = None, **headers: str
+) -> tuple[int, Any, Any]:
     """Send one request on a new connection (gunicorn's sync workers close each one);
     return the status, the headers and the JSON body (0 and ``None`` s if the
     connection failed)."""
@@ -150,8 +158,9 @@ def _retry_after(head: Any, tally: Tally) -> float:
         return 1.0
 
 
-def _increment(port: int, path: str, auth: str, deadline: float, tally: Tally,
-               **headers: str) -> bool:
+def _increment(
+    port: int, path: str, auth: str, deadline: float, tally: Tally, **headers: str
+) -> bool:
     """GET, then PATCH the counter plus one until a PATCH is 200 or the run ends;
     return whether the increment succeeded."""
     began = time.perf_counter()
@@ -163,9 +172,16 @@ def _increment(port: int, path: str, auth: str, deadline: float, tally: Tally,
             continue
         etag = head.get("ETag")
         conditional = {"If-Match": etag} if etag else {}
-        status, head, _ = _timed(tally, port, "PATCH", path, auth,
-                                   {"note": str(int(body["note"] or 0) + 1)},
-                                   **conditional, **headers)
+        status, head, _ = _timed(
+            tally,
+            port,
+            "PATCH",
+            path,
+            auth,
+            {"note": str(int(body["note"] or 0) + 1)},
+            **conditional,
+            **headers,
+        )
         if status == 200:
             tally.ok += 1
             tally.latencies.append(time.perf_counter() - began)
@@ -180,8 +196,7 @@ def _increment(port: int, path: str, auth: str, deadline: float, tally: Tally,
     return False
 
 
-def writer(port: int, path: str, auth: str, start: float, deadline: float,
-           out: Any) -> None:
+def writer(port: int, path: str, auth: str, start: float, deadline: float, out: Any) -> None:
     """A client: increments from ``start`` until ``deadline``; put its :class:`Tally`."""
     tally = Tally()
     _sleep_until(start)
@@ -192,8 +207,7 @@ def writer(port: int, path: str, auth: str, start: float, deadline: float,
     out.put(("writer", tally))
 
 
-def editor(port: int, path: str, auth: str, start: float, deadline: float,
-           out: Any) -> None:
+def editor(port: int, path: str, auth: str, start: float, deadline: float, out: Any) -> None:
     """The editor: takes the edit lease, increments under it for ``EDITOR_HOLD`` s,
     releases it, leaves the object free for ``EDITOR_FREE`` s; again until
     ``deadline``. Its increments count in the totals, not in the latencies."""
@@ -233,10 +247,25 @@ def start_gunicorn() -> tuple[subprocess.Popen[bytes], int]:
     port = _free_port()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.http_settings"}
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--workers", str(WORKERS), "--bind",
-         f"127.0.0.1:{port}", "--log-level", "warning", "--timeout", "120",
-         "--graceful-timeout", "5", "django.core.wsgi:get_wsgi_application()"],
-        cwd=ROOT, env=env)
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--workers",
+            str(WORKERS),
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "warning",
+            "--timeout",
+            "120",
+            "--graceful-timeout",
+            "5",
+            "django.core.wsgi:get_wsgi_application()",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
     deadline = time.time() + START_TIMEOUT
     while time.time() < deadline:
         if server.poll() is not None:
@@ -322,20 +351,23 @@ class Cell:
         return sum(t.slept for t in self.writers) / elapsed if elapsed else 0.0
 
 
-def run_cell(port: int, candidate: Candidate, clients: int, book: Any,
-             auth: dict[str, str]) -> Cell:
+def run_cell(
+    port: int, candidate: Candidate, clients: int, book: Any, auth: dict[str, str]
+) -> Cell:
     """Run ``clients`` writers (and the editor) against ``book`` for ``SECONDS``."""
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     path = f"/{candidate.route}/{book.pk}/"
     start = time.time() + 2.0  # spawned interpreters need a moment to start
     deadline = start + SECONDS
-    processes = [context.Process(target=writer, args=(port, path, auth["writer"], start,
-                                                       deadline, out))
-                 for _ in range(clients)]
+    processes = [
+        context.Process(target=writer, args=(port, path, auth["writer"], start, deadline, out))
+        for _ in range(clients)
+    ]
     if candidate.editor:
-        processes.append(context.Process(target=editor, args=(
-            port, path, auth["editor"], start, deadline, out)))
+        processes.append(
+            context.Process(target=editor, args=(port, path, auth["editor"], start, deadline, out))
+        )
     initial = int(type(book).objects.get(pk=book.pk).note or 0)
     for process in processes:
         process.start()
@@ -351,8 +383,9 @@ def run_cell(port: int, candidate: Candidate, clients: int, book: Any,
         for process in processes:
             stop(process)
     if len(tallies) < len(processes):
-        raise RuntimeError(f"{len(processes) - len(tallies)} client(s) of "
-                           f"{candidate.name} did not finish")
+        raise RuntimeError(
+            f"{len(processes) - len(tallies)} client(s) of {candidate.name} did not finish"
+        )
     writers = [tally for role, tally in tallies if role == "writer"]
     editor_tally = next((tally for role, tally in tallies if role == "editor"), None)
     moved = int(type(book).objects.get(pk=book.pk).note or 0) - initial
@@ -361,42 +394,60 @@ def run_cell(port: int, candidate: Candidate, clients: int, book: Any,
 
 def print_cells(cells: list[Cell]) -> None:
     """Print the table, with each goodput's ratio to ``ConditionalMixin``'s."""
-    print(f"\n## Contended increments over HTTP: gunicorn ({WORKERS} sync workers), "
-          f"PostgreSQL, {SECONDS:g} s per cell")
-    print(f"load average (1 min) before and after: {LOAD[0]:.1f}, {LOAD[-1]:.1f} "
-          f"on {os.cpu_count()} CPUs")
-    print("target: OccupyViewMixin without an editor: 0 × 423, goodput ≥ ConditionalMixin's, "
-          "p99 ≤ 1 s at 8 clients; every occupy row: 0 lost")
-    header = (f"  {'clients':>7}  {'candidate':<40} {'incr/s':>7} {'× cond':>6} {'lost':>6} "
-              f"{'p50 ms':>7} {'p99 ms':>7} {'req ms':>6} {'412':>6} {'423':>5} "
-              f"{'slept':>6}  other")
+    print(
+        f"\n## Contended increments over HTTP: gunicorn ({WORKERS} sync workers), "
+        f"PostgreSQL, {SECONDS:g} s per cell"
+    )
+    print(
+        f"load average (1 min) before and after: {LOAD[0]:.1f}, {LOAD[-1]:.1f} "
+        f"on {os.cpu_count()} CPUs"
+    )
+    print(
+        "target: OccupyViewMixin without an editor: 0 × 423, goodput ≥ ConditionalMixin's, "
+        "p99 ≤ 1 s at 8 clients; every occupy row: 0 lost"
+    )
+    header = (
+        f"  {'clients':>7}  {'candidate':<40} {'incr/s':>7} {'× cond':>6} {'lost':>6} "
+        f"{'p50 ms':>7} {'p99 ms':>7} {'req ms':>6} {'412':>6} {'423':>5} "
+        f"{'slept':>6}  other"
+    )
     print(header)
     for clients in CLIENTS:
-        reference = next((c for c in cells if c.clients == clients
-                          and c.candidate.route == "conditional"), None)
+        reference = next(
+            (c for c in cells if c.clients == clients and c.candidate.route == "conditional"), None
+        )
         for cell in (c for c in cells if c.clients == clients):
             rate = cell.ok / cell.seconds
-            ratio = rate / (reference.ok / reference.seconds) if reference and reference.ok \
+            ratio = (
+                rate / (reference.ok / reference.seconds)
+                if reference and reference.ok
                 else math.nan
+            )
             others = ", ".join(f"{k}: {v}" for k, v in sorted(cell.others().items())) or "-"
             note = ""
             if cell.editor is not None:
                 note = f" (editor: {cell.editor.ok} incr)"
-            print(f"  {clients:>7}  {cell.candidate.name:<40} {rate:7.1f} {ratio:5.2f}× "
-                  f"{cell.lost:6d} {cell.percentile(0.5) * 1000:7.0f} "
-                  f"{cell.percentile(0.99) * 1000:7.0f} {cell.request_ms():6.0f} "
-                  f"{cell.count(412):6d} "
-                  f"{cell.count(423):5d} {cell.slept():6.0%}  {others}{note}")
-    print("  (lost: increments answered 200 that the counter does not show; "
-          "× cond: goodput over ConditionalMixin's at the same number of clients; "
-          "req ms: median time of one request, any answer)")
+            print(
+                f"  {clients:>7}  {cell.candidate.name:<40} {rate:7.1f} {ratio:5.2f}× "
+                f"{cell.lost:6d} {cell.percentile(0.5) * 1000:7.0f} "
+                f"{cell.percentile(0.99) * 1000:7.0f} {cell.request_ms():6.0f} "
+                f"{cell.count(412):6d} "
+                f"{cell.count(423):5d} {cell.slept():6.0%}  {others}{note}"
+            )
+    print(
+        "  (lost: increments answered 200 that the counter does not show; "
+        "× cond: goodput over ConditionalMixin's at the same number of clients; "
+        "req ms: median time of one request, any answer)"
+    )
     retry = Counter[str]()
     for cell in cells:
         for tally in cell.writers:
             retry.update(tally.retry_after)
     if retry:
-        print("  Retry-After of the 423s: "
-              + ", ".join(f"{k} s: {v}" for k, v in sorted(retry.items())))
+        print(
+            "  Retry-After of the 423s: "
+            + ", ".join(f"{k} s: {v}" for k, v in sorted(retry.items()))
+        )
 
 
 def main() -> None:
@@ -409,14 +460,18 @@ def main() -> None:
     from bench.common import setup_django
 
     if importlib.util.find_spec("gunicorn") is None:
-        print("\n## Contended increments over HTTP: skipped (gunicorn is not installed: "
-              "pip install -e '.[bench]')")
+        print(
+            "\n## Contended increments over HTTP: skipped (gunicorn is not installed: "
+            "pip install -e '.[bench]')"
+        )
         return
     try:
         setup_django("postgresql")
     except (ImproperlyConfigured, OperationalError) as e:
-        print(f"\n## Contended increments over HTTP: skipped (PostgreSQL: {e}; "
-              "`make databases` creates the database)")
+        print(
+            f"\n## Contended increments over HTTP: skipped (PostgreSQL: {e}; "
+            "`make databases` creates the database)"
+        )
         return
     from django.conf import settings
     from django.contrib.auth.models import User
@@ -432,13 +487,16 @@ def main() -> None:
     print_machine()
     users = {}
     for role in ("writer", "editor"):
-        user, _ = User.objects.get_or_create(username=f"bench-http-{role}",
-                                             defaults={"is_superuser": True})
+        user, _ = User.objects.get_or_create(
+            username=f"bench-http-{role}", defaults={"is_superuser": True}
+        )
         user.set_password(PASSWORD)
         user.save()
         users[role] = user
-    auth = {role: "Basic " + base64.b64encode(
-        f"{user.username}:{PASSWORD}".encode()).decode() for role, user in users.items()}
+    auth = {
+        role: "Basic " + base64.b64encode(f"{user.username}:{PASSWORD}".encode()).decode()
+        for role, user in users.items()
+    }
     books: list[Any] = []
     cells: list[Cell] = []
     LOAD.append(os.getloadavg()[0])
@@ -446,8 +504,7 @@ def main() -> None:
     try:
         for clients in CLIENTS:
             for candidate in candidates:
-                book = Book.objects.create(name=f"bench-contended-{candidate.route}",
-                                           note="0")
+                book = Book.objects.create(name=f"bench-contended-{candidate.route}", note="0")
                 books.append((candidate.route, book))
                 cells.append(run_cell(port, candidate, clients, book, auth))
     finally:
@@ -459,8 +516,12 @@ def main() -> None:
             from django_redis import get_redis_connection
 
             backend = get_backend("redis")
-            keys = [k for route, book in books if route == "redis"
-                    for k in backend.keys(book.occupy_key)]
+            keys = [
+                k
+                for route, book in books
+                if route == "redis"
+                for k in backend.keys(book.occupy_key)
+            ]
             if keys:
                 get_redis_connection("redis").delete(*keys)
     LOAD.append(os.getloadavg()[0])

@@ -27,8 +27,9 @@ ROUNDS = 3
 
 
 # --- in the worker processes (nothing from Django at import time) --------------------
-def claim_worker(database: str, backend: str, title: str, me: str, how: str,
-                 seconds: float) -> tuple[int, float]:
+def claim_worker(
+    database: str, backend: str, title: str, me: str, how: str, seconds: float
+) -> tuple[int, float]:
     """Claim and release tasks for ``seconds`` (``how``: ``"claim"``, ``"default"``
     or ``"naive"``); return (claims, elapsed)."""
     import occupy
@@ -60,8 +61,7 @@ def _naive_claim(pool: Any, me: str, backend: str) -> Any:
 
     for task in pool.free(backend=backend).order_by("pk")[:50]:
         try:
-            task.lease = occupy.acquire(task.occupy_key, owner=me, ttl=30, timeout=0,
-                                        using=backend)
+            task.lease = occupy.acquire(task.occupy_key, owner=me, ttl=30, timeout=0, using=backend)
         except occupy.Occupied:
             continue
         return task
@@ -92,14 +92,22 @@ def bench_saves() -> None:
         return run
 
     book.refresh_from_db()
-    results = alternate({
-        "Model.save() (plain Django)": plain,
-        "VersionedMixin.save() fields": versioned("fields"),
-        "VersionedMixin.save() strict": versioned("strict"),
-    }, ops=500, rounds=5)
+    results = alternate(
+        {
+            "Model.save() (plain Django)": plain,
+            "VersionedMixin.save() fields": versioned("fields"),
+            "VersionedMixin.save() strict": versioned("strict"),
+        },
+        ops=500,
+        rounds=5,
+    )
     Book.objects.filter(pk=book.pk).delete()
-    print_table("One changed field saved, PostgreSQL (versioned / plain)", results,
-                reference="Model.save() (plain Django)", target="versioned ≥ 0.8× plain")
+    print_table(
+        "One changed field saved, PostgreSQL (versioned / plain)",
+        results,
+        reference="Model.save() (plain Django)",
+        target="versioned ≥ 0.8× plain",
+    )
 
 
 def bench_claims(database: str, backend: str, label: str) -> None:
@@ -109,23 +117,32 @@ def bench_claims(database: str, backend: str, label: str) -> None:
 
     title = f"bench-claim-{time.time_ns()}"
     Task.objects.using(database).bulk_create(Task(title=title) for _ in range(POOL))
-    hows = {"claim(owner=…)": "claim", "claim(), default owner": "default",
-            "naive: first free + lock": "naive"}
+    hows = {
+        "claim(owner=…)": "claim",
+        "claim(), default owner": "default",
+        "naive: first free + lock": "naive",
+    }
     rates: dict[str, list[float]] = {name: [] for name in hows}
     try:
         for _ in range(ROUNDS):
             for name, how in hows.items():
-                results = multiproc.run(claim_worker, [
-                    (database, backend, title, f"editor{n}", how, SECONDS)
-                    for n in range(PROCESSES)
-                ], timeout=120)
+                results = multiproc.run(
+                    claim_worker,
+                    [
+                        (database, backend, title, f"editor{n}", how, SECONDS)
+                        for n in range(PROCESSES)
+                    ],
+                    timeout=120,
+                )
                 claims = sum(count for count, _ in results)
                 rates[name].append(claims / max(elapsed for _, elapsed in results))
     finally:
         Task.objects.using(database).filter(title=title).delete()
-    print_table(f"claim() then release, {PROCESSES} processes, pool of {POOL}, {label}",
-                [Result(name, r, unit="claims/s") for name, r in rates.items()],
-                reference="naive: first free + lock")
+    print_table(
+        f"claim() then release, {PROCESSES} processes, pool of {POOL}, {label}",
+        [Result(name, r, unit="claims/s") for name, r in rates.items()],
+        reference="naive: first free + lock",
+    )
 
 
 def main() -> None:

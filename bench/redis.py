@@ -52,8 +52,11 @@ def _client() -> Any:
 
 #: The commands each uncontended candidate sends itself; commands run inside a script
 #: are counted by Redis under their own names too, so only these are summed.
-_TOP_LEVEL = {"occupy RedisBackend": ["evalsha"], "redis-py Lock": ["set", "evalsha"],
-              "raw floor (SET NX PX + EVALSHA)": ["set", "evalsha"]}
+_TOP_LEVEL = {
+    "occupy RedisBackend": ["evalsha"],
+    "redis-py Lock": ["set", "evalsha"],
+    "raw floor (SET NX PX + EVALSHA)": ["set", "evalsha"],
+}
 
 
 def server_cost(candidates: dict[str, Any], ops: int = 1000) -> dict[str, float]:
@@ -65,8 +68,10 @@ def server_cost(candidates: dict[str, Any], ops: int = 1000) -> dict[str, float]
         client.config_resetstat()
         fn(ops)
         stats = client.info("commandstats")
-        cost[name] = sum(stats.get(f"cmdstat_{command}", {}).get("usec", 0)
-                         for command in _TOP_LEVEL[name]) / ops
+        cost[name] = (
+            sum(stats.get(f"cmdstat_{command}", {}).get("usec", 0) for command in _TOP_LEVEL[name])
+            / ops
+        )
     return cost
 
 
@@ -95,8 +100,11 @@ def uncontended() -> tuple[list[Result], dict[str, float]]:
             evalsha(sha, 1, name, token)
 
     occupy_backend = occupy_cycle("uncontended", "redis", ttl=30)
-    candidates = {"occupy RedisBackend": occupy_backend, "redis-py Lock": redis_py_lock,
-                  "raw floor (SET NX PX + EVALSHA)": floor}
+    candidates = {
+        "occupy RedisBackend": occupy_backend,
+        "redis-py Lock": redis_py_lock,
+        "raw floor (SET NX PX + EVALSHA)": floor,
+    }
     results = alternate(candidates, ops=1500, rounds=15, warmup=300)
     return results, server_cost(candidates)
 
@@ -112,8 +120,10 @@ def _section_loop(candidate: str, seconds: float) -> tuple[int, float, float]:
     client = _client()
     key = f"{_prefix()}contended-{candidate}"
     if candidate == "occupy":
+
         def take() -> Any:
             return occupy.acquire("contended", ttl=10, timeout=10, using="redis")
+
         give = occupy.release
     elif candidate == "python-redis-lock":
         lock = redis_lock.Lock(client, key, expire=10)
@@ -135,6 +145,7 @@ def _section_loop(candidate: str, seconds: float) -> tuple[int, float, float]:
 
         def give(held: Any) -> None:
             held.release()
+
     sections, worst = 0, 0.0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -198,21 +209,33 @@ def main() -> None:
     client = _client()
     try:
         results, server = uncontended()
-        print_table("Redis: uncontended acquire + release (one process)", results,
-                    reference="redis-py Lock",
-                    target="≥ 1.0× redis-py Lock and ≥ 0.9× the raw floor")
+        print_table(
+            "Redis: uncontended acquire + release (one process)",
+            results,
+            reference="redis-py Lock",
+            target="≥ 1.0× redis-py Lock and ≥ 0.9× the raw floor",
+        )
         ratios = results[0].ratios(results[-1])
-        print(f"  occupy / raw floor: {results[0].ratio(results[-1]):.2f}× "
-              f"({min(ratios):.2f}–{max(ratios):.2f})")
-        print("  Redis server time per acquire + release (commandstats): " + ", ".join(
-            f"{name} {usec:.1f} µs" for name, usec in server.items()))
+        print(
+            f"  occupy / raw floor: {results[0].ratio(results[-1]):.2f}× "
+            f"({min(ratios):.2f}–{max(ratios):.2f})"
+        )
+        print(
+            "  Redis server time per acquire + release (commandstats): "
+            + ", ".join(f"{name} {usec:.1f} µs" for name, usec in server.items())
+        )
         results, worst = contended()
-        print_table(f"Redis: {PROCESSES} processes on one key, {HOLD * 1000:g} ms sections",
-                    results, reference="python-redis-lock",
-                    target="≥ 1.0× python-redis-lock's sections/s, worst wait < 50 ms")
+        print_table(
+            f"Redis: {PROCESSES} processes on one key, {HOLD * 1000:g} ms sections",
+            results,
+            reference="python-redis-lock",
+            target="≥ 1.0× python-redis-lock's sections/s, worst wait < 50 ms",
+        )
         for name, waits in worst.items():
-            print(f"  worst wait {name}: median of rounds {statistics.median(waits) * 1000:,.1f}"
-                  f" ms, highest {max(waits) * 1000:,.1f} ms")
+            print(
+                f"  worst wait {name}: median of rounds {statistics.median(waits) * 1000:,.1f}"
+                f" ms, highest {max(waits) * 1000:,.1f} ms"
+            )
     finally:
         names = list(client.scan_iter(match=f"{_prefix()}*", count=1000))
         from occupy.backends import get_backend

@@ -30,8 +30,10 @@ def main() -> None:
         return
     from tests.support.gunicorn_site import lease_cycles, run_gunicorn, sessions_on
 
-    print(f"\nServer-side sessions on the example API's database, gunicorn 2 workers × 4 "
-          f"threads, {REQUESTS:,} requests from 8 clients (PostgreSQL)")
+    print(
+        f"\nServer-side sessions on the example API's database, gunicorn 2 workers × 4 "
+        f"threads, {REQUESTS:,} requests from 8 clients (PostgreSQL)"
+    )
     with run_gunicorn(DATABASE) as book_urls:
         counts = [(0, sessions_on(DATABASE))]
         peak = 0
@@ -60,8 +62,10 @@ def main() -> None:
     print("  requests   sessions")
     for requests, sessions in counts:
         print(f"  {requests:>8,}   {sessions:>8}")
-    print(f"  ({REQUESTS / elapsed:,.0f} requests/s; the last row is after 1 s of quiet; "
-          f"at most {peak} sessions while requests ran)")
+    print(
+        f"  ({REQUESTS / elapsed:,.0f} requests/s; the last row is after 1 s of quiet; "
+        f"at most {peak} sessions while requests ran)"
+    )
 
 
 if __name__ == "__main__":

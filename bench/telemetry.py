@@ -149,14 +149,15 @@ def draw(buckets: dict[float, int], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    labels = [f"≤{bound * 1000:g} ms" if bound != float("inf") else "more"
-              for bound in buckets]
+    labels = [f"≤{bound * 1000:g} ms" if bound != float("inf") else "more" for bound in buckets]
     figure, axes = plt.subplots(figsize=(9, 3.6))
     axes.bar(range(len(buckets)), list(buckets.values()), color="#4c72b0")
     axes.set_xticks(range(len(buckets)), labels, rotation=45, ha="right", fontsize=8)
     axes.set_ylabel("acquires")
-    axes.set_title(f"occupy.lock.wait.duration: {CONTENDERS} processes, one Redis key, "
-                   f"{HOLD * 1000:g} ms sections, {CONTENDED_SECONDS:g} s")
+    axes.set_title(
+        f"occupy.lock.wait.duration: {CONTENDERS} processes, one Redis key, "
+        f"{HOLD * 1000:g} ms sections, {CONTENDED_SECONDS:g} s"
+    )
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
@@ -173,14 +174,19 @@ def main() -> None:
         if server in settings.SKIPS:
             print(f"\n## telemetry on {using}: skipped, {settings.SKIPS[server]}")
             continue
-        print_table(f"telemetry cost: acquire + release on {using}",
-                    uncontended(using), reference="no instrumentation",
-                    target="API, no SDK ≥ 0.98×; SDK, in-memory reader ≥ 0.9×")
+        print_table(
+            f"telemetry cost: acquire + release on {using}",
+            uncontended(using),
+            reference="no instrumentation",
+            target="API, no SDK ≥ 0.98×; SDK, in-memory reader ≥ 0.9×",
+        )
     if "redis" in settings.SKIPS:
         return
     buckets = contended_histogram()
-    print(f"\n## wait histogram, {CONTENDERS} processes on one Redis key "
-          f"({sum(buckets.values())} acquires)")
+    print(
+        f"\n## wait histogram, {CONTENDERS} processes on one Redis key "
+        f"({sum(buckets.values())} acquires)"
+    )
     for bound, count in buckets.items():
         print(f"  ≤ {bound:>8g} s  {count:>7}")
     image = Path(__file__).resolve().parent.parent / "docs/images/telemetry-wait-histogram.png"

@@ -68,9 +68,15 @@ TEMPLATES = [
 WSGI_APPLICATION = "example_project.wsgi.application"
 
 if os.environ.get("EXAMPLE_DB") == "postgresql":
-    DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql",
-                             "NAME": os.environ.get("EXAMPLE_PG_NAME", "occupy"),
-                             "USER": "postgres", "HOST": "127.0.0.1", "PORT": 5432}}
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": os.environ.get("EXAMPLE_PG_NAME", "occupy"),
+            "USER": "postgres",
+            "HOST": "127.0.0.1",
+            "PORT": 5432,
+        }
+    }
 else:
     DATABASES = {
         "default": {
@@ -81,6 +87,7 @@ else:
             "OPTIONS": {"timeout": 30},
         }
     }
+
 
 def _redis_is_up() -> bool:
     try:
@@ -94,17 +101,23 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 OCCUPY = {
     "BACKENDS": {
         "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
-        "files": {"BACKEND": "occupy.backends.file.FileBackend",
-                  "LOCATION": str(VAR / "locks")},
+        "files": {"BACKEND": "occupy.backends.file.FileBackend", "LOCATION": str(VAR / "locks")},
     },
 }
 if os.environ.get("EXAMPLE_REDIS", "auto") != "off" and _redis_is_up():
-    CACHES["locks"] = {"BACKEND": "django_redis.cache.RedisCache",
-                       "LOCATION": "redis://127.0.0.1:6379/5", "KEY_PREFIX": "library"}
-    OCCUPY["BACKENDS"]["redis"] = {"BACKEND": "occupy.backends.redis.RedisBackend",
-                                   "OPTIONS": {"CACHE": "locks"}}
-    OCCUPY["BACKENDS"]["cache"] = {"BACKEND": "occupy.backends.cache.CacheBackend",
-                                   "OPTIONS": {"CACHE": "locks"}}
+    CACHES["locks"] = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": "redis://127.0.0.1:6379/5",
+        "KEY_PREFIX": "library",
+    }
+    OCCUPY["BACKENDS"]["redis"] = {
+        "BACKEND": "occupy.backends.redis.RedisBackend",
+        "OPTIONS": {"CACHE": "locks"},
+    }
+    OCCUPY["BACKENDS"]["cache"] = {
+        "BACKEND": "occupy.backends.cache.CacheBackend",
+        "OPTIONS": {"CACHE": "locks"},
+    }
 
 USE_TZ = True
 TIME_ZONE = "UTC"
@@ -121,11 +134,18 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 SPECTACULAR_SETTINGS = {
-    **({"SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-        "REDOC_DIST": "SIDECAR"} if SIDECAR else {}),
+    **(
+        {
+            "SWAGGER_UI_DIST": "SIDECAR",
+            "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+            "REDOC_DIST": "SIDECAR",
+        }
+        if SIDECAR
+        else {}
+    ),
     "TITLE": "occupy example: the library",
     "DESCRIPTION": "Books and tasks. Writes are conditional (If-Match with the ETag of a "
-                   "GET, or the body's version), never land inside someone else's edit "
-                   "lease, and the leases live under /{pk}/lease/.",
+    "GET, or the body's version), never land inside someone else's edit "
+    "lease, and the leases live under /{pk}/lease/.",
     "VERSION": "1",
 }

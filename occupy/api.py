@@ -72,8 +72,14 @@ def _prepare(
     return get_backend(using), key, owner, ttl, timeout
 
 
-def _granted(backend: BaseBackend, lease: Lease, renew: bool, *, held_here: bool = False,
-             deeper: bool = False) -> Lease:
+def _granted(
+    backend: BaseBackend,
+    lease: Lease,
+    renew: bool,
+    *,
+    held_here: bool = False,
+    deeper: bool = False,
+) -> Lease:
     telemetry.granted(backend, lease, deeper=deeper, held_here=held_here)
     lease.renew = renew
     if renew:
@@ -113,12 +119,29 @@ def acquire(
     """
     backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
     with telemetry.span("occupy.acquire", backend, key):
-        return take(backend, key, owner=owner, ttl=ttl, timeout=timeout, renew=renew,
-                    token=token, reentrant=reentrant)
+        return take(
+            backend,
+            key,
+            owner=owner,
+            ttl=ttl,
+            timeout=timeout,
+            renew=renew,
+            token=token,
+            reentrant=reentrant,
+        )
 
 
-def take(backend: BaseBackend, key: str, *, owner: str, ttl: float, timeout: float | None,
-         renew: bool, token: str | None, reentrant: bool) -> Lease:
+def take(
+    backend: BaseBackend,
+    key: str,
+    *,
+    owner: str,
+    ttl: float,
+    timeout: float | None,
+    renew: bool,
+    token: str | None,
+    reentrant: bool,
+) -> Lease:
     """Do the work of :func:`acquire` on ``backend``, with the arguments checked and the
     settings' defaults filled in: for a lock whose backend is not configured in
     ``OCCUPY`` (:class:`~occupy.CacheLock` builds its own)."""
@@ -148,8 +171,7 @@ def resume(key: str, token: str, *, ttl: float = DEFAULT, using: str = "default"
     return _held_by_token(key, backend.resume(key, check_token(token), ttl, deeper=False))
 
 
-async def aresume(key: str, token: str, *, ttl: float = DEFAULT,
-                  using: str = "default") -> Lease:
+async def aresume(key: str, token: str, *, ttl: float = DEFAULT, using: str = "default") -> Lease:
     """Async twin of :func:`resume`."""
     backend, key, _owner, ttl, _timeout = _prepare(key, None, ttl, 0, using)
     lease = await backend.aresume(key, check_token(token), ttl, deeper=False)
@@ -159,8 +181,9 @@ async def aresume(key: str, token: str, *, ttl: float = DEFAULT,
 def _held_by_token(key: str, lease: Lease | None) -> Lease:
     """Return ``lease``, or raise ``LeaseLost`` when the token held nothing."""
     if lease is None:
-        raise LeaseLost(f"The token does not hold {key!r}: it expired, was released or "
-                        "was taken over.", key=key)
+        raise LeaseLost(
+            f"The token does not hold {key!r}: it expired, was released or was taken over.", key=key
+        )
     return lease
 
 
@@ -223,8 +246,9 @@ async def atakeover(
     return _taken_over(backend, lease, previous, renew, reentrant)
 
 
-def _taken_over(backend: BaseBackend, lease: Lease, previous: Holder | None,
-                renew: bool, reentrant: bool) -> Lease:
+def _taken_over(
+    backend: BaseBackend, lease: Lease, previous: Holder | None, renew: bool, reentrant: bool
+) -> Lease:
     if reentrant:
         reentry.record(lease, deeper=False)
     signals.lease_taken_over.send(sender=type(backend), lease=lease, previous=previous)
@@ -253,13 +277,29 @@ async def aacquire(
     """Async twin of :func:`acquire`; cancelling it while it waits leaves no claim."""
     backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
     with telemetry.span("occupy.acquire", backend, key):
-        return await atake(backend, key, owner=owner, ttl=ttl, timeout=timeout,
-                           renew=renew, token=token, reentrant=reentrant)
+        return await atake(
+            backend,
+            key,
+            owner=owner,
+            ttl=ttl,
+            timeout=timeout,
+            renew=renew,
+            token=token,
+            reentrant=reentrant,
+        )
 
 
-async def atake(backend: BaseBackend, key: str, *, owner: str, ttl: float,
-                timeout: float | None, renew: bool, token: str | None,
-                reentrant: bool) -> Lease:
+async def atake(
+    backend: BaseBackend,
+    key: str,
+    *,
+    owner: str,
+    ttl: float,
+    timeout: float | None,
+    renew: bool,
+    token: str | None,
+    reentrant: bool,
+) -> Lease:
     """Async twin of :func:`take`."""
     if token is not None:
         presented = await backend.aresume(key, check_token(token), ttl, deeper=False)
@@ -288,8 +328,10 @@ def _releasable(lease: Any) -> Lease:
             key=lease.key,
         )
     if lease.released:
-        raise LeaseLost(f"The lease on {lease.key!r} was already released: release() "
-                        "was called on it twice.", key=lease.key)
+        raise LeaseLost(
+            f"The lease on {lease.key!r} was already released: release() was called on it twice.",
+            key=lease.key,
+        )
     if lease.renew:
         watchdog.unwatch(lease)
     if lease.lost:
@@ -358,8 +400,7 @@ async def aholder(key: str, *, using: str = "default") -> Holder | None:
 #: newest last: (lock, lease, span). Kept per context, so that one ``lock`` object shared
 #: by threads or tasks releases, on each exit, the lease that this context took; a tuple,
 #: so that a task started inside a block sees the stack but never changes its parent's.
-_held_by_locks: ContextVar[tuple[_Entered, ...]] = ContextVar("occupy_held_by_locks",
-                                                              default=())
+_held_by_locks: ContextVar[tuple[_Entered, ...]] = ContextVar("occupy_held_by_locks", default=())
 
 
 class _Entered:
@@ -368,8 +409,9 @@ class _Entered:
 
     __slots__ = ("handed_on", "lease", "left", "lock", "section", "span")
 
-    def __init__(self, owner: lock, lease: Lease, section: AbstractContextManager[Any],
-                 span: Any) -> None:
+    def __init__(
+        self, owner: lock, lease: Lease, section: AbstractContextManager[Any], span: Any
+    ) -> None:
         self.lock, self.lease, self.section, self.span = owner, lease, section, span
         self.left = self.handed_on = False
 
@@ -459,14 +501,20 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         else:
             raise RuntimeError(
                 f"lock({self.key!r}) was left by a thread or task that did not enter it, "
-                f"while {len(outstanding)} entries of it are held elsewhere.")
+                f"while {len(outstanding)} entries of it are held elsewhere."
+            )
         entry.left = True
         outstanding.remove(entry)
         _held_by_locks.set(tuple(e for e in live if e is not entry))
         return entry
 
-    def _end_section(self, entry: _Entered, exc_type: type[BaseException] | None,
-                     exc: BaseException | None, tb: TracebackType | None) -> None:
+    def _end_section(
+        self,
+        entry: _Entered,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         """End the section's span: as the current span in the context that entered it,
         else (handed on) just the span, whose context belongs to the other thread."""
         if not entry.handed_on:
@@ -589,8 +637,16 @@ class lock_many(AbstractContextManager[list[Lease], None]):
         try:
             for key in self.keys:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                self.leases.append(acquire(key, owner=owner, ttl=self.ttl, timeout=left,
-                                           renew=self.renew, using=self.using))
+                self.leases.append(
+                    acquire(
+                        key,
+                        owner=owner,
+                        ttl=self.ttl,
+                        timeout=left,
+                        renew=self.renew,
+                        using=self.using,
+                    )
+                )
         except BaseException:
             self._release_all(raise_lost=False)
             raise

@@ -57,8 +57,10 @@ def cache_backend(cache: str, *, single_process: bool = False) -> BaseBackend:
     if backend is not None:
         return backend
     alias = f"CacheLock:{cache}"
-    params = {"BACKEND": CACHE_BACKEND,
-              "OPTIONS": {"CACHE": cache, "SINGLE_PROCESS": single_process}}
+    params = {
+        "BACKEND": CACHE_BACKEND,
+        "OPTIONS": {"CACHE": cache, "SINGLE_PROCESS": single_process},
+    }
     cls = load_backend_class(CACHE_BACKEND, alias=alias)
     messages = cls.check(alias, params)
     errors = [m for m in messages if m.is_serious()]
@@ -130,10 +132,19 @@ class CacheLock(lock):
         if not isinstance(cache, str) or not cache:
             raise TypeError(f"cache must be a cache alias (a non-empty str), not {cache!r}.")
         if ttl is DEFAULT or timeout is DEFAULT:
-            raise TypeError("CacheLock has no OCCUPY settings to take DEFAULT from: "
-                            "give ttl and timeout in seconds.")
-        super().__init__(key, owner=owner, ttl=check_ttl(ttl), timeout=check_timeout(timeout),
-                         renew=renew, reentrant=reentrant, using=f"CacheLock:{cache}")
+            raise TypeError(
+                "CacheLock has no OCCUPY settings to take DEFAULT from: "
+                "give ttl and timeout in seconds."
+            )
+        super().__init__(
+            key,
+            owner=owner,
+            ttl=check_ttl(ttl),
+            timeout=check_timeout(timeout),
+            renew=renew,
+            reentrant=reentrant,
+            using=f"CacheLock:{cache}",
+        )
         self.cache = cache
         self.single_process = bool(single_process)
 
@@ -142,10 +153,14 @@ class CacheLock(lock):
 
     def _arguments(self) -> dict[str, Any]:
         owner = self.kwargs["owner"]
-        return {"owner": default_owner() if owner is None else owner,
-                "ttl": self.kwargs["ttl"], "timeout": self.kwargs["timeout"],
-                "renew": self.kwargs["renew"], "token": None,
-                "reentrant": self.kwargs["reentrant"]}
+        return {
+            "owner": default_owner() if owner is None else owner,
+            "ttl": self.kwargs["ttl"],
+            "timeout": self.kwargs["timeout"],
+            "renew": self.kwargs["renew"],
+            "token": None,
+            "reentrant": self.kwargs["reentrant"],
+        }
 
     def _take(self) -> Lease:
         """Take the key on the cache; raise ``LockTimeout`` (also for ``timeout=0``)."""
@@ -173,5 +188,6 @@ def _timed_out(error: Occupied) -> LockTimeout:
     """Return ``error`` as a ``LockTimeout``: a ``CacheLock`` that did not wait timed out
     after 0 s, and callers of hand-written cache locks catch ``LockTimeout``."""
     assert error.key is not None  # an Occupied always names its key
-    return LockTimeout(str(error), key=error.key, holder=error.holder,
-                       retry_after=error.retry_after)
+    return LockTimeout(
+        str(error), key=error.key, holder=error.holder, retry_after=error.retry_after
+    )

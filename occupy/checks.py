@@ -52,8 +52,7 @@ def _configured() -> tuple[dict[str, Any], list[CheckMessage]]:
     try:
         return occupy_settings.BACKENDS, []
     except InvalidBackendError as e:
-        return {}, [Error(str(e), hint=SETTINGS_HINT,
-                          id="occupy.E002")]
+        return {}, [Error(str(e), hint=SETTINGS_HINT, id="occupy.E002")]
 
 
 def _classes() -> Iterator[tuple[str, dict[str, Any], type[BaseBackend]]]:
@@ -77,8 +76,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         try:
             getattr(occupy_settings, name)
         except ImproperlyConfigured as e:
-            messages.append(Error(str(e), obj=f"OCCUPY[{name!r}]", id="occupy.E007",
-                                  hint=SETTINGS_HINT))
+            messages.append(
+                Error(str(e), obj=f"OCCUPY[{name!r}]", id="occupy.E007", hint=SETTINGS_HINT)
+            )
     return messages
 
 
@@ -89,19 +89,25 @@ def check_backends(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     messages: list[CheckMessage] = []
     for alias, config in backends.items():
         if not isinstance(config, dict):
-            messages.append(Error(f"{where(alias)} must be a dict, not "
-                                  f"{type(config).__name__}.", id="occupy.E002"))
+            messages.append(
+                Error(
+                    f"{where(alias)} must be a dict, not {type(config).__name__}.", id="occupy.E002"
+                )
+            )
             continue
         try:
             load_backend_class(config.get("BACKEND"), alias=alias)
         except InvalidBackendError as e:
-            messages.append(Error(
-                str(e),
-                hint="Use one of occupy.backends.db.DatabaseBackend, "
-                "occupy.backends.redis.RedisBackend, occupy.backends.cache.CacheBackend, "
-                "occupy.backends.file.FileBackend, or your own BaseBackend subclass.",
-                obj=where(alias), id="occupy.E001",
-            ))
+            messages.append(
+                Error(
+                    str(e),
+                    hint="Use one of occupy.backends.db.DatabaseBackend, "
+                    "occupy.backends.redis.RedisBackend, occupy.backends.cache.CacheBackend, "
+                    "occupy.backends.file.FileBackend, or your own BaseBackend subclass.",
+                    obj=where(alias),
+                    id="occupy.E001",
+                )
+            )
     for alias, config, cls in _classes():
         messages += cls.check(alias, config)
     return messages
@@ -131,11 +137,14 @@ def composite_pk_unsupported(model: type[Any], user: type[Any], by: str) -> list
     said at startup rather than as a traceback at request time."""
     if not model._meta.is_composite_pk:
         return []
-    return [Error(
-        f"{user.__name__} serves {model._meta.label}, whose primary key is composite "
-        f"(CompositePrimaryKey), which {by} does not support.",
-        hint="Use occupy's model side on this model (occupy(), claim(), locked(), "
-        "versioned and fenced saves), which supports composite keys; see "
-        f"{docs_url('topics/models#composite-primary-keys')}.",
-        obj=user, id="occupy.E301",
-    )]
+    return [
+        Error(
+            f"{user.__name__} serves {model._meta.label}, whose primary key is composite "
+            f"(CompositePrimaryKey), which {by} does not support.",
+            hint="Use occupy's model side on this model (occupy(), claim(), locked(), "
+            "versioned and fenced saves), which supports composite keys; see "
+            f"{docs_url('topics/models#composite-primary-keys')}.",
+            obj=user,
+            id="occupy.E301",
+        )
+    ]

@@ -121,9 +121,9 @@ class OccupySettings:
         """Return the default wait in seconds (``None``: wait forever)."""
         return _seconds(check_timeout, "OCCUPY['TIMEOUT']", self._get("TIMEOUT"))
 
-
-    def _section(self, name: str, defaults: dict[str, Any],
-                 error: type[ImproperlyConfigured]) -> dict[str, Any]:
+    def _section(
+        self, name: str, defaults: dict[str, Any], error: type[ImproperlyConfigured]
+    ) -> dict[str, Any]:
         """Return ``OCCUPY[name]``, a dict of optional keys, merged over ``defaults``;
         raise ``error`` for a value that is not a dict or has a key not in them."""
         value = self._get(name)
@@ -131,38 +131,46 @@ class OccupySettings:
             raise error(f"settings.OCCUPY[{name!r}] must be a dict.")
         unknown = set(value) - set(defaults)
         if unknown:
-            raise error(f"settings.OCCUPY[{name!r}] has unknown keys {sorted(unknown)}; "
-                        f"known keys are {sorted(defaults)}.")
+            raise error(
+                f"settings.OCCUPY[{name!r}] has unknown keys {sorted(unknown)}; "
+                f"known keys are {sorted(defaults)}."
+            )
         return {**defaults, **value}
 
     @property
     def REST_FRAMEWORK(self) -> dict[str, Any]:
         """Return the HTTP contract's settings, the project's over the defaults."""
         if self._rest_framework is None:
-            merged = self._section("REST_FRAMEWORK", REST_FRAMEWORK_DEFAULTS,
-                                   InvalidBackendError)
+            merged = self._section("REST_FRAMEWORK", REST_FRAMEWORK_DEFAULTS, InvalidBackendError)
             methods = merged["PRECONDITION_REQUIRED"]
             if isinstance(methods, str) or not all(isinstance(m, str) for m in methods):
-                raise InvalidBackendError("settings.OCCUPY['REST_FRAMEWORK']"
-                                          "['PRECONDITION_REQUIRED'] must be a list of methods.")
+                raise InvalidBackendError(
+                    "settings.OCCUPY['REST_FRAMEWORK']"
+                    "['PRECONDITION_REQUIRED'] must be a list of methods."
+                )
             merged["PRECONDITION_REQUIRED"] = tuple(m.upper() for m in methods)
             for name in ("LEASE_TTL", "LEASE_TTL_MAX"):
                 _seconds(check_ttl, f"OCCUPY['REST_FRAMEWORK'][{name!r}]", merged[name])
             wait = merged["WRITE_WAIT"]
-            seconds = (None if wait is None else
-                       _seconds(check_timeout, "OCCUPY['REST_FRAMEWORK']['WRITE_WAIT']", wait))
+            seconds = (
+                None
+                if wait is None
+                else _seconds(check_timeout, "OCCUPY['REST_FRAMEWORK']['WRITE_WAIT']", wait)
+            )
             if seconds is None or seconds > 60:
                 raise InvalidBackendError(
                     "settings.OCCUPY['REST_FRAMEWORK']['WRITE_WAIT'] is how long a write waits "
                     "for another write in flight: a few seconds at most, not "
-                    f"{wait!r} (a request would hang for that long).")
+                    f"{wait!r} (a request would hang for that long)."
+                )
             merged["WRITE_WAIT"] = seconds
             if merged["LEASE_TTL"] > merged["LEASE_TTL_MAX"]:
                 raise InvalidBackendError(
                     "settings.OCCUPY['REST_FRAMEWORK']['LEASE_TTL'] "
                     f"({merged['LEASE_TTL']!r} s) is above LEASE_TTL_MAX "
                     f"({merged['LEASE_TTL_MAX']!r} s): a lease asked for without a ttl would "
-                    "outlive the longest one allowed. Lower LEASE_TTL or raise LEASE_TTL_MAX.")
+                    "outlive the longest one allowed. Lower LEASE_TTL or raise LEASE_TTL_MAX."
+                )
             self._rest_framework = merged
         return self._rest_framework
 
@@ -175,14 +183,16 @@ class OccupySettings:
             if family is not None and not isinstance(family, str):
                 raise ImproperlyConfigured(
                     "settings.OCCUPY['TELEMETRY']['KEY_FAMILY'] must be the dotted path of "
-                    f"a function (key -> family) or None, not {family!r}.")
+                    f"a function (key -> family) or None, not {family!r}."
+                )
             if family is not None:
                 try:
                     import_string(family)
                 except ImportError as e:
                     raise ImproperlyConfigured(
                         f"settings.OCCUPY['TELEMETRY']['KEY_FAMILY'] = {family!r} cannot be "
-                        f"imported: {e}") from e
+                        f"imported: {e}"
+                    ) from e
             self._cache["TELEMETRY"] = merged
         return self._cache["TELEMETRY"]  # type: ignore[no-any-return]
 

@@ -30,8 +30,9 @@ __all__ = [
 ]
 
 
-def _rebuild(cls: type[BaseException], args: tuple[Any, ...],
-             state: dict[str, Any]) -> BaseException:
+def _rebuild(
+    cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]
+) -> BaseException:
     """Return an occupy error unpickled: its class, its message, its attributes."""
     error = cls.__new__(cls)
     error.args = args
@@ -111,8 +112,7 @@ class StoreUnavailable(OccupyError):
     a claim it could not clear up expires by its ttl.
     """
 
-    def __init__(self, message: str, *, key: str | None = None, using: str | None = None
-                 ) -> None:
+    def __init__(self, message: str, *, key: str | None = None, using: str | None = None) -> None:
         super().__init__(message, key=key)
         self.using = using
 

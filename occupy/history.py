@@ -16,5 +16,6 @@ def log_entry(user_pk: Any, obj: Model, action_flag: int, message: str) -> None:
     ``django.contrib.admin``; the caller checks it is installed)."""
     from django.contrib.admin.models import LogEntry
 
-    LogEntry.objects.log_actions(user_pk, [obj], action_flag, change_message=message,
-                                 single_object=True)
+    LogEntry.objects.log_actions(
+        user_pk, [obj], action_flag, change_message=message, single_object=True
+    )

@@ -102,8 +102,7 @@ def parse_if_match(header: str) -> list[str]:
     parts = [part for part in header.split(",") if part.strip()]
     if not parts or (tags != [ANY] and len(tags) != len(parts)):
         raise MalformedPrecondition(
-            f"If-Match must be '*' or a list of entity tags such as '\"3\"', not "
-            f"{_shown(header)}."
+            f"If-Match must be '*' or a list of entity tags such as '\"3\"', not {_shown(header)}."
         )
     for tag in tags:
         opaque = tag.removeprefix("W/").strip('"')
@@ -148,8 +147,13 @@ def holder_body(holder: Holder | None, display: Callable[[str], str]) -> dict[st
     }
 
 
-def problem_for(exc: OccupyError, *, display: Callable[[str], str] = str,
-                current_version: int | None = None, from_if_match: bool = False) -> Problem:
+def problem_for(
+    exc: OccupyError,
+    *,
+    display: Callable[[str], str] = str,
+    current_version: int | None = None,
+    from_if_match: bool = False,
+) -> Problem:
     """Return the :class:`Problem` for an occupy exception (see the module's table).
 
     ``current_version`` is the row's version now, for the ``ETag`` of a conflict;
@@ -164,25 +168,39 @@ def problem_for(exc: OccupyError, *, display: Callable[[str], str] = str,
         if holder is not None and parse_owner(holder.owner).write:
             # Another request's write that outlasted the wait: nobody is editing.
             return Problem(
-                423, "locked", "Another write to this object is taking longer than usual; "
-                "try again shortly.", extra={"holder": None, "retry_after": seconds},
-                headers={"Retry-After": str(seconds)})
+                423,
+                "locked",
+                "Another write to this object is taking longer than usual; try again shortly.",
+                extra={"holder": None, "retry_after": seconds},
+                headers={"Retry-After": str(seconds)},
+            )
         who = "someone else" if holder is None else display(holder.owner)
         return Problem(
-            423, "locked", f"This object is being edited by {who}; try again later.",
+            423,
+            "locked",
+            f"This object is being edited by {who}; try again later.",
             extra={"holder": holder_body(holder, display), "retry_after": seconds},
             headers={"Retry-After": str(seconds)},
         )
     if isinstance(exc, StoreUnavailable):
-        return Problem(503, "store_unavailable", "The lock store cannot be reached right "
-                       "now; nothing was written. Try again shortly.",
-                       headers={"Retry-After": "1"})
+        return Problem(
+            503,
+            "store_unavailable",
+            "The lock store cannot be reached right now; nothing was written. Try again shortly.",
+            headers={"Retry-After": "1"},
+        )
     if isinstance(exc, FencedOut):
-        return Problem(409, "fenced_out", "Your edit lease expired or was taken over "
-                       "before this write; nothing was written.")
+        return Problem(
+            409,
+            "fenced_out",
+            "Your edit lease expired or was taken over before this write; nothing was written.",
+        )
     if isinstance(exc, LeaseLost):
-        return Problem(409, "lease_lost", "Your edit lease is no longer held: it expired, "
-                       "was released or was taken over.")
+        return Problem(
+            409,
+            "lease_lost",
+            "Your edit lease is no longer held: it expired, was released or was taken over.",
+        )
     if isinstance(exc, ConflictError):
         headers = {}
         etag = etag_for(current_version)
@@ -190,10 +208,20 @@ def problem_for(exc: OccupyError, *, display: Callable[[str], str] = str,
             headers["ETag"] = etag
         extra = {"current_version": current_version, "fields": list(exc.fields)}
         if from_if_match:
-            return Problem(412, "precondition_failed", "The object changed since you read "
-                           "it; read it again and resend your change.", extra, headers)
-        return Problem(409, "version_conflict", "The object changed since you read it; "
-                       "read it again and resend your change.", extra, headers)
+            return Problem(
+                412,
+                "precondition_failed",
+                "The object changed since you read it; read it again and resend your change.",
+                extra,
+                headers,
+            )
+        return Problem(
+            409,
+            "version_conflict",
+            "The object changed since you read it; read it again and resend your change.",
+            extra,
+            headers,
+        )
     raise TypeError(f"occupy.http has no answer for {type(exc).__name__}: {exc}")
 
 
@@ -206,36 +234,48 @@ def current_version(exc: OccupyError) -> int | None:
     """Return the version the row of a conflict has now (for its ``ETag``), or ``None``."""
     model = getattr(exc, "model", None)
     pk = getattr(exc, "pk", None)
-    if (not isinstance(exc, ConflictError) or model is None or pk is None
-            or not any(f.name == "version" for f in model._meta.concrete_fields)):
+    if (
+        not isinstance(exc, ConflictError)
+        or model is None
+        or pk is None
+        or not any(f.name == "version" for f in model._meta.concrete_fields)
+    ):
         return None
     value = model._base_manager.filter(pk=pk).values_list("version", flat=True).first()
     return None if value is None else int(value)
 
 
-def answer(exc: OccupyError, *, display: Callable[[str], str] = owner_display,
-           from_if_match: bool = False) -> Problem:
+def answer(
+    exc: OccupyError, *, display: Callable[[str], str] = owner_display, from_if_match: bool = False
+) -> Problem:
     """Return the :class:`Problem` for ``exc``, with the row's current version read for
     a conflict's ``ETag`` (:func:`problem_for` with what it needs looked up)."""
-    return problem_for(exc, display=display, current_version=current_version(exc),
-                       from_if_match=from_if_match)
+    return problem_for(
+        exc, display=display, current_version=current_version(exc), from_if_match=from_if_match
+    )
 
 
 def precondition_required(method: str, accepted: list[str]) -> Problem:
     """Return the 428 for a write that must be conditional and is not."""
     return Problem(
-        428, "precondition_required",
+        428,
+        "precondition_required",
         f"{method} on this resource must be conditional: send If-Match with the ETag "
         f"from GET, or the {accepted[-1]!r} field.",
-        extra={"accepted": accepted}, headers={"Cache-Control": "no-store"},
+        extra={"accepted": accepted},
+        headers={"Cache-Control": "no-store"},
     )
 
 
 def lease_not_yours() -> Problem:
     """Return the 409 for a lease token presented by a user who did not take the lease
     (the lease is left as it is)."""
-    return Problem(409, "lease_lost", "You hold no lease with this token: it belongs to "
-                   "another user's lease, which is left as it is.")
+    return Problem(
+        409,
+        "lease_lost",
+        "You hold no lease with this token: it belongs to "
+        "another user's lease, which is left as it is.",
+    )
 
 
 def unlockable(error: ValueError) -> Problem:
@@ -245,5 +285,4 @@ def unlockable(error: ValueError) -> Problem:
 
 def lease_token_required(header: str) -> Problem:
     """Return the 428 for a lease request that lacks its token."""
-    return Problem(428, "lease_token_required",
-                   f"Send the lease's token in the {header} header.")
+    return Problem(428, "lease_token_required", f"Send the lease's token in the {header} header.")

@@ -51,8 +51,10 @@ def fit(prefix: str, part: str) -> str:
         return key
     room = MAX_KEY_LENGTH - len(prefix) - _TAIL
     if room < 1:
-        raise ValueError(f"The key prefix {prefix[:40]!r}… is {len(prefix)} characters long; "
-                         f"at most {MAX_KEY_LENGTH - _TAIL - 1} leave room for a digest.")
+        raise ValueError(
+            f"The key prefix {prefix[:40]!r}… is {len(prefix)} characters long; "
+            f"at most {MAX_KEY_LENGTH - _TAIL - 1} leave room for a digest."
+        )
     return f"{prefix}{part[:room]}~{_digest(part)}"
 
 
@@ -91,4 +93,3 @@ def parse_object_key(key: str) -> ObjectKey | None:
     if not _looks_shortened(key):
         return ObjectKey(app_label, model_name, pk_text, None)
     return ObjectKey(app_label, model_name, pk_text[:-_TAIL], pk_text[-DIGEST_CHARS:])
-

@@ -98,8 +98,9 @@ class Lease:
         """
         if not self.lost:
             self.lost = True
-            signals.lease_lost.send(sender=type(self._backend()), lease=self, reason=reason,
-                                    cause=cause)
+            signals.lease_lost.send(
+                sender=type(self._backend()), lease=self, reason=reason, cause=cause
+            )
         return LeaseLost(f"The lease on {self.key!r} was lost: {reason}.", key=self.key)
 
     def extend(self, ttl: float | None = None) -> None:

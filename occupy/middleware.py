@@ -38,8 +38,7 @@ class OccupyErrorsMiddleware:
         """Pass the request on."""
         return self.get_response(request)
 
-    def process_exception(self, request: HttpRequest, exception: Exception
-                          ) -> HttpResponse | None:
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         """Return the status table's answer to an occupy exception, else ``None``."""
         if not isinstance(exception, OccupyError) or not isinstance(exception, http.ANSWERED):
             return None

@@ -18,8 +18,16 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["Owner", "admin_owner", "lease_owner", "owner_display", "owner_user_pk",
-           "parse_owner", "same_user", "write_owner"]
+__all__ = [
+    "Owner",
+    "admin_owner",
+    "lease_owner",
+    "owner_display",
+    "owner_user_pk",
+    "parse_owner",
+    "same_user",
+    "write_owner",
+]
 
 _WRITE = "write:"
 _OWNER = re.compile(
@@ -76,9 +84,12 @@ def parse_owner(owner: str) -> Owner:
     if match is None:
         return Owner(user=None, write=owner.startswith(_WRITE))
     pk = None if match["pk"] == "anonymous" else match["pk"]
-    return Owner(user=pk, write=bool(match["write"]),
-                 ttl=None if match["ttl"] is None else float(match["ttl"]),
-                 client=match["client"])
+    return Owner(
+        user=pk,
+        write=bool(match["write"]),
+        ttl=None if match["ttl"] is None else float(match["ttl"]),
+        client=match["client"],
+    )
 
 
 def owner_display(owner: str) -> str:

@@ -12,8 +12,7 @@
 
 from django.dispatch import Signal
 
-__all__ = ["lease_acquired", "lease_expired", "lease_lost", "lease_released",
-           "lease_taken_over"]
+__all__ = ["lease_acquired", "lease_expired", "lease_lost", "lease_released", "lease_taken_over"]
 
 lease_acquired = Signal()
 lease_released = Signal()

@@ -77,8 +77,25 @@ UNKNOWN = "unknown"
 
 #: Wait and hold times span milliseconds to minutes: the SDK's default buckets (0 to
 #: 10,000, made for milliseconds) would put every wait in the first two.
-SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-                   5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+SECONDS_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+)
 
 
 class _Instruments:
@@ -87,42 +104,71 @@ class _Instruments:
     def __init__(self) -> None:
         assert otel_metrics is not None
         version = _version()
-        meter = (otel_metrics.get_meter("occupy") if version is None
-                 else otel_metrics.get_meter("occupy", version))
+        meter = (
+            otel_metrics.get_meter("occupy")
+            if version is None
+            else otel_metrics.get_meter("occupy", version)
+        )
         seconds: dict[str, Any] = {
-            "unit": "s", "explicit_bucket_boundaries_advisory": list(SECONDS_BUCKETS)}
+            "unit": "s",
+            "explicit_bucket_boundaries_advisory": list(SECONDS_BUCKETS),
+        }
         self.wait = meter.create_histogram(
-            "occupy.lock.wait.duration", description="Time an acquire waited for its key, "
-            "by outcome (granted, timed_out, occupied, store_error).", **seconds)
+            "occupy.lock.wait.duration",
+            description="Time an acquire waited for its key, "
+            "by outcome (granted, timed_out, occupied, store_error).",
+            **seconds,
+        )
         self.hold = meter.create_histogram(
-            "occupy.lease.hold.duration", description="Time a lease was held, from its "
-            "grant to its release, expiry or loss.", **seconds)
+            "occupy.lease.hold.duration",
+            description="Time a lease was held, from its grant to its release, expiry or loss.",
+            **seconds,
+        )
         # Observed when a reader collects, not counted on every grant and release: the
         # lock path only keeps the tallies it keeps anyway.
         meter.create_observable_up_down_counter(
-            "occupy.lease.held", [_observe_held], unit="{lease}",
-            description="Leases held by this process.")
+            "occupy.lease.held",
+            [_observe_held],
+            unit="{lease}",
+            description="Leases held by this process.",
+        )
         meter.create_observable_up_down_counter(
-            "occupy.lock.waiting", [_observe_waiting], unit="{waiter}",
-            description="Acquires of this process waiting for their key.")
+            "occupy.lock.waiting",
+            [_observe_waiting],
+            unit="{waiter}",
+            description="Acquires of this process waiting for their key.",
+        )
         self.lost = meter.create_counter(
-            "occupy.lease.lost", unit="{lease}", description="Leases lost while held, by "
-            "reason (expired, taken_over, store_failure).")
+            "occupy.lease.lost",
+            unit="{lease}",
+            description="Leases lost while held, by reason (expired, taken_over, store_failure).",
+        )
         self.takeovers = meter.create_counter(
-            "occupy.lease.takeovers", unit="{lease}",
-            description="Takeovers granted by this process.")
+            "occupy.lease.takeovers",
+            unit="{lease}",
+            description="Takeovers granted by this process.",
+        )
         self.fenced_out = meter.create_counter(
-            "occupy.write.fenced_out", unit="{write}",
-            description="Writes refused because the writer's fence was stale.")
+            "occupy.write.fenced_out",
+            unit="{write}",
+            description="Writes refused because the writer's fence was stale.",
+        )
         self.conflicts = meter.create_counter(
-            "occupy.write.version_conflicts", unit="{write}",
-            description="Versioned writes refused because the row had changed.")
+            "occupy.write.version_conflicts",
+            unit="{write}",
+            description="Versioned writes refused because the row had changed.",
+        )
         self.store_errors = meter.create_counter(
-            "occupy.store.errors", unit="{error}",
-            description="Calls that found the lock store unavailable.")
+            "occupy.store.errors",
+            unit="{error}",
+            description="Calls that found the lock store unavailable.",
+        )
         self.http = meter.create_counter(
-            "occupy.http.responses", unit="{response}", description="Responses of the "
-            "DRF layer with an occupy status (304, 409, 412, 423, 428, 503).")
+            "occupy.http.responses",
+            unit="{response}",
+            description="Responses of the "
+            "DRF layer with an occupy status (304, 409, 412, 423, 428, 503).",
+        )
 
 
 def _version() -> str | None:
@@ -171,8 +217,9 @@ def active() -> bool:
     if now - _checked_at < RECHECK:
         return False
     _checked_at = now
-    _active = not (_api_own(otel_metrics.get_meter_provider())
-                   and _api_own(otel_trace.get_tracer_provider()))
+    _active = not (
+        _api_own(otel_metrics.get_meter_provider()) and _api_own(otel_trace.get_tracer_provider())
+    )
     return _active
 
 
@@ -225,7 +272,7 @@ def store_kind(backend: BaseBackend) -> str:
     if isinstance(kind, str):
         return kind
     name = type(backend).__name__
-    return (name[:-len("Backend")] if name.endswith("Backend") else name).lower()
+    return (name[: -len("Backend")] if name.endswith("Backend") else name).lower()
 
 
 #: The common attributes by (alias, family): made once, shared (never changed in place).
@@ -239,8 +286,10 @@ def _attributes(backend: BaseBackend, key: str) -> dict[str, str]:
     found = _attribute_sets.get((backend.alias, name))
     if found is None:
         found = _attribute_sets[(backend.alias, name)] = {
-            "occupy.backend": backend.alias, "occupy.store": store_kind(backend),
-            "occupy.key.family": name}
+            "occupy.backend": backend.alias,
+            "occupy.store": store_kind(backend),
+            "occupy.key.family": name,
+        }
     return found
 
 
@@ -267,8 +316,9 @@ _held_lock = threading.Lock()
 _waiting: dict[int, tuple[dict[str, str], int]] = {}
 
 
-def _tally(tallies: dict[int, tuple[dict[str, str], int]], attributes: dict[str, str],
-           change: int) -> None:
+def _tally(
+    tallies: dict[int, tuple[dict[str, str], int]], attributes: dict[str, str], change: int
+) -> None:
     with _held_lock:
         _attributes, count = tallies.get(id(attributes), (attributes, 0))
         tallies[id(attributes)] = (attributes, count + change)
@@ -392,8 +442,9 @@ def _lost_reason(lease: Lease, cause: str | None) -> str:
     return TAKEN_OVER if left > 0.05 else EXPIRED
 
 
-def _on_lease_lost(sender: Any, lease: Lease, reason: str, cause: str | None = None,
-                   **kwargs: Any) -> None:
+def _on_lease_lost(
+    sender: Any, lease: Lease, reason: str, cause: str | None = None, **kwargs: Any
+) -> None:
     if not active():
         return
     how = _lost_reason(lease, cause)
@@ -465,8 +516,9 @@ def span(name: str, backend: BaseBackend | None, key: str) -> Any:
     if not active():
         return nullcontext()
     assert otel_trace is not None
-    attributes: dict[str, str] = ({"occupy.key.family": family(key)} if backend is None
-                                  else _attributes(backend, key))
+    attributes: dict[str, str] = (
+        {"occupy.key.family": family(key)} if backend is None else _attributes(backend, key)
+    )
     return _tracer().start_as_current_span(name, attributes=attributes)
 
 
@@ -479,8 +531,11 @@ def _tracer() -> Any:
     if _tracer_found is None:
         assert otel_trace is not None
         version = _version()
-        _tracer_found = (otel_trace.get_tracer("occupy") if version is None
-                         else otel_trace.get_tracer("occupy", version))
+        _tracer_found = (
+            otel_trace.get_tracer("occupy")
+            if version is None
+            else otel_trace.get_tracer("occupy", version)
+        )
     return _tracer_found
 
 

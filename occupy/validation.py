@@ -22,8 +22,19 @@ import math
 import re
 from typing import Any
 
-__all__ = ["MAX_FENCE", "MAX_KEY_LENGTH", "MAX_TTL", "MIN_TTL", "check_fence", "check_key",
-           "check_owner", "check_timeout", "check_token", "check_ttl", "duration_problem"]
+__all__ = [
+    "MAX_FENCE",
+    "MAX_KEY_LENGTH",
+    "MAX_TTL",
+    "MIN_TTL",
+    "check_fence",
+    "check_key",
+    "check_owner",
+    "check_timeout",
+    "check_token",
+    "check_ttl",
+    "duration_problem",
+]
 
 #: Longest key, in characters; every backend stores keys of this length.
 MAX_KEY_LENGTH = 255
@@ -43,8 +54,11 @@ _REALS = (int, float)
 def check_key(key: Any, *, name: str = "key") -> str:
     """Return ``key`` if it is a usable lock key, else raise naming the problem."""
     # The usual key first, in one test: ASCII text cannot hold a lone surrogate.
-    if type(key) is str and 0 < len(key) <= MAX_KEY_LENGTH and key.isascii() and (
-        "\x00" not in key
+    if (
+        type(key) is str
+        and 0 < len(key) <= MAX_KEY_LENGTH
+        and key.isascii()
+        and ("\x00" not in key)
     ):
         return key
     if not isinstance(key, str):
@@ -81,14 +95,17 @@ def check_token(token: Any) -> str:
         return token
     if not isinstance(token, str):
         raise TypeError(f"token must be a str, not {type(token).__name__}.")
-    raise ValueError("token must be 16 to 64 letters, digits, '-' or '_' (a lease's token); "
-                     f"got {len(token)} characters.")
+    raise ValueError(
+        "token must be 16 to 64 letters, digits, '-' or '_' (a lease's token); "
+        f"got {len(token)} characters."
+    )
 
 
 def _number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__} "
-                        f"({value!r}).")
+        raise TypeError(
+            f"{name} must be a number of seconds, not {type(value).__name__} ({value!r})."
+        )
     if isinstance(value, int):
         # An int too large for a float is far past any bound: infinity keeps its sign.
         return float(value) if abs(value) < 2**1000 else (math.inf if value > 0 else -math.inf)
@@ -108,8 +125,10 @@ def check_ttl(ttl: Any, *, name: str = "ttl") -> float:
     if seconds <= 0:
         raise ValueError(f"{name} must be positive, not {ttl!r}.")
     if seconds < MIN_TTL:
-        raise ValueError(f"{name} must be at least {MIN_TTL:g} seconds (a millisecond, the "
-                         f"finest time a store keeps), not {ttl!r}.")
+        raise ValueError(
+            f"{name} must be at least {MIN_TTL:g} seconds (a millisecond, the "
+            f"finest time a store keeps), not {ttl!r}."
+        )
     if seconds > MAX_TTL:
         raise ValueError(f"{name} must be at most {MAX_TTL} seconds (ten years), not {ttl!r}.")
     return seconds
@@ -144,8 +163,10 @@ def check_fence(fence: Any, *, name: str = "if_fence") -> int | None:
     if fence is None or (type(fence) is int and 0 <= fence <= MAX_FENCE):
         return fence
     if isinstance(fence, bool) or not isinstance(fence, int):
-        raise TypeError(f"{name} must be an int (a Holder's fence) or None, not "
-                        f"{type(fence).__name__} ({fence!r}).")
+        raise TypeError(
+            f"{name} must be an int (a Holder's fence) or None, not "
+            f"{type(fence).__name__} ({fence!r})."
+        )
     if fence < 0 or fence > MAX_FENCE:
         raise ValueError(f"{name} must be a fence from 0 to {MAX_FENCE}, not {fence!r}.")
     return int(fence)

@@ -94,7 +94,9 @@ class Watchdog:
                     del self._due[ref]
                     logger.warning(
                         "stopped renewing %r: its lease was dropped without a release; "
-                        "the claim expires by its ttl", key)
+                        "the claim expires by its ttl",
+                        key,
+                    )
                     continue
                 self._schedule(ref, time.monotonic() + lease.ttl / 3, key)
                 return lease
@@ -112,8 +114,10 @@ class Watchdog:
             lease._backend().extend(lease, lease.ttl)
         except Exception as e:  # any failure ends the renewals: the lease is lost
             self.unwatch(lease)
-            lease.mark_lost(f"the watchdog could not renew it ({e})",
-                            cause="store_failure" if isinstance(e, StoreUnavailable) else None)
+            lease.mark_lost(
+                f"the watchdog could not renew it ({e})",
+                cause="store_failure" if isinstance(e, StoreUnavailable) else None,
+            )
             logger.warning("stopped renewing %r: %s", lease.key, e)
 
     def _reset_after_fork(self) -> None:

@@ -33,7 +33,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if leaks:
         session.config.get_terminal_writer().line(
             "occupy telemetry leaked keys, owners or tokens into attributes:\n  "
-            + "\n  ".join(sorted(set(leaks))[:50]), red=True)
+            + "\n  ".join(sorted(set(leaks))[:50]),
+            red=True,
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -71,8 +73,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> Iterator[None]:
     yield
     skipped: Counter[str] = Counter()
     for report in terminalreporter.stats.get("skipped", []):
-        reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple)
-                     else report.longrepr)
+        reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
         server = next((why for why in settings.SKIPS.values() if why in reason), None)
         if server is not None:
             skipped[server] += 1

@@ -65,8 +65,9 @@ def _server(name: str, port: int, module: str, install: str) -> str | None:
 SKIPS = {
     alias: why
     for alias, why in {
-        "postgresql": _server("PostgreSQL", 5432, "psycopg",
-                              "pip install 'django-occupy[postgres]'"),
+        "postgresql": _server(
+            "PostgreSQL", 5432, "psycopg", "pip install 'django-occupy[postgres]'"
+        ),
         "mysql": _server("MariaDB", 3306, "MySQLdb", "make mysql-driver"),
         "redis": _server("Redis", 6379, "django_redis", "pip install 'django-occupy[redis]'"),
     }.items()
@@ -97,8 +98,11 @@ DATABASE_CONFIGS: dict[str, dict[str, Any]] = {
         "HOST": HOST,
         "PORT": 3306,
         "OPTIONS": {"charset": "utf8mb4"},
-        "TEST": {"NAME": f"test_occupy{SUFFIX}", "CHARSET": "utf8mb4",
-                 "COLLATION": "utf8mb4_unicode_ci"},
+        "TEST": {
+            "NAME": f"test_occupy{SUFFIX}",
+            "CHARSET": "utf8mb4",
+            "COLLATION": "utf8mb4_unicode_ci",
+        },
     },
 }
 if DEFAULT_DB not in DATABASE_CONFIGS:
@@ -117,23 +121,33 @@ FILES_LOCATION = str(_HERE / f".occupy{SUFFIX}-files")
 
 CACHES: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-    "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-               "LOCATION": "occupy-locks"},
+    "locmem": {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": "occupy-locks",
+    },
 }
 if "redis" not in SKIPS:
     _REDIS_URL = f"redis://{HOST}:6379/{REDIS_DB_CACHE}"
-    CACHES["locks"] = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": _REDIS_URL,
-                       "KEY_PREFIX": REDIS_KEY_PREFIX}
+    CACHES["locks"] = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": _REDIS_URL,
+        "KEY_PREFIX": REDIS_KEY_PREFIX,
+    }
     # Django's own Redis cache; VERSION keeps its keys apart from the django-redis ones.
-    CACHES["locks-django"] = {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                              "LOCATION": _REDIS_URL, "KEY_PREFIX": REDIS_KEY_PREFIX,
-                              "VERSION": 2}
+    CACHES["locks-django"] = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": _REDIS_URL,
+        "KEY_PREFIX": REDIS_KEY_PREFIX,
+        "VERSION": 2,
+    }
 
 _CACHE_BACKEND = "occupy.backends.cache.CacheBackend"
 #: The cache and file backends, on every cache reachable here.
 STORE_BACKENDS = {
-    "cache-locmem": {"BACKEND": _CACHE_BACKEND,
-                     "OPTIONS": {"CACHE": "locmem", "SINGLE_PROCESS": True}},
+    "cache-locmem": {
+        "BACKEND": _CACHE_BACKEND,
+        "OPTIONS": {"CACHE": "locmem", "SINGLE_PROCESS": True},
+    },
     "files": {"BACKEND": "occupy.backends.file.FileBackend", "LOCATION": FILES_LOCATION},
     # The README's "Writing a backend" example: the contract suite runs on it unchanged.
     "memory": {"BACKEND": "occupy.testing.MemoryBackend"},
@@ -142,15 +156,21 @@ STORE_BACKENDS = {
 #: ``OCCUPY_TEST_BACKEND=dotted.path.Backend``, its settings as JSON in
 #: ``OCCUPY_TEST_BACKEND_CONFIG`` (e.g. ``{"LOCATION": "...", "OPTIONS": {...}}``).
 if os.environ.get("OCCUPY_TEST_BACKEND"):
-    STORE_BACKENDS["extra"] = {"BACKEND": os.environ["OCCUPY_TEST_BACKEND"],
-                               **json.loads(os.environ.get("OCCUPY_TEST_BACKEND_CONFIG", "{}"))}
+    STORE_BACKENDS["extra"] = {
+        "BACKEND": os.environ["OCCUPY_TEST_BACKEND"],
+        **json.loads(os.environ.get("OCCUPY_TEST_BACKEND_CONFIG", "{}")),
+    }
 if "redis" not in SKIPS:
     STORE_BACKENDS["cache"] = {"BACKEND": _CACHE_BACKEND, "OPTIONS": {"CACHE": "locks"}}
-    STORE_BACKENDS["cache-django"] = {"BACKEND": _CACHE_BACKEND,
-                                      "OPTIONS": {"CACHE": "locks-django"}}
+    STORE_BACKENDS["cache-django"] = {
+        "BACKEND": _CACHE_BACKEND,
+        "OPTIONS": {"CACHE": "locks-django"},
+    }
     # The add/get/set path memcached-like caches take, on a cache other processes share.
-    STORE_BACKENDS["cache-addonly"] = {"BACKEND": "tests.support.backends.AddOnlyCacheBackend",
-                                       "OPTIONS": {"CACHE": "locks"}}
+    STORE_BACKENDS["cache-addonly"] = {
+        "BACKEND": "tests.support.backends.AddOnlyCacheBackend",
+        "OPTIONS": {"CACHE": "locks"},
+    }
 
 #: One database backend per database alias, so every server runs the same tests.
 OCCUPY: dict[str, Any] = {

@@ -18,6 +18,7 @@ def test_signals_follow_a_lease(live_db: None) -> None:
     def record(name: str):
         def receiver(sender, lease, **kwargs) -> None:
             seen.append((name, lease.key))
+
         return receiver
 
     acquired, released = record("acquired"), record("released")
@@ -83,12 +84,13 @@ def test_errors_cross_a_process_boundary_whole() -> None:
     from datetime import datetime, timezone
 
     holder = occupy.Holder("alice", datetime(2026, 1, 1, tzinfo=timezone.utc), 7)
-    for error in (occupy.Occupied("'k' is held", key="k", holder=holder, retry_after=3),
-                  occupy.LockTimeout("'k' is still held", key="k", holder=holder),
-                  occupy.TakeoverRefused("'k' changed", key="k", holder=holder,
-                                         retry_after=3, if_fence=6),
-                  occupy.StoreUnavailable("down", key="k", using="redis"),
-                  occupy.LeaseLost("lost", key="k")):
+    for error in (
+        occupy.Occupied("'k' is held", key="k", holder=holder, retry_after=3),
+        occupy.LockTimeout("'k' is still held", key="k", holder=holder),
+        occupy.TakeoverRefused("'k' changed", key="k", holder=holder, retry_after=3, if_fence=6),
+        occupy.StoreUnavailable("down", key="k", using="redis"),
+        occupy.LeaseLost("lost", key="k"),
+    ):
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is type(error) and str(copy) == str(error)
         assert copy.__dict__ == error.__dict__

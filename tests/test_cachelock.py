@@ -22,13 +22,14 @@ from occupy.backends.cache import CacheBackend
 from occupy.cachelock import cache_backend
 from tests.support import multiproc
 
-_NO_REDIS = pytest.mark.skipif("redis" in settings.SKIPS,
-                               reason=settings.SKIPS.get("redis", ""))
+_NO_REDIS = pytest.mark.skipif("redis" in settings.SKIPS, reason=settings.SKIPS.get("redis", ""))
 #: The caches of tests/settings.py it runs on: django-redis, Django's own Redis cache,
 #: and locmem (one process: single_process=True).
-CACHES = [pytest.param("locks", id="django-redis", marks=_NO_REDIS),
-          pytest.param("locks-django", id="django-RedisCache", marks=_NO_REDIS),
-          pytest.param("locmem", id="locmem")]
+CACHES = [
+    pytest.param("locks", id="django-redis", marks=_NO_REDIS),
+    pytest.param("locks-django", id="django-RedisCache", marks=_NO_REDIS),
+    pytest.param("locmem", id="locmem"),
+]
 LOCMEM = "django.core.cache.backends.locmem.LocMemCache"
 
 
@@ -143,13 +144,18 @@ def test_no_occupy_setting_is_needed(cache: str, key: str) -> None:
         backend = lease.backend
         assert isinstance(backend, CacheBackend) and backend.cache_alias == cache
         assert lease.using == f"CacheLock:{cache}"
-    assert cache_backend(cache, single_process=cache == "locmem") is \
-        cache_backend(cache, single_process=cache == "locmem")
+    assert cache_backend(cache, single_process=cache == "locmem") is cache_backend(
+        cache, single_process=cache == "locmem"
+    )
 
 
 # --- the caches it refuses, as CacheBackend does ---------------------------------------
-@override_settings(CACHES={"default": {"BACKEND": LOCMEM},
-                           "dummy": {"BACKEND": "django.core.cache.backends.dummy.DummyCache"}})
+@override_settings(
+    CACHES={
+        "default": {"BACKEND": LOCMEM},
+        "dummy": {"BACKEND": "django.core.cache.backends.dummy.DummyCache"},
+    }
+)
 def test_a_dummy_cache_is_refused() -> None:
     for single_process in (False, True):
         with pytest.raises(InvalidBackendError, match=r"stores nothing.*occupy\.E005"):
@@ -170,9 +176,13 @@ def test_an_unknown_cache_is_refused() -> None:
 
 
 def test_a_racy_cache_is_used_with_the_check_s_warning(tmp_path: Any, caplog: Any) -> None:
-    caches = {"default": {"BACKEND": LOCMEM},
-              "files": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-                        "LOCATION": str(tmp_path)}}
+    caches = {
+        "default": {"BACKEND": LOCMEM},
+        "files": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(tmp_path),
+        },
+    }
     with override_settings(CACHES=caches), caplog.at_level(logging.WARNING, "occupy"):
         enter(CacheLock("k", cache="files"))
         enter(CacheLock("k", cache="files"))

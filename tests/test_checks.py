@@ -41,8 +41,16 @@ def test_a_malformed_setting_is_e002() -> None:
     assert ids(check_settings()) == ["occupy.E002"]
 
 
-@override_settings(OCCUPY={"BACKENDS": {"default": {
-    "BACKEND": "occupy.backends.db.DatabaseBackend", "OPTIONS": {"DATABASE": "nowhere"}}}})
+@override_settings(
+    OCCUPY={
+        "BACKENDS": {
+            "default": {
+                "BACKEND": "occupy.backends.db.DatabaseBackend",
+                "OPTIONS": {"DATABASE": "nowhere"},
+            }
+        }
+    }
+)
 def test_a_database_backend_on_an_unknown_database_is_e003() -> None:
     errors = check_backends()
     assert ids(errors) == ["occupy.E003"] and "'nowhere'" in errors[0].msg
@@ -85,31 +93,62 @@ def test_claims_occupy_did_not_write_are_w004_when_asked(live_db: None) -> None:
         assert repr(name) in by_backend[f"OCCUPY['BACKENDS'][{alias!r}]"]
 
 
-@pytest.mark.parametrize(("config", "named"), [
-    ({"BACKEND": "occupy.backends.db.DatabaseBackend",
-      "OPTIONS": {"POLL_INTERVALL": 0.1}}, "'POLL_INTERVALL'"),
-    ({"BACKEND": "occupy.backends.db.DatabaseBackend",
-      "OPTIONS": {"DATABSE": "other"}}, "'DATABSE'"),
-    ({"BACKEND": "occupy.backends.db.DatabaseBackend",
-      "OPTION": {"DATABASE": "other"}}, "'OPTION'"),
-    ({"BACKEND": "occupy.backends.db.DatabaseBackend",
-      "OPTIONS": {"POLL_INTERVAL": -1}}, "POLL_INTERVAL"),
-    ({"BACKEND": "occupy.backends.db.DatabaseBackend",
-      "OPTIONS": {"PREPARE": "yes"}}, "PREPARE"),
-    ({"BACKEND": "occupy.backends.cache.CacheBackend",
-      "OPTIONS": {"CACHE": "default", "SINGLE_PROCES": True}}, "'SINGLE_PROCES'"),
-    ({"BACKEND": "occupy.backends.file.FileBackend",
-      "LOCATION": "/tmp/occupy-typo", "OPTIONS": {"POLL_INTERVALL": 0.1}}, "'POLL_INTERVALL'"),
-    ({"BACKEND": "occupy.backends.file.FileBackend"}, "LOCATION"),
-    ({"BACKEND": "occupy.backends.redis.RedisBackend",
-      "OPTIONS": {"QUEUE_TTL": 0.1}}, "QUEUE_TTL"),
-    ({"BACKEND": "occupy.backends.redis.RedisBackend",
-      "OPTIONS": {"PREFX": "x:"}}, "'PREFX'"),
-])
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        (
+            {"BACKEND": "occupy.backends.db.DatabaseBackend", "OPTIONS": {"POLL_INTERVALL": 0.1}},
+            "'POLL_INTERVALL'",
+        ),
+        (
+            {"BACKEND": "occupy.backends.db.DatabaseBackend", "OPTIONS": {"DATABSE": "other"}},
+            "'DATABSE'",
+        ),
+        (
+            {"BACKEND": "occupy.backends.db.DatabaseBackend", "OPTION": {"DATABASE": "other"}},
+            "'OPTION'",
+        ),
+        (
+            {"BACKEND": "occupy.backends.db.DatabaseBackend", "OPTIONS": {"POLL_INTERVAL": -1}},
+            "POLL_INTERVAL",
+        ),
+        (
+            {"BACKEND": "occupy.backends.db.DatabaseBackend", "OPTIONS": {"PREPARE": "yes"}},
+            "PREPARE",
+        ),
+        (
+            {
+                "BACKEND": "occupy.backends.cache.CacheBackend",
+                "OPTIONS": {"CACHE": "default", "SINGLE_PROCES": True},
+            },
+            "'SINGLE_PROCES'",
+        ),
+        (
+            {
+                "BACKEND": "occupy.backends.file.FileBackend",
+                "LOCATION": "/tmp/occupy-typo",
+                "OPTIONS": {"POLL_INTERVALL": 0.1},
+            },
+            "'POLL_INTERVALL'",
+        ),
+        ({"BACKEND": "occupy.backends.file.FileBackend"}, "LOCATION"),
+        (
+            {"BACKEND": "occupy.backends.redis.RedisBackend", "OPTIONS": {"QUEUE_TTL": 0.1}},
+            "QUEUE_TTL",
+        ),
+        ({"BACKEND": "occupy.backends.redis.RedisBackend", "OPTIONS": {"PREFX": "x:"}}, "'PREFX'"),
+    ],
+)
 def test_a_typo_or_a_bad_value_in_any_backend_is_e006_and_refused(config, named) -> None:
     """What ``check`` reports is what building the backend refuses, naming the key."""
-    with override_settings(OCCUPY={"BACKENDS": {"default": {
-            "BACKEND": "occupy.backends.db.DatabaseBackend"}, "typo": config}}):
+    with override_settings(
+        OCCUPY={
+            "BACKENDS": {
+                "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+                "typo": config,
+            }
+        }
+    ):
         errors = [m for m in check_backends() if m.id == "occupy.E006"]
         assert len(errors) == 1, check_backends()
         assert "'typo'" in errors[0].msg and named in errors[0].msg
@@ -118,10 +157,19 @@ def test_a_typo_or_a_bad_value_in_any_backend_is_e006_and_refused(config, named)
         assert str(raised.value) == errors[0].msg
 
 
-@pytest.mark.parametrize(("name", "value"), [
-    ("TTL", -5), ("TTL", "60"), ("TIMEOUT", -1), ("REST_FRAMEWORK", {"LEASE_TTL": 0}),
-    ("TELEMETRY", {"KEY_FAMILY": 3}), ("TELEMETRY", {"KEY_FAMILY": "no.such.family"}),
-    ("TELEMETRY", {"FAMILY": None}), ("TELEMETRY", "yes")])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("TTL", -5),
+        ("TTL", "60"),
+        ("TIMEOUT", -1),
+        ("REST_FRAMEWORK", {"LEASE_TTL": 0}),
+        ("TELEMETRY", {"KEY_FAMILY": 3}),
+        ("TELEMETRY", {"KEY_FAMILY": "no.such.family"}),
+        ("TELEMETRY", {"FAMILY": None}),
+        ("TELEMETRY", "yes"),
+    ],
+)
 def test_a_bad_setting_value_is_e007(name: str, value: object) -> None:
     with override_settings(OCCUPY={name: value}):
         errors = check_settings()
@@ -136,14 +184,19 @@ def test_every_check_id_names_one_problem() -> None:
     assert len(listed) == len(set(listed)) >= 12
 
 
-def test_a_backend_with_only_warnings_is_still_looked_into(tmp_path, monkeypatch,
-                                                          live_db: None) -> None:
+def test_a_backend_with_only_warnings_is_still_looked_into(
+    tmp_path, monkeypatch, live_db: None
+) -> None:
     """A relative LOCATION is W003, not a reason to skip the store's own W004."""
     monkeypatch.chdir(tmp_path)
-    with override_settings(OCCUPY={"BACKENDS": {
-            "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
-            "relative": {"BACKEND": "occupy.backends.file.FileBackend",
-                         "LOCATION": "locks"}}}):
+    with override_settings(
+        OCCUPY={
+            "BACKENDS": {
+                "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+                "relative": {"BACKEND": "occupy.backends.file.FileBackend", "LOCATION": "locks"},
+            }
+        }
+    ):
         path = get_backend("relative").using_path("book:1")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
@@ -171,24 +224,36 @@ def test_e201_names_a_manager_of_ones_own_in_manage_py_check() -> None:
             class Meta:
                 app_label = "testapp"
 
-        messages = run_checks(app_configs=[registry.get_app_config("testapp")],
-                              tags=["models"])
+        messages = run_checks(app_configs=[registry.get_app_config("testapp")], tags=["models"])
     found = [(m.obj, m.id) for m in messages if m.id.startswith("occupy.")]
     assert found == [(OwnManager, "occupy.E201"), (OwnManager, "occupy.E201")]
 
 
-@pytest.mark.parametrize("cache", [
-    "django.core.cache.backends.locmem.LocMemCache",
-    "django.core.cache.backends.redis.RedisCache",
-])
+@pytest.mark.parametrize(
+    "cache",
+    [
+        "django.core.cache.backends.locmem.LocMemCache",
+        "django.core.cache.backends.redis.RedisCache",
+    ],
+)
 def test_a_redis_backend_on_a_cache_that_is_not_django_redis_is_e008(cache: str) -> None:
     pytest.importorskip("django_redis")
-    caches = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-              "other": {"BACKEND": cache, "LOCATION": "redis://127.0.0.1:16601/0"}}
-    with override_settings(CACHES=caches, OCCUPY={"BACKENDS": {
-            "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
-            "redis": {"BACKEND": "occupy.backends.redis.RedisBackend",
-                      "OPTIONS": {"CACHE": "other"}}}}):
+    caches = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "other": {"BACKEND": cache, "LOCATION": "redis://127.0.0.1:16601/0"},
+    }
+    with override_settings(
+        CACHES=caches,
+        OCCUPY={
+            "BACKENDS": {
+                "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+                "redis": {
+                    "BACKEND": "occupy.backends.redis.RedisBackend",
+                    "OPTIONS": {"CACHE": "other"},
+                },
+            }
+        },
+    ):
         errors = check_backends()
     assert ids(errors) == ["occupy.E008"]
     assert "'other'" in errors[0].msg and cache in errors[0].msg
@@ -196,8 +261,7 @@ def test_a_redis_backend_on_a_cache_that_is_not_django_redis_is_e008(cache: str)
 
 
 def test_a_default_lease_ttl_above_the_longest_is_e007() -> None:
-    with override_settings(OCCUPY={"REST_FRAMEWORK": {"LEASE_TTL": 900,
-                                                      "LEASE_TTL_MAX": 600}}):
+    with override_settings(OCCUPY={"REST_FRAMEWORK": {"LEASE_TTL": 900, "LEASE_TTL_MAX": 600}}):
         errors = check_settings()
     assert ids(errors) == ["occupy.E007"]
     assert "LEASE_TTL" in errors[0].msg and "LEASE_TTL_MAX (600 s)" in errors[0].msg
@@ -232,13 +296,26 @@ def test_a_store_that_cannot_be_reached_is_w007_not_w004(live_db: None) -> None:
     pytest.importorskip("django_redis")
     from django.conf import settings
 
-    caches = {**settings.CACHES, "down": {
-        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:16601/0",
-        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1}}}
-    with override_settings(CACHES=caches, OCCUPY={"BACKENDS": {
-            "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
-            "down": {"BACKEND": "occupy.backends.redis.RedisBackend",
-                     "OPTIONS": {"CACHE": "down"}}}}):
+    caches = {
+        **settings.CACHES,
+        "down": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://127.0.0.1:16601/0",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1},
+        },
+    }
+    with override_settings(
+        CACHES=caches,
+        OCCUPY={
+            "BACKENDS": {
+                "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+                "down": {
+                    "BACKEND": "occupy.backends.redis.RedisBackend",
+                    "OPTIONS": {"CACHE": "down"},
+                },
+            }
+        },
+    ):
         warnings = check_stores(databases=["default"])
     assert ids(warnings) == ["occupy.W007"]
     assert warnings[0].obj == "OCCUPY['BACKENDS']['down']"

@@ -12,11 +12,14 @@ from occupy.docs import DOCS_URL, docs_url
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
-@pytest.mark.parametrize("page, source, heading", [
-    ("reference/settings", "reference/settings.md", None),
-    ("backends/", "backends/index.md", None),
-    ("topics/models#composite-primary-keys", "topics/models.md", "Composite primary keys"),
-])
+@pytest.mark.parametrize(
+    "page, source, heading",
+    [
+        ("reference/settings", "reference/settings.md", None),
+        ("backends/", "backends/index.md", None),
+        ("topics/models#composite-primary-keys", "topics/models.md", "Composite primary keys"),
+    ],
+)
 def test_a_docs_url_names_a_page_that_exists(page: str, source: str, heading: str | None) -> None:
     url = docs_url(page)
     assert url.startswith(DOCS_URL) and " " not in url

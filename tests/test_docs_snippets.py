@@ -29,8 +29,13 @@ def _run(group: list[str]) -> list[dict[str, Any]]:
         env["SNIPPETS_REDIS_URL"] = f"redis://127.0.0.1:6379/{settings.REDIS_DB_CACHE}"
         env["SNIPPETS_PREFIX"] = f"{settings.REDIS_KEY_PREFIX}-snippets"
     done = subprocess.run(
-        [sys.executable, "-m", "tests.support.snippets", *group], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=300, check=False,
+        [sys.executable, "-m", "tests.support.snippets", *group],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 0, f"the snippet runner failed on {group}:\n{done.stderr}"
     results: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -60,13 +65,14 @@ def test_every_python_snippet_in_the_docs_runs() -> None:
             blocks = [block for result in pool.map(_run, groups) for block in result]
     finally:
         _forget_redis_keys()
-    failed = [f"{b['page']}:{b['line']}: {b['error']}" for b in blocks
-              if b["outcome"] == "failed"]
-    skipped = [f"{b['page']}:{b['line']}: {b['argument']}" for b in blocks
-               if b["outcome"] == "skipped"]
+    failed = [f"{b['page']}:{b['line']}: {b['error']}" for b in blocks if b["outcome"] == "failed"]
+    skipped = [
+        f"{b['page']}:{b['line']}: {b['argument']}" for b in blocks if b["outcome"] == "skipped"
+    ]
     ran = [b for b in blocks if b["outcome"] == "ran"]
     print(f"{len(ran)} of {len(blocks)} snippets ran; skipped:\n  " + "\n  ".join(skipped))
     assert not failed, f"{len(failed)} snippets failed:\n\n" + "\n\n".join(failed)
     assert len(ran) >= MOST * len(blocks), (
-        f"only {len(ran)} of {len(blocks)} snippets ran; skipped:\n" + "\n".join(skipped))
+        f"only {len(ran)} of {len(blocks)} snippets ran; skipped:\n" + "\n".join(skipped)
+    )
     assert any("makemigrations" in b["checked"] for b in ran)  # the models were checked

@@ -16,9 +16,13 @@ def test_opposite_orders_both_finish(live_db: None, server: str) -> None:
     both finish, and the counter they update inside shows no overlap."""
     Counter.objects.using(server).create(name="many")
     using = BACKEND_OF[server]
-    done = multiproc.run(model_workers.lock_many_loop, [
-        (using, ["k:a", "k:b"], 25, server),
-        (using, ["k:b", "k:a"], 25, server),
-    ], timeout=120)
+    done = multiproc.run(
+        model_workers.lock_many_loop,
+        [
+            (using, ["k:a", "k:b"], 25, server),
+            (using, ["k:b", "k:a"], 25, server),
+        ],
+        timeout=120,
+    )
     assert done == [25, 25]
     assert Counter.objects.using(server).get(name="many").value == 50

@@ -37,15 +37,20 @@ def indexes_on(database: str, column: str) -> list[dict[str, Any]]:
     connection = connections[database]
     with connection.cursor() as cursor:
         found = connection.introspection.get_constraints(cursor, TABLE)
-    return [{"name": name, **c} for name, c in found.items()
-            if c["columns"] == [column] and (c["index"] or c["unique"])]
+    return [
+        {"name": name, **c}
+        for name, c in found.items()
+        if c["columns"] == [column] and (c["index"] or c["unique"])
+    ]
 
 
 def pattern_indexes(database: str) -> list[str]:
     """Return the claims table's PostgreSQL indexes made for ``LIKE`` ("_like")."""
     with connections[database].cursor() as cursor:
-        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = %s "
-                       "AND indexdef LIKE %s", [TABLE, "%pattern_ops%"])
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = %s AND indexdef LIKE %s",
+            [TABLE, "%pattern_ops%"],
+        )
         return [name for (name,) in cursor.fetchall()]
 
 
@@ -75,8 +80,17 @@ def test_slot_is_unique_but_null_many_times(database: str) -> None:
 
     def claim(state: str, token: str) -> Occupation:
         slot, fence = ("d" * 64, 1) if state == "using" else (None, None)
-        return claims.create(key="k", digest="d" * 64, slot=slot, owner="o", token=token,
-                             state=state, fence=fence, expires_at=later, created_at=later)
+        return claims.create(
+            key="k",
+            digest="d" * 64,
+            slot=slot,
+            owner="o",
+            token=token,
+            state=state,
+            fence=fence,
+            expires_at=later,
+            created_at=later,
+        )
 
     claim("pending", "a")
     claim("pending", "b")  # queued claims have no slot: any number of them
@@ -93,7 +107,8 @@ def test_migrating_back_to_0001_and_forward_again_keeps_the_claims(database: str
         call_command("migrate", "occupy", "0001", **quiet)
         # 0001's indexes, which the checks above tell apart (PostgreSQL's "_like" ones).
         assert len(indexes_on(database, "slot")) == (
-            2 if connections[database].vendor == "postgresql" else 1)
+            2 if connections[database].vendor == "postgresql" else 1
+        )
         assert count_claims(database) == 100
     finally:
         call_command("migrate", "occupy", **quiet)

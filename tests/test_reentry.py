@@ -81,8 +81,12 @@ def test_resume_checks_the_token_and_never_shortens(using: str) -> None:
     assert backend.resume("book:1", "0" * 32, 60) is None  # a forged token gets nothing
     assert backend.resume("book:2", lease.token, 60) is None  # nor does another key
     same = backend.resume("book:1", lease.token, 1, deeper=False)
-    assert (same.owner, same.token, same.fence, same.depth) == ("alice", lease.token,
-                                                                lease.fence, 1)
+    assert (same.owner, same.token, same.fence, same.depth) == (
+        "alice",
+        lease.token,
+        lease.fence,
+        1,
+    )
     assert same.expires_at == lease.expires_at  # 1 s would shorten it: kept
     longer = backend.resume("book:1", lease.token, 120, deeper=False)
     assert longer.expires_at - lease.expires_at > timedelta(seconds=60)
@@ -109,8 +113,10 @@ def test_a_failed_release_leaves_nothing_held_in_process(
 ) -> None:
     backend = get_backend(using)
     _fail_next_release(monkeypatch, backend)
-    with pytest.raises(occupy.OccupyError, match="went away"),  \
-            occupy.lock("book:1", owner="worker", ttl=1, timeout=0, using=using) as orphan:
+    with (
+        pytest.raises(occupy.OccupyError, match="went away"),
+        occupy.lock("book:1", owner="worker", ttl=1, timeout=0, using=using) as orphan,
+    ):
         pass
     # The orphaned claim is not this thread's any more: no re-entry, no shared token.
     with pytest.raises(occupy.Occupied):
@@ -136,16 +142,18 @@ def test_a_lost_lease_is_not_reentered(using: str) -> None:
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("alias", backend_params(
-    ["default", "db-postgresql", "db-mysql", "redis", "cache", "files"]))
+@pytest.mark.parametrize(
+    "alias", backend_params(["default", "db-postgresql", "db-mysql", "redis", "cache", "files"])
+)
 def test_a_worker_whose_release_failed_does_not_starve_the_others(
     alias: str, live_db: None
 ) -> None:
     """Four workers loop over one key; the first one's first release fails. Its claim
     expires by its ttl, and then every worker gets the key again, in turn."""
     Counter.objects.create(name="stock", value=0)
-    results = multiproc.run(count_with_failed_release,
-                            [(alias, "stock", 6.0, index == 0) for index in range(4)])
+    results = multiproc.run(
+        count_with_failed_release, [(alias, "stock", 6.0, index == 0) for index in range(4)]
+    )
     sections = [spans for spans, _failed in results]
     assert [failed for _spans, failed in results] == [True, False, False, False]
     # After the orphan expired (ttl 1 s), each of the others still got the key several

@@ -66,11 +66,17 @@ def test_async_functions() -> None:
     assert asyncio.run(save()) == "saved" and len(calls) == 2
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    ({"attempts": 0}, ValueError), ({"attempts": 1.5}, TypeError),
-    ({"attempts": True}, TypeError), ({"backoff": -1}, ValueError),
-    ({"backoff": float("inf")}, ValueError), ({"backoff": "1"}, TypeError),
-])
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"attempts": 0}, ValueError),
+        ({"attempts": 1.5}, TypeError),
+        ({"attempts": True}, TypeError),
+        ({"backoff": -1}, ValueError),
+        ({"backoff": float("inf")}, ValueError),
+        ({"backoff": "1"}, TypeError),
+    ],
+)
 def test_bad_arguments(kwargs: dict, error: type) -> None:
     with pytest.raises(error, match=next(iter(kwargs))):
         occupy.retry_on_conflict(**kwargs)

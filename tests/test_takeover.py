@@ -19,8 +19,9 @@ from tests.support.waiting import watch_waiters
 def test_takeover_replaces_the_holder_with_a_higher_fence(using: str) -> None:
     seen = []
 
-    def receiver(sender: type, lease: occupy.Lease, previous: occupy.Holder | None,
-                 **kwargs: object) -> None:
+    def receiver(
+        sender: type, lease: occupy.Lease, previous: occupy.Holder | None, **kwargs: object
+    ) -> None:
         seen.append((lease.owner, previous))
 
     alice = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
@@ -33,7 +34,8 @@ def test_takeover_replaces_the_holder_with_a_higher_fence(using: str) -> None:
     holder = occupy.holder("book:1", using=using)
     assert (holder.owner, holder.fence) == ("bob", bob.fence)
     assert [(owner, previous.owner, previous.fence) for owner, previous in seen] == [
-        ("bob", "alice", alice.fence)]
+        ("bob", "alice", alice.fence)
+    ]
     with pytest.raises(occupy.LeaseLost):
         alice.extend(30)
     with pytest.raises(occupy.LeaseLost):
@@ -59,8 +61,11 @@ def test_a_waiter_keeps_waiting_through_a_takeover(
     alice = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
     waiting = watch_waiters(using, monkeypatch)
     got = []
-    waiter = threading.Thread(target=lambda: got.append(
-        occupy.acquire("book:1", owner="carol", ttl=30, timeout=10, using=using)))
+    waiter = threading.Thread(
+        target=lambda: got.append(
+            occupy.acquire("book:1", owner="carol", ttl=30, timeout=10, using=using)
+        )
+    )
     waiter.start()
     waiting.wait_for(1)
     bob = occupy.takeover("book:1", owner="bob", ttl=30, using=using)
@@ -74,14 +79,16 @@ def test_a_waiter_keeps_waiting_through_a_takeover(
 
 def test_an_acquire_that_presents_its_token_adds_no_level(using: str) -> None:
     lease = occupy.acquire("book:1", owner="user:7", ttl=5, using=using)
-    again = occupy.acquire("book:1", owner="user:7", ttl=60, timeout=0, token=lease.token,
-                           using=using)
+    again = occupy.acquire(
+        "book:1", owner="user:7", ttl=60, timeout=0, token=lease.token, using=using
+    )
     assert (again.token, again.fence, again.depth) == (lease.token, lease.fence, 1)
     assert (again.expires_at - lease.expires_at).total_seconds() > 50
     occupy.release(again)  # one release frees it: the retry leaked no level
     assert occupy.holder("book:1", using=using) is None
-    fresh = occupy.acquire("book:1", owner="user:7", timeout=0, token=lease.token,
-                           using=using)  # a stale token: the key is taken afresh
+    fresh = occupy.acquire(
+        "book:1", owner="user:7", timeout=0, token=lease.token, using=using
+    )  # a stale token: the key is taken afresh
     assert fresh.token != lease.token and fresh.fence > lease.fence
     occupy.release(fresh)
 
@@ -90,7 +97,12 @@ def test_a_lease_rebuilt_from_its_token(using: str) -> None:
     lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
     rebuilt = occupy.resume("book:1", lease.token, using=using)
     assert (rebuilt.key, rebuilt.owner, rebuilt.token, rebuilt.fence, rebuilt.depth) == (
-        "book:1", "alice", lease.token, lease.fence, 1)
+        "book:1",
+        "alice",
+        lease.token,
+        lease.fence,
+        1,
+    )
     with pytest.raises(occupy.LeaseLost):
         occupy.resume("book:1", "f" * 32, using=using)  # a forged token gets nothing
     with pytest.raises(ValueError, match="token"):
@@ -121,8 +133,9 @@ def test_async_takeover_and_resume(using: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("alias", backend_params(
-    ["default", "db-postgresql", "db-mysql", "redis", "cache", "files"]))
+@pytest.mark.parametrize(
+    "alias", backend_params(["default", "db-postgresql", "db-mysql", "redis", "cache", "files"])
+)
 def test_a_conditional_takeover_never_replaces_a_grant_it_did_not_read(
     alias: str, live_db: None
 ) -> None:
@@ -131,8 +144,9 @@ def test_a_conditional_takeover_never_replaces_a_grant_it_did_not_read(
     releasing at once, so that the holder often changes between the read and the
     takeover. Every takeover must have replaced a grant of B's, never one of A's."""
     key = "race:takeover"
-    results = multiproc.run(race_worker, [("a", alias, key, 3.0), ("b", alias, key, 3.0),
-                                          ("b", alias, key, 3.0)])
+    results = multiproc.run(
+        race_worker, [("a", alias, key, 3.0), ("b", alias, key, 3.0), ("b", alias, key, 3.0)]
+    )
     a, *bs = results
     replaced = [holder for b in bs for holder in b["replaced"]]
     refused = [b["refused"] for b in bs]

@@ -43,21 +43,27 @@ def family() -> str:
 
 @pytest.mark.parametrize("using", backend_params(["default", "db-postgresql", "redis"]))
 def test_the_wait_histogram_counts_each_contended_acquire_and_its_wait(
-        otel: Recorded, family: str, using: str, live_db: None) -> None:
+    otel: Recorded, family: str, using: str, live_db: None
+) -> None:
     rounds, key = 4, f"{family}:1"
     workers = multiproc.start(hold_in_turns, [(using, key, rounds, 0.4)])
     waits = []
     for _ in range(rounds):
-        wait_until(lambda: getattr(occupy.holder(key, using=using), "owner", None)
-                   == "holder-process", timeout=60, what="the other process holds the key")
+        wait_until(
+            lambda: getattr(occupy.holder(key, using=using), "owner", None) == "holder-process",
+            timeout=60,
+            what="the other process holds the key",
+        )
         started = time.monotonic()
         lease = occupy.acquire(key, owner="waiter", ttl=30, timeout=30, using=using)
         waits.append(time.monotonic() - started)
         occupy.release(lease)
     assert multiproc.collect(workers) == [rounds]
 
-    count, total = otel.histogram("occupy.lock.wait.duration", **{
-        "occupy.key.family": family, "occupy.backend": using, "occupy.outcome": "granted"})
+    count, total = otel.histogram(
+        "occupy.lock.wait.duration",
+        **{"occupy.key.family": family, "occupy.backend": using, "occupy.outcome": "granted"},
+    )
     assert count == rounds
     assert sum(waits) > 0.2 * rounds  # the waits were real ones
     assert total == pytest.approx(sum(waits), rel=0.05)
@@ -68,9 +74,11 @@ def test_the_wait_histogram_counts_each_contended_acquire_and_its_wait(
 
 
 def test_an_occupied_and_a_timed_out_acquire_are_recorded_as_such(
-        otel: Recorded, family: str, live_db: None) -> None:
+    otel: Recorded, family: str, live_db: None
+) -> None:
     key = f"{family}:1"
     with occupy.lock(key, owner="ann", using="memory"):
+
         def other() -> None:
             for timeout in (0, 0.2):
                 with pytest.raises(occupy.Occupied):
@@ -79,26 +87,39 @@ def test_an_occupied_and_a_timed_out_acquire_are_recorded_as_such(
         thread = threading.Thread(target=other)
         thread.start()
         thread.join()
-    assert otel.histogram("occupy.lock.wait.duration", **{
-        "occupy.key.family": family, "occupy.outcome": "occupied"})[0] == 1
-    count, total = otel.histogram("occupy.lock.wait.duration", **{
-        "occupy.key.family": family, "occupy.outcome": "timed_out"})
+    assert (
+        otel.histogram(
+            "occupy.lock.wait.duration",
+            **{"occupy.key.family": family, "occupy.outcome": "occupied"},
+        )[0]
+        == 1
+    )
+    count, total = otel.histogram(
+        "occupy.lock.wait.duration", **{"occupy.key.family": family, "occupy.outcome": "timed_out"}
+    )
     assert count == 1 and total >= 0.2
 
 
 def test_a_reentered_lease_is_held_once_until_its_last_release(
-        otel: Recorded, family: str, live_db: None) -> None:
+    otel: Recorded, family: str, live_db: None
+) -> None:
     key = f"{family}:1"
     with occupy.lock(key, using="memory"), occupy.lock(key, using="memory"):
         assert otel.total("occupy.lease.held", **{"occupy.key.family": family}) == 1
     assert otel.total("occupy.lease.held", **{"occupy.key.family": family}) == 0
-    assert otel.histogram("occupy.lease.hold.duration", **{
-        "occupy.key.family": family, "occupy.lease.end": "released"})[0] == 1
+    assert (
+        otel.histogram(
+            "occupy.lease.hold.duration",
+            **{"occupy.key.family": family, "occupy.lease.end": "released"},
+        )[0]
+        == 1
+    )
 
 
 @pytest.mark.parametrize("using", backend_params(["default", "redis", "memory"]))
 def test_a_lease_expired_while_held_is_lost_once(
-        otel: Recorded, family: str, using: str, live_db: None) -> None:
+    otel: Recorded, family: str, using: str, live_db: None
+) -> None:
     key = f"{family}:1"
     lease = occupy.acquire(key, ttl=0.3, using=using)
     time.sleep(0.6)
@@ -107,16 +128,24 @@ def test_a_lease_expired_while_held_is_lost_once(
     with pytest.raises(occupy.LeaseLost):
         occupy.release(lease)
     assert otel.total("occupy.lease.lost", **{"occupy.key.family": family}) == 1
-    assert otel.total("occupy.lease.lost", **{
-        "occupy.key.family": family, "occupy.reason": "expired"}) == 1
-    assert otel.histogram("occupy.lease.hold.duration", **{
-        "occupy.key.family": family, "occupy.lease.end": "expired"})[0] == 1
+    assert (
+        otel.total("occupy.lease.lost", **{"occupy.key.family": family, "occupy.reason": "expired"})
+        == 1
+    )
+    assert (
+        otel.histogram(
+            "occupy.lease.hold.duration",
+            **{"occupy.key.family": family, "occupy.lease.end": "expired"},
+        )[0]
+        == 1
+    )
     assert otel.total("occupy.lease.held", **{"occupy.key.family": family}) == 0
 
 
 @pytest.mark.parametrize("using", backend_params(["default", "redis", "memory"]))
 def test_a_takeover_counts_once_and_its_victim_is_lost_as_taken_over(
-        otel: Recorded, family: str, using: str, live_db: None) -> None:
+    otel: Recorded, family: str, using: str, live_db: None
+) -> None:
     key = f"{family}:1"
     lease = occupy.acquire(key, owner="ann", ttl=30, using=using)
     new = occupy.takeover(key, owner="bob", ttl=30, reentrant=False, using=using)
@@ -127,8 +156,12 @@ def test_a_takeover_counts_once_and_its_victim_is_lost_as_taken_over(
     occupy.release(new)
     assert otel.total("occupy.lease.takeovers", **{"occupy.key.family": family}) == 1
     assert otel.total("occupy.lease.lost", **{"occupy.key.family": family}) == 1
-    assert otel.total("occupy.lease.lost", **{
-        "occupy.key.family": family, "occupy.reason": "taken_over"}) == 1
+    assert (
+        otel.total(
+            "occupy.lease.lost", **{"occupy.key.family": family, "occupy.reason": "taken_over"}
+        )
+        == 1
+    )
 
 
 def _refusals(otel: Recorded, name: str, label: str) -> float:
@@ -136,7 +169,8 @@ def _refusals(otel: Recorded, name: str, label: str) -> float:
 
 
 def test_a_fenced_out_save_and_a_version_conflict_count_once_each(
-        otel: Recorded, live_db: None) -> None:
+    otel: Recorded, live_db: None
+) -> None:
     doc = Document.objects.create(body="first")
     fenced = _refusals(otel, "occupy.write.fenced_out", "testapp.document")
     conflicts = _refusals(otel, "occupy.write.version_conflicts", "testapp.strictbook")
@@ -160,57 +194,77 @@ def test_a_fenced_out_save_and_a_version_conflict_count_once_each(
         second.save()
 
     assert _refusals(otel, "occupy.write.fenced_out", "testapp.document") == fenced + 1
-    assert (_refusals(otel, "occupy.write.version_conflicts", "testapp.strictbook")
-            == conflicts + 1)
+    assert _refusals(otel, "occupy.write.version_conflicts", "testapp.strictbook") == conflicts + 1
 
 
 def test_a_store_error_is_counted_and_the_acquire_recorded_as_failed(
-        otel: Recorded, family: str, tmp_path, live_db: None) -> None:
+    otel: Recorded, family: str, tmp_path, live_db: None
+) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
-    backends = {**settings.OCCUPY["BACKENDS"], "down": {
-        "BACKEND": "occupy.backends.file.FileBackend", "LOCATION": str(blocker / "locks")}}
-    with (override_settings(OCCUPY={**settings.OCCUPY, "BACKENDS": backends}),
-          pytest.raises(occupy.StoreUnavailable)):
+    backends = {
+        **settings.OCCUPY["BACKENDS"],
+        "down": {"BACKEND": "occupy.backends.file.FileBackend", "LOCATION": str(blocker / "locks")},
+    }
+    with (
+        override_settings(OCCUPY={**settings.OCCUPY, "BACKENDS": backends}),
+        pytest.raises(occupy.StoreUnavailable),
+    ):
         occupy.acquire(f"{family}:1", timeout=0, using="down")
     assert otel.total("occupy.store.errors", **{"occupy.key.family": family}) >= 1
-    assert otel.histogram("occupy.lock.wait.duration", **{
-        "occupy.key.family": family, "occupy.outcome": "store_error"})[0] == 1
+    assert (
+        otel.histogram(
+            "occupy.lock.wait.duration",
+            **{"occupy.key.family": family, "occupy.outcome": "store_error"},
+        )[0]
+        == 1
+    )
 
 
 def test_spans_show_the_wait_and_the_critical_section(
-        otel: Recorded, family: str, live_db: None) -> None:
+    otel: Recorded, family: str, live_db: None
+) -> None:
     from opentelemetry import trace
 
     key = f"{family}:7"
-    with (occupy.lock(key, using="memory"),
-          trace.get_tracer("tests").start_as_current_span("work inside")):
+    with (
+        occupy.lock(key, using="memory"),
+        trace.get_tracer("tests").start_as_current_span("work inside"),
+    ):
         pass
-    attributes = {"occupy.key.family": family, "occupy.backend": "memory",
-                  "occupy.store": "memory"}
-    spans = {name: [s for s in otel.spans.finished(name)
-                    if s.attributes.get("occupy.key.family") == family]
-             for name in ("occupy.acquire", "occupy.lock", "occupy.release")}
+    attributes = {"occupy.key.family": family, "occupy.backend": "memory", "occupy.store": "memory"}
+    spans = {
+        name: [
+            s for s in otel.spans.finished(name) if s.attributes.get("occupy.key.family") == family
+        ]
+        for name in ("occupy.acquire", "occupy.lock", "occupy.release")
+    }
     assert all(len(found) == 1 for found in spans.values()), spans
     for found in spans.values():
         assert dict(found[0].attributes) == attributes
     section = spans["occupy.lock"][0]
-    inner = [s for s in otel.spans.finished("work inside")
-             if s.parent is not None and s.parent.span_id == section.context.span_id]
+    inner = [
+        s
+        for s in otel.spans.finished("work inside")
+        if s.parent is not None and s.parent.span_id == section.context.span_id
+    ]
     assert len(inner) == 1  # the block's own work is inside the lock's span
     release = spans["occupy.release"][0]
     assert release.parent is not None and release.parent.span_id == section.context.span_id
 
 
-def test_the_key_family_setting_names_the_function(
-        otel: Recorded, live_db: None) -> None:
+def test_the_key_family_setting_names_the_function(otel: Recorded, live_db: None) -> None:
     tenant = uuid.uuid4().hex[:8]
     telemetry_settings = {"KEY_FAMILY": "tests.test_telemetry.tenant_family"}
-    with (override_settings(OCCUPY={**settings.OCCUPY, "TELEMETRY": telemetry_settings}),
-          occupy.lock(f"tenant-{tenant}/report:9", using="memory")):
+    with (
+        override_settings(OCCUPY={**settings.OCCUPY, "TELEMETRY": telemetry_settings}),
+        occupy.lock(f"tenant-{tenant}/report:9", using="memory"),
+    ):
         pass
-    assert otel.histogram("occupy.lock.wait.duration", **{
-        "occupy.key.family": f"report-{tenant}"})[0] == 1
+    assert (
+        otel.histogram("occupy.lock.wait.duration", **{"occupy.key.family": f"report-{tenant}"})[0]
+        == 1
+    )
 
 
 def tenant_family(key: str) -> str:
@@ -227,8 +281,7 @@ def test_a_key_without_a_colon_is_family_other(otel: Recorded, live_db: None) ->
 # --- a lock object shared by threads (not telemetry, but the same enter/exit) -----------
 
 
-def test_a_lock_object_shared_by_threads_releases_each_threads_own_lease(
-        live_db: None) -> None:
+def test_a_lock_object_shared_by_threads_releases_each_threads_own_lease(live_db: None) -> None:
     key = f"shared-{uuid.uuid4().hex[:8]}:1"
     shared = occupy.lock(key, ttl=0.3, timeout=5, using="memory")
     first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()

@@ -19,16 +19,25 @@ from django.conf import settings
 
 PROJECT = Path(__file__).resolve().parent / "user_project"
 
-pytestmark = pytest.mark.skipif("postgresql" in settings.SKIPS,
-                                reason=settings.SKIPS.get("postgresql", ""))
+pytestmark = pytest.mark.skipif(
+    "postgresql" in settings.SKIPS, reason=settings.SKIPS.get("postgresql", "")
+)
 
 
 def test_a_users_suite_drops_its_test_database() -> None:
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith(("DJANGO_", "PYTEST_"))}
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("DJANGO_", "PYTEST_"))
+    }
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"],
-        cwd=PROJECT, env=env, capture_output=True, text=True, timeout=240)
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert "6 passed" in output, output

@@ -19,13 +19,30 @@ PROJECT = Path(__file__).resolve().parent / "userproject"
 
 @pytest.mark.parametrize("database", database_params(["sqlite", *SERVERS]))
 def test_the_user_project_passes_on(database: str) -> None:
-    env = {name: value for name, value in os.environ.items()
-           if name != "DJANGO_SETTINGS_MODULE" and not name.startswith("PYTEST_")}
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name != "DJANGO_SETTINGS_MODULE" and not name.startswith("PYTEST_")
+    }
     env.update(SHOP_DB=database, SHOP_DB_SUFFIX=settings.SUFFIX, SHOP_DB_HOST=settings.HOST)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-         "-W", "error::pytest.PytestWarning"],
-        cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "-W",
+            "error::pytest.PytestWarning",
+        ],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "6 passed" in result.stdout and "skipped" not in result.stdout, result.stdout

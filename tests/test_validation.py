@@ -81,8 +81,18 @@ def test_release_takes_a_lease(live_db: None) -> None:
 
 @pytest.mark.parametrize(
     "key",
-    ["книга:1", "本:一", "emoji:📚", "quotes:'\";--", "percent:%s%%", "braces:{x}",
-     "spaces: a b ", "back\\slash", "k" * 255, "newline:\n"],
+    [
+        "книга:1",
+        "本:一",
+        "emoji:📚",
+        "quotes:'\";--",
+        "percent:%s%%",
+        "braces:{x}",
+        "spaces: a b ",
+        "back\\slash",
+        "k" * 255,
+        "newline:\n",
+    ],
 )
 def test_odd_but_valid_keys_work(using: str, key: str) -> None:
     lease = occupy.acquire(key, owner="alice", using=using)
@@ -100,18 +110,36 @@ def test_odd_but_valid_keys_work(using: str, key: str) -> None:
         ({"BACKENDS": {"default": {"BACKEND": "occupy.api.lock"}}}, "not a subclass"),
         ({"BACKENDS": {"other": {}}}, "'default' alias"),
         ({"BACKENDS": {"default": {}}}, "dotted class path"),
-        ({"TTL": 0, "BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend"}}},
-         "OCCUPY['TTL'] must be positive"),
+        (
+            {"TTL": 0, "BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend"}}},
+            "OCCUPY['TTL'] must be positive",
+        ),
         ({"TTL": 1e-9}, "OCCUPY['TTL'] must be at least 0.001 seconds"),
         ({"TTL": 1e10}, "OCCUPY['TTL'] must be at most"),
         ({"TIMEOUT": -1}, "OCCUPY['TIMEOUT'] must be 0 or more"),
         ({"TIMEOUT": "10"}, "OCCUPY['TIMEOUT'] must be a number of seconds, not str"),
-        ({"BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend",
-                                   "OPTIONS": {"POLL_INTERVAL": 1e10}}}},
-         "['POLL_INTERVAL'] must be at most 315360000 seconds"),
-        ({"BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend",
-                                   "OPTIONS": {"POLL_INTERVAL": 1e-9}}}},
-         "['POLL_INTERVAL'] must be at least 0.001 seconds"),
+        (
+            {
+                "BACKENDS": {
+                    "default": {
+                        "BACKEND": "occupy.backends.db.DatabaseBackend",
+                        "OPTIONS": {"POLL_INTERVAL": 1e10},
+                    }
+                }
+            },
+            "['POLL_INTERVAL'] must be at most 315360000 seconds",
+        ),
+        (
+            {
+                "BACKENDS": {
+                    "default": {
+                        "BACKEND": "occupy.backends.db.DatabaseBackend",
+                        "OPTIONS": {"POLL_INTERVAL": 1e-9},
+                    }
+                }
+            },
+            "['POLL_INTERVAL'] must be at least 0.001 seconds",
+        ),
         ({"SURPRISE": 1}, "unknown keys ['SURPRISE']"),
     ],
 )
@@ -122,8 +150,9 @@ def test_bad_settings_name_the_problem(live_db: None, setting: dict, words: str)
     assert claims_in_store() == 0
 
 
-@pytest.mark.parametrize("forever", [None, math.inf, 10 * 365 * 24 * 3600 + 1, 1e10, 1e300,
-                                     10**400])
+@pytest.mark.parametrize(
+    "forever", [None, math.inf, 10 * 365 * 24 * 3600 + 1, 1e10, 1e300, 10**400]
+)
 def test_a_wait_longer_than_ten_years_is_forever(forever: object) -> None:
     from occupy.validation import check_timeout
 
@@ -135,17 +164,28 @@ def test_a_wait_longer_than_ten_years_is_forever(forever: object) -> None:
 def test_the_http_lease_ttls_follow_the_rule_for_durations() -> None:
     from occupy.conf import occupy_settings
 
-    with override_settings(OCCUPY={"REST_FRAMEWORK": {"LEASE_TTL": 1e-9}}), pytest.raises(
-        occupy.InvalidBackendError, match=r"\['LEASE_TTL'\] must be at least 0.001 seconds"
+    with (
+        override_settings(OCCUPY={"REST_FRAMEWORK": {"LEASE_TTL": 1e-9}}),
+        pytest.raises(
+            occupy.InvalidBackendError, match=r"\['LEASE_TTL'\] must be at least 0.001 seconds"
+        ),
     ):
         occupy_settings.REST_FRAMEWORK  # noqa: B018
 
 
 def test_a_database_backend_on_an_unknown_database_names_it(live_db: None) -> None:
-    setting = {"BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend",
-                                        "OPTIONS": {"DATABASE": "nowhere"}}}}
-    with override_settings(OCCUPY=setting), pytest.raises(occupy.InvalidBackendError,
-                                                           match="'nowhere'"):
+    setting = {
+        "BACKENDS": {
+            "default": {
+                "BACKEND": "occupy.backends.db.DatabaseBackend",
+                "OPTIONS": {"DATABASE": "nowhere"},
+            }
+        }
+    }
+    with (
+        override_settings(OCCUPY=setting),
+        pytest.raises(occupy.InvalidBackendError, match="'nowhere'"),
+    ):
         occupy.acquire("book:1")
 
 

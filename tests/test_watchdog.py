@@ -14,16 +14,17 @@ from occupy import signals
 from occupy.backends import get_backend
 
 
-def test_a_dropped_lease_is_no_longer_renewed(using: str,
-                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_a_dropped_lease_is_no_longer_renewed(using: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="occupy.watchdog")
     lease = occupy.acquire("book:1", owner="alice", ttl=0.6, renew=True, using=using)
     del lease  # dropped without a release: nobody can release it any more
     gc.collect()
     time.sleep(1.5)  # several renewal periods (ttl / 3), and more than the ttl
     assert occupy.holder("book:1", using=using) is None
-    assert any(r.name == "occupy.watchdog" and "'book:1'" in r.getMessage()
-               and "dropped" in r.getMessage() for r in caplog.records), caplog.text
+    assert any(
+        r.name == "occupy.watchdog" and "'book:1'" in r.getMessage() and "dropped" in r.getMessage()
+        for r in caplog.records
+    ), caplog.text
 
 
 class _StoreDown(ConnectionError):
@@ -35,12 +36,15 @@ def test_a_store_failure_marks_the_renewed_lease_lost(
 ) -> None:
     backend = get_backend(using)
     lost: list = []
-    signals.lease_lost.connect(lambda **kw: lost.append(kw["lease"]), weak=False,
-                               dispatch_uid="test-watchdog-store-down")
+    signals.lease_lost.connect(
+        lambda **kw: lost.append(kw["lease"]), weak=False, dispatch_uid="test-watchdog-store-down"
+    )
     try:
-        with pytest.raises(occupy.LeaseLost), occupy.lock(
-            "book:1", owner="alice", ttl=0.6, renew=True, using=using
-        ) as lease:
+        with (
+            pytest.raises(occupy.LeaseLost),
+            occupy.lock("book:1", owner="alice", ttl=0.6, renew=True, using=using) as lease,
+        ):
+
             def store_down(lease, ttl):
                 raise _StoreDown("connection refused")
 

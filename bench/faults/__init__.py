@@ -67,8 +67,12 @@ STORES = (
 FULL = Plan(seconds=150, interval=2.5)
 SHORT = Plan(seconds=10, interval=1.0)
 #: The Python driver each server's stores need.
-DRIVERS = {"postgresql": "psycopg", "mariadb": "MySQLdb", "redis-aof": "django_redis",
-           "redis": "django_redis"}
+DRIVERS = {
+    "postgresql": "psycopg",
+    "mariadb": "MySQLdb",
+    "redis-aof": "django_redis",
+    "redis": "django_redis",
+}
 
 
 def _free_ports(base: int, count: int) -> Iterator[int]:
@@ -104,8 +108,13 @@ def _servers(labels: set[str], root: Path, base: int) -> list[Server]:
 
 def _migrate(env: dict[str, str], databases: list[str]) -> None:
     for alias in databases:
-        subprocess.run([sys.executable, "-m", "django", "migrate", "--database", alias,
-                        "--verbosity", "0"], cwd=REPO, env=env, check=True, timeout=300)
+        subprocess.run(
+            [sys.executable, "-m", "django", "migrate", "--database", alias, "--verbosity", "0"],
+            cwd=REPO,
+            env=env,
+            check=True,
+            timeout=300,
+        )
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
@@ -118,18 +127,27 @@ def _load() -> str:
 
 def main(argv: list[str]) -> None:
     """Run the soak on the stores the options name; exit 1 if any store failed."""
-    parser = argparse.ArgumentParser(prog="python -m bench faults", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench faults",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--short", action="store_true", help="a round of about 2 minutes")
     parser.add_argument("--seconds", type=float, default=None, help="per store")
     parser.add_argument("--stores", default="", help="comma-separated store names")
     parser.add_argument("--port-base", type=int, default=16700)
-    parser.add_argument("--require", action="store_true",
-                        help="fail when a store's server or driver is missing")
-    parser.add_argument("--faults", default="",
-                        help="comma-separated fault kinds to inject (default: all)")
-    parser.add_argument("--pending-ttl", type=float, default=None,
-                        help="the database and file backends' PENDING_TTL (default: theirs)")
+    parser.add_argument(
+        "--require", action="store_true", help="fail when a store's server or driver is missing"
+    )
+    parser.add_argument(
+        "--faults", default="", help="comma-separated fault kinds to inject (default: all)"
+    )
+    parser.add_argument(
+        "--pending-ttl",
+        type=float,
+        default=None,
+        help="the database and file backends' PENDING_TTL (default: theirs)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args(argv)
     plan = SHORT if args.short else FULL
@@ -137,14 +155,17 @@ def main(argv: list[str]) -> None:
         if not 5 <= args.seconds <= 3600:
             parser.error("--seconds must be between 5 and 3600")
         # A short soak still gets several faults of each kind's turn.
-        plan = dataclasses.replace(plan, seconds=args.seconds,
-                                   interval=min(plan.interval, max(0.5, args.seconds / 10)))
+        plan = dataclasses.replace(
+            plan, seconds=args.seconds, interval=min(plan.interval, max(0.5, args.seconds / 10))
+        )
     if args.faults:
         kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
         unknown_kinds = set(kinds) - set(SERVER_FAULTS)
         if unknown_kinds:
-            parser.error(f"unknown faults: {', '.join(sorted(unknown_kinds))}; "
-                         f"from {', '.join(SERVER_FAULTS)}")
+            parser.error(
+                f"unknown faults: {', '.join(sorted(unknown_kinds))}; "
+                f"from {', '.join(SERVER_FAULTS)}"
+            )
         plan = dataclasses.replace(plan, faults=kinds)
     names = [s for s in args.stores.split(",") if s] or [s.name for s in STORES]
     unknown = set(names) - {s.name for s in STORES}
@@ -154,16 +175,21 @@ def main(argv: list[str]) -> None:
     skipped = {}
     for store in stores:
         needs = [store.server] if store.server else []
-        binary = {"postgresql": str(PG_BIN / "postgres"), "mariadb": "mariadbd",
-                  "redis-aof": "redis-server", "redis": "redis-server"}
+        binary = {
+            "postgresql": str(PG_BIN / "postgres"),
+            "mariadb": "mariadbd",
+            "redis-aof": "redis-server",
+            "redis": "redis-server",
+        }
         for label in needs:
             if importlib.util.find_spec(DRIVERS[label]) is None:
                 skipped[store.name] = f"its driver {DRIVERS[label]} is not installed"
             elif shutil.which(binary[label]) is None:
                 skipped[store.name] = f"{binary[label]} is not installed"
     if skipped and args.require:
-        raise SystemExit("stores that cannot run: "
-                         + "; ".join(f"{k} ({v})" for k, v in skipped.items()))
+        raise SystemExit(
+            "stores that cannot run: " + "; ".join(f"{k} ({v})" for k, v in skipped.items())
+        )
     stores = [s for s in stores if s.name not in skipped]
 
     previous = signal.signal(signal.SIGTERM, _interrupted)
@@ -173,10 +199,13 @@ def main(argv: list[str]) -> None:
     results: dict[str, Tally] = {}
     began = time.monotonic()
     load_at_start = _load()
-    print(f"fault soak: {len(stores)} stores, {plan.seconds:.0f} s each, {plan.workers} "
-          f"workers on {plan.keys} keys, ttl {plan.ttl} s, a fault every {plan.interval} s, "
-          f"PENDING_TTL {args.pending_ttl or 'default'}; "
-          f"load average {load_at_start}; {os.cpu_count()} CPUs", flush=True)
+    print(
+        f"fault soak: {len(stores)} stores, {plan.seconds:.0f} s each, {plan.workers} "
+        f"workers on {plan.keys} keys, ttl {plan.ttl} s, a fault every {plan.interval} s, "
+        f"PENDING_TTL {args.pending_ttl or 'default'}; "
+        f"load average {load_at_start}; {os.cpu_count()} CPUs",
+        flush=True,
+    )
     for name, why in skipped.items():
         print(f"  skipped {name}: {why}")
     try:
@@ -184,23 +213,29 @@ def main(argv: list[str]) -> None:
             server.prepare()
             server.start()
             server.after_start()
-        env = {**os.environ, **describe(servers), "OCCUPY_FAULTS_DIR": str(root),
-               "DJANGO_SETTINGS_MODULE": "bench.faults.settings",
-               **({"OCCUPY_FAULTS_PENDING_TTL": str(args.pending_ttl)}
-                  if args.pending_ttl else {}),
-               "PYTHONPATH": os.pathsep.join(p for p in (str(REPO),
-                                                         os.environ.get("PYTHONPATH"))
-                                             if p)}
-        _migrate(env, ["default", *(s.label for s in servers
-                                    if s.label in ("postgresql", "mariadb"))])
+        env = {
+            **os.environ,
+            **describe(servers),
+            "OCCUPY_FAULTS_DIR": str(root),
+            "DJANGO_SETTINGS_MODULE": "bench.faults.settings",
+            **({"OCCUPY_FAULTS_PENDING_TTL": str(args.pending_ttl)} if args.pending_ttl else {}),
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p
+            ),
+        }
+        _migrate(
+            env, ["default", *(s.label for s in servers if s.label in ("postgresql", "mariadb"))]
+        )
         by_label = {s.label: s for s in servers}
         for number, store in enumerate(stores):
-            result = soak(store, by_label.get(store.server or ""), root, env, plan,
-                          seed=number)
+            result = soak(store, by_label.get(store.server or ""), root, env, plan, seed=number)
             results[store.name] = result
-            print(f"  {store.name}: {result.sections:,} sections, "
-                  f"{sum(result.faults.values())} faults, "
-                  f"{'passed' if result.passed else 'FAILED'} ({_load()})", flush=True)
+            print(
+                f"  {store.name}: {result.sections:,} sections, "
+                f"{sum(result.faults.values())} faults, "
+                f"{'passed' if result.passed else 'FAILED'} ({_load()})",
+                flush=True,
+            )
     finally:
         for server in reversed(servers):
             with contextlib.suppress(Exception):
@@ -211,8 +246,10 @@ def main(argv: list[str]) -> None:
             shutil.rmtree(root, ignore_errors=True)
         signal.signal(signal.SIGTERM, previous)
     print_report(results, plan)
-    print(f"run time {(time.monotonic() - began) / 60:.1f} min; load average "
-          f"{load_at_start} at start, {_load()} at end")
+    print(
+        f"run time {(time.monotonic() - began) / 60:.1f} min; load average "
+        f"{load_at_start} at start, {_load()} at end"
+    )
     failed = [name for name, r in results.items() if not r.passed]
     if failed:
         raise SystemExit(f"fault soak FAILED on {', '.join(failed)}")
@@ -220,21 +257,38 @@ def main(argv: list[str]) -> None:
 
 def print_report(results: dict[str, Tally], plan: Plan) -> None:
     """Print the table of the stores' figures, then what each store's problems were."""
-    columns = ["store", "sections", "accepted", "faults", "overlaps", "lost incr.",
-               "fence viol.", "refused: paused/ttl/data/unexplained", "grants lost w/ data",
-               "foreign exc.", "longest unobtainable"]
+    columns = [
+        "store",
+        "sections",
+        "accepted",
+        "faults",
+        "overlaps",
+        "lost incr.",
+        "fence viol.",
+        "refused: paused/ttl/data/unexplained",
+        "grants lost w/ data",
+        "foreign exc.",
+        "longest unobtainable",
+    ]
     rows = []
     for name, r in results.items():
         refusals = r.refusals
         lost = refusals["lost with the store's data"]
-        rows.append([
-            name, f"{r.sections:,}", f"{r.accepted:,}", str(sum(r.faults.values())),
-            str(r.overlaps), str(r.lost_increments), str(r.fence_violations),
-            f"{refusals['paused']}/{refusals['outlived ttl']}/"
-            f"{lost}/"
-            f"{refusals['unexplained']}",
-            str(r.grants_lost), str(sum(r.foreign.values())),
-            f"{r.longest_unobtainable:.2f} s"])
+        rows.append(
+            [
+                name,
+                f"{r.sections:,}",
+                f"{r.accepted:,}",
+                str(sum(r.faults.values())),
+                str(r.overlaps),
+                str(r.lost_increments),
+                str(r.fence_violations),
+                f"{refusals['paused']}/{refusals['outlived ttl']}/{lost}/{refusals['unexplained']}",
+                str(r.grants_lost),
+                str(sum(r.foreign.values())),
+                f"{r.longest_unobtainable:.2f} s",
+            ]
+        )
     print("\n## Fault soak")
     print("| " + " | ".join(columns) + " |")
     print("|" + "|".join("---" for _ in columns) + "|")
@@ -243,16 +297,22 @@ def print_report(results: dict[str, Tally], plan: Plan) -> None:
     print()
     for name, r in results.items():
         faults = ", ".join(f"{kind} {n}" for kind, n in sorted(r.faults.items()))
-        print(f"{name}: faults: {faults or 'none'}; paused holders {r.paused} "
-              f"({r.paused_accepted} wrote, nobody having taken the key); unfinished "
-              f"sections (holder killed) {r.unfinished}")
+        print(
+            f"{name}: faults: {faults or 'none'}; paused holders {r.paused} "
+            f"({r.paused_accepted} wrote, nobody having taken the key); unfinished "
+            f"sections (holder killed) {r.unfinished}"
+        )
         print(f"  longest unobtainable: {r.longest_unobtainable:.2f} s, {r.longest_context}")
         if r.exceptions:
-            print("  occupy exceptions: " + ", ".join(
-                f"{kind} {n}" for kind, n in r.exceptions.most_common()))
+            print(
+                "  occupy exceptions: "
+                + ", ".join(f"{kind} {n}" for kind, n in r.exceptions.most_common())
+            )
         for text, n in r.foreign.most_common(5):
             print(f"  foreign exception ×{n}: {text}")
         for problem in r.problems:
             print(f"  {problem}")
-    print(f"\nrule: a store fails on any overlap of accepted fenced writes, lost increment, "
-          f"fence violation or unexplained refusal, or when no section ran (ttl {plan.ttl} s)")
+    print(
+        f"\nrule: a store fails on any overlap of accepted fenced writes, lost increment, "
+        f"fence violation or unexplained refusal, or when no section ran (ttl {plan.ttl} s)"
+    )

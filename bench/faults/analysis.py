@@ -81,8 +81,13 @@ class Tally:
     @property
     def failures(self) -> int:
         """Return the number of violations of the rule (see the module docstring)."""
-        return (self.overlaps + self.lost_increments + self.fence_violations
-                + self.refusals["unexplained"] + (self.sections == 0))
+        return (
+            self.overlaps
+            + self.lost_increments
+            + self.fence_violations
+            + self.refusals["unexplained"]
+            + (self.sections == 0)
+        )
 
     @property
     def passed(self) -> bool:
@@ -107,8 +112,9 @@ def overlaps(sections: Iterable[SectionRow]) -> list[tuple[SectionRow, SectionRo
         rows.sort(key=lambda s: s.read_seq)
         open_rows: list[SectionRow] = []
         for s in rows:
-            open_rows = [o for o in open_rows if o.write_seq is not None
-                         and o.write_seq > s.read_seq]
+            open_rows = [
+                o for o in open_rows if o.write_seq is not None and o.write_seq > s.read_seq
+            ]
             pairs.extend((o, s) for o in open_rows)
             open_rows.append(s)
     return pairs
@@ -126,8 +132,9 @@ def fence_violations(sections: Sequence[SectionRow]) -> list[tuple[str, SectionR
         seen: dict[int, SectionRow] = {}
         for s in rows:
             if s.fence in seen:
-                found.append((f"fence {s.fence} granted twice (sections {seen[s.fence].id} "
-                              f"and {s.id})", s))
+                found.append(
+                    (f"fence {s.fence} granted twice (sections {seen[s.fence].id} and {s.id})", s)
+                )
             seen.setdefault(s.fence, s)
         rows = sorted(rows, key=lambda s: s.read_seq)
         seqs = [s.read_seq for s in rows]
@@ -137,8 +144,13 @@ def fence_violations(sections: Sequence[SectionRow]) -> list[tuple[str, SectionR
         for s in rows:
             before = bisect.bisect_left(seqs, s.after_seq)  # recorded before the request
             if before and highest[before - 1] > s.fence:
-                found.append((f"fence {s.fence} (section {s.id}) below {highest[before - 1]}"
-                              " recorded before it was requested", s))
+                found.append(
+                    (
+                        f"fence {s.fence} (section {s.id}) below {highest[before - 1]}"
+                        " recorded before it was requested",
+                        s,
+                    )
+                )
     return found
 
 
@@ -163,9 +175,16 @@ def longest_gap(sections: Iterable[SectionRow], ended: float) -> tuple[float, st
     return longest
 
 
-def tally(sections: Sequence[SectionRow], records: dict[str, tuple[int, int]],
-          faults: Sequence[Fault], *, ttl: float, started: float, ended: float,
-          outcomes: dict[tuple[str, str], int] | None = None) -> Tally:
+def tally(
+    sections: Sequence[SectionRow],
+    records: dict[str, tuple[int, int]],
+    faults: Sequence[Fault],
+    *,
+    ttl: float,
+    started: float,
+    ended: float,
+    outcomes: dict[tuple[str, str], int] | None = None,
+) -> Tally:
     """Return the figures of a store's soak from its ledger and the faults injected."""
     t = Tally(sections=len(sections))
     if not sections:
@@ -200,36 +219,52 @@ def tally(sections: Sequence[SectionRow], records: dict[str, tuple[int, int]],
             reason = "outlived ttl"
         else:
             reason = "unexplained"
-            _note(t, "unexplained refusal", f"section {s.id} (key {s.key}, fence {s.fence}, "
-                  f"worker {s.worker}) {'read' if not s.read_ok else 'write'} refused "
-                  f"{until - s.t_call:.3f} s after acquire was called")
+            _note(
+                t,
+                "unexplained refusal",
+                f"section {s.id} (key {s.key}, fence {s.fence}, "
+                f"worker {s.worker}) {'read' if not s.read_ok else 'write'} refused "
+                f"{until - s.t_call:.3f} s after acquire was called",
+            )
         t.refusals[reason] += 1
 
     for a, b in overlaps(sections):
         t.overlaps += 1
-        _note(t, "overlap", f"key {a.key}: section {a.id} (fence {a.fence}, "
-              f"{a.read_seq}–{a.write_seq}) and {b.id} (fence {b.fence}, "
-              f"{b.read_seq}–{b.write_seq}) both accepted")
+        _note(
+            t,
+            "overlap",
+            f"key {a.key}: section {a.id} (fence {a.fence}, "
+            f"{a.read_seq}–{a.write_seq}) and {b.id} (fence {b.fence}, "
+            f"{b.read_seq}–{b.write_seq}) both accepted",
+        )
     accepted_rows = Counter(s.key for s in sections if s.write_ok)
     for key, (value, accepted) in records.items():
         if accepted != value:
             t.lost_increments += abs(accepted - value)
-            _note(t, "lost increments", f"key {key}: {accepted} accepted writes, counter "
-                  f"{value}")
+            _note(t, "lost increments", f"key {key}: {accepted} accepted writes, counter {value}")
         if accepted != accepted_rows[key]:
             # One transaction writes both: the ledger disagreeing with itself is a loss.
             t.lost_increments += abs(accepted - accepted_rows[key])
-            _note(t, "lost increments", f"key {key}: {accepted} accepted by the counter, "
-                  f"{accepted_rows[key]} sections recorded as accepted")
+            _note(
+                t,
+                "lost increments",
+                f"key {key}: {accepted} accepted by the counter, "
+                f"{accepted_rows[key]} sections recorded as accepted",
+            )
     for why, _s in fence_violations(sections):
         t.fence_violations += 1
         _note(t, "fence", why)
     t.longest_unobtainable, key, since = longest_gap(sections, ended)
     if key:
-        before = [f"{f.kind} at {f.started - since:+.1f} s" for f in faults
-                  if since - 2 * ttl - 5 < f.started < since + t.longest_unobtainable]
-        t.longest_context = (f"key {key} from {since - started:.1f} s into the soak; "
-                             f"faults around it: {', '.join(before) or 'none'}")
+        before = [
+            f"{f.kind} at {f.started - since:+.1f} s"
+            for f in faults
+            if since - 2 * ttl - 5 < f.started < since + t.longest_unobtainable
+        ]
+        t.longest_context = (
+            f"key {key} from {since - started:.1f} s into the soak; "
+            f"faults around it: {', '.join(before) or 'none'}"
+        )
     for (kind, detail), n in (outcomes or {}).items():
         if kind == "foreign":
             t.foreign[detail] += n

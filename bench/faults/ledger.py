@@ -108,8 +108,9 @@ class Ledger:
         (n,) = self.db.execute("SELECT n FROM clock").fetchone()
         return int(n)
 
-    def read(self, key: str, fence: int, *, worker: int, t_call: float, t_grant: float,
-             after_seq: int) -> Read:
+    def read(
+        self, key: str, fence: int, *, worker: int, t_call: float, t_grant: float, after_seq: int
+    ) -> Read:
         """Read ``key``'s counter with ``fence`` (raising the record's fence to it), or be
         refused when the record already carries a higher fence; record the section."""
         self.db.execute("BEGIN IMMEDIATE")
@@ -117,11 +118,13 @@ class Ledger:
             seq = self._tick()
             row = self.db.execute(
                 "UPDATE record SET fence = ? WHERE key = ? AND fence <= ? RETURNING value",
-                (fence, key, fence)).fetchone()
+                (fence, key, fence),
+            ).fetchone()
             cursor = self.db.execute(
                 "INSERT INTO sections (key, worker, fence, t_call, t_grant, after_seq, "
                 "read_seq, read_ok, paused) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)",
-                (key, worker, fence, t_call, t_grant, after_seq, seq, row is not None))
+                (key, worker, fence, t_call, t_grant, after_seq, seq, row is not None),
+            )
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -130,20 +133,28 @@ class Ledger:
         assert section is not None
         return Read(section, seq, row is not None, int(row[0]) if row else -1)
 
-    def write(self, read: Read, key: str, fence: int, *, t_write: float,
-              paused: bool) -> tuple[bool, int]:
+    def write(
+        self, read: Read, key: str, fence: int, *, t_write: float, paused: bool
+    ) -> tuple[bool, int]:
         """Write ``read.value + 1`` to ``key``'s counter with ``fence``, or be refused
         when the record carries a higher fence (``paused``: the worker was stopped
         between its read and this write); return (accepted, sequence number)."""
         self.db.execute("BEGIN IMMEDIATE")
         try:
             seq = self._tick()
-            accepted = self.db.execute(
-                "UPDATE record SET value = ?, accepted = accepted + 1 "
-                "WHERE key = ? AND fence <= ?", (read.value + 1, key, fence)).rowcount == 1
-            self.db.execute("UPDATE sections SET write_seq = ?, write_ok = ?, t_write = ?, "
-                            "paused = ? WHERE id = ?",
-                            (seq, accepted, t_write, paused, read.section))
+            accepted = (
+                self.db.execute(
+                    "UPDATE record SET value = ?, accepted = accepted + 1 "
+                    "WHERE key = ? AND fence <= ?",
+                    (read.value + 1, key, fence),
+                ).rowcount
+                == 1
+            )
+            self.db.execute(
+                "UPDATE sections SET write_seq = ?, write_ok = ?, t_write = ?, "
+                "paused = ? WHERE id = ?",
+                (seq, accepted, t_write, paused, read.section),
+            )
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -159,7 +170,8 @@ class Ledger:
             self.db.executemany(
                 "INSERT INTO outcomes VALUES (?, ?, ?, ?) ON CONFLICT (worker, kind, detail) "
                 "DO UPDATE SET n = n + excluded.n",
-                [(worker, kind, detail, n) for (kind, detail), n in counts.items()])
+                [(worker, kind, detail, n) for (kind, detail), n in counts.items()],
+            )
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -168,24 +180,44 @@ class Ledger:
     # What the coordinator reads.
     def holding(self) -> list[int]:
         """Return the workers between their read and their write (holding a lease)."""
-        rows = self.db.execute("SELECT DISTINCT worker FROM sections "
-                               "WHERE read_ok AND write_seq IS NULL "
-                               "AND id > (SELECT COALESCE(MAX(id), 0) - 50 FROM sections)")
+        rows = self.db.execute(
+            "SELECT DISTINCT worker FROM sections "
+            "WHERE read_ok AND write_seq IS NULL "
+            "AND id > (SELECT COALESCE(MAX(id), 0) - 50 FROM sections)"
+        )
         return [int(w) for (w,) in rows]
 
     def sections(self) -> list[SectionRow]:
         """Return every section, in the order they were read."""
         rows = self.db.execute(
             "SELECT id, key, worker, fence, t_call, t_grant, after_seq, read_seq, read_ok, "
-            "paused, write_seq, write_ok, t_write FROM sections ORDER BY read_seq")
-        return [SectionRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8]),
-                           bool(r[9]), r[10], None if r[11] is None else bool(r[11]), r[12])
-                for r in rows]
+            "paused, write_seq, write_ok, t_write FROM sections ORDER BY read_seq"
+        )
+        return [
+            SectionRow(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                r[7],
+                bool(r[8]),
+                bool(r[9]),
+                r[10],
+                None if r[11] is None else bool(r[11]),
+                r[12],
+            )
+            for r in rows
+        ]
 
     def records(self) -> dict[str, tuple[int, int]]:
         """Return each key's counter value and count of accepted writes."""
-        return {k: (int(v), int(a))
-                for k, v, a in self.db.execute("SELECT key, value, accepted FROM record")}
+        return {
+            k: (int(v), int(a))
+            for k, v, a in self.db.execute("SELECT key, value, accepted FROM record")
+        }
 
     def outcomes(self) -> dict[tuple[str, str], int]:
         """Return the workers' outcomes (kind, detail), summed."""

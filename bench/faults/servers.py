@@ -25,8 +25,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PG_BIN", "STOP_WAIT", "MariaDB", "PostgreSQL", "Redis", "Server", "describe",
-           "run_tool"]
+__all__ = [
+    "PG_BIN",
+    "STOP_WAIT",
+    "MariaDB",
+    "PostgreSQL",
+    "Redis",
+    "Server",
+    "describe",
+    "run_tool",
+]
 
 #: How long a server may take to stop by itself before its group is killed, in seconds.
 STOP_WAIT = 30.0
@@ -49,15 +57,19 @@ PG_BIN = _postgresql_bin()
 HOST = "127.0.0.1"
 
 
-def run_tool(args: Sequence[str], *, timeout: float = 20, user: str | None = None,
-             check: bool = True) -> str:
+def run_tool(
+    args: Sequence[str], *, timeout: float = 20, user: str | None = None, check: bool = True
+) -> str:
     """Run a client or set-up tool to completion (bounded by ``timeout``); return its
     output, raising with its error output when it fails and ``check`` is set."""
-    done = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout,
-                          user=user, check=False)
+    done = subprocess.run(
+        list(args), capture_output=True, text=True, timeout=timeout, user=user, check=False
+    )
     if check and done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}): "
-                           f"{done.stderr.strip() or done.stdout.strip()}")
+        raise RuntimeError(
+            f"{' '.join(args)} failed ({done.returncode}): "
+            f"{done.stderr.strip() or done.stdout.strip()}"
+        )
     return done.stdout
 
 
@@ -116,16 +128,23 @@ class Server:
         """Start the server and wait (bounded) until it accepts work."""
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
-                start_new_session=True, user=self.run_as)
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+                start_new_session=True,
+                user=self.run_as,
+            )
         deadline = time.monotonic() + START_WAIT
         while not self.ready():
             if self.process.poll() is not None:
-                raise RuntimeError(f"{self.label} exited with {self.process.returncode} "
-                                   f"at start; see {self.log}")
+                raise RuntimeError(
+                    f"{self.label} exited with {self.process.returncode} at start; see {self.log}"
+                )
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.label} did not answer in {START_WAIT:.0f} s; "
-                                   f"see {self.log}")
+                raise RuntimeError(
+                    f"{self.label} did not answer in {START_WAIT:.0f} s; see {self.log}"
+                )
             time.sleep(0.05)
 
     def stop(self, *, graceful: bool = True) -> None:
@@ -174,20 +193,51 @@ class PostgreSQL(Server):
         self.root.mkdir(parents=True)
         if self.run_as:
             shutil.chown(self.root, self.run_as)
-        run_tool([str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres",
-                  "--auth=trust", "--no-sync", "-E", "UTF8"], timeout=120, user=self.run_as)
+        run_tool(
+            [
+                str(PG_BIN / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ],
+            timeout=120,
+            user=self.run_as,
+        )
 
     def command(self) -> list[str]:
         """Return the postmaster's command line."""
-        return [str(PG_BIN / "postgres"), "-D", str(self.data), "-p", str(self.port),
-                "-c", f"listen_addresses={HOST}", "-c", f"unix_socket_directories={self.root}",
-                "-c", "fsync=off", "-c", "max_connections=200",
-                "-c", "shared_buffers=32MB", "-c", "log_min_messages=fatal"]
+        return [
+            str(PG_BIN / "postgres"),
+            "-D",
+            str(self.data),
+            "-p",
+            str(self.port),
+            "-c",
+            f"listen_addresses={HOST}",
+            "-c",
+            f"unix_socket_directories={self.root}",
+            "-c",
+            "fsync=off",
+            "-c",
+            "max_connections=200",
+            "-c",
+            "shared_buffers=32MB",
+            "-c",
+            "log_min_messages=fatal",
+        ]
 
     def ready(self) -> bool:
         """Return whether the server accepts connections (``pg_isready``)."""
-        done = subprocess.run([str(PG_BIN / "pg_isready"), "-q", "-h", HOST,
-                               "-p", str(self.port)], timeout=10, check=False)
+        done = subprocess.run(
+            [str(PG_BIN / "pg_isready"), "-q", "-h", HOST, "-p", str(self.port)],
+            timeout=10,
+            check=False,
+        )
         return done.returncode == 0
 
     def after_start(self) -> None:
@@ -196,14 +246,29 @@ class PostgreSQL(Server):
 
     def psql(self, sql: str, *, database: str = "occupy") -> str:
         """Run ``sql`` with ``psql``; return its unaligned output."""
-        return run_tool(["psql", "-h", HOST, "-p", str(self.port), "-U", "postgres",
-                         "-d", database, "-tAXc", sql])
+        return run_tool(
+            [
+                "psql",
+                "-h",
+                HOST,
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-d",
+                database,
+                "-tAXc",
+                sql,
+            ]
+        )
 
     def kill_connections(self) -> int:
         """``pg_terminate_backend`` every other session on the ``occupy`` database."""
-        out = self.psql("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) "
-                        "FROM pg_stat_activity WHERE datname = 'occupy' "
-                        "AND pid <> pg_backend_pid()")
+        out = self.psql(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) "
+            "FROM pg_stat_activity WHERE datname = 'occupy' "
+            "AND pid <> pg_backend_pid()"
+        )
         return int(out.strip() or 0)
 
 
@@ -221,25 +286,53 @@ class MariaDB(Server):
     def prepare(self) -> None:
         """Create the data directory with ``mariadb-install-db``."""
         self.root.mkdir(parents=True)
-        run_tool(["mariadb-install-db", "--no-defaults", f"--datadir={self.data}",
-                  f"--user={getpass.getuser()}",
-                  "--skip-test-db", "--auth-root-authentication-method=normal"],
-                 timeout=180)
+        run_tool(
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                f"--datadir={self.data}",
+                f"--user={getpass.getuser()}",
+                "--skip-test-db",
+                "--auth-root-authentication-method=normal",
+            ],
+            timeout=180,
+        )
 
     def command(self) -> list[str]:
         """Return ``mariadbd``'s command line."""
         user = ["--user=root"] if os.geteuid() == 0 else []
-        return ["mariadbd", "--no-defaults", *user, f"--datadir={self.data}",
-                f"--socket={self.socket}", f"--port={self.port}", f"--bind-address={HOST}",
-                f"--pid-file={self.root / 'mariadb.pid'}", "--skip-grant-tables",
-                "--skip-name-resolve", "--innodb-buffer-pool-size=32M",
-                "--max-connections=200", "--skip-log-bin"]
+        return [
+            "mariadbd",
+            "--no-defaults",
+            *user,
+            f"--datadir={self.data}",
+            f"--socket={self.socket}",
+            f"--port={self.port}",
+            f"--bind-address={HOST}",
+            f"--pid-file={self.root / 'mariadb.pid'}",
+            "--skip-grant-tables",
+            "--skip-name-resolve",
+            "--innodb-buffer-pool-size=32M",
+            "--max-connections=200",
+            "--skip-log-bin",
+        ]
 
     def ready(self) -> bool:
         """Return whether the server answers a ping."""
-        done = subprocess.run(["mariadb-admin", "-h", HOST, f"--port={self.port}", "-uroot",
-                               "--connect-timeout=2", "ping"], capture_output=True,
-                              timeout=10, check=False)
+        done = subprocess.run(
+            [
+                "mariadb-admin",
+                "-h",
+                HOST,
+                f"--port={self.port}",
+                "-uroot",
+                "--connect-timeout=2",
+                "ping",
+            ],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
         return done.returncode == 0
 
     def after_start(self) -> None:
@@ -248,17 +341,31 @@ class MariaDB(Server):
 
     def sql(self, sql: str) -> str:
         """Run ``sql`` with the ``mariadb`` client; return its tab-separated output."""
-        return run_tool(["mariadb", "-h", HOST, f"--port={self.port}", "-uroot", "-N", "-B",
-                         "-e", sql])
+        return run_tool(
+            ["mariadb", "-h", HOST, f"--port={self.port}", "-uroot", "-N", "-B", "-e", sql]
+        )
 
     def kill_connections(self) -> int:
         """``KILL`` every other client connection on the ``occupy`` database."""
-        ids = self.sql("SELECT id FROM information_schema.processlist "
-                       "WHERE db = 'occupy' AND id <> CONNECTION_ID()").split()
+        ids = self.sql(
+            "SELECT id FROM information_schema.processlist "
+            "WHERE db = 'occupy' AND id <> CONNECTION_ID()"
+        ).split()
         if ids:
             # --force: go on past a connection that ended since the list was read.
-            run_tool(["mariadb", "-h", HOST, f"--port={self.port}", "-uroot", "--force",
-                      "-e", "".join(f"KILL {int(i)};" for i in ids)], check=False)
+            run_tool(
+                [
+                    "mariadb",
+                    "-h",
+                    HOST,
+                    f"--port={self.port}",
+                    "-uroot",
+                    "--force",
+                    "-e",
+                    "".join(f"KILL {int(i)};" for i in ids),
+                ],
+                check=False,
+            )
         return len(ids)
 
 
@@ -279,16 +386,39 @@ class Redis(Server):
 
     def command(self) -> list[str]:
         """Return ``redis-server``'s command line."""
-        persistence = (["--appendonly", "yes", "--appendfsync", "always"] if self.appendonly
-                       else ["--appendonly", "no"])
-        return ["redis-server", "--port", str(self.port), "--bind", HOST, "--save", "",
-                *persistence, "--dir", str(self.root), "--daemonize", "no",
-                "--logfile", "", "--loglevel", "warning"]
+        persistence = (
+            ["--appendonly", "yes", "--appendfsync", "always"]
+            if self.appendonly
+            else ["--appendonly", "no"]
+        )
+        return [
+            "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            HOST,
+            "--save",
+            "",
+            *persistence,
+            "--dir",
+            str(self.root),
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",
+            "--loglevel",
+            "warning",
+        ]
 
     def ready(self) -> bool:
         """Return whether the server answers ``PING`` (an AOF being loaded does not)."""
-        done = subprocess.run(["redis-cli", "-h", HOST, "-p", str(self.port), "ping"],
-                              capture_output=True, text=True, timeout=10, check=False)
+        done = subprocess.run(
+            ["redis-cli", "-h", HOST, "-p", str(self.port), "ping"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
         return done.stdout.strip() == "PONG"
 
     def cli(self, *args: str) -> str:
@@ -303,6 +433,10 @@ class Redis(Server):
 
 def describe(servers: Sequence[Server]) -> dict[str, Any]:
     """Return the environment variables that tell the workers where the servers are."""
-    names = {"postgresql": "OCCUPY_FAULTS_PG_PORT", "mariadb": "OCCUPY_FAULTS_MARIADB_PORT",
-             "redis-aof": "OCCUPY_FAULTS_REDIS_AOF_PORT", "redis": "OCCUPY_FAULTS_REDIS_PORT"}
+    names = {
+        "postgresql": "OCCUPY_FAULTS_PG_PORT",
+        "mariadb": "OCCUPY_FAULTS_MARIADB_PORT",
+        "redis-aof": "OCCUPY_FAULTS_REDIS_AOF_PORT",
+        "redis": "OCCUPY_FAULTS_REDIS_PORT",
+    }
     return {names[s.label]: str(s.port) for s in servers}

@@ -42,40 +42,59 @@ CACHES: dict[str, dict[str, Any]] = {
 BACKENDS: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
     "sqlite": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
-    "files": {"BACKEND": "occupy.backends.file.FileBackend",
-              "LOCATION": str(RUN_DIR / "files")},
+    "files": {"BACKEND": "occupy.backends.file.FileBackend", "LOCATION": str(RUN_DIR / "files")},
 }
 
 if os.environ.get("OCCUPY_FAULTS_PG_PORT"):
     DATABASES["postgresql"] = {
-        "ENGINE": "django.db.backends.postgresql", "NAME": "occupy", "USER": "postgres",
-        "HOST": HOST, "PORT": int(os.environ["OCCUPY_FAULTS_PG_PORT"]),
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "occupy",
+        "USER": "postgres",
+        "HOST": HOST,
+        "PORT": int(os.environ["OCCUPY_FAULTS_PG_PORT"]),
     }
-    BACKENDS["postgresql"] = {"BACKEND": "occupy.backends.db.DatabaseBackend",
-                              "OPTIONS": {"DATABASE": "postgresql"}}
+    BACKENDS["postgresql"] = {
+        "BACKEND": "occupy.backends.db.DatabaseBackend",
+        "OPTIONS": {"DATABASE": "postgresql"},
+    }
 if os.environ.get("OCCUPY_FAULTS_MARIADB_PORT"):
     DATABASES["mariadb"] = {
-        "ENGINE": "django.db.backends.mysql", "NAME": "occupy", "USER": "root",
-        "PASSWORD": "", "HOST": HOST, "PORT": int(os.environ["OCCUPY_FAULTS_MARIADB_PORT"]),
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": "occupy",
+        "USER": "root",
+        "PASSWORD": "",
+        "HOST": HOST,
+        "PORT": int(os.environ["OCCUPY_FAULTS_MARIADB_PORT"]),
         "OPTIONS": {"charset": "utf8mb4"},
     }
-    BACKENDS["mariadb"] = {"BACKEND": "occupy.backends.db.DatabaseBackend",
-                           "OPTIONS": {"DATABASE": "mariadb"}}
-for _name, _variable in (("redis-aof", "OCCUPY_FAULTS_REDIS_AOF_PORT"),
-                         ("redis", "OCCUPY_FAULTS_REDIS_PORT")):
+    BACKENDS["mariadb"] = {
+        "BACKEND": "occupy.backends.db.DatabaseBackend",
+        "OPTIONS": {"DATABASE": "mariadb"},
+    }
+for _name, _variable in (
+    ("redis-aof", "OCCUPY_FAULTS_REDIS_AOF_PORT"),
+    ("redis", "OCCUPY_FAULTS_REDIS_PORT"),
+):
     if os.environ.get(_variable):
-        CACHES[_name] = {"BACKEND": "django_redis.cache.RedisCache",
-                         "LOCATION": f"redis://{HOST}:{os.environ[_variable]}/0"}
-        BACKENDS[_name] = {"BACKEND": "occupy.backends.redis.RedisBackend",
-                           "OPTIONS": {"CACHE": _name}}
-        BACKENDS[f"cache-{_name}"] = {"BACKEND": "occupy.backends.cache.CacheBackend",
-                                      "OPTIONS": {"CACHE": _name}}
+        CACHES[_name] = {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://{HOST}:{os.environ[_variable]}/0",
+        }
+        BACKENDS[_name] = {
+            "BACKEND": "occupy.backends.redis.RedisBackend",
+            "OPTIONS": {"CACHE": _name},
+        }
+        BACKENDS[f"cache-{_name}"] = {
+            "BACKEND": "occupy.backends.cache.CacheBackend",
+            "OPTIONS": {"CACHE": _name},
+        }
 
 if os.environ.get("OCCUPY_FAULTS_PENDING_TTL"):
     for _config in BACKENDS.values():
         if _config["BACKEND"].endswith(("DatabaseBackend", "FileBackend")):
             _config.setdefault("OPTIONS", {})["PENDING_TTL"] = float(
-                os.environ["OCCUPY_FAULTS_PENDING_TTL"])
+                os.environ["OCCUPY_FAULTS_PENDING_TTL"]
+            )
 
 BACKENDS.update(json.loads(os.environ.get("OCCUPY_FAULTS_EXTRA_BACKENDS", "{}")))
 
@@ -85,5 +104,8 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 INSTALLED_APPS = ["django.contrib.contenttypes", "occupy"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-LOGGING = {"version": 1, "disable_existing_loggers": False,
-           "root": {"handlers": [], "level": "CRITICAL"}}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "root": {"handlers": [], "level": "CRITICAL"},
+}

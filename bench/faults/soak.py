@@ -39,8 +39,14 @@ __all__ = ["PAUSE_MARGIN", "Plan", "Store", "soak"]
 
 #: How long past its ttl a paused holder stays stopped, in seconds.
 PAUSE_MARGIN = 0.5
-SERVER_FAULTS = ("restart", "kill holder", "kill connections", "pause holder",
-                 "crash restart", "kill waiter")
+SERVER_FAULTS = (
+    "restart",
+    "kill holder",
+    "kill connections",
+    "pause holder",
+    "crash restart",
+    "kill waiter",
+)
 LOCAL_FAULTS = ("kill holder", "pause holder", "kill waiter")
 #: How long a worker may run past the soak's time if the stop file never came.
 WORKER_LIMIT = 120.0
@@ -92,8 +98,15 @@ def _state(pid: int) -> str:
 class Soak:
     """The coordinator's side of one store's soak."""
 
-    def __init__(self, store: Store, server: Server | None, run_dir: Path,
-                 env: dict[str, str], plan: Plan, seed: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        server: Server | None,
+        run_dir: Path,
+        env: dict[str, str],
+        plan: Plan,
+        seed: int,
+    ) -> None:
         self.store = store
         self.server = server
         self.run_dir = run_dir
@@ -119,17 +132,29 @@ class Soak:
         seconds = self.plan.seconds + WORKER_LIMIT
         index = self.spawned
         self.spawned += 1
-        config = {"index": index, "alias": self.store.name, "keys": self.keys,
-                  "ttl": self.plan.ttl, "timeout": self.plan.timeout, "hold": self.plan.hold,
-                  "seconds": seconds, "max_sections": self.plan.max_sections,
-                  "ledger": str(self.ledger.path), "stop_file": str(self.stop_file),
-                  "ready_file": str(self.ready_file(index))}
+        config = {
+            "index": index,
+            "alias": self.store.name,
+            "keys": self.keys,
+            "ttl": self.plan.ttl,
+            "timeout": self.plan.timeout,
+            "hold": self.plan.hold,
+            "seconds": seconds,
+            "max_sections": self.plan.max_sections,
+            "ledger": str(self.ledger.path),
+            "stop_file": str(self.stop_file),
+            "ready_file": str(self.ready_file(index)),
+        }
         log = (self.run_dir / f"{self.store.name}.worker-{index}.log").open("wb")
         with log:
             self.workers[index] = subprocess.Popen(
-                [sys.executable, "-m", "bench.faults.worker"], cwd=REPO,
+                [sys.executable, "-m", "bench.faults.worker"],
+                cwd=REPO,
                 env={**self.env, "OCCUPY_FAULTS_WORKER": json.dumps(config)},
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def ready_file(self, index: int) -> Path:
         """Return the file worker ``index`` creates once it is set up."""
@@ -137,8 +162,7 @@ class Soak:
 
     def ready(self) -> list[int]:
         """Return the workers running and set up (only those can take a pause)."""
-        return [w for w in self.alive() if w not in self.stopped
-                and self.ready_file(w).exists()]
+        return [w for w in self.alive() if w not in self.stopped and self.ready_file(w).exists()]
 
     def alive(self) -> list[int]:
         """Return the workers still running, noting those that ended by themselves early."""
@@ -148,8 +172,14 @@ class Soak:
                 continue
             del self.workers[index]
             if index in self.doomed and code == -signal.SIGKILL:
-                self.faults.append(Fault("kill holder", self.doomed.pop(index),
-                                         time.monotonic(), detail=f"worker {index}"))
+                self.faults.append(
+                    Fault(
+                        "kill holder",
+                        self.doomed.pop(index),
+                        time.monotonic(),
+                        detail=f"worker {index}",
+                    )
+                )
                 self.replace()
             elif code != 0 and time.monotonic() < self.deadline:
                 log = self.run_dir / f"{self.store.name}.worker-{index}.log"
@@ -175,8 +205,7 @@ class Soak:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
                 del self.stopped[index]
-                self.faults.append(Fault("pause holder", since, now,
-                                         detail=f"worker {index}"))
+                self.faults.append(Fault("pause holder", since, now, detail=f"worker {index}"))
 
     def inject(self, kind: str) -> None:
         """Inject one fault of ``kind``."""
@@ -206,13 +235,13 @@ class Soak:
                 if kind == "kill holder":
                     self.doomed[victim] = time.monotonic()
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.workers[victim].pid,
-                            signal.SIGUSR1 if kind == "pause holder" else signal.SIGUSR2)
+                    os.kill(
+                        self.workers[victim].pid,
+                        signal.SIGUSR1 if kind == "pause holder" else signal.SIGUSR2,
+                    )
             return  # recorded when it has happened (tend_pauses, alive)
-        loses = kind in ("restart", "crash restart") and not (self.server and
-                                                               self.server.durable)
-        self.faults.append(Fault(kind, started, time.monotonic(), loses_data=loses,
-                                 detail=detail))
+        loses = kind in ("restart", "crash restart") and not (self.server and self.server.durable)
+        self.faults.append(Fault(kind, started, time.monotonic(), loses_data=loses, detail=detail))
 
     def run(self) -> Tally:
         """Soak the store; return its tally."""
@@ -249,9 +278,15 @@ class Soak:
             ended = time.monotonic()
         finally:
             self.stop_workers()
-        result = tally(self.ledger.sections(), self.ledger.records(), self.faults,
-                       ttl=plan.ttl, started=started, ended=min(ended, self.deadline),
-                       outcomes=self.ledger.outcomes())
+        result = tally(
+            self.ledger.sections(),
+            self.ledger.records(),
+            self.faults,
+            ttl=plan.ttl,
+            started=started,
+            ended=min(ended, self.deadline),
+            outcomes=self.ledger.outcomes(),
+        )
         for line in self.crashed:
             result.problems.append(f"worker crashed: {line}")
         self.ledger.close()
@@ -269,8 +304,13 @@ class Soak:
         self.workers.clear()
 
 
-def soak(store: Store, server: Server | None, run_dir: Path, env: dict[str, str],
-         plan: Plan, seed: int = 0) -> Tally:
+def soak(
+    store: Store,
+    server: Server | None,
+    run_dir: Path,
+    env: dict[str, str],
+    plan: Plan,
+    seed: int = 0,
+) -> Tally:
     """Run one store's soak (see the module docstring); return its tally."""
     return Soak(store, server, run_dir, env, plan, seed).run()
-

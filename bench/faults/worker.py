@@ -90,17 +90,25 @@ class Worker:
         self.last_seq = self.ledger.now()
         flushed = time.monotonic()
         sections = 0
-        while (sections < self.max_sections and time.monotonic() < self.deadline
-               and not self.stop_file.exists()):
+        while (
+            sections < self.max_sections
+            and time.monotonic() < self.deadline
+            and not self.stop_file.exists()
+        ):
             if time.monotonic() - flushed > FLUSH_EVERY:
                 self.flush()
                 flushed = time.monotonic()
             key = self.random.choice(self.keys)
             called = time.monotonic()
             try:
-                lease = occupy.acquire(key, owner=f"worker:{self.index}", ttl=self.ttl,
-                                       timeout=self.timeout, reentrant=False,
-                                       using=self.alias)
+                lease = occupy.acquire(
+                    key,
+                    owner=f"worker:{self.index}",
+                    ttl=self.ttl,
+                    timeout=self.timeout,
+                    reentrant=False,
+                    using=self.alias,
+                )
             except Exception as e:
                 self.failed("acquire", e)
                 continue
@@ -114,8 +122,14 @@ class Worker:
 
     def section(self, key: str, fence: int, called: float) -> None:
         """Read, hold and write ``key``'s counter with ``fence``."""
-        read = self.ledger.read(key, fence, worker=self.index, t_call=called,
-                                t_grant=time.monotonic(), after_seq=self.last_seq)
+        read = self.ledger.read(
+            key,
+            fence,
+            worker=self.index,
+            t_call=called,
+            t_grant=time.monotonic(),
+            after_seq=self.last_seq,
+        )
         self.last_seq = read.seq
         if not read.ok:
             return
@@ -126,8 +140,9 @@ class Worker:
             _asked.discard(signal.SIGUSR1)
             os.kill(os.getpid(), signal.SIGSTOP)  # the coordinator continues it
         time.sleep(self.random.uniform(0, self.hold))
-        _accepted, self.last_seq = self.ledger.write(read, key, fence,
-                                                     t_write=time.monotonic(), paused=paused)
+        _accepted, self.last_seq = self.ledger.write(
+            read, key, fence, t_write=time.monotonic(), paused=paused
+        )
 
 
 def main() -> None:

@@ -59,16 +59,40 @@ class Sizes:
     sweep: tuple[int, ...]
 
 
-FULL = Sizes(live=(1_000, 100_000, 1_000_000), live_rounds=8, live_ops=250,
-             waiters=(1, 8, 32, 64), handoff_rounds=3, handoff_seconds=3.0,
-             processes=(1, 2, 4, 8), distinct_keys=10_000, keys_rounds=3, keys_seconds=3.0,
-             leases=10_000, lease_ttl=30, hold_seconds=30, redis_waiters=1_000,
-             sweep=(10_000, 100_000, 1_000_000))
-QUICK = Sizes(live=(100, 1_000, 10_000), live_rounds=4, live_ops=100,
-              waiters=(1, 4, 8), handoff_rounds=2, handoff_seconds=1.0,
-              processes=(1, 2), distinct_keys=1_000, keys_rounds=2, keys_seconds=1.0,
-              leases=1_000, lease_ttl=6, hold_seconds=6, redis_waiters=100,
-              sweep=(1_000, 10_000))
+FULL = Sizes(
+    live=(1_000, 100_000, 1_000_000),
+    live_rounds=8,
+    live_ops=250,
+    waiters=(1, 8, 32, 64),
+    handoff_rounds=3,
+    handoff_seconds=3.0,
+    processes=(1, 2, 4, 8),
+    distinct_keys=10_000,
+    keys_rounds=3,
+    keys_seconds=3.0,
+    leases=10_000,
+    lease_ttl=30,
+    hold_seconds=30,
+    redis_waiters=1_000,
+    sweep=(10_000, 100_000, 1_000_000),
+)
+QUICK = Sizes(
+    live=(100, 1_000, 10_000),
+    live_rounds=4,
+    live_ops=100,
+    waiters=(1, 4, 8),
+    handoff_rounds=2,
+    handoff_seconds=1.0,
+    processes=(1, 2),
+    distinct_keys=1_000,
+    keys_rounds=2,
+    keys_seconds=1.0,
+    leases=1_000,
+    lease_ttl=6,
+    hold_seconds=6,
+    redis_waiters=100,
+    sweep=(1_000, 10_000),
+)
 
 
 def setup() -> None:
@@ -99,11 +123,15 @@ def setup() -> None:
 
 def main(argv: list[str]) -> None:
     """Run the parts named by the options (default: all), and say how long it took."""
-    parser = argparse.ArgumentParser(prog="python -m bench scale", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench scale",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="lower every size")
-    parser.add_argument("--parts", default=",".join(PARTS),
-                        help=f"comma-separated, from {', '.join(PARTS)}")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"comma-separated, from {', '.join(PARTS)}"
+    )
     parser.add_argument("--stores", default="", help="comma-separated labels or aliases")
     parser.add_argument("--out", type=Path, default=None, help="where results go")
     args = parser.parse_args(argv)
@@ -125,8 +153,11 @@ def main(argv: list[str]) -> None:
     report = Report(out, line)
     stores = available_stores([s for s in args.stores.split(",") if s])
     print(line)
-    print(f"stores: {', '.join(s.name for s in stores)}; load average {load_at_start}; "
-          f"{'quick sizes' if args.quick else 'full sizes'}", flush=True)
+    print(
+        f"stores: {', '.join(s.name for s in stores)}; load average {load_at_start}; "
+        f"{'quick sizes' if args.quick else 'full sizes'}",
+        flush=True,
+    )
     timings = {}
     failed = []
     try:
@@ -147,14 +178,18 @@ def main(argv: list[str]) -> None:
         timings["clean-up"] = time.perf_counter() - cleanup_started
     total = time.perf_counter() - started
     print(f"\n{line}")
-    print(f"## run time: {total / 60:.1f} min ("
-          + ", ".join(f"{p} {s:.0f} s" for p, s in timings.items())
-          + f"); load average {load_at_start} at start, {machine.load_average()} at end")
+    print(
+        f"## run time: {total / 60:.1f} min ("
+        + ", ".join(f"{p} {s:.0f} s" for p, s in timings.items())
+        + f"); load average {load_at_start} at start, {machine.load_average()} at end"
+    )
     for path in report.written:
         print(f"  wrote {path}")
     if report.skipped_plots:
-        print(f"  no plots ({', '.join(report.skipped_plots)}): matplotlib is missing; "
-              "pip install -e '.[bench]'")
+        print(
+            f"  no plots ({', '.join(report.skipped_plots)}): matplotlib is missing; "
+            "pip install -e '.[bench]'"
+        )
     if failed:
         raise SystemExit(f"parts that failed: {', '.join(failed)}")
 
@@ -163,8 +198,7 @@ def _run_part(part: str, report: Any, stores: list[Any], sizes: Sizes) -> None:
     from bench.scale import footprint, handoff, keys, live, sweep
 
     if part == "live":
-        live.run(report, stores, list(sizes.live), rounds=sizes.live_rounds,
-                 ops=sizes.live_ops)
+        live.run(report, stores, list(sizes.live), rounds=sizes.live_rounds, ops=sizes.live_ops)
     elif part == "handoff":
         handoff.run(report, stores, sizes)
     elif part == "keys":

@@ -98,12 +98,21 @@ def hold_renewed(alias: str, leases: int, ttl: float, hold: float) -> dict[str, 
     for lease in held:
         with suppress(occupy.LeaseLost):
             occupy.release(lease)
-    return {"leases": leases, "ttl": ttl, "acquire_s": acquired,
-            "rss_before_kib": rss_before, "rss_held_kib": rss_held,
-            "threads_before": threads_before, "threads_held": threads_held,
-            "renewals_per_s": in_window / window, "needed_per_s": leases / (ttl / 3),
-            "late_p50_s": percentile(late, 50), "late_max_s": max(late, default=0.0),
-            "watchdog_cpu_share": cpu / window, "lost": lost}
+    return {
+        "leases": leases,
+        "ttl": ttl,
+        "acquire_s": acquired,
+        "rss_before_kib": rss_before,
+        "rss_held_kib": rss_held,
+        "threads_before": threads_before,
+        "threads_held": threads_held,
+        "renewals_per_s": in_window / window,
+        "needed_per_s": leases / (ttl / 3),
+        "late_p50_s": percentile(late, 50),
+        "late_max_s": max(late, default=0.0),
+        "watchdog_cpu_share": cpu / window,
+        "lost": lost,
+    }
 
 
 def redis_per_waiter(store: RedisStore, counts: list[int]) -> list[tuple[int, float]]:
@@ -122,11 +131,14 @@ def redis_per_waiter(store: RedisStore, counts: list[int]) -> list[tuple[int, fl
             sha = _queue_sha(store)
             pipe = client.pipeline(transaction=False)
             for i in range(n):
-                pipe.execute_command("EVALSHA", sha, 1, rkeys.lock, f"{i:032x}",
-                                     f"bench-waiter-{i}\0{key}", 60_000)
+                pipe.execute_command(
+                    "EVALSHA", sha, 1, rkeys.lock, f"{i:032x}", f"bench-waiter-{i}\0{key}", 60_000
+                )
             pipe.execute()
-            usage = sum(int(client.memory_usage(name, samples=0) or 0)
-                        for name in (rkeys.queue, rkeys.waiters))
+            usage = sum(
+                int(client.memory_usage(name, samples=0) or 0)
+                for name in (rkeys.queue, rkeys.waiters)
+            )
             found.append((n, usage / n))
         finally:
             client.delete(rkeys.queue, rkeys.waiters)
@@ -149,10 +161,15 @@ def run(report: Report, stores: list[Store], sizes: Any) -> None:
         counts = sorted({8, 100, sizes.redis_waiters})
         per_waiter = redis_per_waiter(redis, counts)
         redis.clear()
-        report.table("4b. Redis: bytes per waiter (queue sorted set + waiters hash)",
-                     ["waiters", "bytes per waiter"], per_waiter,
-                     notes=["databases: a waiter is one pending row (bytes per claim, 4a); "
-                            "files: one pending file; the cache backend on Redis: as on Redis"])
+        report.table(
+            "4b. Redis: bytes per waiter (queue sorted set + waiters hash)",
+            ["waiters", "bytes per waiter"],
+            per_waiter,
+            notes=[
+                "databases: a waiter is one pending row (bytes per claim, 4a); "
+                "files: one pending file; the cache backend on Redis: as on Redis"
+            ],
+        )
         report.csv("scale-footprint-waiters", ["waiters", "redis_bytes_per_waiter"], per_waiter)
     ctx = multiprocessing.get_context("spawn")
     rows, csv_rows = [], []
@@ -160,30 +177,68 @@ def run(report: Report, stores: list[Store], sizes: Any) -> None:
         if store.name not in RENEW_STORES:
             continue
         with ctx.Pool(1) as pool:
-            got = pool.apply(hold_renewed, (store.alias, sizes.leases, sizes.lease_ttl,
-                                            sizes.hold_seconds))
+            got = pool.apply(
+                hold_renewed, (store.alias, sizes.leases, sizes.lease_ttl, sizes.hold_seconds)
+            )
         store.clear()
         growth = (got["rss_held_kib"] - got["rss_before_kib"]) / 1024
-        rows.append([store.name, sizes.leases, f"{got['acquire_s']:.1f} s", f"{growth:.1f} MiB",
-                     f"{(got['rss_held_kib'] - got['rss_before_kib']) * 1024 / sizes.leases:,.0f}",
-                     f"{got['threads_before']} → {got['threads_held']}",
-                     f"{got['renewals_per_s']:,.0f} / {got['needed_per_s']:,.0f}",
-                     f"{got['late_p50_s']:.2f} / {got['late_max_s']:.2f}",
-                     f"{got['watchdog_cpu_share']:.0%}", got["lost"]])
-        csv_rows.append([store.name, *(f"{v:.4g}" if isinstance(v, float) else v
-                                       for v in got.values())])
+        rows.append(
+            [
+                store.name,
+                sizes.leases,
+                f"{got['acquire_s']:.1f} s",
+                f"{growth:.1f} MiB",
+                f"{(got['rss_held_kib'] - got['rss_before_kib']) * 1024 / sizes.leases:,.0f}",
+                f"{got['threads_before']} → {got['threads_held']}",
+                f"{got['renewals_per_s']:,.0f} / {got['needed_per_s']:,.0f}",
+                f"{got['late_p50_s']:.2f} / {got['late_max_s']:.2f}",
+                f"{got['watchdog_cpu_share']:.0%}",
+                got["lost"],
+            ]
+        )
+        csv_rows.append(
+            [store.name, *(f"{v:.4g}" if isinstance(v, float) else v for v in got.values())]
+        )
     if rows:
         report.table(
             f"4c. One process holding {sizes.leases:,} leases with renew=True "
             f"(ttl {sizes.lease_ttl:g} s, held {sizes.hold_seconds:g} s)",
-            ["store", "leases", "taken in", "RSS growth", "bytes/lease", "threads",
-             "renewals/s done / needed", "late s p50 / max", "watchdog CPU", "lost"], rows,
-            notes=["each lease is due for renewal every third of its ttl; 'late' is how "
-                   "long after that a renewal came; watchdog CPU: its thread's share of "
-                   "one core while the leases were held"])
-        report.csv("scale-footprint-renew", ["store", "leases", "ttl", "acquire_s",
-                                             "rss_before_kib", "rss_held_kib",
-                                             "threads_before", "threads_held",
-                                             "renewals_per_s", "needed_per_s", "late_p50_s",
-                                             "late_max_s", "watchdog_cpu_share", "lost"],
-                   csv_rows)
+            [
+                "store",
+                "leases",
+                "taken in",
+                "RSS growth",
+                "bytes/lease",
+                "threads",
+                "renewals/s done / needed",
+                "late s p50 / max",
+                "watchdog CPU",
+                "lost",
+            ],
+            rows,
+            notes=[
+                "each lease is due for renewal every third of its ttl; 'late' is how "
+                "long after that a renewal came; watchdog CPU: its thread's share of "
+                "one core while the leases were held"
+            ],
+        )
+        report.csv(
+            "scale-footprint-renew",
+            [
+                "store",
+                "leases",
+                "ttl",
+                "acquire_s",
+                "rss_before_kib",
+                "rss_held_kib",
+                "threads_before",
+                "threads_held",
+                "renewals_per_s",
+                "needed_per_s",
+                "late_p50_s",
+                "late_max_s",
+                "watchdog_cpu_share",
+                "lost",
+            ],
+            csv_rows,
+        )

@@ -58,8 +58,7 @@ def hot_loop(worker: int, alias: str, start: float, stop: float) -> list[tuple[f
     return events
 
 
-def analyse(events: list[tuple[float, float, float]], start: float,
-            stop: float) -> dict[str, Any]:
+def analyse(events: list[tuple[float, float, float]], start: float, stop: float) -> dict[str, Any]:
     """Return the hand-offs, order of service and overlaps of one round's events."""
     events = sorted(events, key=lambda e: e[1])
     handoffs, overtakes, overlaps, releases = [], [], 0, 0
@@ -76,8 +75,12 @@ def analyse(events: list[tuple[float, float, float]], start: float,
         releases += 1
         handoffs.append(granted - released)
         overtakes.append(after[0] - min(waiting))
-    return {"handoffs": handoffs, "overtakes": overtakes, "overlaps": overlaps,
-            "releases": releases}
+    return {
+        "handoffs": handoffs,
+        "overtakes": overtakes,
+        "overlaps": overlaps,
+        "releases": releases,
+    }
 
 
 def run(report: Report, stores: list[Store], sizes: Any) -> None:
@@ -111,8 +114,13 @@ def run(report: Report, stores: list[Store], sizes: Any) -> None:
     _summarize(report, stores, waiters, rounds, sizes)
 
 
-def _summarize(report: Report, stores: list[Store], waiters: list[int],
-               rounds: dict[tuple[str, int], list[dict[str, Any]]], sizes: Any) -> None:
+def _summarize(
+    report: Report,
+    stores: list[Store],
+    waiters: list[int],
+    rounds: dict[tuple[str, int], list[dict[str, Any]]],
+    sizes: Any,
+) -> None:
     rows, csv_rows = [], []
     p99_panel = Panel("hand-off p99 (ms)", logy=True)
     med_panel = Panel("hand-off median (ms)", logy=True)
@@ -134,36 +142,99 @@ def _summarize(report: Report, stores: list[Store], waiters: list[int],
             med, p99 = median(handoffs), percentile(handoffs, 99)
             worst = max(handoffs, default=float("nan"))
             p99s[n], calls[n] = p99, store_calls
-            rows.append([store.name, n, len(handoffs), med, p99, worst, store_calls, tries,
-                         f"{polled:.0%}", f"{in_order:.1%}", max(overtakes, default=0.0),
-                         overlaps or ""])
-            csv_rows.append([store.name, n, len(handoffs), f"{med:.3f}", f"{p99:.3f}",
-                             f"{worst:.3f}", f"{store_calls:.2f}", f"{tries:.2f}",
-                             f"{polled:.4f}", f"{in_order:.4f}",
-                             f"{max(overtakes, default=0.0):.3f}", overlaps, releases])
+            rows.append(
+                [
+                    store.name,
+                    n,
+                    len(handoffs),
+                    med,
+                    p99,
+                    worst,
+                    store_calls,
+                    tries,
+                    f"{polled:.0%}",
+                    f"{in_order:.1%}",
+                    max(overtakes, default=0.0),
+                    overlaps or "",
+                ]
+            )
+            csv_rows.append(
+                [
+                    store.name,
+                    n,
+                    len(handoffs),
+                    f"{med:.3f}",
+                    f"{p99:.3f}",
+                    f"{worst:.3f}",
+                    f"{store_calls:.2f}",
+                    f"{tries:.2f}",
+                    f"{polled:.4f}",
+                    f"{in_order:.4f}",
+                    f"{max(overtakes, default=0.0):.3f}",
+                    overlaps,
+                    releases,
+                ]
+            )
             med_panel.add(store.name, n, med)
             p99_panel.add(store.name, n, p99)
             calls_panel.add(store.name, n, store_calls)
         lo, hi = waiters[0], waiters[-1]
         ratio = p99s[hi] / p99s[lo]
         growth = calls[hi] / calls[lo]
-        verdicts.append(f"{store.name}: p99 {hi} / {lo} waiters {ratio:.2f}× "
-                        f"({'met' if ratio <= P99_TARGET else 'MISSED'}); store calls per "
-                        f"release {calls[lo]:.1f} → {calls[hi]:.1f} ({growth:.2f}×)")
+        verdicts.append(
+            f"{store.name}: p99 {hi} / {lo} waiters {ratio:.2f}× "
+            f"({'met' if ratio <= P99_TARGET else 'MISSED'}); store calls per "
+            f"release {calls[lo]:.1f} → {calls[hi]:.1f} ({growth:.2f}×)"
+        )
     report.table(
         f"2. Hand-off under a queue: one key, {HOLD * 1000:g} ms critical section, "
         f"{sizes.handoff_rounds} rounds of {sizes.handoff_seconds:g} s per queue length",
-        ["store", "waiters", "hand-offs", "median ms", "p99 ms", "worst ms",
-         "store calls/release", "tries/release", "polled grants", "in order",
-         "worst overtake ms", "overlaps"], rows,
-        notes=[f"target: p99 with {waiters[-1]} waiters ≤ {P99_TARGET}× that with "
-               f"{waiters[0]}; store calls per release flat; arrival order",
-               "polled grants: grants a waiter found by a poll that ran its full time, "
-               "not by a wake-up (all of them where waiters poll)", *verdicts])
-    report.csv("scale-handoff", ["store", "waiters", "handoffs", "median_ms", "p99_ms",
-                                 "worst_ms", "store_calls_per_release", "tries_per_release",
-                                 "polled_grants_share", "in_order_share",
-                                 "worst_overtake_ms", "overlaps", "releases"], csv_rows)
-    report.plot("scale-handoff", "2. hand-off under a queue: one key, "
-                f"{HOLD * 1000:g} ms critical section", "waiters",
-                [med_panel, p99_panel, calls_panel], xticks=waiters)
+        [
+            "store",
+            "waiters",
+            "hand-offs",
+            "median ms",
+            "p99 ms",
+            "worst ms",
+            "store calls/release",
+            "tries/release",
+            "polled grants",
+            "in order",
+            "worst overtake ms",
+            "overlaps",
+        ],
+        rows,
+        notes=[
+            f"target: p99 with {waiters[-1]} waiters ≤ {P99_TARGET}× that with "
+            f"{waiters[0]}; store calls per release flat; arrival order",
+            "polled grants: grants a waiter found by a poll that ran its full time, "
+            "not by a wake-up (all of them where waiters poll)",
+            *verdicts,
+        ],
+    )
+    report.csv(
+        "scale-handoff",
+        [
+            "store",
+            "waiters",
+            "handoffs",
+            "median_ms",
+            "p99_ms",
+            "worst_ms",
+            "store_calls_per_release",
+            "tries_per_release",
+            "polled_grants_share",
+            "in_order_share",
+            "worst_overtake_ms",
+            "overlaps",
+            "releases",
+        ],
+        csv_rows,
+    )
+    report.plot(
+        "scale-handoff",
+        f"2. hand-off under a queue: one key, {HOLD * 1000:g} ms critical section",
+        "waiters",
+        [med_panel, p99_panel, calls_panel],
+        xticks=waiters,
+    )

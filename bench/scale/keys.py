@@ -22,8 +22,9 @@ from bench.scale.workers import Pool, start_at
 __all__ = ["run"]
 
 
-def keys_loop(worker: int, alias: str, workers: int, keys: int, start: float,
-              stop: float) -> tuple[int, float, float, float | None, int]:
+def keys_loop(
+    worker: int, alias: str, workers: int, keys: int, start: float, stop: float
+) -> tuple[int, float, float, float | None, int]:
     """Take and release this worker's share of ``keys`` until ``stop``; return pairs,
     elapsed seconds, client CPU seconds, server CPU seconds (PostgreSQL) and how many
     acquires were refused (``StoreUnavailable`` on a key nobody else takes: SQLite's
@@ -54,8 +55,11 @@ def keys_loop(worker: int, alias: str, workers: int, keys: int, start: float,
                 break
     elapsed = time.monotonic() - began
     client = time.thread_time() - client_before
-    server = (None if server_pid is None or server_before is None
-              else cpu_seconds(server_pid) - server_before)
+    server = (
+        None
+        if server_pid is None or server_before is None
+        else cpu_seconds(server_pid) - server_before
+    )
     return pairs, elapsed, client, server, refused
 
 
@@ -82,26 +86,36 @@ def run(report: Report, stores: list[Store], sizes: Any) -> None:
                     stop = start + sizes.keys_seconds
                     pids = store.server_pids()
                     before = sum(cpu_seconds(pid) for pid in pids)
-                    results, _ = pool.run(keys_loop, n, store.alias, n, sizes.distinct_keys,
-                                          start, stop)
+                    results, _ = pool.run(
+                        keys_loop, n, store.alias, n, sizes.distinct_keys, start, stop
+                    )
                     server = sum(cpu_seconds(pid) for pid in pids) - before if pids else None
                     pairs = sum(r[0] for r in results.values())
                     elapsed = max(r[1] for r in results.values())
                     client = sum(r[2] for r in results.values())
                     if any(r[3] is not None for r in results.values()):
                         server = sum(r[3] or 0.0 for r in results.values())
-                    figures.setdefault((store.name, n), []).append({
-                        "refused": sum(r[4] for r in results.values()),
-                        "rate": pairs / elapsed, "client_us": client / pairs * 1e6,
-                        "server_us": float("nan") if server is None else server / pairs * 1e6})
+                    figures.setdefault((store.name, n), []).append(
+                        {
+                            "refused": sum(r[4] for r in results.values()),
+                            "rate": pairs / elapsed,
+                            "client_us": client / pairs * 1e6,
+                            "server_us": float("nan") if server is None else server / pairs * 1e6,
+                        }
+                    )
             print("  many keys: a round of every store and process count done", flush=True)
     finally:
         pool.close()
     _summarize(report, stores, counts, figures, sizes)
 
 
-def _summarize(report: Report, stores: list[Store], counts: list[int],
-               figures: dict[tuple[str, int], list[dict[str, float]]], sizes: Any) -> None:
+def _summarize(
+    report: Report,
+    stores: list[Store],
+    counts: list[int],
+    figures: dict[tuple[str, int], list[dict[str, float]]],
+    sizes: Any,
+) -> None:
     rows, csv_rows = [], []
     ratio_panel = Panel("throughput × one process")
     rate_panel = Panel("acquire + release pairs/s", logy=True)
@@ -116,26 +130,74 @@ def _summarize(report: Report, stores: list[Store], counts: list[int],
             client = median([g["client_us"] for g in got])
             server = median([g["server_us"] for g in got])
             refused = sum(int(g["refused"]) for g in got)
-            rows.append([store.name, n, rate, f"{ratio:.2f}× ({min(ratios):.2f}–"
-                         f"{max(ratios):.2f})", client, server, refused or ""])
-            csv_rows.append([store.name, n, f"{rate:.1f}", f"{ratio:.3f}", f"{min(ratios):.3f}",
-                             f"{max(ratios):.3f}", f"{client:.1f}", f"{server:.1f}", refused])
+            rows.append(
+                [
+                    store.name,
+                    n,
+                    rate,
+                    f"{ratio:.2f}× ({min(ratios):.2f}–{max(ratios):.2f})",
+                    client,
+                    server,
+                    refused or "",
+                ]
+            )
+            csv_rows.append(
+                [
+                    store.name,
+                    n,
+                    f"{rate:.1f}",
+                    f"{ratio:.3f}",
+                    f"{min(ratios):.3f}",
+                    f"{max(ratios):.3f}",
+                    f"{client:.1f}",
+                    f"{server:.1f}",
+                    refused,
+                ]
+            )
             ratio_panel.add(store.name, n, ratio)
             rate_panel.add(store.name, n, rate)
             cpu_panel.add(store.name, n, server)
     report.table(
         f"3. Many keys: processes on {sizes.distinct_keys:,} distinct keys, "
         f"{sizes.keys_rounds} rounds of {sizes.keys_seconds:g} s",
-        ["store", "processes", "pairs/s", "× one process (spread)", "client CPU µs/pair",
-         "server CPU µs/pair", "refused"], rows,
-        notes=["server CPU: PostgreSQL per connection; MariaDB and Redis whole server "
-               "processes (others' work included); SQLite and files run in the client",
-               "refused: acquires with timeout=0 of a key no other process takes that "
-               "raised StoreUnavailable (SQLite: the file stayed write-locked by another "
-               "process)"])
-    report.csv("scale-many-keys", ["store", "processes", "pairs_per_s", "ratio_to_one",
-                                   "ratio_min", "ratio_max", "client_cpu_us_per_pair",
-                                   "server_cpu_us_per_pair", "refused"], csv_rows)
-    report.plot("scale-many-keys", f"3. many keys: processes on {sizes.distinct_keys:,} "
-                "distinct keys", "processes", [ratio_panel, rate_panel, cpu_panel],
-                logx=False, xticks=counts)
+        [
+            "store",
+            "processes",
+            "pairs/s",
+            "× one process (spread)",
+            "client CPU µs/pair",
+            "server CPU µs/pair",
+            "refused",
+        ],
+        rows,
+        notes=[
+            "server CPU: PostgreSQL per connection; MariaDB and Redis whole server "
+            "processes (others' work included); SQLite and files run in the client",
+            "refused: acquires with timeout=0 of a key no other process takes that "
+            "raised StoreUnavailable (SQLite: the file stayed write-locked by another "
+            "process)",
+        ],
+    )
+    report.csv(
+        "scale-many-keys",
+        [
+            "store",
+            "processes",
+            "pairs_per_s",
+            "ratio_to_one",
+            "ratio_min",
+            "ratio_max",
+            "client_cpu_us_per_pair",
+            "server_cpu_us_per_pair",
+            "refused",
+        ],
+        csv_rows,
+    )
+    report.plot(
+        "scale-many-keys",
+        f"3. many keys: processes on {sizes.distinct_keys:,} distinct keys",
+        "processes",
+        [ratio_panel, rate_panel, cpu_panel],
+        logx=False,
+        xticks=counts,
+    )

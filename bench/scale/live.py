@@ -68,8 +68,11 @@ class Figures:
         got = probe(store, ops)
         client = time.thread_time() - client_before
         server_after = store.server_cpu()
-        server = (float("nan") if server_before is None or server_after is None
-                  else server_after - server_before)
+        server = (
+            float("nan")
+            if server_before is None or server_after is None
+            else server_after - server_before
+        )
         self.samples.setdefault((store.name, stage), []).extend(got)
         self.round_medians.setdefault((store.name, stage), []).append(median(got))
         totals = self.cpu.setdefault((store.name, stage), [0.0, 0.0, 0.0])
@@ -84,11 +87,13 @@ class Figures:
             store.clear()
         store.fill(size - store.claims)
         self.fill_seconds[store.name, stage] = (
-            self.fill_seconds.get((store.name, stage), 0.0) + time.perf_counter() - started)
+            self.fill_seconds.get((store.name, stage), 0.0) + time.perf_counter() - started
+        )
 
 
-def run(report: Report, stores: list[Store], sizes: list[int], *, rounds: int,
-        ops: int) -> dict[str, Any]:
+def run(
+    report: Report, stores: list[Store], sizes: list[int], *, rounds: int, ops: int
+) -> dict[str, Any]:
     """Measure every store at every size; print, write and plot the figures."""
     figures = Figures()
     wanted = [s.alias for s in stores]
@@ -105,8 +110,14 @@ def run(report: Report, stores: list[Store], sizes: list[int], *, rounds: int,
     return _summarize(report, order, sizes, figures)
 
 
-def _alternating(report: Report, figures: Figures, slotted: list[list[Store]],
-                 sizes: list[int], rounds: int, ops: int) -> None:
+def _alternating(
+    report: Report,
+    figures: Figures,
+    slotted: list[list[Store]],
+    sizes: list[int],
+    rounds: int,
+    ops: int,
+) -> None:
     """Every size at once, in stores of its own; rounds alternate between sizes."""
     if not slotted[0]:
         return
@@ -119,8 +130,11 @@ def _alternating(report: Report, figures: Figures, slotted: list[list[Store]],
         for store in slot:
             figures.fill(store, stage, sizes[stage])
             probe(store, min(ops, 100))  # warm the caches after the fill
-            print(f"  live claims: {store.name} at {sizes[stage]:,} "
-                  f"(filled in {figures.fill_seconds[store.name, stage]:.0f} s)", flush=True)
+            print(
+                f"  live claims: {store.name} at {sizes[stage]:,} "
+                f"(filled in {figures.fill_seconds[store.name, stage]:.0f} s)",
+                flush=True,
+            )
     order = [(stage, store) for stage, slot in enumerate(slotted) for store in slot]
     for r in range(rounds):
         # Each round starts at another place in the order, so that no size or store is
@@ -137,8 +151,7 @@ def _alternating(report: Report, figures: Figures, slotted: list[list[Store]],
             store.clear()
 
 
-def _staged(figures: Figures, stores: list[Store], sizes: list[int], rounds: int,
-            ops: int) -> None:
+def _staged(figures: Figures, stores: list[Store], sizes: list[int], rounds: int, ops: int) -> None:
     """One size at a time (one Redis database), then the smallest again."""
     if not stores:
         return
@@ -149,20 +162,23 @@ def _staged(figures: Figures, stores: list[Store], sizes: list[int], rounds: int
             figures.fill(store, stage, size)
             probe(store, min(ops, 100))
         for r in range(rounds):
-            for store in stores[r % len(stores):] + stores[:r % len(stores)]:
+            for store in stores[r % len(stores) :] + stores[: r % len(stores)]:
                 figures.measure(store, stage, ops)
         if stage != AGAIN:
             for store in stores:
                 figures.footprints[store.name, stage] = store.footprint()
         fills = ", ".join(f"{figures.fill_seconds[s.name, stage]:.0f} s" for s in stores)
-        print(f"  live claims: {', '.join(s.name for s in stores)} at {size:,} "
-              f"(fills: {fills})", flush=True)
+        print(
+            f"  live claims: {', '.join(s.name for s in stores)} at {size:,} (fills: {fills})",
+            flush=True,
+        )
     for store in stores:
         store.clear()
 
 
-def _summarize(report: Report, order: list[str], sizes: list[int],
-               figures: Figures) -> dict[str, Any]:
+def _summarize(
+    report: Report, order: list[str], sizes: list[int], figures: Figures
+) -> dict[str, Any]:
     samples = figures.samples
     last = len(sizes) - 1
     rows, csv_rows, verdicts = [], [], {}
@@ -179,9 +195,19 @@ def _summarize(report: Report, order: list[str], sizes: list[int],
             cells.append(f"{m / 1000:.2f} / {p / 1000:.2f}")
             spread = figures.round_medians[name, stage]
             size = sizes[0] if stage == AGAIN else sizes[stage]
-            csv_rows.append([name, size, "again" if stage == AGAIN else "", len(got),
-                             f"{m:.1f}", f"{p:.1f}", f"{min(spread):.1f}", f"{max(spread):.1f}",
-                             f"{figures.fill_seconds.get((name, stage), 0.0):.1f}"])
+            csv_rows.append(
+                [
+                    name,
+                    size,
+                    "again" if stage == AGAIN else "",
+                    len(got),
+                    f"{m:.1f}",
+                    f"{p:.1f}",
+                    f"{min(spread):.1f}",
+                    f"{max(spread):.1f}",
+                    f"{figures.fill_seconds.get((name, stage), 0.0):.1f}",
+                ]
+            )
             if stage != AGAIN:
                 med_panel.add(name, size, m / 1000)
                 p99_panel.add(name, size, p / 1000)
@@ -189,27 +215,56 @@ def _summarize(report: Report, order: list[str], sizes: list[int],
             cells.append("(alternating)")
         top = samples[name, last]
         ratio_m, ratio_p = median(top) / base_median, percentile(top, 99) / base_p99
-        met = "–" if name not in TARGETED else (
-            "met" if max(ratio_m, ratio_p) <= TARGET else "MISSED")
+        met = (
+            "–"
+            if name not in TARGETED
+            else ("met" if max(ratio_m, ratio_p) <= TARGET else "MISSED")
+        )
         verdicts[name] = (ratio_m, ratio_p, met)
         rows.append([*cells, f"{ratio_m:.2f}×", f"{ratio_p:.2f}×", met])
-    header = ["store", *(f"{s:,}" for s in sizes), f"{sizes[0]:,} again",
-              "median ratio", "p99 ratio", f"≤ {TARGET}×"]
+    header = [
+        "store",
+        *(f"{s:,}" for s in sizes),
+        f"{sizes[0]:,} again",
+        "median ratio",
+        "p99 ratio",
+        f"≤ {TARGET}×",
+    ]
     report.table(
         f"1. Acquire + release latency (ms, median / p99) against live claims on other "
         f"keys; ratios {sizes[-1]:,} / {sizes[0]:,}",
-        header, rows,
-        notes=[f"target: median and p99 at {sizes[-1]:,} within {TARGET}× of {sizes[0]:,} "
-               "(databases and Redis); the file backend is reported as it is",
-               "databases and files: every size at once, rounds alternating between sizes; "
-               f"Redis and cache: sizes in stages, {sizes[0]:,} measured before and after "
-               "and pooled"])
-    report.csv("scale-live-claims", ["store", "live_claims", "stage", "pairs", "median_us",
-                                     "p99_us", "round_median_min_us", "round_median_max_us",
-                                     "fill_seconds"], csv_rows)
-    report.plot("scale-live-claims", "1. acquire + release latency against live claims held "
-                "on other keys", "live claims on other keys", [med_panel, p99_panel],
-                xticks=sizes)
+        header,
+        rows,
+        notes=[
+            f"target: median and p99 at {sizes[-1]:,} within {TARGET}× of {sizes[0]:,} "
+            "(databases and Redis); the file backend is reported as it is",
+            "databases and files: every size at once, rounds alternating between sizes; "
+            f"Redis and cache: sizes in stages, {sizes[0]:,} measured before and after "
+            "and pooled",
+        ],
+    )
+    report.csv(
+        "scale-live-claims",
+        [
+            "store",
+            "live_claims",
+            "stage",
+            "pairs",
+            "median_us",
+            "p99_us",
+            "round_median_min_us",
+            "round_median_max_us",
+            "fill_seconds",
+        ],
+        csv_rows,
+    )
+    report.plot(
+        "scale-live-claims",
+        "1. acquire + release latency against live claims held on other keys",
+        "live claims on other keys",
+        [med_panel, p99_panel],
+        xticks=sizes,
+    )
     _cpu_table(report, order, sizes, figures)
     _footprint_table(report, order, sizes, figures.footprints)
     return {"verdicts": verdicts, "footprints": figures.footprints}
@@ -224,8 +279,10 @@ def _cpu_table(report: Report, order: list[str], sizes: list[int], figures: Figu
         for stage, size in enumerate(sizes):
             client, server, ops = figures.cpu[name, stage]
             if stage == 0 and (name, AGAIN) in figures.cpu:  # both stages of the first size
-                client, server, ops = (a + b for a, b in zip(
-                    figures.cpu[name, stage], figures.cpu[name, AGAIN], strict=True))
+                client, server, ops = (
+                    a + b
+                    for a, b in zip(figures.cpu[name, stage], figures.cpu[name, AGAIN], strict=True)
+                )
             c, s = client / ops * 1e6, server / ops * 1e6
             cells.append(f"{c:.0f} + {s:.0f}" if s == s else f"{c:.0f}")
             csv_rows.append([name, size, f"{c:.1f}", "" if s != s else f"{s:.1f}"])
@@ -233,20 +290,40 @@ def _cpu_table(report: Report, order: list[str], sizes: list[int], figures: Figu
         first, last = panel.series[name][0][1], panel.series[name][-1][1]
         cells += [f"{last / first:.2f}×", figures.server_means.get(name, "")]
         rows.append(cells)
-    report.table("1b. CPU per acquire + release (µs, client + server) against live claims",
-                 ["store", *(f"{s:,}" for s in sizes), f"{sizes[-1]:,} / {sizes[0]:,}",
-                  "server CPU counted"], rows,
-                 notes=["client: this thread (SQLite and files do all their work here); "
-                        "steadier than latency when neighbours load the machine"])
-    report.csv("scale-live-claims-cpu", ["store", "live_claims", "client_cpu_us",
-                                         "server_cpu_us"], csv_rows)
-    report.plot("scale-live-claims-cpu", "1b. CPU per acquire + release against live claims "
-                "(client + server where counted)", "live claims on other keys", [panel],
-                xticks=sizes)
+    report.table(
+        "1b. CPU per acquire + release (µs, client + server) against live claims",
+        [
+            "store",
+            *(f"{s:,}" for s in sizes),
+            f"{sizes[-1]:,} / {sizes[0]:,}",
+            "server CPU counted",
+        ],
+        rows,
+        notes=[
+            "client: this thread (SQLite and files do all their work here); "
+            "steadier than latency when neighbours load the machine"
+        ],
+    )
+    report.csv(
+        "scale-live-claims-cpu",
+        ["store", "live_claims", "client_cpu_us", "server_cpu_us"],
+        csv_rows,
+    )
+    report.plot(
+        "scale-live-claims-cpu",
+        "1b. CPU per acquire + release against live claims (client + server where counted)",
+        "live claims on other keys",
+        [panel],
+        xticks=sizes,
+    )
 
 
-def _footprint_table(report: Report, order: list[str], sizes: list[int],
-                     footprints: dict[tuple[str, int], dict[str, float]]) -> None:
+def _footprint_table(
+    report: Report,
+    order: list[str],
+    sizes: list[int],
+    footprints: dict[tuple[str, int], dict[str, float]],
+) -> None:
     rows, csv_rows = [], []
     panel = Panel("bytes per live claim")
     for name in order:
@@ -258,16 +335,27 @@ def _footprint_table(report: Report, order: list[str], sizes: list[int],
             panel.add(name, size, headline)
         top = footprints[name, len(sizes) - 1]
         rows.append([name, ", ".join(f"{part} {value:,.0f}" for part, value in top.items())])
-    report.table(f"4a. Footprint per live claim at {sizes[-1]:,} claims (bytes)",
-                 ["store", "bytes per claim"], rows,
-                 notes=["databases: table and indexes / rows; Redis: MEMORY USAGE of a "
-                        "claim's keys (sampled) and used_memory growth / claims; files: "
-                        "disk blocks of a claim file and the directory's size / claims"])
-    report.csv("scale-footprint-claims", ["store", "live_claims", "part", "bytes_per_claim"],
-               csv_rows)
-    report.plot("scale-footprint-claims", "4. bytes per live claim (databases: table + "
-                "indexes; Redis: MEMORY USAGE; files: blocks + directory)",
-                "live claims", [panel], xticks=sizes)
+    report.table(
+        f"4a. Footprint per live claim at {sizes[-1]:,} claims (bytes)",
+        ["store", "bytes per claim"],
+        rows,
+        notes=[
+            "databases: table and indexes / rows; Redis: MEMORY USAGE of a "
+            "claim's keys (sampled) and used_memory growth / claims; files: "
+            "disk blocks of a claim file and the directory's size / claims"
+        ],
+    )
+    report.csv(
+        "scale-footprint-claims", ["store", "live_claims", "part", "bytes_per_claim"], csv_rows
+    )
+    report.plot(
+        "scale-footprint-claims",
+        "4. bytes per live claim (databases: table + "
+        "indexes; Redis: MEMORY USAGE; files: blocks + directory)",
+        "live claims",
+        [panel],
+        xticks=sizes,
+    )
 
 
 def explain(report: Report, stores: list[Store]) -> None:
@@ -284,12 +372,23 @@ def explain(report: Report, stores: list[Store]) -> None:
         backend: Any = get_backend(store.alias)
         dialect = backend.dialect
         grant = dialect.grant_if_free()
-        grant_params = ["scale:probe:0", d, d, None, None, "explain", "t" * 32,
-                        dialect.seconds(60), d]
-        statements = [("grant_if_free", grant, grant_params),
-                      ("release", dialect.release(), [d, "t" * 32]),
-                      ("queue_position", dialect.queue_position(), [d, 2**62, d]),
-                      ("sweep_batch", dialect.sweep_batch(), [1000])]
+        grant_params = [
+            "scale:probe:0",
+            d,
+            d,
+            None,
+            None,
+            "explain",
+            "t" * 32,
+            dialect.seconds(60),
+            d,
+        ]
+        statements = [
+            ("grant_if_free", grant, grant_params),
+            ("release", dialect.release(), [d, "t" * 32]),
+            ("queue_position", dialect.queue_position(), [d, 2**62, d]),
+            ("sweep_batch", dialect.sweep_batch(), [1000]),
+        ]
         if store.vendor == "postgresql":
             statements[1] = ("release (and wake)", dialect.release_and_wake(), [d, "t" * 32])
         lines.append(f"## {store.name}, {store.rows():,} rows")

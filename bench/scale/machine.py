@@ -41,8 +41,10 @@ def _servers() -> list[str]:
     from django.db import connections
 
     found = []
-    for alias, label, query in (("postgresql", "PostgreSQL", "SHOW server_version"),
-                                ("mysql", "MariaDB", "SELECT VERSION()")):
+    for alias, label, query in (
+        ("postgresql", "PostgreSQL", "SHOW server_version"),
+        ("mysql", "MariaDB", "SELECT VERSION()"),
+    ):
         if alias in settings.DATABASES:
             with connections[alias].cursor() as cursor:
                 cursor.execute(query)

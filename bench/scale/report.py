@@ -18,8 +18,14 @@ __all__ = ["Panel", "Report", "percentile"]
 
 #: One colour per store in every plot (a series is named for its store, maybe followed
 #: by what it shows: "Redis achieved"); further series of a store are dashed, dotted.
-COLOURS = {"PostgreSQL": "tab:blue", "MariaDB": "tab:orange", "SQLite": "tab:green",
-           "Redis": "tab:red", "files": "tab:purple", "cache (django-redis)": "tab:brown"}
+COLOURS = {
+    "PostgreSQL": "tab:blue",
+    "MariaDB": "tab:orange",
+    "SQLite": "tab:green",
+    "Redis": "tab:red",
+    "files": "tab:purple",
+    "cache (django-redis)": "tab:brown",
+}
 STYLES = ["-", "--", ":", "-."]
 
 
@@ -66,19 +72,36 @@ class Report:
         self.skipped_plots: list[str] = []
         out.mkdir(parents=True, exist_ok=True)
 
-    def table(self, title: str, header: Sequence[str], rows: Sequence[Sequence[Any]],
-              notes: Sequence[str] = ()) -> None:
+    def table(
+        self,
+        title: str,
+        header: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        notes: Sequence[str] = (),
+    ) -> None:
         """Print a table: the machine line first, then the title, header and rows."""
         cells = [[_cell(v) for v in row] for row in rows]
-        widths = [max(len(str(h)), *(len(r[i]) for r in cells)) if cells else len(str(h))
-                  for i, h in enumerate(header)]
+        widths = [
+            max(len(str(h)), *(len(r[i]) for r in cells)) if cells else len(str(h))
+            for i, h in enumerate(header)
+        ]
         print(f"\n{self.machine}")
         print(f"## {title}")
-        print("  " + "  ".join(str(h).rjust(w) if i else str(h).ljust(w)
-                               for i, (h, w) in enumerate(zip(header, widths, strict=True))))
+        print(
+            "  "
+            + "  ".join(
+                str(h).rjust(w) if i else str(h).ljust(w)
+                for i, (h, w) in enumerate(zip(header, widths, strict=True))
+            )
+        )
         for row in cells:
-            print("  " + "  ".join(v.rjust(w) if i else v.ljust(w)
-                                   for i, (v, w) in enumerate(zip(row, widths, strict=True))))
+            print(
+                "  "
+                + "  ".join(
+                    v.rjust(w) if i else v.ljust(w)
+                    for i, (v, w) in enumerate(zip(row, widths, strict=True))
+                )
+            )
         for note in notes:
             print(f"  {note}")
 
@@ -94,8 +117,16 @@ class Report:
         self.written.append(path)
         return path
 
-    def plot(self, name: str, title: str, xlabel: str, panels: Sequence[Panel], *,
-             logx: bool = True, xticks: Sequence[float] | None = None) -> Path | None:
+    def plot(
+        self,
+        name: str,
+        title: str,
+        xlabel: str,
+        panels: Sequence[Panel],
+        *,
+        logx: bool = True,
+        xticks: Sequence[float] | None = None,
+    ) -> Path | None:
         """Draw ``panels`` side by side into ``<name>.png``; ``None`` without matplotlib."""
         try:
             import matplotlib
@@ -106,8 +137,7 @@ class Report:
         except ImportError:
             self.skipped_plots.append(name)
             return None
-        fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2),
-                                 squeeze=False)
+        fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
         for ax, panel in zip(axes[0], panels, strict=True):
             seen: dict[str, int] = {}
             for label, points in panel.series.items():
@@ -116,12 +146,22 @@ class Report:
                     continue
                 store = next((name for name in COLOURS if label.startswith(name)), None)
                 nth = seen[store or label] = seen.get(store or label, -1) + 1
-                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
-                        label=label, color=COLOURS.get(store or ""),
-                        linestyle=STYLES[nth % len(STYLES)])
+                ax.plot(
+                    [p[0] for p in points],
+                    [p[1] for p in points],
+                    marker="o",
+                    label=label,
+                    color=COLOURS.get(store or ""),
+                    linestyle=STYLES[nth % len(STYLES)],
+                )
             if panel.target is not None:
-                ax.axhline(panel.target[0], color="grey", linestyle="--", linewidth=1,
-                           label=panel.target[1])
+                ax.axhline(
+                    panel.target[0],
+                    color="grey",
+                    linestyle="--",
+                    linewidth=1,
+                    label=panel.target[1],
+                )
             if logx:
                 ax.set_xscale("log")
             if panel.logy:

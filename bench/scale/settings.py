@@ -64,7 +64,8 @@ for _slot in range(SLOTS):
             "OPTIONS": {"DATABASE": f"{_alias}-{_slot}"},
         }
     _BACKENDS[f"files-{_slot}"] = {
-        "BACKEND": "occupy.backends.file.FileBackend", "LOCATION": f"{SCRATCH}-files-{_slot}",
+        "BACKEND": "occupy.backends.file.FileBackend",
+        "LOCATION": f"{SCRATCH}-files-{_slot}",
     }
 
 #: What every Redis key of the Redis backend starts with here.

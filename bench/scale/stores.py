@@ -18,8 +18,18 @@ from typing import Any, cast
 
 from occupy.leases import new_token
 
-__all__ = ["DatabaseStore", "FileStore", "RedisCacheStore", "RedisStore", "Store",
-           "available_stores", "cpu_seconds", "process_ids", "remove_trash", "shrink_sqlite"]
+__all__ = [
+    "DatabaseStore",
+    "FileStore",
+    "RedisCacheStore",
+    "RedisStore",
+    "Store",
+    "available_stores",
+    "cpu_seconds",
+    "process_ids",
+    "remove_trash",
+    "shrink_sqlite",
+]
 
 #: Claims written per statement or pipeline while filling.
 CHUNK = 100_000
@@ -174,15 +184,22 @@ class DatabaseStore(Store):
         elif self.vendor == "mysql":
             table, indexes = self.execute(
                 "SELECT data_length, index_length FROM information_schema.tables "
-                "WHERE table_schema = DATABASE() AND table_name = 'occupy_occupation'")[0]
+                "WHERE table_schema = DATABASE() AND table_name = 'occupy_occupation'"
+            )[0]
         else:
-            sizes = dict(self.execute(
-                "SELECT s.name, SUM(s.pgsize) FROM dbstat s JOIN sqlite_master m "
-                "ON m.name = s.name WHERE m.tbl_name = 'occupy_occupation' GROUP BY s.name"))
+            sizes = dict(
+                self.execute(
+                    "SELECT s.name, SUM(s.pgsize) FROM dbstat s JOIN sqlite_master m "
+                    "ON m.name = s.name WHERE m.tbl_name = 'occupy_occupation' GROUP BY s.name"
+                )
+            )
             table = sizes.pop("occupy_occupation", 0)
             indexes = sum(sizes.values())
-        return {"table": int(table) / rows, "indexes": int(indexes) / rows,
-                "total": (int(table) + int(indexes)) / rows}
+        return {
+            "table": int(table) / rows,
+            "indexes": int(indexes) / rows,
+            "total": (int(table) + int(indexes)) / rows,
+        }
 
     def server_pids(self) -> list[int]:
         if self.vendor == "mysql":
@@ -191,9 +208,10 @@ class DatabaseStore(Store):
 
     @property
     def server_cpu_means(self) -> str:  # type: ignore[override]
-        return {"postgresql": "the connection's server process",
-                "mysql": "the whole server (others' work too)"}.get(self.vendor,
-                                                                   "in the client")
+        return {
+            "postgresql": "the connection's server process",
+            "mysql": "the whole server (others' work too)",
+        }.get(self.vendor, "in the client")
 
     def server_cpu(self) -> float | None:
         if self.vendor == "postgresql":
@@ -254,8 +272,9 @@ class RedisStore(Store):
         pipe = self.client.pipeline(transaction=False)
         for i in range(count):
             key = f"{tag}:{i}"
-            pipe.execute_command("EVALSHA", sha, 1, keys(key).lock, new_token(),
-                                 f"bulk\0{key}", LIVE_MS)
+            pipe.execute_command(
+                "EVALSHA", sha, 1, keys(key).lock, new_token(), f"bulk\0{key}", LIVE_MS
+            )
             if len(pipe) >= PIPELINE:
                 pipe.execute()
         pipe.execute()
@@ -281,10 +300,15 @@ class RedisStore(Store):
         """Return ``MEMORY USAGE`` per claim (its keys, sampled), and the growth of the
         server's ``used_memory`` per claim (dictionaries included; others' keys too)."""
         sample = self.sample_keys(200)
-        usage = sum(int(self.client.memory_usage(name, samples=0) or 0)
-                    for key in sample for name in self.names_of(key))
-        return {"keys": usage / max(len(sample), 1),
-                "used_memory": self.memory_added / self.claims if self.claims else float("nan")}
+        usage = sum(
+            int(self.client.memory_usage(name, samples=0) or 0)
+            for key in sample
+            for name in self.names_of(key)
+        )
+        return {
+            "keys": usage / max(len(sample), 1),
+            "used_memory": self.memory_added / self.claims if self.claims else float("nan"),
+        }
 
     def names_of(self, key: str) -> list[str]:
         """Return the Redis names of a held key's claim: its holder and its fence."""
@@ -339,8 +363,9 @@ class FileStore(Store):
             key = f"{tag}:{i}"
             fd = os.open(f"{using}/{digest(key)}", flags, 0o644)
             try:
-                os.write(fd, dump(Entry(new_token(), "bulk", now + i, 1,
-                                        now + LIVE_MS * 1000, now, key)))
+                os.write(
+                    fd, dump(Entry(new_token(), "bulk", now + i, 1, now + LIVE_MS * 1000, now, key))
+                )
             finally:
                 os.close(fd)
 
@@ -413,8 +438,11 @@ def available_stores(names: list[str] | None = None, slot: int | None = None) ->
     backends = cast(dict[str, Any], settings.OCCUPY["BACKENDS"])
     tail = "" if slot is None else f"-{slot}"
     stores: list[Store] = []
-    for database, name in (("postgresql", "PostgreSQL"), ("mysql", "MariaDB"),
-                           ("sqlite", "SQLite")):
+    for database, name in (
+        ("postgresql", "PostgreSQL"),
+        ("mysql", "MariaDB"),
+        ("sqlite", "SQLite"),
+    ):
         if f"db-{database}{tail}" in backends:
             stores.append(DatabaseStore(f"db-{database}{tail}", f"{database}{tail}", name))
     if "redis" in backends and slot is None:
@@ -424,6 +452,10 @@ def available_stores(names: list[str] | None = None, slot: int | None = None) ->
         stores.append(RedisCacheStore())
     if names:
         wanted = {n.lower() for n in names}
-        stores = [s for s in stores if s.name.lower().split(" ")[0] in wanted
-                  or s.alias.lower().removesuffix(tail) in wanted]
+        stores = [
+            s
+            for s in stores
+            if s.name.lower().split(" ")[0] in wanted
+            or s.alias.lower().removesuffix(tail) in wanted
+        ]
     return stores

@@ -54,8 +54,14 @@ def sweep_once(store: DatabaseStore, expired: int) -> dict[str, Any]:
     left = store.rows()
     kept = tokens_of(store.database, "scale-sweep-live")
     store.clear()
-    return {"rate": expired / elapsed, "seconds": elapsed, "rss_growth_kib": growth,
-            "traced_kib": traced / 1024, "left": left - len(kept), "lost_live": len(live - kept)}
+    return {
+        "rate": expired / elapsed,
+        "seconds": elapsed,
+        "rss_growth_kib": growth,
+        "traced_kib": traced / 1024,
+        "left": left - len(kept),
+        "lost_live": len(live - kept),
+    }
 
 
 def run(report: Report, stores: list[Store], sizes: Any) -> None:
@@ -82,22 +88,64 @@ def run(report: Report, stores: list[Store], sizes: Any) -> None:
                 problems.append(f"{got['left']:,} expired left")
             if got["lost_live"]:
                 problems.append(f"VIOLATION: {got['lost_live']:,} live claims swept")
-            rows.append([store.name, size, got["rate"], f"{got['seconds']:.1f}",
-                         f"{got['rss_growth_kib'] / 1024:.1f}", f"{got['traced_kib']:.0f}",
-                         "; ".join(problems)])
-            csv_rows.append([store.name, size, f"{got['rate']:.0f}", f"{got['seconds']:.2f}",
-                             got["rss_growth_kib"], f"{got['traced_kib']:.1f}", got["left"],
-                             got["lost_live"]])
+            rows.append(
+                [
+                    store.name,
+                    size,
+                    got["rate"],
+                    f"{got['seconds']:.1f}",
+                    f"{got['rss_growth_kib'] / 1024:.1f}",
+                    f"{got['traced_kib']:.0f}",
+                    "; ".join(problems),
+                ]
+            )
+            csv_rows.append(
+                [
+                    store.name,
+                    size,
+                    f"{got['rate']:.0f}",
+                    f"{got['seconds']:.2f}",
+                    got["rss_growth_kib"],
+                    f"{got['traced_kib']:.1f}",
+                    got["left"],
+                    got["lost_live"],
+                ]
+            )
             rate_panel.add(store.name, size, got["rate"])
             memory_panel.add(f"{store.name} peak RSS growth", size, got["rss_growth_kib"])
             memory_panel.add(f"{store.name} tracemalloc peak", size, got["traced_kib"])
-    report.table(f"5. sweep_locks against expired claims ({LIVE:,} live beside them, "
-                 "batches of 1,000)",
-                 ["database", "expired", "rows/s", "seconds", "peak RSS growth MiB",
-                  "tracemalloc peak KiB", "problems"], rows,
-                 notes=["target: memory flat whatever the backlog"])
-    report.csv("scale-sweep", ["database", "expired", "rows_per_s", "seconds",
-                               "rss_growth_kib", "tracemalloc_peak_kib", "expired_left",
-                               "live_swept"], csv_rows)
-    report.plot("scale-sweep", "5. sweep_locks against expired claims (1,000 live beside "
-                "them)", "expired claims", [rate_panel, memory_panel], xticks=sizes.sweep)
+    report.table(
+        f"5. sweep_locks against expired claims ({LIVE:,} live beside them, batches of 1,000)",
+        [
+            "database",
+            "expired",
+            "rows/s",
+            "seconds",
+            "peak RSS growth MiB",
+            "tracemalloc peak KiB",
+            "problems",
+        ],
+        rows,
+        notes=["target: memory flat whatever the backlog"],
+    )
+    report.csv(
+        "scale-sweep",
+        [
+            "database",
+            "expired",
+            "rows_per_s",
+            "seconds",
+            "rss_growth_kib",
+            "tracemalloc_peak_kib",
+            "expired_left",
+            "live_swept",
+        ],
+        csv_rows,
+    )
+    report.plot(
+        "scale-sweep",
+        "5. sweep_locks against expired claims (1,000 live beside them)",
+        "expired claims",
+        [rate_panel, memory_panel],
+        xticks=sizes.sweep,
+    )

@@ -32,6 +32,7 @@ __all__ = ["Pool", "WorkerError", "count_calls"]
 class WorkerError(Exception):
     """A job failed in a worker (its error, as text)."""
 
+
 #: Calls counted in this process while a task runs: ``store`` and ``tries``.
 counts: Counter[str] = Counter()
 _counts_lock = threading.Lock()
@@ -102,8 +103,9 @@ def count_calls(aliases: list[str]) -> None:
             patched.add((attempt, "wait"))
 
 
-def _process(index: int, processes: int, threads: int, tasks: Any, replies: Any,
-             aliases: list[str]) -> None:
+def _process(
+    index: int, processes: int, threads: int, tasks: Any, replies: Any, aliases: list[str]
+) -> None:
     """Run the tasks the coordinator sends, with ``threads`` worker threads."""
     import django
 
@@ -155,14 +157,20 @@ class Pool:
         self.size = processes * threads
         self.replies = ctx.Queue()
         self.tasks = [ctx.Queue() for _ in range(processes)]
-        self.procs = [ctx.Process(target=_process, args=(i, processes, threads, self.tasks[i],
-                                                           self.replies, aliases), daemon=True)
-                      for i in range(processes)]
+        self.procs = [
+            ctx.Process(
+                target=_process,
+                args=(i, processes, threads, self.tasks[i], self.replies, aliases),
+                daemon=True,
+            )
+            for i in range(processes)
+        ]
         for proc in self.procs:
             proc.start()
 
-    def run(self, job: Callable[..., Any], workers: int, *args: Any,
-            timeout: float = 300) -> tuple[dict[int, Any], Counter[str]]:
+    def run(
+        self, job: Callable[..., Any], workers: int, *args: Any, timeout: float = 300
+    ) -> tuple[dict[int, Any], Counter[str]]:
         """Run ``job(worker, *args)`` on workers ``0 … workers - 1``; return each
         worker's result and the calls counted meanwhile, summed over processes."""
         if workers > self.size:

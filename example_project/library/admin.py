@@ -16,8 +16,7 @@ from occupy.admin import EditLeaseAdminMixin, OccupyStatusAdminMixin, VersionedA
 
 
 @admin.register(Book)
-class BookAdmin(EditLeaseAdminMixin, VersionedAdminMixin, OccupyStatusAdminMixin,
-                admin.ModelAdmin):
+class BookAdmin(EditLeaseAdminMixin, VersionedAdminMixin, OccupyStatusAdminMixin, admin.ModelAdmin):
     list_display = ["name", "status", "borrow_count", "stock", "occupy_status"]
     # A list save holds the keys of the rows it changes: refused while a tab edits one.
     list_editable = ["status"]
@@ -33,7 +32,6 @@ class BookAdmin(EditLeaseAdminMixin, VersionedAdminMixin, OccupyStatusAdminMixin
 
 
 @admin.register(Task)
-class TaskAdmin(EditLeaseAdminMixin, VersionedAdminMixin, OccupyStatusAdminMixin,
-                admin.ModelAdmin):
+class TaskAdmin(EditLeaseAdminMixin, VersionedAdminMixin, OccupyStatusAdminMixin, admin.ModelAdmin):
     list_display = ["title", "category", "priority", "done", "created_at", "occupy_status"]
     list_filter = ["done", "category"]

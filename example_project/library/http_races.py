@@ -47,8 +47,9 @@ class Client:
         self.base = base
         self.authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
-    def call(self, method: str, path: str, body: dict | None = None,
-             **headers: str) -> tuple[int, Any, Any]:
+    def call(
+        self, method: str, path: str, body: dict | None = None, **headers: str
+    ) -> tuple[int, Any, Any]:
         """Send one request; return the status, the headers and the JSON body."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base + path, data=data, method=method)
@@ -78,8 +79,9 @@ def _refused(status: int, head: Any, body: Any, answers: Counter) -> None:
 def _plain(client: Client, pk: int, answers: Counter) -> bool:
     _status, _head, book = client.call("GET", f"/demo/plain-books/{pk}/")
     time.sleep(0.002)
-    status, _head, body = client.call("PATCH", f"/demo/plain-books/{pk}/",
-                                      {"borrow_count": book["borrow_count"] + 1})
+    status, _head, body = client.call(
+        "PATCH", f"/demo/plain-books/{pk}/", {"borrow_count": book["borrow_count"] + 1}
+    )
     if status != 200:
         raise AssertionError(f"plain DRF answered {status}: {body}")
     return True
@@ -89,8 +91,9 @@ def _if_match(client: Client, pk: int, answers: Counter) -> bool:
     url = f"/api/books/{pk}/"
     _status, head, book = client.call("GET", url)
     time.sleep(0.002)
-    status, head, body = client.call("PATCH", url, {"borrow_count": book["borrow_count"] + 1},
-                                     If_Match=head["ETag"])
+    status, head, body = client.call(
+        "PATCH", url, {"borrow_count": book["borrow_count"] + 1}, If_Match=head["ETag"]
+    )
     if status == 200:
         return True
     _refused(status, head, body, answers)
@@ -106,9 +109,13 @@ def _leased(client: Client, pk: int, answers: Counter) -> bool:
     try:
         _status, head, book = client.call("GET", url)
         time.sleep(0.002)
-        status, _head, body = client.call("PATCH", url,
-                                          {"borrow_count": book["borrow_count"] + 1},
-                                          If_Match=head["ETag"], Occupy_Lease=lease["token"])
+        status, _head, body = client.call(
+            "PATCH",
+            url,
+            {"borrow_count": book["borrow_count"] + 1},
+            If_Match=head["ETag"],
+            Occupy_Lease=lease["token"],
+        )
         if status != 200:
             raise AssertionError(f"a write under the lease answered {status}: {body}")
     finally:
@@ -121,8 +128,9 @@ def _leased(client: Client, pk: int, answers: Counter) -> bool:
 TECHNIQUES = {"plain": _plain, "if-match": _if_match, "lease": _leased}
 
 
-def _borrow_over_http(technique: str, client: Client, pk: int, times: int,
-                      barrier: Any) -> tuple[int, Counter]:
+def _borrow_over_http(
+    technique: str, client: Client, pk: int, times: int, barrier: Any
+) -> tuple[int, Counter]:
     """Count ``times`` borrowings by GET → PATCH; return the increments given up after
     ``ATTEMPTS`` refusals and the refusals retried, by status."""
     borrow = TECHNIQUES[technique]
@@ -148,12 +156,17 @@ def demo_site() -> Iterator[tuple[str, str, str]]:
     password = secrets.token_urlsafe(16)
     # HTTP Basic checks the password on every request, and the default hasher is slow
     # on purpose: the throwaway user's password is hashed with a fast one.
-    with override_settings(ROOT_URLCONF="example_project.library.demo_urls",
-                           PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+    with override_settings(
+        ROOT_URLCONF="example_project.library.demo_urls",
+        PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
+    ):
         User.objects.filter(username=DEMO_USER).delete()
         user = User.objects.create_user(DEMO_USER, password=password)
-        user.user_permissions.set(Permission.objects.filter(
-            content_type__app_label="library", codename__in=["change_book", "view_book"]))
+        user.user_permissions.set(
+            Permission.objects.filter(
+                content_type__app_label="library", codename__in=["change_book", "view_book"]
+            )
+        )
         requests = logging.getLogger("django.request")
         level = requests.level
         requests.setLevel(logging.ERROR)  # not a warning line per 412 and 423
@@ -165,8 +178,7 @@ def demo_site() -> Iterator[tuple[str, str, str]]:
             user.delete()
 
 
-def borrow_over_http(technique: str, processes: int = PROCESSES,
-                     times: int = TIMES) -> Outcome:
+def borrow_over_http(technique: str, processes: int = PROCESSES, times: int = TIMES) -> Outcome:
     """The borrow counter over HTTP: ``processes`` clients each count ``times``
     borrowings of one book by ``technique`` (see :data:`TECHNIQUES`)."""
     from example_project.library.models import Book
@@ -174,17 +186,32 @@ def borrow_over_http(technique: str, processes: int = PROCESSES,
     book = Book.objects.create(name="counter over HTTP", borrow_count=0)
     try:
         with demo_site() as (url, user, password), _timed() as elapsed:
-            results = _in_processes(_borrow_over_http, [
-                (technique, Client(url, user, password), book.pk, times,
-                 _start_barrier(processes))] * processes)
+            results = _in_processes(
+                _borrow_over_http,
+                [
+                    (
+                        technique,
+                        Client(url, user, password),
+                        book.pk,
+                        times,
+                        _start_barrier(processes),
+                    )
+                ]
+                * processes,
+            )
         book.refresh_from_db()
     finally:
         Book.objects.filter(pk=book.pk).delete()
     refused = sum(r for r, _ in results)
     answers = sum((a for _, a in results), Counter())
     note = ", ".join(f"{n} × {status}" for status, n in sorted(answers.items()))
-    return Outcome(processes * times, processes * times - refused - book.borrow_count,
-                   refused, elapsed[0], f"the clients retried after {note}" if note else "")
+    return Outcome(
+        processes * times,
+        processes * times - refused - book.borrow_count,
+        refused,
+        elapsed[0],
+        f"the clients retried after {note}" if note else "",
+    )
 
 
 RACE = "borrow counter over HTTP"

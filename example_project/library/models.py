@@ -20,9 +20,9 @@ class Book(VersionedMixin, OccupiableMixin, models.Model):
     name = models.CharField(max_length=200)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.FREE)
     borrow_count = models.PositiveIntegerField(
-        default=0, help_text="How many times the book was borrowed.")
-    stock = models.IntegerField(
-        default=0, help_text="Copies on the shelf; each sale takes one.")
+        default=0, help_text="How many times the book was borrowed."
+    )
+    stock = models.IntegerField(default=0, help_text="Copies on the shelf; each sale takes one.")
     tags = models.CharField(max_length=200, blank=True, default="")
 
     def __str__(self) -> str:

@@ -99,8 +99,9 @@ def _setup(settings_module: str) -> None:
 def _in_processes(worker: Callable[..., Any], args: list[tuple]) -> list[Any]:
     """Run ``worker(*a)`` for each ``a`` in its own spawned process, all at once."""
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(len(args), initializer=_setup,
-                  initargs=(os.environ["DJANGO_SETTINGS_MODULE"],)) as pool:
+    with ctx.Pool(
+        len(args), initializer=_setup, initargs=(os.environ["DJANGO_SETTINGS_MODULE"],)
+    ) as pool:
         return pool.starmap(worker, args)
 
 
@@ -122,8 +123,9 @@ def _timed() -> Iterator[list[float]]:
 ROLES = {"student": ("status", "free"), "admin": ("name", "name")}
 
 
-def _student_or_admin(role: str, guard: Guard, save: Save, pk: int, rounds: int,
-                      barrier: Any) -> int:
+def _student_or_admin(
+    role: str, guard: Guard, save: Save, pk: int, rounds: int, barrier: Any
+) -> int:
     """Each round: load the book, think, change this role's field, ``save()``."""
     from example_project.library.models import Book
 
@@ -153,17 +155,16 @@ def student_and_admin(guard: Guard, save: Save = whole_row_save, rounds: int = 1
     try:
         barrier = multiprocessing.get_context("spawn").Manager().Barrier(2)
         with _timed() as elapsed:
-            lost = _in_processes(_student_or_admin,
-                                 [(role, guard, save, book.pk, rounds, barrier)
-                                  for role in ROLES])
+            lost = _in_processes(
+                _student_or_admin, [(role, guard, save, book.pk, rounds, barrier) for role in ROLES]
+            )
     finally:
         Book.objects.filter(pk=book.pk).delete()  # the scratch row, whatever its version
     return Outcome(2 * rounds, sum(lost), 0, elapsed[0])
 
 
 # --- the borrow counter: several processes increment one column ------------------------
-def _borrow(guard: Guard, save: Save, pk: int, times: int, attempts: int,
-            barrier: Any) -> int:
+def _borrow(guard: Guard, save: Save, pk: int, times: int, attempts: int, barrier: Any) -> int:
     """Count ``times`` borrowings by a slow read-modify-write; re-run a conflicting one
     up to ``attempts`` times in all (``retry_on_conflict``); return the refused ones."""
     from example_project.library.models import Book
@@ -186,8 +187,13 @@ def _borrow(guard: Guard, save: Save, pk: int, times: int, attempts: int,
     return refused
 
 
-def borrow_counter(guard: Guard, save: Save = whole_row_save, attempts: int = 1,
-                   processes: int = 4, times: int = 20) -> Outcome:
+def borrow_counter(
+    guard: Guard,
+    save: Save = whole_row_save,
+    attempts: int = 1,
+    processes: int = 4,
+    times: int = 20,
+) -> Outcome:
     """``processes`` readers each count ``times`` borrowings of one book."""
     from example_project.library.models import Book
 
@@ -195,8 +201,11 @@ def borrow_counter(guard: Guard, save: Save = whole_row_save, attempts: int = 1,
     try:
         with _timed() as elapsed:
             barrier = _start_barrier(processes)
-            refused = sum(_in_processes(
-                _borrow, [(guard, save, book.pk, times, attempts, barrier)] * processes))
+            refused = sum(
+                _in_processes(
+                    _borrow, [(guard, save, book.pk, times, attempts, barrier)] * processes
+                )
+            )
         book.refresh_from_db()
     finally:
         Book.objects.filter(pk=book.pk).delete()  # the scratch row, whatever its version
@@ -229,8 +238,7 @@ def stock_decrement(locked: bool, processes: int = 4, times: int = 20) -> Outcom
     book = Book.objects.create(name="stock", stock=processes * times)
     try:
         with _timed() as elapsed:
-            _in_processes(_sell, [(locked, book.pk, times, _start_barrier(processes))]
-                          * processes)
+            _in_processes(_sell, [(locked, book.pk, times, _start_barrier(processes))] * processes)
         book.refresh_from_db()
     finally:
         Book.objects.filter(pk=book.pk).delete()  # the scratch row, whatever its version
@@ -238,8 +246,9 @@ def stock_decrement(locked: bool, processes: int = 4, times: int = 20) -> Outcom
 
 
 # --- the task pool: editors take articles to edit, one each at a time --------------------
-def _edit_tasks(claim: bool, category: str, me: str,
-                barrier: Any) -> list[tuple[int, str, float, float]]:
+def _edit_tasks(
+    claim: bool, category: str, me: str, barrier: Any
+) -> list[tuple[int, str, float, float]]:
     """Take the next task, edit it a moment, mark it done; until none is left. Return
     each edit's (task, editor, start, end) by the machine-wide monotonic clock."""
     from example_project.library.models import Task
@@ -274,14 +283,18 @@ def task_pool(claim: bool, editors: int = 4, tasks: int = 24) -> Outcome:
             Task.objects.create(title=f"article {n}", category=category)
         barrier = _start_barrier(editors)
         with _timed() as elapsed:
-            edits = [e for result in _in_processes(
-                _edit_tasks,
-                [(claim, category, f"editor {n}", barrier) for n in range(editors)])
-                for e in result]
+            edits = [
+                e
+                for result in _in_processes(
+                    _edit_tasks, [(claim, category, f"editor {n}", barrier) for n in range(editors)]
+                )
+                for e in result
+            ]
     finally:
         Task.objects.filter(category=category).delete()
     overwritten = [
-        a for a in edits
+        a
+        for a in edits
         if any(b[0] == a[0] and b[1] != a[1] and b[2] < a[3] and b[3] > a[3] for b in edits)
     ]
     return Outcome(len(edits), len(overwritten), 0, elapsed[0])
@@ -303,13 +316,21 @@ ROWS = [
     Row(BOOK, "VersionedMixin save()", lambda: student_and_admin(no_guard, versioned_save)),
     Row(COUNTER, "plain Django save()", lambda: borrow_counter(no_guard)),
     Row(COUNTER, "occupy.lock (database)", lambda: borrow_counter(OccupyLock("default"))),
-    *[Row(COUNTER, f"occupy.lock ({label})",
-          lambda alias=alias: borrow_counter(OccupyLock(alias)))
-      for alias, label in OTHER_BACKENDS.items() if alias in occupy_settings.BACKENDS],
-    Row(COUNTER, "VersionedMixin save(), no retry",
-        lambda: borrow_counter(no_guard, versioned_save)),
-    Row(COUNTER, "VersionedMixin + retry_on_conflict",
-        lambda: borrow_counter(no_guard, versioned_save, attempts=25)),
+    *[
+        Row(
+            COUNTER, f"occupy.lock ({label})", lambda alias=alias: borrow_counter(OccupyLock(alias))
+        )
+        for alias, label in OTHER_BACKENDS.items()
+        if alias in occupy_settings.BACKENDS
+    ],
+    Row(
+        COUNTER, "VersionedMixin save(), no retry", lambda: borrow_counter(no_guard, versioned_save)
+    ),
+    Row(
+        COUNTER,
+        "VersionedMixin + retry_on_conflict",
+        lambda: borrow_counter(no_guard, versioned_save, attempts=25),
+    ),
     Row(STOCK, "plain Django save()", lambda: stock_decrement(locked=False)),
     Row(STOCK, "Book.objects.locked()", lambda: stock_decrement(locked=True)),
     Row(POOL, "plain Django: first task not done", lambda: task_pool(claim=False)),

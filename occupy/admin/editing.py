@@ -32,8 +32,14 @@ from occupy.exceptions import LeaseLost, Occupied, StoreUnavailable, TakeoverRef
 from occupy.leases import Holder, Lease
 from occupy.owners import admin_owner, owner_display, owner_user_pk
 
-__all__ = ["STORE_UNAVAILABLE", "STORE_UNAVAILABLE_DELETE", "STORE_UNAVAILABLE_NOW",
-           "EditLeaseBase", "EditState", "TakeoverDenied"]
+__all__ = [
+    "STORE_UNAVAILABLE",
+    "STORE_UNAVAILABLE_DELETE",
+    "STORE_UNAVAILABLE_NOW",
+    "EditLeaseBase",
+    "EditState",
+    "TakeoverDenied",
+]
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Any]
@@ -47,11 +53,14 @@ STATE = "_occupy_edit"
 #: What the admin says when the lease store cannot be reached.
 STORE_UNAVAILABLE = "The lock store is unavailable: nothing was saved, try again in a moment."
 #: What a refused delete says when the lease store cannot be reached.
-STORE_UNAVAILABLE_DELETE = ("The lock store is unavailable: nothing was deleted, try again "
-                            "in a moment.")
+STORE_UNAVAILABLE_DELETE = (
+    "The lock store is unavailable: nothing was deleted, try again in a moment."
+)
 #: What an open page says meanwhile (the endpoints' 503).
-STORE_UNAVAILABLE_NOW = ("The lock store is unavailable: nothing can be saved now. This page "
-                         "keeps trying and says when it can.")
+STORE_UNAVAILABLE_NOW = (
+    "The lock store is unavailable: nothing can be saved now. This page "
+    "keeps trying and says when it can."
+)
 #: How often a takeover reads the holder again when it changed hands meanwhile.
 TAKEOVER_ATTEMPTS = 3
 
@@ -141,8 +150,10 @@ class EditLeaseBase(_ModelAdmin):
         """Return whether the user may take another user's edit lease over."""
         opts = obj._meta
         user = request.user
-        return bool(user.has_perm("occupy.force_release_occupation")
-                    or user.has_perm(f"{opts.app_label}.takeover_{opts.model_name}"))
+        return bool(
+            user.has_perm("occupy.force_release_occupation")
+            or user.has_perm(f"{opts.app_label}.takeover_{opts.model_name}")
+        )
 
     # --- keys, owners, holders -----------------------------------------------------------
     def _keys(self, request: HttpRequest, obj: Any) -> list[str]:
@@ -151,8 +162,12 @@ class EditLeaseBase(_ModelAdmin):
         return [main, *sorted(set(keys) - {main})]
 
     def _state(self, request: HttpRequest, obj: Any, tab: str) -> EditState:
-        return EditState(tab=tab, owner=self._owner(request, tab), keys=self._keys(request, obj),
-                         user_pk=str(request.user.pk))
+        return EditState(
+            tab=tab,
+            owner=self._owner(request, tab),
+            keys=self._keys(request, obj),
+            user_pk=str(request.user.pk),
+        )
 
     def _owner(self, request: HttpRequest, tab: str) -> str:
         return admin_owner(request.user.pk, tab)
@@ -166,27 +181,38 @@ class EditLeaseBase(_ModelAdmin):
 
     def _who(self, request: HttpRequest, holder: Holder) -> str:
         """Name the holder as the requesting user reads it."""
-        return "you, in another tab" if self._is_users(request, holder) else \
-            owner_display(holder.owner)
+        return (
+            "you, in another tab"
+            if self._is_users(request, holder)
+            else owner_display(holder.owner)
+        )
 
     # --- taking, resuming, releasing -----------------------------------------------------
-    def _take(self, request: HttpRequest, obj: Any, keys: list[str], owner: str
-              ) -> list[Lease]:
+    def _take(self, request: HttpRequest, obj: Any, keys: list[str], owner: str) -> list[Lease]:
         """Take every key for ``owner`` or none, in sorted order (no deadlock between
         two pages locking the same objects). A key this very tab holds (a reload) is
         taken over from itself; any other holder raises :class:`~occupy.Occupied`."""
         leases: dict[str, Lease] = {}
         try:
             for key in sorted(keys):
-                leases[key] = self._take_one(request, obj, key, owner,
-                                             may=lambda h, owner=owner: h.owner == owner)
+                leases[key] = self._take_one(
+                    request, obj, key, owner, may=lambda h, owner=owner: h.owner == owner
+                )
         except BaseException:
             self._release_all(list(leases.values()))
             raise
         return [leases[key] for key in keys]
 
-    def _take_one(self, request: HttpRequest, obj: Any, key: str, owner: str, *,
-                  may: Any, replaced: list[Holder] | None = None) -> Lease:
+    def _take_one(
+        self,
+        request: HttpRequest,
+        obj: Any,
+        key: str,
+        owner: str,
+        *,
+        may: Any,
+        replaced: list[Holder] | None = None,
+    ) -> Lease:
         """Take ``key`` for ``owner``: free, or from a holder ``may(holder)`` allows,
         decided on the holder the store replaces (``if_fence``). Raise
         :class:`~occupy.Occupied` when a holder is not allowed (or the key keeps
@@ -196,25 +222,39 @@ class EditLeaseBase(_ModelAdmin):
             current = self._holder(key)
             if current is None:
                 try:
-                    return occupy.acquire(key, owner=owner, ttl=self.edit_lease_ttl, timeout=0,
-                                          reentrant=False, using=using)
+                    return occupy.acquire(
+                        key,
+                        owner=owner,
+                        ttl=self.edit_lease_ttl,
+                        timeout=0,
+                        reentrant=False,
+                        using=using,
+                    )
                 except Occupied:
                     continue  # taken in between: decide on the new holder
             if not may(current):
                 raise Occupied(f"{key!r} is held by {current.owner}.", key=key, holder=current)
             try:
-                lease = occupy.takeover(key, owner=owner, ttl=self.edit_lease_ttl,
-                                        reentrant=False, if_fence=current.fence, using=using)
+                lease = occupy.takeover(
+                    key,
+                    owner=owner,
+                    ttl=self.edit_lease_ttl,
+                    reentrant=False,
+                    if_fence=current.fence,
+                    using=using,
+                )
             except TakeoverRefused:
                 continue  # it changed hands since it was read: decide again
             if replaced is not None and current.owner != owner:
                 replaced.append(current)
             return lease
-        raise Occupied(f"{key!r} changes hands too fast to be taken.", key=key,
-                       holder=self._holder(key))
+        raise Occupied(
+            f"{key!r} changes hands too fast to be taken.", key=key, holder=self._holder(key)
+        )
 
-    def _take_over(self, request: HttpRequest, obj: Any, keys: list[str], owner: str
-                   ) -> list[Holder]:
+    def _take_over(
+        self, request: HttpRequest, obj: Any, keys: list[str], owner: str
+    ) -> list[Holder]:
         """Take every key for ``owner`` from whoever holds it, if allowed: the user's
         own tabs always, another user's lease with :meth:`has_takeover_permission`
         (asked once, only when such a holder is met). Return the other users' holders
@@ -234,16 +274,14 @@ class EditLeaseBase(_ModelAdmin):
         taken: list[Lease] = []
         try:
             for key in sorted(keys):
-                taken.append(self._take_one(request, obj, key, owner, may=may,
-                                            replaced=replaced))
+                taken.append(self._take_one(request, obj, key, owner, may=may, replaced=replaced))
         except BaseException:
             self._release_all(taken)
             raise
         others = {h.owner: h for h in reversed(replaced) if not self._is_users(request, h)}
         return list(others.values())
 
-    def _resume(self, request: HttpRequest, state: EditState, tokens: list[str]
-                ) -> list[Lease]:
+    def _resume(self, request: HttpRequest, state: EditState, tokens: list[str]) -> list[Lease]:
         """Return the tab's leases, each renewed, if every token holds its key for this
         user and tab; raise :class:`~occupy.LeaseLost` otherwise (another user's
         token included: it is left as it was, not renewed)."""
@@ -254,15 +292,19 @@ class EditLeaseBase(_ModelAdmin):
         try:
             # A store that holds the token extends it at least 1 s: no renewal of a
             # lease that turns out to be someone else's.
-            found = [occupy.resume(key, token, ttl=1, using=using)
-                     for key, token in zip(keys, tokens, strict=True)]
+            found = [
+                occupy.resume(key, token, ttl=1, using=using)
+                for key, token in zip(keys, tokens, strict=True)
+            ]
         except (TypeError, ValueError) as e:  # a token that cannot be one
             raise LeaseLost(str(e), key=keys[0]) from e
         for lease in found:
             if lease.owner != state.owner:
                 raise LeaseLost("This edit lease is not this tab's.", key=lease.key)
-        return [occupy.resume(lease.key, lease.token, ttl=self.edit_lease_ttl, using=using)
-                for lease in found]
+        return [
+            occupy.resume(lease.key, lease.token, ttl=self.edit_lease_ttl, using=using)
+            for lease in found
+        ]
 
     def _release_all(self, leases: list[Lease]) -> None:
         for lease in leases:
@@ -270,8 +312,7 @@ class EditLeaseBase(_ModelAdmin):
                 occupy.release(lease)
 
     # --- what the pages say ----------------------------------------------------------------
-    def _lost_message(self, request: HttpRequest, state: EditState, *,
-                      saving: bool = True) -> str:
+    def _lost_message(self, request: HttpRequest, state: EditState, *, saving: bool = True) -> str:
         """Say why the tab's lease is gone and what became of the user's input."""
         try:
             holder = self._holder(state.keys[0])
@@ -285,7 +326,11 @@ class EditLeaseBase(_ModelAdmin):
         else:
             who = f"{owner_display(holder.owner)} took over the editing"
         if saving:
-            return (f"{who}: nothing was saved. Your changes are still in this form; "
-                    "reload the page to edit the current version.")
-        return (f"{who}. Your changes are still in this form but cannot be saved from "
-                "here; reload the page to edit the current version.")
+            return (
+                f"{who}: nothing was saved. Your changes are still in this form; "
+                "reload the page to edit the current version."
+            )
+        return (
+            f"{who}. Your changes are still in this form but cannot be saved from "
+            "here; reload the page to edit the current version."
+        )

@@ -46,26 +46,42 @@ class LeaseEndpointsMixin(EditLeaseBase):
         wrap = self.admin_site.admin_view
         prefix = f"{opts.app_label}_{opts.model_name}_occupy"
         return [
-            path("<path:object_id>/occupy/renew/", wrap(require_POST(self.renew_lease_view)),
-                 name=f"{prefix}_renew"),
-            path("<path:object_id>/occupy/release/",
-                 wrap(require_POST(self.release_lease_view)), name=f"{prefix}_release"),
-            path("<path:object_id>/occupy/status/", wrap(require_GET(self.lease_status_view)),
-                 name=f"{prefix}_status"),
-            path("<path:object_id>/occupy/takeover/",
-                 wrap(require_POST(self.takeover_lease_view)), name=f"{prefix}_takeover"),
+            path(
+                "<path:object_id>/occupy/renew/",
+                wrap(require_POST(self.renew_lease_view)),
+                name=f"{prefix}_renew",
+            ),
+            path(
+                "<path:object_id>/occupy/release/",
+                wrap(require_POST(self.release_lease_view)),
+                name=f"{prefix}_release",
+            ),
+            path(
+                "<path:object_id>/occupy/status/",
+                wrap(require_GET(self.lease_status_view)),
+                name=f"{prefix}_status",
+            ),
+            path(
+                "<path:object_id>/occupy/takeover/",
+                wrap(require_POST(self.takeover_lease_view)),
+                name=f"{prefix}_takeover",
+            ),
             *super().get_urls(),
         ]
 
     def _lease_url(self, name: str, obj: Any) -> str:
         opts = self.model._meta
-        return reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_occupy_"
-                       f"{name}", args=[quote(obj.pk)])
+        return reverse(
+            f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_occupy_{name}",
+            args=[quote(obj.pk)],
+        )
 
     def _change_url(self, obj: Any) -> str:
         opts = self.model._meta
-        return reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",
-                       args=[quote(obj.pk)])
+        return reverse(
+            f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",
+            args=[quote(obj.pk)],
+        )
 
     def _leased_object(self, request: HttpRequest, object_id: str) -> Any:
         """Return the object, or 404 for users who may not change it."""
@@ -80,18 +96,22 @@ class LeaseEndpointsMixin(EditLeaseBase):
             raise PermissionDenied("No valid tab id.")
         return str(tab)
 
-    def _holder_body(self, request: HttpRequest, key: str, owner: str | None = None
-                     ) -> dict[str, Any]:
+    def _holder_body(
+        self, request: HttpRequest, key: str, owner: str | None = None
+    ) -> dict[str, Any]:
         """Describe the holder of ``key`` (never its token); ``mine``: whether it is
         the tab whose owner is ``owner``."""
         holder = self._holder(key)
         if holder is None:
             return {"free": True, "mine": False}
-        return {"free": False, "mine": owner is not None and holder.owner == owner,
-                "holder": owner_display(holder.owner),
-                "same_user": self._is_users(request, holder),
-                "since": None if holder.since is None else holder.since.isoformat(),
-                "until": holder.expires_at.isoformat()}
+        return {
+            "free": False,
+            "mine": owner is not None and holder.owner == owner,
+            "holder": owner_display(holder.owner),
+            "same_user": self._is_users(request, holder),
+            "since": None if holder.since is None else holder.since.isoformat(),
+            "until": holder.expires_at.isoformat(),
+        }
 
     def renew_lease_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
         """Renew the tab's leases (``reacquire=1``: take them again if they were let
@@ -109,17 +129,23 @@ class LeaseEndpointsMixin(EditLeaseBase):
                 leases = self._take(request, obj, state.keys, state.owner)
         except (LeaseLost, Occupied):
             try:
-                body = {"lost": True,
-                        "message": self._lost_message(request, state, saving=False),
-                        **self._holder_body(request, state.keys[0], state.owner)}
+                body = {
+                    "lost": True,
+                    "message": self._lost_message(request, state, saving=False),
+                    **self._holder_body(request, state.keys[0], state.owner),
+                }
             except StoreUnavailable:
                 return _unavailable()
             return JsonResponse(body, status=409)
         except StoreUnavailable:
             return _unavailable()
-        return JsonResponse({"tokens": [lease.token for lease in leases],
-                             "until": leases[0].expires_at.isoformat(),
-                             "ttl": self.edit_lease_ttl})
+        return JsonResponse(
+            {
+                "tokens": [lease.token for lease in leases],
+                "until": leases[0].expires_at.isoformat(),
+                "ttl": self.edit_lease_ttl,
+            }
+        )
 
     def release_lease_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Release the tab's leases (the beacon of ``pagehide``); nobody else's. The
@@ -174,18 +200,29 @@ class LeaseEndpointsMixin(EditLeaseBase):
         try:
             replaced = self._take_over(request, obj, keys, self._owner(request, tab))
         except TakeoverDenied as e:
-            raise PermissionDenied(f"Taking over the edit of {owner_display(e.holder.owner)} "
-                                   "needs the takeover permission.") from e
+            raise PermissionDenied(
+                f"Taking over the edit of {owner_display(e.holder.owner)} "
+                "needs the takeover permission."
+            ) from e
         except Occupied:
-            self.message_user(request, "The editor changed while you took over: look "
-                              "again and decide.", messages.WARNING)
+            self.message_user(
+                request,
+                "The editor changed while you took over: look again and decide.",
+                messages.WARNING,
+            )
             return HttpResponseRedirect(self._change_url(obj))
         except StoreUnavailable:
-            self.message_user(request, "The lock store is unavailable: nothing was taken "
-                              "over, try again in a moment.", messages.ERROR)
+            self.message_user(
+                request,
+                "The lock store is unavailable: nothing was taken over, try again in a moment.",
+                messages.ERROR,
+            )
             return HttpResponseRedirect(self._change_url(obj))
         for holder in replaced:
-            self.log_change(request, obj,
-                            f"Took over the edit lease from {owner_display(holder.owner)} "
-                            f"(fence {holder.fence}).")
+            self.log_change(
+                request,
+                obj,
+                f"Took over the edit lease from {owner_display(holder.owner)} "
+                f"(fence {holder.fence}).",
+            )
         return HttpResponseRedirect(f"{self._change_url(obj)}?{urlencode({'_occupy_tab': tab})}")

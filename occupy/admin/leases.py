@@ -44,6 +44,7 @@ from occupy.owners import owner_display
 
 __all__ = ["EditLeaseAdminMixin"]
 
+
 class WriteRefused(Exception):
     """A changelist write met an object someone edits (or a store that is down)."""
 
@@ -80,19 +81,20 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
         """Answer ``False`` on a change form that does not hold the lease (no *Delete*
         button there); :meth:`delete_view` itself holds the key to delete."""
         state = getattr(request, STATE, None)
-        if obj is not None and state is not None and (state.read_only
-                                                      or state.name == "lost"):
+        if obj is not None and state is not None and (state.read_only or state.name == "lost"):
             return False
         return super().has_delete_permission(request, obj)
 
     @property
     def media(self) -> forms.Media:
-        return super().media + forms.Media(js=["occupy/admin/edit_lease.js"],
-                                           css={"all": ["occupy/admin/edit_lease.css"]})
+        return super().media + forms.Media(
+            js=["occupy/admin/edit_lease.js"], css={"all": ["occupy/admin/edit_lease.css"]}
+        )
 
     # --- delete ----------------------------------------------------------------------
-    def delete_view(self, request: HttpRequest, object_id: str,
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         """Delete only while nobody else edits the object: the confirmed delete holds
         its key (taken from the user's own tab if that edits it) around Django's
         delete and lets it go after; held by another user, it is refused. The
@@ -106,28 +108,31 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             try:
                 holder = self._holder(keys[0])
             except StoreUnavailable:
-                self.message_user(request, STORE_UNAVAILABLE_DELETE,
-                                  messages.WARNING)
+                self.message_user(request, STORE_UNAVAILABLE_DELETE, messages.WARNING)
             else:
                 if holder is not None and not self._is_users(request, holder):
-                    self.message_user(request, self._busy(request, holder, obj, "deleted"),
-                                      messages.WARNING)
+                    self.message_user(
+                        request, self._busy(request, holder, obj, "deleted"), messages.WARNING
+                    )
             return parent(request, object_id, extra_context)
         owner = self._owner(request, new_tab())
         leases: list[Lease] = []
         try:
             for key in sorted(keys):
-                leases.append(self._take_one(request, obj, key, owner,
-                                             may=lambda h: self._is_users(request, h)))
+                leases.append(
+                    self._take_one(
+                        request, obj, key, owner, may=lambda h: self._is_users(request, h)
+                    )
+                )
         except Occupied as e:
             self._release_all(leases)
-            self.message_user(request, self._busy(request, e.holder, obj, "deleted"),
-                              messages.ERROR)
+            self.message_user(
+                request, self._busy(request, e.holder, obj, "deleted"), messages.ERROR
+            )
             return HttpResponseRedirect(self._change_url(obj))
         except StoreUnavailable:
             self._release_all(leases)
-            self.message_user(request, STORE_UNAVAILABLE_DELETE,
-                              messages.ERROR)
+            self.message_user(request, STORE_UNAVAILABLE_DELETE, messages.ERROR)
             return HttpResponseRedirect(self._change_url(obj))
         try:
             return parent(request, object_id, extra_context)
@@ -137,8 +142,10 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
     def _busy(self, request: HttpRequest, holder: Holder | None, obj: Any, done: str) -> str:
         """Say that ``obj`` is not (to be) ``done`` because ``holder`` edits it."""
         who = "someone" if holder is None else self._who(request, holder)
-        return (f"“{obj}” is being edited by {who}: it is not {done} while they edit "
-                "(try again when they are done).")
+        return (
+            f"“{obj}” is being edited by {who}: it is not {done} while they edit "
+            "(try again when they are done)."
+        )
 
     # --- changelist: list_editable and actions -------------------------------------------
     def _hold_for_write(self, request: HttpRequest, objs: list[Any]) -> list[Lease]:
@@ -149,19 +156,18 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
         leases: list[Lease] = []
         try:
             for key in sorted(by_key):
-                leases.append(self._take_one(request, by_key[key], key, owner,
-                                             may=lambda h: False))
+                leases.append(self._take_one(request, by_key[key], key, owner, may=lambda h: False))
         except Occupied as e:
             self._release_all(leases)
-            raise WriteRefused(self._busy(request, e.holder, by_key[e.key or ""],
-                                          "changed")) from e
+            raise WriteRefused(self._busy(request, e.holder, by_key[e.key or ""], "changed")) from e
         except StoreUnavailable as e:
             self._release_all(leases)
             raise WriteRefused(STORE_UNAVAILABLE) from e
         return leases
 
-    def changelist_view(self, request: HttpRequest,
-                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         """Hold the keys of the ``list_editable`` rows a save changes, before Django's
         transaction and until it is over: refused (no row saved) with a message naming
         the editor while a tab edits one of them."""
@@ -198,8 +204,7 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
         """Run every action holding the selected objects' keys: refused, with a
         message naming the editor, while a tab edits one of them."""
         actions: dict[str, Any] = super().get_actions(request)
-        return {name: (self._guarded(action[0]), *action[1:])
-                for name, action in actions.items()}
+        return {name: (self._guarded(action[0]), *action[1:]) for name, action in actions.items()}
 
     def _guarded(self, func: Any) -> Any:
         @functools.wraps(func)
@@ -217,8 +222,9 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
         return action
 
     # --- the change form -------------------------------------------------------------
-    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
-                 **kwargs: Any) -> type[forms.ModelForm[Any]]:
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> type[forms.ModelForm[Any]]:
         """Return the form, refusing the submission when the tab's lease was lost or
         the store is down (the form keeps the user's input and says why, once)."""
         form = super().get_form(request, obj, change=change, **kwargs)
@@ -235,9 +241,13 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
 
         return RefusedForm
 
-    def changeform_view(self, request: HttpRequest, object_id: str | None = None,
-                        form_url: str = "", extra_context: dict[str, Any] | None = None
-                        ) -> HttpResponse:
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         """Lease the object for this tab (GET) or check the tab's lease (POST), then
         let Django render or save; a save whose lease is lost, or whose store is down,
         is refused, rolled back, and the form shown again with the user's input."""
@@ -247,8 +257,11 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
         obj = self.get_object(request, unquote(object_id))
         if obj is None or not super().has_change_permission(request, obj):
             return parent(request, object_id, form_url, extra_context)
-        state = self._post_state(request, obj) if request.method == "POST" else \
-            self._get_state(request, obj)
+        state = (
+            self._post_state(request, obj)
+            if request.method == "POST"
+            else self._get_state(request, obj)
+        )
         setattr(request, STATE, state)
         try:
             response = parent(request, object_id, form_url, extra_context)
@@ -258,11 +271,12 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             response = parent(request, object_id, form_url, extra_context)
         except StoreUnavailable:  # the save was rolled back
             state.posted_tokens, state.leases = state.tokens, []
-            state.unavailable, state.error = True, STORE_UNAVAILABLE + (
-                " Your changes are still in this form.")
+            state.unavailable, state.error = (
+                True,
+                STORE_UNAVAILABLE + (" Your changes are still in this form."),
+            )
             response = parent(request, object_id, form_url, extra_context)
-        if request.method == "POST" and state.leases and response.status_code in (301, 302,
-                                                                                  303):
+        if request.method == "POST" and state.leases and response.status_code in (301, 302, 303):
             self._release_all(state.leases)  # saved: this tab's edit is over
         return response
 
@@ -292,18 +306,26 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             state.error = STORE_UNAVAILABLE + " Your changes are still in this form."
         return state
 
-    def render_change_form(self, request: HttpRequest, context: dict[str, Any],
-                           add: bool = False, change: bool = False, form_url: str = "",
-                           obj: Any = None) -> HttpResponse:
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> HttpResponse:
         """Add the lease banner's context (``occupy_edit``)."""
         state = getattr(request, STATE, None)
         if state is not None and obj is not None:
             context["occupy_edit"] = self.edit_lease_context(request, obj, state)
-        return super().render_change_form(request, context, add=add, change=change,
-                                          form_url=form_url, obj=obj)
+        return super().render_change_form(
+            request, context, add=add, change=change, form_url=form_url, obj=obj
+        )
 
-    def edit_lease_context(self, request: HttpRequest, obj: Any, state: EditState
-                           ) -> dict[str, Any]:
+    def edit_lease_context(
+        self, request: HttpRequest, obj: Any, state: EditState
+    ) -> dict[str, Any]:
         """Return what the banner and the script need to know."""
         holder = state.holder
         same_user = self._is_users(request, holder)
@@ -319,12 +341,14 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             "since": None if holder is None else holder.since,
             "holder_until": None if holder is None else holder.expires_at,
             "same_user": same_user,
-            "can_take_over": same_user or (holder is not None
-                                           and self.has_takeover_permission(request, obj)),
+            "can_take_over": same_user
+            or (holder is not None and self.has_takeover_permission(request, obj)),
             "error": state.error,
             "version": getattr(obj, "version", None),
-            "urls": {name: self._lease_url(name, obj)
-                     for name in ("renew", "release", "status", "takeover")},
+            "urls": {
+                name: self._lease_url(name, obj)
+                for name in ("renew", "release", "status", "takeover")
+            },
         }
 
     # --- the save ------------------------------------------------------------------------
@@ -338,8 +362,7 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
                 obj.use_lease(lease)
         super().save_model(request, obj, form, change)
 
-    def save_related(self, request: HttpRequest, form: Any, formsets: Any,
-                     change: bool) -> None:
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         """Save the inlines, then confirm the leases are still held, inside the admin's
         transaction: a lease lost meanwhile rolls the whole save back."""
         super().save_related(request, form, formsets, change)

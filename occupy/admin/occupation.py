@@ -53,8 +53,17 @@ class OccupationAdmin(_ModelAdmin):
     search_fields = ["key", "owner"]
     ordering = ["key", "id"]
     exclude = ["token", "digest", "slot"]
-    readonly_fields = ["key", "content_type", "object_id", "owner", "state", "fence", "depth",
-                       "created_at", "expires_at"]
+    readonly_fields = [
+        "key",
+        "content_type",
+        "object_id",
+        "owner",
+        "state",
+        "fence",
+        "depth",
+        "created_at",
+        "expires_at",
+    ]
     actions = ["force_release"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -84,8 +93,10 @@ class OccupationAdmin(_ModelAdmin):
             return obj.key
         opts = model._meta
         try:
-            url = reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",
-                          args=[quote(obj.object_id)])
+            url = reverse(
+                f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",
+                args=[quote(obj.object_id)],
+            )
         except NoReverseMatch:
             return obj.key
         return format_html('<a href="{}">{}</a>', url, obj.key)
@@ -110,17 +121,19 @@ class OccupationAdmin(_ModelAdmin):
         """Return when the claim expires unless renewed."""
         return _short_time(obj.expires_at)
 
-    @admin.action(description=_("Force-release the selected claims"),
-                  permissions=["force_release"])
+    @admin.action(description=_("Force-release the selected claims"), permissions=["force_release"])
     def force_release(self, request: HttpRequest, queryset: QuerySet[Occupation]) -> None:
         """Delete the selected claims and log, for each, what was released from whom;
         their holders' next release or extend fails."""
         claims = list(queryset)
         for claim in claims:
-            log_entry(request.user.pk, claim, DELETION,
-                      f"Force-released {claim.key!r} (fence {claim.fence}, {claim.state}) "
-                      f"held by {claim.owner!r}.")
-            logger.warning("%s force-released %r held by %r", request.user, claim.key,
-                           claim.owner)
+            log_entry(
+                request.user.pk,
+                claim,
+                DELETION,
+                f"Force-released {claim.key!r} (fence {claim.fence}, {claim.state}) "
+                f"held by {claim.owner!r}.",
+            )
+            logger.warning("%s force-released %r held by %r", request.user, claim.key, claim.owner)
         queryset.filter(pk__in=[c.pk for c in claims]).delete()
         self.message_user(request, f"Released {len(claims)} claim(s).", messages.SUCCESS)

@@ -52,10 +52,19 @@ def annotate_occupation(queryset: models.QuerySet[Any], alias: str) -> models.Qu
     rest = Substr("owner", start)
     # Cast, so that MySQL compares both sides in the connection's collation (the
     # owner column and a cast primary key may have different ones).
-    claims = claims.annotate(occupy_user_pk=Cast(Case(
-        When(owner__startswith=_ADMIN_PREFIX,
-             then=Substr(rest, 1, StrIndex(rest, Value(":")) - 1)),
-        default=Value(None), output_field=CharField()), TextField()))
+    claims = claims.annotate(
+        occupy_user_pk=Cast(
+            Case(
+                When(
+                    owner__startswith=_ADMIN_PREFIX,
+                    then=Substr(rest, 1, StrIndex(rest, Value(":")) - 1),
+                ),
+                default=Value(None),
+                output_field=CharField(),
+            ),
+            TextField(),
+        )
+    )
     user = user_model._default_manager.annotate(
         occupy_pk_text=Cast("pk", TextField()),
     ).filter(occupy_pk_text=OuterRef("occupy_user_pk"))
@@ -65,9 +74,15 @@ def annotate_occupation(queryset: models.QuerySet[Any], alias: str) -> models.Qu
     )
     fields = {f.name for f in user_model._meta.get_fields()}
     if {"first_name", "last_name"} <= fields:
-        claims = claims.annotate(occupy_full_name=Subquery(user.annotate(
-            occupy_name=Concat("first_name", Value(" "), "last_name",
-                               output_field=CharField())).values("occupy_name")[:1]))
+        claims = claims.annotate(
+            occupy_full_name=Subquery(
+                user.annotate(
+                    occupy_name=Concat(
+                        "first_name", Value(" "), "last_name", output_field=CharField()
+                    )
+                ).values("occupy_name")[:1]
+            )
+        )
     else:
         claims = claims.annotate(occupy_full_name=Value("", output_field=CharField()))
     claims = claims.order_by("fence")
@@ -90,11 +105,20 @@ def holders_of_page(rows: Any, alias: str, key_of: Any = None) -> None:
     for obj in objects:
         key = key_of(obj) if key_of is not None else object_key(type(obj), obj.pk)
         holders[obj.pk] = occupy.holder(key, using=alias)
-    pks = {owner_user_pk(h.owner) for h in holders.values() if h is not None
-           and h.owner.startswith(_ADMIN_PREFIX)}
+    pks = {
+        owner_user_pk(h.owner)
+        for h in holders.values()
+        if h is not None and h.owner.startswith(_ADMIN_PREFIX)
+    }
     user_model = get_user_model()
-    users = {str(u.pk): u for u in user_model._default_manager.filter(pk__in=[
-        pk for pk in pks if pk is not None])} if pks else {}
+    users = (
+        {
+            str(u.pk): u
+            for u in user_model._default_manager.filter(pk__in=[pk for pk in pks if pk is not None])
+        }
+        if pks
+        else {}
+    )
     for obj in objects:
         found = holders[obj.pk]
         user = None if found is None else users.get(owner_user_pk(found.owner) or "")
@@ -105,14 +129,19 @@ def holders_of_page(rows: Any, alias: str, key_of: Any = None) -> None:
 
 
 class OccupiedListFilter(admin.SimpleListFilter):
-    """"Being edited: yes / no", from the same ``EXISTS`` as ``occupied()``, on the
+    """ "Being edited: yes / no", from the same ``EXISTS`` as ``occupied()``, on the
     model admin's ``occupy_backend``."""
 
     title = _("being edited")
     parameter_name = "occupied"
 
-    def __init__(self, request: HttpRequest, params: dict[str, Any],
-                 model: type[models.Model], model_admin: Any) -> None:
+    def __init__(
+        self,
+        request: HttpRequest,
+        params: dict[str, Any],
+        model: type[models.Model],
+        model_admin: Any,
+    ) -> None:
         super().__init__(request, params, model, model_admin)
         #: The occupy backend alias whose claims count (the column's).
         status_backend = getattr(model_admin, "_status_backend", None)
@@ -122,8 +151,9 @@ class OccupiedListFilter(admin.SimpleListFilter):
         """Offer "Yes" (being edited) and "No"."""
         return [("1", _("Yes")), ("0", _("No"))]
 
-    def queryset(self, request: HttpRequest,
-                 queryset: models.QuerySet[Any]) -> models.QuerySet[Any]:
+    def queryset(
+        self, request: HttpRequest, queryset: models.QuerySet[Any]
+    ) -> models.QuerySet[Any]:
         """Keep the rows being edited ("1") or the others ("0")."""
         if self.value() == "1":
             return queryset.filter(occupation_filter(queryset, self.backend))
@@ -167,23 +197,32 @@ class OccupyStatusAdminMixin(_ModelAdmin):
         errors = super().check(**kwargs)
         alias = self._status_backend()
         if alias not in occupy_settings.BACKENDS:
-            errors.append(checks.Error(
-                f"{type(self).__name__}.occupy_backend is {alias!r}, which "
-                "OCCUPY['BACKENDS'] does not configure.",
-                hint="Set occupy_backend to the alias of a configured backend.",
-                obj=type(self), id="occupy.E102"))
+            errors.append(
+                checks.Error(
+                    f"{type(self).__name__}.occupy_backend is {alias!r}, which "
+                    "OCCUPY['BACKENDS'] does not configure.",
+                    hint="Set occupy_backend to the alias of a configured backend.",
+                    obj=type(self),
+                    id="occupy.E102",
+                )
+            )
             return errors
         try:
             if self._status_in_query():
                 return errors
         except (OccupyError, ImproperlyConfigured):
             return errors
-        errors.append(checks.Warning(
-            f"{type(self).__name__} shows the claims of the occupy backend {alias!r}, "
-            "which keeps them outside the model's database: the 'being edited' column asks the "
-            "store for each row on the page, and the 'being edited' filter is not offered.",
-            hint="Use a DatabaseBackend on the model's database for occupy_backend "
-            "to have both from the changelist's own query.", obj=type(self), id="occupy.W102"))
+        errors.append(
+            checks.Warning(
+                f"{type(self).__name__} shows the claims of the occupy backend {alias!r}, "
+                "which keeps them outside the model's database: the 'being edited' column asks the "
+                "store for each row on the page, and the 'being edited' filter is not offered.",
+                hint="Use a DatabaseBackend on the model's database for occupy_backend "
+                "to have both from the changelist's own query.",
+                obj=type(self),
+                id="occupy.W102",
+            )
+        )
         return errors
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
@@ -200,13 +239,19 @@ class OccupyStatusAdminMixin(_ModelAdmin):
         changelist = super().get_changelist_instance(request)
         if not self._status_in_query():
             try:
-                holders_of_page(changelist.result_list, self._status_backend(),
-                                getattr(self, "get_occupy_key", None))
+                holders_of_page(
+                    changelist.result_list,
+                    self._status_backend(),
+                    getattr(self, "get_occupy_key", None),
+                )
             except StoreUnavailable:
                 from django.contrib import messages
 
-                self.message_user(request, "The lock store is unavailable: who is "
-                                  "editing which row is not shown.", messages.WARNING)
+                self.message_user(
+                    request,
+                    "The lock store is unavailable: who is editing which row is not shown.",
+                    messages.WARNING,
+                )
         return changelist
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
@@ -230,7 +275,8 @@ class OccupyStatusAdminMixin(_ModelAdmin):
         if owner is None:
             return "—"
         name = (getattr(obj, "occupy_full_name", None) or "").strip() or getattr(
-            obj, "occupy_username", None)
+            obj, "occupy_username", None
+        )
         if not owner.startswith(_ADMIN_PREFIX) and not name:
             name = "someone else"
         until = getattr(obj, "occupy_until", None)

@@ -48,8 +48,17 @@ if TYPE_CHECKING:
 else:
     _BaseModelAdmin = _InlineModelAdmin = _ModelAdmin = object
 
-_NOT_RESUBMITTED = {"csrfmiddlewaretoken", VERSION_FIELD, RENDERED_FIELD, "_occupy_lease",
-                    "_occupy_tab", "_save", "_continue", "_addanother", "_saveasnew"}
+_NOT_RESUBMITTED = {
+    "csrfmiddlewaretoken",
+    VERSION_FIELD,
+    RENDERED_FIELD,
+    "_occupy_lease",
+    "_occupy_tab",
+    "_save",
+    "_continue",
+    "_addanother",
+    "_saveasnew",
+}
 
 
 def _plain(value: Any) -> Any:
@@ -69,8 +78,7 @@ def versioned_form(form: type[forms.ModelForm[Any]]) -> type[forms.ModelForm[Any
 
     # A subclass of a form class built at run time (Django's form factory): a variable base.
     class VersionedForm(form):  # type: ignore[misc, valid-type]
-        occupy_version = forms.IntegerField(widget=forms.HiddenInput, required=False,
-                                            min_value=1)
+        occupy_version = forms.IntegerField(widget=forms.HiddenInput, required=False, min_value=1)
         occupy_rendered = forms.CharField(widget=forms.HiddenInput, required=False)
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -79,29 +87,36 @@ def versioned_form(form: type[forms.ModelForm[Any]]) -> type[forms.ModelForm[Any
                 self.fields[VERSION_FIELD].initial = self.instance.version
                 if not self.is_bound:
                     self.fields[RENDERED_FIELD].initial = signing.dumps(
-                        {name: _plain(self[name].value()) for name in self.fields
-                         if name not in (VERSION_FIELD, RENDERED_FIELD)},
-                        salt=_RENDERED_SALT, compress=True)
+                        {
+                            name: _plain(self[name].value())
+                            for name in self.fields
+                            if name not in (VERSION_FIELD, RENDERED_FIELD)
+                        },
+                        salt=_RENDERED_SALT,
+                        compress=True,
+                    )
 
         @cached_property
         def changed_data(self) -> list[str]:
             # The version is no change of the user's: a stale but untouched row (inline,
             # list_editable) is not saved, and the history does not mention it.
-            return [name for name in super().changed_data
-                    if name not in (VERSION_FIELD, RENDERED_FIELD)]
+            return [
+                name for name in super().changed_data if name not in (VERSION_FIELD, RENDERED_FIELD)
+            ]
 
         def changed_by_user(self) -> set[str] | None:
             """Return the fields whose submitted value differs from the one the form
             was rendered with, or ``None`` if that is not known (no or a bad snapshot)."""
             try:
-                rendered = signing.loads(self[RENDERED_FIELD].data or "",
-                                         salt=_RENDERED_SALT)
+                rendered = signing.loads(self[RENDERED_FIELD].data or "", salt=_RENDERED_SALT)
             except signing.BadSignature:
                 return None
-            return {name for name, field in self.fields.items()
-                    if name not in (VERSION_FIELD, RENDERED_FIELD) and (
-                        name not in rendered
-                        or field.has_changed(rendered[name], self[name].data))}
+            return {
+                name
+                for name, field in self.fields.items()
+                if name not in (VERSION_FIELD, RENDERED_FIELD)
+                and (name not in rendered or field.has_changed(rendered[name], self[name].data))
+            }
 
         def clean(self) -> Any:
             cleaned = super().clean()
@@ -109,8 +124,9 @@ def versioned_form(form: type[forms.ModelForm[Any]]) -> type[forms.ModelForm[Any
             if self.instance.pk is not None and not self.instance._state.adding:
                 if version is None:
                     raise forms.ValidationError(
-                        "This form carries no version: reload the page and make your "
-                        "change again.", code="version_required")
+                        "This form carries no version: reload the page and make your change again.",
+                        code="version_required",
+                    )
                 self.instance.expect_version(version)
             return cleaned
 
@@ -126,10 +142,12 @@ class _PkWithVersion(forms.HiddenInput):
         super().__init__(attrs)
         self.version = version
 
-    def render(self, name: str, value: Any, attrs: dict[str, Any] | None = None,
-               renderer: Any = None) -> SafeString:
-        return format_html("{}{}", super().render(name, value, attrs, renderer),
-                           self.version.as_hidden())
+    def render(
+        self, name: str, value: Any, attrs: dict[str, Any] | None = None, renderer: Any = None
+    ) -> SafeString:
+        return format_html(
+            "{}{}", super().render(name, value, attrs, renderer), self.version.as_hidden()
+        )
 
 
 class _VersionFieldMixin(_BaseModelAdmin):
@@ -146,11 +164,15 @@ class _VersionFieldMixin(_BaseModelAdmin):
         model = self.model
         errors += composite_pk_unsupported(model, type(self), "Django's admin")
         if not issubclass(model, VersionedMixin):
-            errors.append(checks.Error(
-                f"{type(self).__name__} adds occupy's version field, which needs a model "
-                f"with occupy.models.VersionedMixin; {model._meta.label} has none.",
-                hint="Add VersionedMixin to the model, or drop the occupy admin mixin.",
-                obj=type(self), id="occupy.E101"))
+            errors.append(
+                checks.Error(
+                    f"{type(self).__name__} adds occupy's version field, which needs a model "
+                    f"with occupy.models.VersionedMixin; {model._meta.label} has none.",
+                    hint="Add VersionedMixin to the model, or drop the occupy admin mixin.",
+                    obj=type(self),
+                    id="occupy.E101",
+                )
+            )
         return errors
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
@@ -161,12 +183,18 @@ class _VersionFieldMixin(_BaseModelAdmin):
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         """Add the hidden version to the last fieldset of an editable change form."""
         fieldsets = list(super().get_fieldsets(request, obj))
-        if (obj is None or not fieldsets or VERSION_FIELD in flatten_fieldsets(fieldsets)
-                or not self.has_change_permission(request, obj)):
+        if (
+            obj is None
+            or not fieldsets
+            or VERSION_FIELD in flatten_fieldsets(fieldsets)
+            or not self.has_change_permission(request, obj)
+        ):
             return fieldsets
         name, options = fieldsets[-1]
-        fieldsets[-1] = (name, {**options, "fields": [*options["fields"], VERSION_FIELD,
-                                                     RENDERED_FIELD]})
+        fieldsets[-1] = (
+            name,
+            {**options, "fields": [*options["fields"], VERSION_FIELD, RENDERED_FIELD]},
+        )
         return fieldsets
 
     def _form_fields(self, request: HttpRequest, obj: Any, kwargs: dict[str, Any]) -> None:
@@ -175,8 +203,9 @@ class _VersionFieldMixin(_BaseModelAdmin):
         if "fields" not in kwargs:
             kwargs["fields"] = flatten_fieldsets(self.get_fieldsets(request, obj))
         if kwargs["fields"] is not None:
-            kwargs["fields"] = [name for name in kwargs["fields"]
-                                if name not in (VERSION_FIELD, RENDERED_FIELD)]
+            kwargs["fields"] = [
+                name for name in kwargs["fields"] if name not in (VERSION_FIELD, RENDERED_FIELD)
+            ]
 
 
 class VersionedInlineMixin(_VersionFieldMixin, _InlineModelAdmin):
@@ -205,8 +234,9 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
 
     version_conflict_template = "admin/occupy/version_conflict.html"
 
-    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
-                 **kwargs: Any) -> type[forms.ModelForm[Any]]:
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> type[forms.ModelForm[Any]]:
         """Return the model form with the hidden version field."""
         self._form_fields(request, obj, kwargs)
         form = super().get_form(request, obj, change=change, **kwargs)
@@ -224,14 +254,14 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
             def add_fields(self, form: Any, index: Any) -> None:
                 super().add_fields(form, index)
                 field = form.fields.get(pk_name)
-                if (field is not None and field.widget.is_hidden
-                        and form.instance.pk is not None):
+                if field is not None and field.widget.is_hidden and form.instance.pk is not None:
                     field.widget = _PkWithVersion(form[VERSION_FIELD], field.widget.attrs)
 
         return VersionedChangelistFormSet
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-                        ) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         """Refuse a ``list_editable`` save whose rows changed since the list was loaded
         (everything is rolled back) with a message, instead of writing over them."""
         try:
@@ -241,9 +271,11 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
             from django.http import HttpResponseRedirect
 
             self.message_user(
-                request, f"Nothing was saved: {self.model._meta.verbose_name} "
+                request,
+                f"Nothing was saved: {self.model._meta.verbose_name} "
                 f"{e.pk} changed since this list was loaded. Here is the list as it is now.",
-                messages.ERROR)
+                messages.ERROR,
+            )
             return HttpResponseRedirect(request.get_full_path())
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
@@ -251,19 +283,21 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
         setattr(request, _FORM, form)
         super().save_model(request, obj, form, change)
 
-    def save_related(self, request: HttpRequest, form: Any, formsets: Any,
-                     change: bool) -> None:
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         """Save the inlines; keep their forms for the conflict page."""
         setattr(request, _FORMSETS, formsets)
         super().save_related(request, form, formsets, change)
 
-    def changeform_view(self, request: HttpRequest, object_id: str | None = None,
-                        form_url: str = "", extra_context: dict[str, Any] | None = None
-                        ) -> HttpResponse:
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         """Answer a stale save with the conflict page (the save was rolled back)."""
         try:
-            return super().changeform_view(request, object_id, form_url,
-                                           extra_context)
+            return super().changeform_view(request, object_id, form_url, extra_context)
         except VersionConflict as e:
             form = self._conflicting_form(request, e)
             if object_id is None or request.method != "POST" or form is None:
@@ -276,13 +310,18 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
         for formset in getattr(request, _FORMSETS, ()):
             for inline_form in formset.forms:
                 instance = inline_form.instance
-                if (exc.model is not None and isinstance(instance, exc.model)
-                        and instance.pk is not None and str(instance.pk) == str(exc.pk)):
+                if (
+                    exc.model is not None
+                    and isinstance(instance, exc.model)
+                    and instance.pk is not None
+                    and str(instance.pk) == str(exc.pk)
+                ):
                     return inline_form
         return form
 
-    def version_conflict_response(self, request: HttpRequest, object_id: str,
-                                  form: Any) -> HttpResponse:
+    def version_conflict_response(
+        self, request: HttpRequest, object_id: str, form: Any
+    ) -> HttpResponse:
         """Render the conflict page: the refused form's values beside the current ones
         (of the main object, or of the inline row that changed)."""
         opts = self.model._meta
@@ -290,39 +329,66 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
         current = obj
         if obj is not None and not isinstance(form.instance, type(obj)):
             current = type(form.instance)._base_manager.filter(pk=form.instance.pk).first()
-        change_url = reverse(f"{self.admin_site.name}:{opts.app_label}_"
-                             f"{opts.model_name}_change", args=[quote(object_id)])
+        change_url = reverse(
+            f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",
+            args=[quote(object_id)],
+        )
         if obj is None or current is None:
-            return TemplateResponse(request, self.version_conflict_template, {
-                **self.admin_site.each_context(request), "opts": opts,
-                "title": "Deleted meanwhile", "gone": True, "rows": [],
-            }, status=409)
+            return TemplateResponse(
+                request,
+                self.version_conflict_template,
+                {
+                    **self.admin_site.each_context(request),
+                    "opts": opts,
+                    "title": "Deleted meanwhile",
+                    "gone": True,
+                    "rows": [],
+                },
+                status=409,
+            )
         fresh = type(form)(instance=current)
         users = form.changed_by_user() if hasattr(form, "changed_by_user") else None
         rows = []
         kept: dict[str, list[str]] = {}  # fields the user left alone: the current values
         for name, field in form.fields.items():
-            if (name in (VERSION_FIELD, RENDERED_FIELD) or name not in form.cleaned_data
-                    or name not in fresh.fields):  # the formset's own id, DELETE, parent
+            if (
+                name in (VERSION_FIELD, RENDERED_FIELD)
+                or name not in form.cleaned_data
+                or name not in fresh.fields
+            ):  # the formset's own id, DELETE, parent
                 continue
             theirs = fresh[name].initial
             if users is not None and name not in users:
                 if not isinstance(field.widget, forms.MultiWidget):
                     value = fresh[name].value()
                     kept[form.add_prefix(name)] = (
-                        [str(v) for v in value] if isinstance(value, list | tuple)
-                        else [] if value is None or value is False
-                        else ["on"] if value is True else [str(value)])
+                        [str(v) for v in value]
+                        if isinstance(value, list | tuple)
+                        else []
+                        if value is None or value is False
+                        else ["on"]
+                        if value is True
+                        else [str(value)]
+                    )
                 continue
             if not field.has_changed(theirs, form[name].data):
                 continue
-            rows.append({"label": form[name].label, "name": name,
-                         "mine": _display(current, name, form.cleaned_data[name]),
-                         "theirs": _display(current, name, getattr(current, name, theirs))})
+            rows.append(
+                {
+                    "label": form[name].label,
+                    "name": name,
+                    "mine": _display(current, name, form.cleaned_data[name]),
+                    "theirs": _display(current, name, getattr(current, name, theirs)),
+                }
+            )
         version_key = form.add_prefix(VERSION_FIELD)
         skipped = {version_key, form.add_prefix(RENDERED_FIELD), *kept}
-        resubmit = [(key, value) for key, values in request.POST.lists()
-                    if key not in _NOT_RESUBMITTED and key not in skipped for value in values]
+        resubmit = [
+            (key, value)
+            for key, values in request.POST.lists()
+            if key not in _NOT_RESUBMITTED and key not in skipped
+            for value in values
+        ]
         resubmit += [(key, value) for key, values in kept.items() for value in values]
         if version_key != VERSION_FIELD:  # an inline row: the main form's version stands
             resubmit += [(VERSION_FIELD, value) for value in request.POST.getlist(VERSION_FIELD)]
@@ -337,8 +403,9 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
             "title": f"{opts.verbose_name.capitalize()} changed while you edited it",
             "object": obj,
             "changed": current,
-            "related": (None if current is obj else
-                        f"{type(current)._meta.verbose_name} “{current}”"),
+            "related": (
+                None if current is obj else f"{type(current)._meta.verbose_name} “{current}”"
+            ),
             "rows": rows,
             "resubmit": resubmit,
             "version_field": version_key,
@@ -346,9 +413,11 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
             "change_url": change_url,
             "take_current_url": take_current,
             "media": self.media,
-            "occupy_edit": (edit_context(request, obj, state)
-                            if state is not None and edit_context is not None
-                            and state.leases else None),
+            "occupy_edit": (
+                edit_context(request, obj, state)
+                if state is not None and edit_context is not None and state.leases
+                else None
+            ),
         }
         return TemplateResponse(request, self.version_conflict_template, context, status=409)
 

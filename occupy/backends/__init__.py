@@ -13,8 +13,13 @@ from occupy.exceptions import InvalidBackendError
 if TYPE_CHECKING:
     from occupy.backends.base import BaseBackend
 
-__all__ = ["built_backends", "close_connections", "get_backend", "load_backend_class",
-           "reset_backends"]
+__all__ = [
+    "built_backends",
+    "close_connections",
+    "get_backend",
+    "load_backend_class",
+    "reset_backends",
+]
 
 _backends: dict[str, BaseBackend] = {}
 _lock = threading.Lock()
@@ -26,8 +31,7 @@ def load_backend_class(path: Any, *, alias: str) -> type[BaseBackend]:
 
     if not isinstance(path, str) or not path:
         raise InvalidBackendError(
-            f"OCCUPY['BACKENDS'][{alias!r}]['BACKEND'] must be a dotted class path, "
-            f"not {path!r}."
+            f"OCCUPY['BACKENDS'][{alias!r}]['BACKEND'] must be a dotted class path, not {path!r}."
         )
     try:
         cls = import_string(path)

@@ -237,7 +237,8 @@ class OccupationRows:
         """Return an expression of a claim's ``object_id`` as text that equals
         ``Cast(pk, TextField())`` of its row, in the claims' database."""
         raise NotImplementedError(
-            "subclasses of OccupationRows must provide an object_id_text() method")
+            "subclasses of OccupationRows must provide an object_id_text() method"
+        )
 
     def lease(self, claim: Mapping[str, Any], ttl: float) -> Lease:
         """Return the lease a live claim (a ``values()`` row of :meth:`live`) stands for."""
@@ -275,8 +276,9 @@ class BaseBackend:
         self.location = params.get("LOCATION")
 
     @classmethod
-    def config_problems(cls, alias: str, params: Mapping[str, Any],
-                        options: Mapping[str, Any]) -> list[str]:
+    def config_problems(
+        cls, alias: str, params: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> list[str]:
         """Return what is wrong with the configuration beyond each option's own type and
         range: ``LOCATION``, options that must agree with each other. ``options`` holds
         every option, defaults filled in. The default checks only that a backend which
@@ -296,18 +298,23 @@ class BaseBackend:
         """
         options, problems = read_options(alias, params, cls.options_schema)
         problems += cls.config_problems(alias, params, options)
-        return [Error(problem, obj=where(alias), id="occupy.E006",
-                      hint=f"{cls.__name__}'s options are listed in its options_schema "
-                      f"and, for occupy's backends, at {docs_url('backends/')}.")
-                for problem in problems]
+        return [
+            Error(
+                problem,
+                obj=where(alias),
+                id="occupy.E006",
+                hint=f"{cls.__name__}'s options are listed in its options_schema "
+                f"and, for occupy's backends, at {docs_url('backends/')}.",
+            )
+            for problem in problems
+        ]
 
     def check_store(self, databases: Collection[str]) -> list[CheckMessage]:
         """Return the check messages that need to read the store (``manage.py check
         --database``, whose aliases are ``databases``): the default finds claims occupy
         did not write (``occupy.W004``) where :meth:`claims` can list them."""
         try:
-            found = [c.key for c in self.claims()
-                     if c.owner == UNKNOWN_OWNER and c.since is None]
+            found = [c.key for c in self.claims() if c.owner == UNKNOWN_OWNER and c.since is None]
         except NotImplementedError:
             return []
         except Exception as e:  # a store that cannot be read is no reason to stop a check
@@ -316,50 +323,81 @@ class BaseBackend:
             return []
         shown = ", ".join(repr(name) for name in found[:3])
         more = f" and {len(found) - 3} more" if len(found) > 3 else ""
-        return [Warning(
-            f"occupy backend {self.alias!r} has {len(found)} claim(s) occupy did not write: "
-            f"{shown}{more}. Each is held by an unknown holder until it expires.",
-            hint="Give occupy a store of its own (a Redis PREFIX, a LOCATION); "
-            "sweep_locks removes expired claim files, and Redis drops values when they "
-            "expire (delete those without an expiry by hand).",
-            obj=where(self.alias), id="occupy.W004",
-        )]
+        return [
+            Warning(
+                f"occupy backend {self.alias!r} has {len(found)} claim(s) occupy did not write: "
+                f"{shown}{more}. Each is held by an unknown holder until it expires.",
+                hint="Give occupy a store of its own (a Redis PREFIX, a LOCATION); "
+                "sweep_locks removes expired claim files, and Redis drops values when they "
+                "expire (delete those without an expiry by hand).",
+                obj=where(self.alias),
+                id="occupy.W004",
+            )
+        ]
 
     def unreachable_store(self, error: BaseException) -> CheckMessage:
         """Return ``occupy.W007``: the store could not be read (``check --database``)."""
         return Warning(
             f"occupy backend {self.alias!r} could not read {self.describe_store()}: "
-            f"{store_reason(error)}.", hint=f"{self.store_fix()[0].upper()}{self.store_fix()[1:]}.",
-            obj=where(self.alias), id="occupy.W007")
+            f"{store_reason(error)}.",
+            hint=f"{self.store_fix()[0].upper()}{self.store_fix()[1:]}.",
+            obj=where(self.alias),
+            id="occupy.W007",
+        )
 
-    def make_lease(self, key: str, *, owner: str, token: str, fence: int,
-                   expires_at: datetime, ttl: float, depth: int = 1) -> Lease:
+    def make_lease(
+        self,
+        key: str,
+        *,
+        owner: str,
+        token: str,
+        fence: int,
+        expires_at: datetime,
+        ttl: float,
+        depth: int = 1,
+    ) -> Lease:
         """Return the :class:`~occupy.leases.Lease` for a grant this backend made."""
-        return Lease(key=key, owner=owner, token=token, fence=int(fence),
-                     expires_at=_utc(expires_at), ttl=ttl, using=self.alias, depth=depth,
-                     backend=self)
+        return Lease(
+            key=key,
+            owner=owner,
+            token=token,
+            fence=int(fence),
+            expires_at=_utc(expires_at),
+            ttl=ttl,
+            using=self.alias,
+            depth=depth,
+            backend=self,
+        )
 
     @staticmethod
-    def make_holder(owner: str, expires_at: datetime, fence: int,
-                    since: datetime | None = None) -> Holder:
+    def make_holder(
+        owner: str, expires_at: datetime, fence: int, since: datetime | None = None
+    ) -> Holder:
         """Return the :class:`~occupy.leases.Holder` for a claim read from the store."""
-        return Holder(owner=owner, expires_at=_utc(expires_at), fence=int(fence),
-                      since=None if since is None else _utc(since))
+        return Holder(
+            owner=owner,
+            expires_at=_utc(expires_at),
+            fence=int(fence),
+            since=None if since is None else _utc(since),
+        )
 
     @staticmethod
-    def takeover_refused(key: str, if_fence: int, holder: Holder | None,
-                         remaining: float | None) -> TakeoverRefused:
+    def takeover_refused(
+        key: str, if_fence: int, holder: Holder | None, remaining: float | None
+    ) -> TakeoverRefused:
         """Return the error for a conditional takeover of ``key`` that found another
         holder than the grant with fence ``if_fence``: ``holder`` (``None`` when the key
         is free), with ``remaining`` seconds left by the store's clock."""
-        now = ("free" if holder is None
-               else f"held by {holder.owner!r} (fence {holder.fence})")
+        now = "free" if holder is None else f"held by {holder.owner!r} (fence {holder.fence})"
         return TakeoverRefused(
             f"{key!r} was not taken over: its holder changed since it was read (the grant "
             f"with fence {if_fence} no longer holds it; it is now {now}).",
-            key=key, holder=holder, if_fence=if_fence,
-            retry_after=(None if holder is None or remaining is None
-                         else max(1, math.ceil(remaining))),
+            key=key,
+            holder=holder,
+            if_fence=if_fence,
+            retry_after=(
+                None if holder is None or remaining is None else max(1, math.ceil(remaining))
+            ),
         )
 
     def occupation_rows(self) -> OccupationRows | None:
@@ -378,7 +416,8 @@ class BaseBackend:
         return StoreUnavailable(
             f"occupy backend {self.alias!r} ({type(self).__name__}) could not use its "
             f"store{on}: {error}",
-            key=key, using=self.alias,
+            key=key,
+            using=self.alias,
         )
 
     @contextmanager
@@ -418,8 +457,9 @@ class BaseBackend:
         """
         raise NotImplementedError("subclasses of BaseBackend must provide a resume() method")
 
-    def takeover(self, key: str, owner: str, ttl: float, *,
-                 if_fence: int | None = None) -> tuple[Lease, Holder | None]:
+    def takeover(
+        self, key: str, owner: str, ttl: float, *, if_fence: int | None = None
+    ) -> tuple[Lease, Holder | None]:
         """Grant ``key`` to ``owner`` now, whoever holds it, and return the new lease and
         the holder it replaced (``None`` if the key was free).
 
@@ -453,8 +493,13 @@ class BaseBackend:
         raise NotImplementedError("subclasses of BaseBackend must provide a drop_claim() method")
 
     # --- what a backend may override ---------------------------------------------------
-    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False,
-              removed: Callable[[str], None] | None = None) -> int:
+    def sweep(
+        self,
+        *,
+        batch_size: int = 1000,
+        dry_run: bool = False,
+        removed: Callable[[str], None] | None = None,
+    ) -> int:
         """Delete expired claims in batches and return how many (or would be, if dry).
         ``removed``, if given, is called with the key of each claim deleted (or that
         would be): ``sweep_locks -v 2`` lists them.
@@ -508,9 +553,7 @@ class BaseBackend:
             if not granted:
                 attempt.cancel()
 
-    async def aacquire(
-        self, key: str, *, owner: str, ttl: float, timeout: float | None
-    ) -> Lease:
+    async def aacquire(self, key: str, *, owner: str, ttl: float, timeout: float | None) -> Lease:
         """Async twin of :meth:`acquire`; cancelling it leaves no claim behind."""
         attempt = self.attempt(key, owner, ttl)
         attempt.asynchronous = True
@@ -539,8 +582,9 @@ class BaseBackend:
                 # makes this wait for a try that is still running in its thread.
                 await asyncio.shield(run("abandon"))
 
-    def _in_time(self, lease: Lease, deadline: float | None, timeout: float | None, *,
-                 give_back: bool = True) -> None:
+    def _in_time(
+        self, lease: Lease, deadline: float | None, timeout: float | None, *, give_back: bool = True
+    ) -> None:
         """Give back a lease the store granted after the caller's deadline (a stalled
         store) and raise ``LockTimeout``: the caller stopped waiting, and must not
         start work late under a lease whose expiry it did not plan for. (``aacquire``
@@ -591,11 +635,13 @@ class BaseBackend:
             key, token, ttl, deeper=deeper
         )
 
-    async def atakeover(self, key: str, owner: str, ttl: float, *,
-                        if_fence: int | None = None) -> tuple[Lease, Holder | None]:
+    async def atakeover(
+        self, key: str, owner: str, ttl: float, *, if_fence: int | None = None
+    ) -> tuple[Lease, Holder | None]:
         """Async twin of :meth:`takeover`."""
         return await sync_to_async(self.takeover, thread_sensitive=False)(
-            key, owner, ttl, if_fence=if_fence)
+            key, owner, ttl, if_fence=if_fence
+        )
 
     async def aholder(self, key: str) -> Holder | None:
         """Async twin of :meth:`holder`."""

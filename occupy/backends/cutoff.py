@@ -67,8 +67,7 @@ class Cutoffs:
                 self._thread = None
                 self._wakes_at = math.inf
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="occupy-cutoff",
-                                                daemon=True)
+                self._thread = threading.Thread(target=self._run, name="occupy-cutoff", daemon=True)
                 self._thread.start()
             heap = self._heap
             while heap and not heap[0].armed:

@@ -34,8 +34,7 @@ def close_old_connections(**kwargs: Any) -> None:
         backend.close_if_unusable_or_obsolete()
 
 
-def close_before_database_work(sender: Any, connection: BaseDatabaseWrapper,
-                               **kwargs: Any) -> None:
+def close_before_database_work(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
     """Close every connection occupy made in this process when Django connects to the
     server without a database (``NO_DB_ALIAS``): it does so only to create, clone or
     drop a database, which other sessions on it would block."""
@@ -46,7 +45,7 @@ def close_before_database_work(sender: Any, connection: BaseDatabaseWrapper,
 def connect_receivers() -> None:
     """Connect the receivers above (idempotent: each has a ``dispatch_uid``)."""
     request_started.connect(close_old_connections, dispatch_uid="occupy.close_old_connections")
-    request_finished.connect(close_old_connections,
-                             dispatch_uid="occupy.close_old_connections")
-    connection_created.connect(close_before_database_work,
-                               dispatch_uid="occupy.close_before_database_work")
+    request_finished.connect(close_old_connections, dispatch_uid="occupy.close_old_connections")
+    connection_created.connect(
+        close_before_database_work, dispatch_uid="occupy.close_before_database_work"
+    )

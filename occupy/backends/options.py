@@ -19,8 +19,15 @@ from django.core.checks import CheckMessage, Error
 from occupy.exceptions import InvalidBackendError
 from occupy.validation import duration_problem
 
-__all__ = ["CONFIG_KEYS", "Option", "cache_store", "missing_cache", "raise_problems",
-           "read_options", "where"]
+__all__ = [
+    "CONFIG_KEYS",
+    "Option",
+    "cache_store",
+    "missing_cache",
+    "raise_problems",
+    "read_options",
+    "where",
+]
 
 #: The keys of ``OCCUPY["BACKENDS"][alias]`` itself (``OPTIONS`` holds the rest).
 CONFIG_KEYS = frozenset({"BACKEND", "LOCATION", "OPTIONS"})
@@ -79,18 +86,20 @@ def read_options(
     problems = []
     unknown = sorted(set(config) - CONFIG_KEYS)
     if unknown:
-        problems.append(f"{where(alias)} has unknown keys {unknown}; known keys are "
-                        f"{sorted(CONFIG_KEYS)}.")
+        problems.append(
+            f"{where(alias)} has unknown keys {unknown}; known keys are {sorted(CONFIG_KEYS)}."
+        )
     given = config.get("OPTIONS") or {}
     if not isinstance(given, Mapping):
-        problems.append(f"{where(alias)}['OPTIONS'] must be a dict, not "
-                        f"{type(given).__name__}.")
+        problems.append(f"{where(alias)}['OPTIONS'] must be a dict, not {type(given).__name__}.")
         given = {}
     unknown = sorted(set(given) - set(schema))
     if unknown:
         known = sorted(schema) or "none"
-        problems.append(f"{where(alias)}['OPTIONS'] has unknown keys {unknown}; "
-                        f"{type_name(config)} accepts {known}.")
+        problems.append(
+            f"{where(alias)}['OPTIONS'] has unknown keys {unknown}; "
+            f"{type_name(config)} accepts {known}."
+        )
     options = {}
     for name, option in schema.items():
         value = given.get(name, option.default)
@@ -119,11 +128,14 @@ def missing_cache(alias: str, cache: Any) -> list[CheckMessage]:
 
     if not isinstance(cache, str) or cache in caches.settings:
         return []
-    return [Error(
-        f"occupy backend {alias!r} uses cache {cache!r}, which is not in settings.CACHES.",
-        hint=f"Set OPTIONS['CACHE'] to one of {sorted(caches.settings)}.",
-        obj=where(alias), id="occupy.E004",
-    )]
+    return [
+        Error(
+            f"occupy backend {alias!r} uses cache {cache!r}, which is not in settings.CACHES.",
+            hint=f"Set OPTIONS['CACHE'] to one of {sorted(caches.settings)}.",
+            obj=where(alias),
+            id="occupy.E004",
+        )
+    ]
 
 
 def cache_store(cache: str) -> str:

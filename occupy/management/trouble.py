@@ -17,7 +17,9 @@ def trouble(backend: BaseBackend, error: OccupyError) -> str:
     hold these locks) is kept as it is, after the alias.
     """
     if isinstance(error, StoreUnavailable) and not isinstance(error, StoreNotMigrated):
-        return (f"{backend.alias}: could not use {backend.describe_store()} "
-                f"({store_reason(error)}): "
-                f"{backend.store_fix()}.")
+        return (
+            f"{backend.alias}: could not use {backend.describe_store()} "
+            f"({store_reason(error)}): "
+            f"{backend.store_fix()}."
+        )
     return f"{backend.alias}: {error}"

@@ -4,46 +4,71 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('contenttypes', '0002_remove_content_type_name'),
+        ("contenttypes", "0002_remove_content_type_name"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Occupation',
+            name="Occupation",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('key', models.CharField(max_length=255, verbose_name='key')),
-                ('digest', models.CharField(db_index=True, editable=False, max_length=64)),
-                ('slot', models.CharField(editable=False, max_length=64, null=True, unique=True)),
-                ('object_id', models.CharField(blank=True, max_length=255, null=True, verbose_name='object id')),
-                ('owner', models.CharField(max_length=255, verbose_name='owner')),
-                ('token', models.CharField(editable=False, max_length=64)),
-                ('state', models.CharField(choices=[('pending', 'pending'), ('using', 'using')], max_length=8, verbose_name='state')),
-                ('fence', models.BigIntegerField(blank=True, null=True, verbose_name='fence')),
-                ('depth', models.PositiveIntegerField(default=1, verbose_name='depth')),
-                ('expires_at', models.DateTimeField(db_index=True, verbose_name='expires at')),
-                ('created_at', models.DateTimeField(verbose_name='created at')),
-                ('content_type', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='contenttypes.contenttype')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("key", models.CharField(max_length=255, verbose_name="key")),
+                ("digest", models.CharField(db_index=True, editable=False, max_length=64)),
+                ("slot", models.CharField(editable=False, max_length=64, null=True, unique=True)),
+                (
+                    "object_id",
+                    models.CharField(
+                        blank=True, max_length=255, null=True, verbose_name="object id"
+                    ),
+                ),
+                ("owner", models.CharField(max_length=255, verbose_name="owner")),
+                ("token", models.CharField(editable=False, max_length=64)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("pending", "pending"), ("using", "using")],
+                        max_length=8,
+                        verbose_name="state",
+                    ),
+                ),
+                ("fence", models.BigIntegerField(blank=True, null=True, verbose_name="fence")),
+                ("depth", models.PositiveIntegerField(default=1, verbose_name="depth")),
+                ("expires_at", models.DateTimeField(db_index=True, verbose_name="expires at")),
+                ("created_at", models.DateTimeField(verbose_name="created at")),
+                (
+                    "content_type",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="contenttypes.contenttype",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'occupation',
-                'verbose_name_plural': 'occupations',
-                'db_table': 'occupy_occupation',
-                'ordering': ['key', 'id'],
-                'permissions': [('force_release_occupation', 'Can force-release an occupation')],
-                'constraints': [
+                "verbose_name": "occupation",
+                "verbose_name_plural": "occupations",
+                "db_table": "occupy_occupation",
+                "ordering": ["key", "id"],
+                "permissions": [("force_release_occupation", "Can force-release an occupation")],
+                "constraints": [
                     models.CheckConstraint(
-                        **{"condition" if django.VERSION >= (5, 1) else "check": models.Q(
-                            models.Q(('fence__isnull', False), ('slot', models.F('digest')),
-                                     ('state', 'using')),
-                            models.Q(('slot__isnull', True), ('state', 'pending')),
-                            _connector='OR',
-                        )},
-                        name='occupy_using_holds_the_slot',
+                        **{
+                            "condition" if django.VERSION >= (5, 1) else "check": models.Q(
+                                models.Q(
+                                    ("fence__isnull", False),
+                                    ("slot", models.F("digest")),
+                                    ("state", "using"),
+                                ),
+                                models.Q(("slot__isnull", True), ("state", "pending")),
+                                _connector="OR",
+                            )
+                        },
+                        name="occupy_using_holds_the_slot",
                     ),
                 ],
             },

@@ -15,29 +15,27 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('occupy', '0001_initial'),
+        ("occupy", "0001_initial"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='occupation',
-            index=models.Index(fields=['digest'], name='occupy_occupation_digest'),
+            model_name="occupation",
+            index=models.Index(fields=["digest"], name="occupy_occupation_digest"),
         ),
         migrations.AddConstraint(
-            model_name='occupation',
-            constraint=models.UniqueConstraint(fields=('slot',),
-                                               name='occupy_one_holder_per_key'),
+            model_name="occupation",
+            constraint=models.UniqueConstraint(fields=("slot",), name="occupy_one_holder_per_key"),
         ),
         migrations.AlterField(
-            model_name='occupation',
-            name='digest',
+            model_name="occupation",
+            name="digest",
             field=models.CharField(editable=False, max_length=64),
         ),
         migrations.AlterField(
-            model_name='occupation',
-            name='slot',
+            model_name="occupation",
+            name="slot",
             field=models.CharField(editable=False, max_length=64, null=True),
         ),
     ]

@@ -92,8 +92,9 @@ class FencedMixin(GuardedSaveMixin):
             self.fence = options["lease"].fence
         super().prepare_insert(options)
 
-    def save_guards(self, fields: list[models.Field[Any, Any]],
-                    options: dict[str, Any]) -> list[Guard]:
+    def save_guards(
+        self, fields: list[models.Field[Any, Any]], options: dict[str, Any]
+    ) -> list[Guard]:
         """Add ``fence <= lease.fence`` to every guard, and set the lease's fence;
         refuse a lease on another key than :meth:`fence_key` with ``ValueError``."""
         lease = options["lease"]
@@ -116,5 +117,7 @@ class FencedMixin(GuardedSaveMixin):
         field = concrete_field(self._meta, "fence")
         check = Check(field, "lte", fence, FencedOut)
         # The fence check goes first, so that a refusal names it before a version.
-        return [Guard(checks=[check, *g.checks], sets={**g.sets, field: fence},
-                      read_back=g.read_back) for g in guards]
+        return [
+            Guard(checks=[check, *g.checks], sets={**g.sets, field: fence}, read_back=g.read_back)
+            for g in guards
+        ]

@@ -37,6 +37,7 @@ from occupy.models.tracking import (
 
 __all__ = ["Check", "Guard", "GuardedSaveMixin"]
 
+
 @dataclass
 class Check:
     """A condition of a guarded write: ``<field> <lookup> <value>`` on the stored row;
@@ -136,8 +137,11 @@ class GuardedSaveMixin(ChangeTrackingMixin):
             if not update_fields:
                 return
         updating = force_update or update_fields is not None
-        if force_insert or self.pk is None or (self._state.adding and not updating) or (
-            not self._state.adding and using != self._state.db
+        if (
+            force_insert
+            or self.pk is None
+            or (self._state.adding and not updating)
+            or (not self._state.adding and using != self._state.db)
         ):
             self._insert(using, force_insert, force_update, update_fields, options)
             return
@@ -153,15 +157,19 @@ class GuardedSaveMixin(ChangeTrackingMixin):
         else:
             fields = self._changed()
             if fields:
-                fields += [f for f in self._meta.concrete_fields
-                           if getattr(f, "auto_now", False) and f not in fields]
+                fields += [
+                    f
+                    for f in self._meta.concrete_fields
+                    if getattr(f, "auto_now", False) and f not in fields
+                ]
             elif not force_update:
                 return
         # Django's own check that no unsaved object is assigned to a relation (called,
         # not overridden: it raises the same ValueError a plain save() raises). Private,
         # so the stubs leave it out.
         self._prepare_related_fields_for_save(  # type: ignore[attr-defined]
-            operation_name="save")
+            operation_name="save"
+        )
         self._update(using, fields, self.save_guards(fields, options))
 
     save.alters_data = True  # type: ignore[attr-defined]  # templates never call it
@@ -185,15 +193,17 @@ class GuardedSaveMixin(ChangeTrackingMixin):
     def prepare_insert(self, options: dict[str, Any]) -> None:
         """Apply the cleaned ``save()`` options to a row about to be inserted."""
 
-    def save_guards(self, fields: list[models.Field[Any, Any]],
-                    options: dict[str, Any]) -> list[Guard]:
+    def save_guards(
+        self, fields: list[models.Field[Any, Any]], options: dict[str, Any]
+    ) -> list[Guard]:
         """Return the guards to try in order for writing ``fields`` (``options``: the
         cleaned ``save()`` options). The first that matches the row is used; none
         matching refuses the write."""
         return [Guard()]
 
-    def loaded_checks(self, fields: Iterable[models.Field[Any, Any]],
-                      error: type[ConflictError] = VersionConflict) -> list[Check]:
+    def loaded_checks(
+        self, fields: Iterable[models.Field[Any, Any]], error: type[ConflictError] = VersionConflict
+    ) -> list[Check]:
         """Return a check that each of ``fields`` still holds its loaded value, for
         the fields that were loaded (not ``auto_now`` ones, nor those assigned an
         expression, which are relative to the stored value by design)."""
@@ -207,15 +217,25 @@ class GuardedSaveMixin(ChangeTrackingMixin):
             checks.append(Check(f, "exact", loaded[f.attname], error))
         return checks
 
-    def _insert(self, using: str, force_insert: Any, force_update: bool,
-                update_fields: list[str] | None, options: dict[str, Any]) -> None:
+    def _insert(
+        self,
+        using: str,
+        force_insert: Any,
+        force_update: bool,
+        update_fields: list[str] | None,
+        options: dict[str, Any],
+    ) -> None:
         self.prepare_insert(options)
         if self._state.adding and not (force_insert or force_update or update_fields):
             # An instance built in code that names an existing row's pk would otherwise
             # overwrite that row unguarded (Django tries an UPDATE first): insert only.
             force_insert = True
-        super().save(force_insert=force_insert, force_update=force_update, using=using,
-                     update_fields=update_fields)
+        super().save(
+            force_insert=force_insert,
+            force_update=force_update,
+            using=using,
+            update_fields=update_fields,
+        )
         self._remember()
 
     def _resolve(self, names: list[str]) -> list[models.Field[Any, Any]]:
@@ -244,14 +264,16 @@ class GuardedSaveMixin(ChangeTrackingMixin):
                 return
         raise self._refusal(using, [], guards)
 
-    def _update(self, using: str, fields: list[models.Field[Any, Any]],
-                guards: list[Guard]) -> None:
+    def _update(
+        self, using: str, fields: list[models.Field[Any, Any]], guards: list[Guard]
+    ) -> None:
         origin = type(self)
         written = [f.name for f in fields]
         for g in guards:
             written += [f.name for f in g.sets if f.name not in written]
-        pre_save.send(sender=origin, instance=self, raw=False, using=using,
-                      update_fields=frozenset(written))
+        pre_save.send(
+            sender=origin, instance=self, raw=False, using=using, update_fields=frozenset(written)
+        )
         values = {f: f.pre_save(self, False) for f in fields}
         for guard in guards:
             if self._write(using, values, guard):
@@ -266,8 +288,14 @@ class GuardedSaveMixin(ChangeTrackingMixin):
         self._remember([f.attname for f in (*fields, *guard.sets)])
         self._state.db = using
         self._state.adding = False
-        post_save.send(sender=origin, instance=self, created=False,
-                       update_fields=frozenset(written), raw=False, using=using)
+        post_save.send(
+            sender=origin,
+            instance=self,
+            created=False,
+            update_fields=frozenset(written),
+            raw=False,
+            using=using,
+        )
 
     def _write(self, using: str, values: dict[models.Field[Any, Any], Any], guard: Guard) -> bool:
         """Run the guarded UPDATE, one per table (parents first, like Django), and
@@ -280,9 +308,12 @@ class GuardedSaveMixin(ChangeTrackingMixin):
         for check in guard.checks:
             conditions[_table_of(check.field)].append(check.q())
         statements = [
-            (t._base_manager.using(using).filter(*conditions[t], pk=self._get_pk_val(t._meta)),
-             updates[t])
-            for t in tables if updates[t] or conditions[t]
+            (
+                t._base_manager.using(using).filter(*conditions[t], pk=self._get_pk_val(t._meta)),
+                updates[t],
+            )
+            for t in tables
+            if updates[t] or conditions[t]
         ]
         if len(statements) == 1 and not guard.read_back:
             queryset, update = statements[0]
@@ -298,16 +329,21 @@ class GuardedSaveMixin(ChangeTrackingMixin):
                     if queryset.update(**update) != 1:
                         raise _Refused
                 for f in guard.read_back:
-                    value = (_table_of(f)._base_manager.using(using)
-                             .filter(pk=self._get_pk_val(_table_of(f)._meta))
-                             .values_list(f.attname, flat=True).get())
+                    value = (
+                        _table_of(f)
+                        ._base_manager.using(using)
+                        .filter(pk=self._get_pk_val(_table_of(f)._meta))
+                        .values_list(f.attname, flat=True)
+                        .get()
+                    )
                     setattr(self, f.attname, value)
         except _Refused:
             return False
         return True
 
-    def _refusal(self, using: str, fields: list[models.Field[Any, Any]],
-                 guards: list[Guard]) -> ConflictError:
+    def _refusal(
+        self, using: str, fields: list[models.Field[Any, Any]], guards: list[Guard]
+    ) -> ConflictError:
         """Return the error for a refused write, naming the check that failed (of the
         last, most lenient guard); this reads the row again, on the failure path only."""
         model = type(self)
@@ -319,27 +355,43 @@ class GuardedSaveMixin(ChangeTrackingMixin):
         error_class = errors[0] if errors else ConflictError
         # The columns the checks compare, or just the pk: whether the row still exists.
         columns = [c.field.attname for c in guard.checks] or ["pk"]
-        stored: dict[str, Any] | None = (model._base_manager.using(using).filter(pk=self.pk)
-                                         .values(*columns).first())
+        stored: dict[str, Any] | None = (
+            model._base_manager.using(using).filter(pk=self.pk).values(*columns).first()
+        )
         if stored is None:
-            return error_class(f"{label} no longer exists; nothing was written.",
-                               model=model, pk=self.pk, fields=names, key=key)
+            return error_class(
+                f"{label} no longer exists; nothing was written.",
+                model=model,
+                pk=self.pk,
+                fields=names,
+                key=key,
+            )
         for check in guard.checks:
             now = stored[check.field.attname]
             if not check.holds_for(now):
                 if check.lookup == "lte":
-                    why = (f"its {check.field.name} is {now}, newer than this writer's "
-                           f"{check.value}: a later holder of the lock wrote it")
+                    why = (
+                        f"its {check.field.name} is {now}, newer than this writer's "
+                        f"{check.value}: a later holder of the lock wrote it"
+                    )
                 else:
-                    why = (f"its {check.field.name} changed since it was loaded "
-                           f"({check.value!r}, now {now!r})")
+                    why = (
+                        f"its {check.field.name} changed since it was loaded "
+                        f"({check.value!r}, now {now!r})"
+                    )
                 return check.error(
                     f"{label} was not saved: {why}; nothing was written.",
-                    model=model, pk=self.pk, fields=names, key=key,
+                    model=model,
+                    pk=self.pk,
+                    fields=names,
+                    key=key,
                 )
         return error_class(
-            f"{label} was changed by someone else while it was being saved; nothing was "
-            "written.", model=model, pk=self.pk, fields=names, key=key,
+            f"{label} was changed by someone else while it was being saved; nothing was written.",
+            model=model,
+            pk=self.pk,
+            fields=names,
+            key=key,
         )
 
 

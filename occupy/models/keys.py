@@ -27,8 +27,17 @@ from django.db.models.functions import Cast, Concat, Replace
 
 from occupy import keys
 
-__all__ = ["concrete_model", "is_composite", "lock_model", "object_key", "parse_pk_text",
-           "pk_fields", "pk_text", "pk_text_expression", "value_field"]
+__all__ = [
+    "concrete_model",
+    "is_composite",
+    "lock_model",
+    "object_key",
+    "parse_pk_text",
+    "pk_fields",
+    "pk_text",
+    "pk_text_expression",
+    "value_field",
+]
 
 #: Separates the values of a composite primary key in its text form.
 PK_SEPARATOR = ","
@@ -66,8 +75,7 @@ def object_key(model: type[models.Model], pk: Any) -> str:
     """
     if pk is None:
         raise ValueError(
-            f"This {model._meta.object_name} has no primary key yet: save it before "
-            "locking it."
+            f"This {model._meta.object_name} has no primary key yet: save it before locking it."
         )
     return keys.object_key(lock_model(model)._meta.label_lower, pk_text(model, pk))
 
@@ -134,7 +142,8 @@ def parse_pk_text(model: type[models.Model], text: str) -> Any:
             values.append(value_field(field).to_python(part))
         except ValidationError as e:
             raise ValueError(
-                f"{text!r} is not a primary key of {model._meta.object_name}: {e}") from e
+                f"{text!r} is not a primary key of {model._meta.object_name}: {e}"
+            ) from e
     return tuple(values) if is_composite(model) else values[0]
 
 

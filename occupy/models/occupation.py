@@ -77,14 +77,16 @@ class Occupation(models.Model):
         text form (:func:`~occupy.models.keys.pk_text`), read back here."""
         if self.content_type_id is None or self.object_id is None:
             return None
-        model = ContentType.objects.db_manager(self._state.db).get_for_id(
-            self.content_type_id).model_class()
+        model = (
+            ContentType.objects.db_manager(self._state.db)
+            .get_for_id(self.content_type_id)
+            .model_class()
+        )
         if model is None:
             return None
         try:
             pk = parse_pk_text(model, self.object_id)
         except ValueError:
             return None
-        found: models.Model | None = model._base_manager.using(self._state.db).filter(
-            pk=pk).first()
+        found: models.Model | None = model._base_manager.using(self._state.db).filter(pk=pk).first()
         return found

@@ -53,9 +53,12 @@ class OccupiableMixin(models.Model):
     def check(cls, **kwargs: Any) -> list[checks.CheckMessage]:
         """Add ``occupy.E201``: the model's own ``objects`` has no ``occupied()``,
         ``free()`` or ``claim()``."""
-        return [*super().check(**kwargs),
-                *check_objects_manager(cls, OccupiableMixin, OccupiableQuerySetMixin,
-                                       "occupied(), free() or claim()")]
+        return [
+            *super().check(**kwargs),
+            *check_objects_manager(
+                cls, OccupiableMixin, OccupiableQuerySetMixin, "occupied(), free() or claim()"
+            ),
+        ]
 
     @property
     def occupy_key(self) -> str:
@@ -74,8 +77,14 @@ class OccupiableMixin(models.Model):
         """Return an :class:`occupy.lock` on this row (``with book.occupy(ttl=30) as
         lease: …``); takes the arguments of :func:`occupy.acquire`, with the backend
         alias as ``backend`` (default :attr:`occupy_backend`)."""
-        return lock(self.occupy_key, owner=owner, ttl=ttl, timeout=timeout, renew=renew,
-                    using=backend or self.occupy_backend)
+        return lock(
+            self.occupy_key,
+            owner=owner,
+            ttl=ttl,
+            timeout=timeout,
+            renew=renew,
+            using=backend or self.occupy_backend,
+        )
 
     @property
     def holder(self) -> Holder | None:
@@ -86,4 +95,3 @@ class OccupiableMixin(models.Model):
     def holder_on(self, backend: str) -> Holder | None:
         """Return who holds this row's key on the occupy backend ``backend``, or ``None``."""
         return holder(self.occupy_key, using=backend)
-

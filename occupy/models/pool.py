@@ -55,8 +55,7 @@ def live_claims(model: type[models.Model], rows: OccupationRows) -> models.Query
     native_uuid = connections[rows.database].features.has_native_uuid_field
     if isinstance(pk_field(model), models.UUIDField) and not native_uuid:
         object_id = Replace(object_id, Value("-"), Value(""), output_field=TextField())
-    claims: models.QuerySet[Any] = rows.live(lock_model(model)).alias(
-        occupy_object_id=object_id)
+    claims: models.QuerySet[Any] = rows.live(lock_model(model)).alias(occupy_object_id=object_id)
     return claims
 
 
@@ -91,8 +90,16 @@ def occupation_filter(queryset: models.QuerySet[Any], alias: str) -> Q | Exists:
 class Pool:
     """One ``claim()`` call: the owner's held row, or the next free one."""
 
-    def __init__(self, queryset: models.QuerySet[Any], alias: str, rows: OccupationRows, *,
-                 owner: str | None, ttl: Any, order_by: Any) -> None:
+    def __init__(
+        self,
+        queryset: models.QuerySet[Any],
+        alias: str,
+        rows: OccupationRows,
+        *,
+        owner: str | None,
+        ttl: Any,
+        order_by: Any,
+    ) -> None:
         self.owner = default_owner() if owner is None else check_owner(owner)
         self.ttl = occupy_settings.TTL if ttl is DEFAULT else check_ttl(ttl)
         if order_by is not None:
@@ -109,10 +116,12 @@ class Pool:
     def held(self) -> Any:
         """Return the row of the pool the owner holds (oldest grant first), its lease
         rebuilt from the claim, or ``None``."""
-        claims = (live_claims(self.model, self.rows).filter(owner=self.owner)
-                  .order_by("fence")
-                  .values("object_id", "key", "owner", "token", "fence", "expires_at",
-                          "depth"))
+        claims = (
+            live_claims(self.model, self.rows)
+            .filter(owner=self.owner)
+            .order_by("fence")
+            .values("object_id", "key", "owner", "token", "fence", "expires_at", "depth")
+        )
         for claim in claims:
             pk = _to_pk(self.model, claim["object_id"])
             item = None if pk is None else self.queryset.filter(pk=pk).first()
@@ -167,8 +176,12 @@ class Pool:
 
     def _lock(self, item: models.Model) -> Lease | None:
         try:
-            return acquire(object_key(self.model, item.pk), owner=self.owner, ttl=self.ttl,
-                           timeout=0, using=self.alias)
+            return acquire(
+                object_key(self.model, item.pk),
+                owner=self.owner,
+                ttl=self.ttl,
+                timeout=0,
+                using=self.alias,
+            )
         except Occupied:
             return None
-

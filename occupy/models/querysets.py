@@ -91,8 +91,12 @@ class RowLockQuerySetMixin(_QuerySet[ModelT]):
     """Add ``locked()`` to a ``QuerySet`` subclass: a row lock held for a block."""
 
     def locked(
-        self, *args: Any, nowait: bool = False, skip_locked: bool = False,
-        of: tuple[str, ...] = (), **kwargs: Any,
+        self,
+        *args: Any,
+        nowait: bool = False,
+        skip_locked: bool = False,
+        of: tuple[str, ...] = (),
+        **kwargs: Any,
     ) -> AbstractContextManager[Any]:
         """Open a transaction, lock the row matching the lookups and yield it.
 
@@ -109,8 +113,7 @@ class RowLockQuerySetMixin(_QuerySet[ModelT]):
         lock first (as ``BEGIN IMMEDIATE`` would), which serializes writers just the
         same. Refuse options the database cannot honour with ``NotSupportedError``.
         """
-        return locked_rows(self, *args, nowait=nowait, skip_locked=skip_locked, of=of,
-                           **kwargs)
+        return locked_rows(self, *args, nowait=nowait, skip_locked=skip_locked, of=of, **kwargs)
 
 
 class VersionedQuerySetMixin(_QuerySet[ModelT]):
@@ -137,8 +140,9 @@ class VersionedQuerySetMixin(_QuerySet[ModelT]):
             )
         if "version" in changes:
             raise ValueError("update_versioned() sets version itself; do not pass it.")
-        if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)
-                                     or expected < 0):
+        if expected is not None and (
+            isinstance(expected, bool) or not isinstance(expected, int) or expected < 0
+        ):
             raise ValueError(f"expected must be a row count (an int ≥ 0), not {expected!r}.")
         # select_for_update() marks a clone "for write", so .db is the router's write db.
         with transaction.atomic(using=self.select_for_update().db):
@@ -147,7 +151,8 @@ class VersionedQuerySetMixin(_QuerySet[ModelT]):
                 error = VersionConflict(
                     f"update_versioned() matched {count} {self.model._meta.label} rows, not "
                     f"{expected}: they changed since they were read; nothing was written.",
-                    model=self.model, fields=tuple(changes),
+                    model=self.model,
+                    fields=tuple(changes),
                 )
                 telemetry.refused(error)
                 raise error
@@ -177,8 +182,12 @@ class OccupiableQuerySetMixin(_QuerySet[ModelT]):
         return self.exclude(occupation_filter(self, _backend_of(self.model, backend)))
 
     def claim(
-        self, *, owner: str | None = None, ttl: float = DEFAULT,
-        order_by: tuple[str, ...] | list[str] | None = None, backend: str | None = None,
+        self,
+        *,
+        owner: str | None = None,
+        ttl: float = DEFAULT,
+        order_by: tuple[str, ...] | list[str] | None = None,
+        backend: str | None = None,
     ) -> ModelT | None:
         """Hand the next free row to ``owner`` and return it, its lease at ``.lease``
         (release it with ``occupy.release(item.lease)``); ``None`` when nothing is free.
@@ -209,8 +218,9 @@ class OccupiableQuerySetMixin(_QuerySet[ModelT]):
             return item
 
 
-class OccupyQuerySetMixin(RowLockQuerySetMixin[ModelT], VersionedQuerySetMixin[ModelT],
-                          OccupiableQuerySetMixin[ModelT]):
+class OccupyQuerySetMixin(
+    RowLockQuerySetMixin[ModelT], VersionedQuerySetMixin[ModelT], OccupiableQuerySetMixin[ModelT]
+):
     """Every occupy queryset method: ``locked()``, ``update_versioned()``,
     ``occupied()``, ``free()`` and ``claim()``; mix into a ``QuerySet`` subclass."""
 

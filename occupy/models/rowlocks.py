@@ -37,8 +37,12 @@ __all__ = ["locked_rows"]
 
 @contextmanager
 def locked_rows(
-    rows: models.QuerySet[Any], *args: Any, nowait: bool = False, skip_locked: bool = False,
-    of: tuple[str, ...] = (), **kwargs: Any,
+    rows: models.QuerySet[Any],
+    *args: Any,
+    nowait: bool = False,
+    skip_locked: bool = False,
+    of: tuple[str, ...] = (),
+    **kwargs: Any,
 ) -> Iterator[Any]:
     """Do the work of ``locked()`` on the queryset ``rows``: see
     :meth:`~occupy.models.querysets.RowLockQuerySetMixin.locked`."""
@@ -95,8 +99,9 @@ def _lookup_key(model: type[models.Model], lookups: dict[str, Any]) -> str:
     return lock_model(model)._meta.label_lower
 
 
-def _take_sqlite_write_lock(conn: BaseDatabaseWrapper, model: type[models.Model], *,
-                            nowait: bool, nested: bool) -> None:
+def _take_sqlite_write_lock(
+    conn: BaseDatabaseWrapper, model: type[models.Model], *, nowait: bool, nested: bool
+) -> None:
     """Take SQLite's database write lock now, as ``BEGIN IMMEDIATE`` would.
 
     A statement that writes takes it even when it matches no row. Taken first, it

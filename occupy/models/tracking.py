@@ -24,8 +24,16 @@ __all__ = ["ChangeTrackingMixin", "concrete_field", "is_concrete_name", "is_expr
 
 # Values that cannot change in place, so the loaded value is kept as is, not copied.
 _IMMUTABLE = (
-    str, int, float, bytes, decimal.Decimal, datetime.date, datetime.time,
-    datetime.timedelta, uuid.UUID, type(None),
+    str,
+    int,
+    float,
+    bytes,
+    decimal.Decimal,
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+    uuid.UUID,
+    type(None),
 )
 
 
@@ -56,28 +64,33 @@ class ChangeTrackingMixin(models.Model):
         abstract = True
 
     @classmethod
-    def from_db(cls, db: str | None, field_names: Collection[str], values: Collection[Any],
-                **kwargs: Any) -> Self:
+    def from_db(
+        cls, db: str | None, field_names: Collection[str], values: Collection[Any], **kwargs: Any
+    ) -> Self:
         """Build the instance as Django does (with whatever options it passes), and
         remember the loaded values."""
         instance = super().from_db(db, field_names, values, **kwargs)
         instance._remember()
         return instance
 
-    def refresh_from_db(self, using: str | None = None, fields: Iterable[str] | None = None,
-                        from_queryset: models.QuerySet[Self] | None = None,
-                        **kwargs: Any) -> None:
+    def refresh_from_db(
+        self,
+        using: str | None = None,
+        fields: Iterable[str] | None = None,
+        from_queryset: models.QuerySet[Self] | None = None,
+        **kwargs: Any,
+    ) -> None:
         """Reload as Django does (also when a deferred field is first read), and
         remember the reloaded values as loaded."""
         # A list: Django reads the names, and so do we afterwards.
         names = None if fields is None else list(fields)
-        super().refresh_from_db(using=using, fields=names, from_queryset=from_queryset,
-                                **kwargs)
+        super().refresh_from_db(using=using, fields=names, from_queryset=from_queryset, **kwargs)
         if names is None:
             self._remember()
         else:
-            self._remember({_attname(self._meta, name) for name in names
-                            if is_concrete_name(self._meta, name)})
+            self._remember(
+                {_attname(self._meta, name) for name in names if is_concrete_name(self._meta, name)}
+            )
 
     def _remember(self, attnames: Iterable[str] | None = None) -> None:
         loaded: dict[str, Any] = self.__dict__.setdefault("_occupy_loaded", {})
@@ -106,8 +119,11 @@ class ChangeTrackingMixin(models.Model):
             value = self.__dict__.get(f.attname, _MISSING)
             if value is _MISSING:  # deferred and never assigned
                 continue
-            if f.attname not in loaded or is_expression(value) or _differs(value,
-                                                                            loaded[f.attname]):
+            if (
+                f.attname not in loaded
+                or is_expression(value)
+                or _differs(value, loaded[f.attname])
+            ):
                 changed.append(f)
         return changed
 

@@ -96,17 +96,19 @@ class VersionedMixin(GuardedSaveMixin):
     def check(cls, **kwargs: Any) -> list[checks.CheckMessage]:
         """Add ``occupy.E201``: the model's own ``objects`` has no
         ``update_versioned()``."""
-        return [*super().check(**kwargs),
-                *check_objects_manager(cls, VersionedMixin, VersionedQuerySetMixin,
-                                       "update_versioned()")]
+        return [
+            *super().check(**kwargs),
+            *check_objects_manager(
+                cls, VersionedMixin, VersionedQuerySetMixin, "update_versioned()"
+            ),
+        ]
 
     def expect_version(self, version: int) -> None:
         """Make the next ``save()`` or ``delete()`` conditional on the row being at
         ``version`` (a client's ``If-Match``, a form's hidden field): compared strictly
         whatever the policy, also when it is the version that was loaded."""
         if isinstance(version, bool) or not isinstance(version, int):
-            raise TypeError(f"version must be an int, not {type(version).__name__} "
-                            f"({version!r}).")
+            raise TypeError(f"version must be an int, not {type(version).__name__} ({version!r}).")
         self.version = version
         self.__dict__["_occupy_expected"] = True
 
@@ -115,8 +117,9 @@ class VersionedMixin(GuardedSaveMixin):
         """Return the version :meth:`expect_version` set for the next write, or ``None``."""
         return self.version if self.__dict__.get("_occupy_expected") else None
 
-    def delete(self, using: str | None = None,
-               keep_parents: bool = False) -> tuple[int, dict[str, int]]:
+    def delete(
+        self, using: str | None = None, keep_parents: bool = False
+    ) -> tuple[int, dict[str, int]]:
         """Delete the row only if its version is still the one this instance carries
         (loaded, or supplied by the caller as a precondition); else raise
         :class:`~occupy.VersionConflict`, having deleted nothing.
@@ -135,19 +138,26 @@ class VersionedMixin(GuardedSaveMixin):
             if rows.filter(version=version).update(version=F("version")) != 1:
                 current = rows.values_list("version", flat=True).first()
                 label = f"{self._meta.object_name} {self.pk!r}"
-                why = ("no longer exists" if current is None else
-                       f"changed since it was loaded (version {version}, now {current})")
-                error = VersionConflict(f"{label} was not deleted: it {why}.",
-                                        model=type(self), pk=self.pk,
-                                        key=object_key(type(self), self.pk))
+                why = (
+                    "no longer exists"
+                    if current is None
+                    else f"changed since it was loaded (version {version}, now {current})"
+                )
+                error = VersionConflict(
+                    f"{label} was not deleted: it {why}.",
+                    model=type(self),
+                    pk=self.pk,
+                    key=object_key(type(self), self.pk),
+                )
                 telemetry.refused(error)
                 raise error
             return super().delete(using=using, keep_parents=keep_parents)
 
     delete.alters_data = True  # type: ignore[attr-defined]  # templates never call it
 
-    async def adelete(self, using: str | None = None,
-                      keep_parents: bool = False) -> tuple[int, dict[str, int]]:
+    async def adelete(
+        self, using: str | None = None, keep_parents: bool = False
+    ) -> tuple[int, dict[str, int]]:
         """Async twin of :meth:`delete`."""
         return await sync_to_async(self.delete)(using=using, keep_parents=keep_parents)
 
@@ -161,12 +171,14 @@ class VersionedMixin(GuardedSaveMixin):
         """Take ``version_policy=`` (this save's policy, default the model's)."""
         policy = options.pop("version_policy", None)
         cleaned = super().clean_save_options(options)
-        cleaned["version_policy"] = (self.version_policy if policy is None
-                                     else _check_policy("save()", policy))
+        cleaned["version_policy"] = (
+            self.version_policy if policy is None else _check_policy("save()", policy)
+        )
         return cleaned
 
-    def save_guards(self, fields: list[models.Field[Any, Any]],
-                    options: dict[str, Any]) -> list[Guard]:
+    def save_guards(
+        self, fields: list[models.Field[Any, Any]], options: dict[str, Any]
+    ) -> list[Guard]:
         """Guard the write with the loaded version (``"strict"``), or with the written
         fields' loaded values (``"fields"``: the version is tried first, one statement
         when nobody else wrote; if it moved, the fields are compared instead and the
@@ -182,8 +194,10 @@ class VersionedMixin(GuardedSaveMixin):
         version = concrete_field(self._meta, "version")
         expected = self.__dict__.get(version.attname)
         loaded = self.__dict__.get("_occupy_loaded", {})
-        if expected is not None and (self.__dict__.pop("_occupy_expected", False)
-                                     or loaded.get(version.attname, _UNLOADED) != expected):
+        if expected is not None and (
+            self.__dict__.pop("_occupy_expected", False)
+            or loaded.get(version.attname, _UNLOADED) != expected
+        ):
             policy = self.STRICT
         if expected is None and policy == self.STRICT:
             raise ValueError(
@@ -191,23 +205,28 @@ class VersionedMixin(GuardedSaveMixin):
                 "(defer() or only()), so a strict save cannot be checked; load it with "
                 "'version'."
             )
-        if expected is not None and (isinstance(expected, bool) or not isinstance(expected,
-                                                                                     int)):
-            raise TypeError(f"version must be an int, not {type(expected).__name__} "
-                            f"({expected!r}).")
+        if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
+            raise TypeError(
+                f"version must be an int, not {type(expected).__name__} ({expected!r})."
+            )
         same_fields = self.loaded_checks(fields, VersionConflict) if policy == self.FIELDS else []
         out = []
         for guard in guards:
             if expected is not None:
                 # The loaded version still there proves no versioned save wrote since the
                 # load, whatever it changed: the fields need comparing only once it moved.
-                out.append(guard.extended(
-                    checks=[Check(version, "exact", expected, VersionConflict)],
-                    sets={version: expected + 1},
-                ))
+                out.append(
+                    guard.extended(
+                        checks=[Check(version, "exact", expected, VersionConflict)],
+                        sets={version: expected + 1},
+                    )
+                )
             if policy == self.FIELDS:
-                out.append(guard.extended(
-                    checks=same_fields, sets={version: F(version.attname) + 1},
-                    read_back=[version],
-                ))
+                out.append(
+                    guard.extended(
+                        checks=same_fields,
+                        sets={version: F(version.attname) + 1},
+                        read_back=[version],
+                    )
+                )
         return out

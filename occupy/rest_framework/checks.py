@@ -53,6 +53,9 @@ def check_views(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         if model is None or _unique_lookup(model, getattr(cls, "lookup_field", "pk")):
             continue
         messages += composite_pk_unsupported(
-            model, cls, "Django REST framework (which looks a row up by its lookup_field, "
-            "here not a unique field)")
+            model,
+            cls,
+            "Django REST framework (which looks a row up by its lookup_field, "
+            "here not a unique field)",
+        )
     return messages

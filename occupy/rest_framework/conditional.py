@@ -91,8 +91,9 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
         if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 10:
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_VERSION:
-            raise _malformed(f"{name!r} must be a whole number from 1 to {MAX_VERSION}, not "
-                             f"{str(value)[:40]!r}.")
+            raise _malformed(
+                f"{name!r} must be a whole number from 1 to {MAX_VERSION}, not {str(value)[:40]!r}."
+            )
         return value
 
     def get_client_version(self, request: Request, instance: Any) -> int | None:
@@ -106,9 +107,11 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
             if tags != [http.ANY]:
                 versions = {http.tag_version(tag) for tag in tags}
                 if body is not None and body not in versions:
-                    raise _malformed(f"If-Match ({header[:80]}) and the body's "
-                                     f"{self.body_version_field!r} ({body}) name different "
-                                     "versions; send one of them, or the same in both.")
+                    raise _malformed(
+                        f"If-Match ({header[:80]}) and the body's "
+                        f"{self.body_version_field!r} ({body}) name different "
+                        "versions; send one of them, or the same in both."
+                    )
                 self.occupy_if_match = True
                 if instance.version not in versions:  # fail fast; the write checks again
                     raise ConflictError("stale If-Match", model=type(instance), pk=instance.pk)
@@ -118,8 +121,9 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
                 raise ConflictError("stale body version", model=type(instance), pk=instance.pk)
             return body
         if header is None and request.method in self.get_precondition_required():
-            raise from_problem(http.precondition_required(
-                request.method, ["If-Match", self.body_version_field]))
+            raise from_problem(
+                http.precondition_required(request.method, ["If-Match", self.body_version_field])
+            )
         return None
 
     def expect_client_version(self, instance: Any) -> None:
@@ -151,18 +155,24 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
             response["ETag"] = etag
         return response
 
-    def finalize_response(self, request: Request, response: Response, *args: Any,
-                          **kwargs: Any) -> Response:
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
         """Give a successful write's answer the object's new ETag; count an answer with
         an occupy status (telemetry)."""
         response = super().finalize_response(request, response, *args, **kwargs)
         if response.status_code in telemetry.HTTP_STATUSES:
             data = getattr(response, "data", None)
-            telemetry.http_response(response.status_code,
-                                    data.get("code") if isinstance(data, dict) else None)
+            telemetry.http_response(
+                response.status_code, data.get("code") if isinstance(data, dict) else None
+            )
         instance = getattr(self, "occupy_instance", None)
-        if (instance is not None and request.method in ("PUT", "PATCH")
-                and 200 <= response.status_code < 300 and "ETag" not in response):
+        if (
+            instance is not None
+            and request.method in ("PUT", "PATCH")
+            and 200 <= response.status_code < 300
+            and "ETag" not in response
+        ):
             etag = self.get_etag(instance)
             if etag is not None:
                 response["ETag"] = etag

@@ -27,8 +27,9 @@ else:
     _APIView = object
 
 
-def api_exception(exc: Exception, *, display: Any = owner_display,
-                  from_if_match: bool = False) -> Exception:
+def api_exception(
+    exc: Exception, *, display: Any = owner_display, from_if_match: bool = False
+) -> Exception:
     """Return the API exception answering ``exc`` when it is one of the occupy errors
     of the status table, else ``exc`` itself."""
     if isinstance(exc, OccupyError) and isinstance(exc, http.ANSWERED):
@@ -69,6 +70,5 @@ class OccupyErrorsMixin(_APIView):
 
     def handle_exception(self, exc: Exception) -> Response:
         """Map occupy's exceptions to the contract, then let DRF answer."""
-        exc = api_exception(exc, display=self.get_owner_display,
-                            from_if_match=self.occupy_if_match)
+        exc = api_exception(exc, display=self.get_owner_display, from_if_match=self.occupy_if_match)
         return decorate(super().handle_exception(exc), exc)

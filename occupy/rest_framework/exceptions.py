@@ -37,8 +37,9 @@ class OccupyAPIException(APIException):
 
     problem: Problem | None = None
 
-    def __init__(self, detail: str | None = None, code: str | None = None,
-                 problem: Problem | None = None) -> None:
+    def __init__(
+        self, detail: str | None = None, code: str | None = None, problem: Problem | None = None
+    ) -> None:
         super().__init__(detail, code)
         self.problem = problem
 
@@ -132,10 +133,19 @@ class InvalidTTL(OccupyAPIException):
 
 
 _BY_CODE: dict[str, type[OccupyAPIException]] = {
-    cls.default_code: cls for cls in (
-        PreconditionFailed, PreconditionRequired, MalformedPreconditionError,
-        VersionConflictError, FencedOutError, LeaseLostError, Locked, LeaseTokenRequired,
-        StoreUnavailableError, InvalidKey, InvalidTTL,
+    cls.default_code: cls
+    for cls in (
+        PreconditionFailed,
+        PreconditionRequired,
+        MalformedPreconditionError,
+        VersionConflictError,
+        FencedOutError,
+        LeaseLostError,
+        Locked,
+        LeaseTokenRequired,
+        StoreUnavailableError,
+        InvalidKey,
+        InvalidTTL,
     )
 }
 

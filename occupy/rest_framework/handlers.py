@@ -49,8 +49,11 @@ def _display(context: dict[str, Any]) -> Any:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse | None:
     """Answer occupy's exceptions as the status table says (DRF-shaped bodies), others
     as DRF's default handler does."""
-    exc = api_exception(exc, display=_display(context),
-                        from_if_match=getattr(context.get("view"), "occupy_if_match", False))
+    exc = api_exception(
+        exc,
+        display=_display(context),
+        from_if_match=getattr(context.get("view"), "occupy_if_match", False),
+    )
     response = drf_exception_handler(exc, context)
     if isinstance(response, Response):
         decorate(response, exc)
@@ -59,8 +62,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse |
 
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse | None:
     """Answer occupy's exceptions as problem details; others as DRF does."""
-    exc = api_exception(exc, display=_display(context),
-                        from_if_match=getattr(context.get("view"), "occupy_if_match", False))
+    exc = api_exception(
+        exc,
+        display=_display(context),
+        from_if_match=getattr(context.get("view"), "occupy_if_match", False),
+    )
     response = drf_exception_handler(exc, context)
     problem = getattr(exc, "problem", None)
     if response is None or not isinstance(exc, OccupyAPIException) or problem is None:
@@ -76,7 +82,8 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> HttpRe
         "code": problem.code,
         **problem.extra,
     }
-    headers = {**{name: value for name, value in response.items()
-                  if name.lower() != "content-type"}, **problem.headers}
-    return Response(body, status=response.status_code, headers=headers,
-                    content_type=PROBLEM_JSON)
+    headers = {
+        **{name: value for name, value in response.items() if name.lower() != "content-type"},
+        **problem.headers,
+    }
+    return Response(body, status=response.status_code, headers=headers, content_type=PROBLEM_JSON)

@@ -40,8 +40,9 @@ from occupy.rest_framework.writes import OccupiedWritesMixin, _checked_token, _u
 __all__ = ["EditLeaseMixin"]
 
 #: The edit-lease actions of :class:`EditLeaseMixin` (one per method and route).
-LEASE_ACTIONS = frozenset({"lease", "lease_holder", "renew_lease", "end_lease",
-                           "release_lease", "takeover_lease"})
+LEASE_ACTIONS = frozenset(
+    {"lease", "lease_holder", "renew_lease", "end_lease", "release_lease", "takeover_lease"}
+)
 #: How often a takeover reads the holder again when it changed under it.
 TAKEOVER_TRIES = 5
 _NUMBER = re.compile(r"^\d{1,9}(\.\d{1,9})?$")
@@ -94,9 +95,14 @@ class EditLeaseMixin(OccupiedWritesMixin):
             return float(default or self.lease_ttl or conf["LEASE_TTL"])
         ttl = _seconds(value)
         if ttl is None or not 1 <= ttl <= longest:
-            raise from_problem(Problem(
-                400, "invalid_ttl", f"ttl must be a number of seconds from 1 to {longest:g}, "
-                f"not {str(value)[:40]!r}."))
+            raise from_problem(
+                Problem(
+                    400,
+                    "invalid_ttl",
+                    f"ttl must be a number of seconds from 1 to {longest:g}, "
+                    f"not {str(value)[:40]!r}.",
+                )
+            )
         return ttl
 
     def get_permissions(self) -> Sequence[Any]:
@@ -116,20 +122,24 @@ class EditLeaseMixin(OccupiedWritesMixin):
     def has_holder_permission(self, request: Request, instance: Any) -> bool:
         """Return whether ``request`` may see who holds ``instance``: its view or change
         permission."""
-        return (_has_model_perm(request, instance, "view")
-                or self.has_lease_permission(request, instance))
+        return _has_model_perm(request, instance, "view") or self.has_lease_permission(
+            request, instance
+        )
 
     def has_takeover_permission(self, request: Request, instance: Any) -> bool:
         """Return whether ``request`` may take another user's lease over."""
         opts = instance._meta
-        return bool(request.user.has_perm("occupy.force_release_occupation")
-                    or request.user.has_perm(f"{opts.app_label}.takeover_{opts.model_name}"))
+        return bool(
+            request.user.has_perm("occupy.force_release_occupation")
+            or request.user.has_perm(f"{opts.app_label}.takeover_{opts.model_name}")
+        )
 
     def may_take_over(self, request: Request, instance: Any, holder: Holder) -> bool:
         """Return whether ``request`` may replace ``holder``: its own lease, or with the
         takeover permission."""
-        return (same_user(holder.owner, _user_pk(request))
-                or self.has_takeover_permission(request, instance))
+        return same_user(holder.owner, _user_pk(request)) or self.has_takeover_permission(
+            request, instance
+        )
 
     def _leased_object(self, request: Request) -> Any:
         instance = self.get_object()
@@ -149,8 +159,9 @@ class EditLeaseMixin(OccupiedWritesMixin):
     def _required_token(self, request: Request) -> str:
         token = self.get_lease_token(request)
         if token is None:
-            raise from_problem(http.lease_token_required(
-                occupy_settings.REST_FRAMEWORK["LEASE_HEADER"]))
+            raise from_problem(
+                http.lease_token_required(occupy_settings.REST_FRAMEWORK["LEASE_HEADER"])
+            )
         return token
 
     @action(detail=True, methods=["post"], url_path="lease", url_name="lease")
@@ -166,20 +177,27 @@ class EditLeaseMixin(OccupiedWritesMixin):
                 self.own_lease(key, token)
             except LeaseLost:
                 token = None  # it holds nothing any more: take the key afresh
-        lease = occupy.acquire(key, owner=self.get_lease_owner(request, ttl), ttl=ttl,
-                               timeout=0, token=token, reentrant=False,
-                               using=self.occupy_backend)
+        lease = occupy.acquire(
+            key,
+            owner=self.get_lease_owner(request, ttl),
+            ttl=ttl,
+            timeout=0,
+            token=token,
+            reentrant=False,
+            using=self.occupy_backend,
+        )
         created = lease.token != token
-        return Response(self._lease_body(lease, token=True),
-                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(
+            self._lease_body(lease, token=True),
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
 
     @lease.mapping.get
     def lease_holder(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Tell who holds the object (never the token); needs the view permission."""
         instance = self.get_object()
         if not self.has_holder_permission(request, instance):
-            raise PermissionDenied("Seeing who edits this object needs the permission to "
-                                   "view it.")
+            raise PermissionDenied("Seeing who edits this object needs the permission to view it.")
         key = self.get_lease_key(instance)
         return Response(self._holder_body(occupy.holder(key, using=self.occupy_backend)))
 
@@ -244,8 +262,9 @@ class EditLeaseMixin(OccupiedWritesMixin):
         body["replaced"] = http.holder_body(replaced, self.get_owner_display)
         return Response(body, status=status.HTTP_201_CREATED)
 
-    def _take_over(self, request: Request, instance: Any, key: str, owner: str,
-                   ttl: float) -> tuple[Lease, Holder | None]:
+    def _take_over(
+        self, request: Request, instance: Any, key: str, owner: str, ttl: float
+    ) -> tuple[Lease, Holder | None]:
         """Replace the holder the permission was decided on, and only it: read, decide,
         take over ``if_fence`` of what was read; read and decide again if the store
         says the holder changed meanwhile."""
@@ -254,26 +273,43 @@ class EditLeaseMixin(OccupiedWritesMixin):
             holder = occupy.holder(key, using=self.occupy_backend)
             if holder is None:
                 try:  # free: take it only if still free
-                    return occupy.acquire(key, owner=owner, ttl=ttl, timeout=0,
-                                          reentrant=False, using=self.occupy_backend), None
+                    return occupy.acquire(
+                        key,
+                        owner=owner,
+                        ttl=ttl,
+                        timeout=0,
+                        reentrant=False,
+                        using=self.occupy_backend,
+                    ), None
                 except Occupied as e:
                     refused = e
                     continue
             if parse_owner(holder.owner).write:
                 try:  # a write in flight is nobody's lease to take: wait for it
-                    return occupy.acquire(key, owner=owner, ttl=ttl,
-                                          timeout=self.get_write_wait(), reentrant=False,
-                                          using=self.occupy_backend), None
+                    return occupy.acquire(
+                        key,
+                        owner=owner,
+                        ttl=ttl,
+                        timeout=self.get_write_wait(),
+                        reentrant=False,
+                        using=self.occupy_backend,
+                    ), None
                 except Occupied as e:
                     refused = e
                     continue
             if not self.may_take_over(request, instance, holder):
-                raise PermissionDenied("Taking over another user's edit lease needs the "
-                                       "takeover permission.")
+                raise PermissionDenied(
+                    "Taking over another user's edit lease needs the takeover permission."
+                )
             try:
-                return occupy.takeover(key, owner=owner, ttl=ttl, reentrant=False,
-                                       if_fence=holder.fence,
-                                       using=self.occupy_backend), holder
+                return occupy.takeover(
+                    key,
+                    owner=owner,
+                    ttl=ttl,
+                    reentrant=False,
+                    if_fence=holder.fence,
+                    using=self.occupy_backend,
+                ), holder
             except TakeoverRefused as e:
                 refused = e
         assert refused is not None
@@ -305,5 +341,9 @@ def _log_takeover(request: Request, instance: Any, holder: Holder, display: str)
         return
     from django.contrib.admin.models import CHANGE
 
-    log_entry(request.user.pk, instance, CHANGE,
-              f"Took over the edit lease from {display} (fence {holder.fence}).")
+    log_entry(
+        request.user.pk,
+        instance,
+        CHANGE,
+        f"Took over the edit lease from {display} (fence {holder.fence}).",
+    )

@@ -58,15 +58,14 @@ _TOKEN_ACTIONS = ("renew_lease", "end_lease", "release_lease")
 _DESCRIPTIONS = {
     "304": "Not modified: If-None-Match matches the current ETag.",
     "400": "Bad request: a malformed If-Match or lease token, or If-Match and the body's "
-           "version naming different versions (malformed_precondition); a ttl that is no "
-           "number of seconds in range (invalid_ttl); an object that cannot be locked "
-           "(invalid_key).",
-    "403": "Forbidden: taking over another user's edit lease needs the takeover "
-           "permission.",
+    "version naming different versions (malformed_precondition); a ttl that is no "
+    "number of seconds in range (invalid_ttl); an object that cannot be locked "
+    "(invalid_key).",
+    "403": "Forbidden: taking over another user's edit lease needs the takeover permission.",
     "503": "Service unavailable: the lock store cannot be reached; nothing was written. "
-           "See Retry-After.",
+    "See Retry-After.",
     "409": "Conflict: the body's version is stale (version_conflict), or the edit lease "
-           "was lost or taken over (lease_lost, fenced_out).",
+    "was lost or taken over (lease_lost, fenced_out).",
     "412": "Precondition failed: If-Match does not match the current version.",
     "423": "Locked: someone else holds the object's edit lease; see Retry-After.",
     "428": "Precondition required: send If-Match (or the version), or the lease token.",
@@ -80,8 +79,12 @@ class OccupyAutoSchemaMixin(_AutoSchema):
         action = getattr(self.view, "action", None)
         if action is not None:
             return str(action)
-        return {"PUT": "update", "PATCH": "partial_update", "DELETE": "destroy",
-                "GET": "retrieve"}.get(self.method)
+        return {
+            "PUT": "update",
+            "PATCH": "partial_update",
+            "DELETE": "destroy",
+            "GET": "retrieve",
+        }.get(self.method)
 
     def _occupy_codes(self) -> list[str]:
         """Return the answers this operation adds, by status code."""
@@ -117,44 +120,99 @@ class OccupyAutoSchemaMixin(_AutoSchema):
         header: Final = "header"  # OpenApiParameter.HEADER, as the literal the stubs ask
         if action in _LEASE_ACTIONS:
             if action in ("lease", "renew_lease", "end_lease", "takeover_lease"):
-                params.append(OpenApiParameter(
-                    lease_header, str, header, required=action in _TOKEN_ACTIONS,
-                    description="The lease's token: yours only (another user's gets 409). "
-                                "POST: present it to get the same lease back, extended, "
-                                "without a new level."))
+                params.append(
+                    OpenApiParameter(
+                        lease_header,
+                        str,
+                        header,
+                        required=action in _TOKEN_ACTIONS,
+                        description="The lease's token: yours only (another user's gets 409). "
+                        "POST: present it to get the same lease back, extended, "
+                        "without a new level.",
+                    )
+                )
             if action in ("lease", "takeover_lease"):
-                params.append(OpenApiParameter(
-                    occupy_settings.REST_FRAMEWORK["CLIENT_HEADER"], str, header,
-                    description="Names your client (a tab, a device), up to 64 "
-                                "characters: kept with the lease's owner."))
-            params.append(OpenApiParameter("Retry-After", int, header, response=[423, 503],
-                                           description="Seconds until the lease ends "
-                                                       "(423), or to try again (503)."))
+                params.append(
+                    OpenApiParameter(
+                        occupy_settings.REST_FRAMEWORK["CLIENT_HEADER"],
+                        str,
+                        header,
+                        description="Names your client (a tab, a device), up to 64 "
+                        "characters: kept with the lease's owner.",
+                    )
+                )
+            params.append(
+                OpenApiParameter(
+                    "Retry-After",
+                    int,
+                    header,
+                    response=[423, 503],
+                    description="Seconds until the lease ends (423), or to try again (503).",
+                )
+            )
             return params
         if isinstance(view, ConditionalMixin):
             if action == "retrieve":
-                params.append(OpenApiParameter(
-                    "If-None-Match", str, header,
-                    description="An ETag from an earlier GET: 304 while it is current."))
-                params.append(OpenApiParameter("ETag", str, header, response=[200, 304],
-                                               description="The object's version."))
+                params.append(
+                    OpenApiParameter(
+                        "If-None-Match",
+                        str,
+                        header,
+                        description="An ETag from an earlier GET: 304 while it is current.",
+                    )
+                )
+                params.append(
+                    OpenApiParameter(
+                        "ETag",
+                        str,
+                        header,
+                        response=[200, 304],
+                        description="The object's version.",
+                    )
+                )
             if action in _WRITES:
                 required = self.method in view.get_precondition_required()
-                params.append(OpenApiParameter(
-                    "If-Match", str, header,
-                    description="The ETag you read ('*' for any). "
-                    + ("Required unless the body carries the version (else 428)."
-                       if required else "Optional.")))
-                params.append(OpenApiParameter("ETag", str, header, response=[200, 409, 412],
-                                               description="The object's version now."))
+                params.append(
+                    OpenApiParameter(
+                        "If-Match",
+                        str,
+                        header,
+                        description="The ETag you read ('*' for any). "
+                        + (
+                            "Required unless the body carries the version (else 428)."
+                            if required
+                            else "Optional."
+                        ),
+                    )
+                )
+                params.append(
+                    OpenApiParameter(
+                        "ETag",
+                        str,
+                        header,
+                        response=[200, 409, 412],
+                        description="The object's version now.",
+                    )
+                )
         if isinstance(view, OccupiedWritesMixin) and action in _WRITES:
-            params.append(OpenApiParameter(
-                lease_header, str, header,
-                description="Write under this edit lease (its token); without it the "
-                            "write is refused with 423 while someone else holds one."))
-            params.append(OpenApiParameter("Retry-After", int, header, response=[423, 503],
-                                           description="Seconds until the lease ends "
-                                                       "(423), or to try again (503)."))
+            params.append(
+                OpenApiParameter(
+                    lease_header,
+                    str,
+                    header,
+                    description="Write under this edit lease (its token); without it the "
+                    "write is refused with 423 while someone else holds one.",
+                )
+            )
+            params.append(
+                OpenApiParameter(
+                    "Retry-After",
+                    int,
+                    header,
+                    response=[423, 503],
+                    description="Seconds until the lease ends (423), or to try again (503).",
+                )
+            )
         return params
 
     def get_request_serializer(self) -> Any:
@@ -190,8 +248,10 @@ class OccupyAutoSchemaMixin(_AutoSchema):
         if not codes:
             return operation
         ref = self.resolve_serializer(OccupyErrorSerializer, "response").ref
-        headers = {"ETag": {"schema": {"type": "string"}},
-                   "Retry-After": {"schema": {"type": "integer"}}}
+        headers = {
+            "ETag": {"schema": {"type": "string"}},
+            "Retry-After": {"schema": {"type": "integer"}},
+        }
         responses = operation.setdefault("responses", {})
         for code in codes:
             answer: dict[str, Any] = {"description": _DESCRIPTIONS[code]}
@@ -254,5 +314,3 @@ def _with_schema(method: Any, schema_class: type) -> Any:
     # Where drf-spectacular's extend_schema keeps its options: a function attribute.
     stand_in.kwargs = {**method.kwargs, "schema": schema_class}  # type: ignore[attr-defined]
     return stand_in
-
-

@@ -36,8 +36,11 @@ class VersionField(serializers.IntegerField):
         # the database (an overflow there, a 500) instead of being refused with 400.
         kwargs.setdefault("max_value", 2**31 - 1)
         kwargs.setdefault("required", False)
-        kwargs.setdefault("help_text", "The version you read (the ETag without quotes). "
-                                       "Send it back to write: a stale one is refused.")
+        kwargs.setdefault(
+            "help_text",
+            "The version you read (the ETag without quotes). "
+            "Send it back to write: a stale one is refused.",
+        )
         super().__init__(**kwargs)
 
 
@@ -95,18 +98,22 @@ class LeaseSerializer(serializers.Serializer[Any]):
 class LeaseTokenSerializer(LeaseSerializer):
     """A lease as its holder's own acquire or takeover answers it: with the token."""
 
-    token = serializers.CharField(help_text="Send it in the Occupy-Lease header to renew, "
-                                            "release, or write under the lease.")
+    token = serializers.CharField(
+        help_text="Send it in the Occupy-Lease header to renew, release, or write under the lease."
+    )
 
 
 class LeaseRequestSerializer(serializers.Serializer[Any]):
     """What a lease request may send (the browsable API's form on the lease endpoints;
     the view reads and bounds ``ttl`` itself)."""
 
-    ttl = serializers.FloatField(required=False, min_value=1,
-                                 help_text="Seconds the lease lives (from 1 to the "
-                                           "longest lease); a renew without it keeps "
-                                           "the lease's own.")
+    ttl = serializers.FloatField(
+        required=False,
+        min_value=1,
+        help_text="Seconds the lease lives (from 1 to the "
+        "longest lease); a renew without it keeps "
+        "the lease's own.",
+    )
 
 
 class LeaseReleaseSerializer(serializers.Serializer[Any]):
@@ -149,5 +156,6 @@ class OccupyErrorSerializer(serializers.Serializer[Any]):
     # A body member named like Serializer.fields: DRF's metaclass moves declared fields
     # out of the class, so the property is not shadowed.
     fields = serializers.ListField(  # type: ignore[assignment]
-        child=serializers.CharField(), required=False)
+        child=serializers.CharField(), required=False
+    )
     accepted = serializers.ListField(child=serializers.CharField(), required=False)

@@ -108,14 +108,26 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         :class:`~occupy.Occupied` (an edit lease, or a write held past the wait)."""
         owner = self.get_write_owner(self.request)
         try:
-            return occupy.acquire(key, owner=owner, ttl=self.write_ttl, timeout=0,
-                                  reentrant=False, using=self.occupy_backend)
+            return occupy.acquire(
+                key,
+                owner=owner,
+                ttl=self.write_ttl,
+                timeout=0,
+                reentrant=False,
+                using=self.occupy_backend,
+            )
         except Occupied as e:
             wait = self.get_write_wait()
             if (e.holder is not None and not parse_owner(e.holder.owner).write) or not wait:
                 raise  # somebody is editing: no use waiting for a lease of minutes
-        return occupy.acquire(key, owner=owner, ttl=self.write_ttl, timeout=wait,
-                              reentrant=False, using=self.occupy_backend)
+        return occupy.acquire(
+            key,
+            owner=owner,
+            ttl=self.write_ttl,
+            timeout=wait,
+            reentrant=False,
+            using=self.occupy_backend,
+        )
 
     @contextmanager
     def occupy_write(self, instance: Any) -> Iterator[Lease]:
@@ -135,8 +147,12 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
             self.own_lease(key, token)
             lease = occupy.resume(key, token, ttl=self.write_ttl, using=self.occupy_backend)
         except LeaseLost as e:  # taken over or expired: this write is fenced out
-            raise FencedOut(f"The edit lease on {key!r} is no longer held; nothing was "
-                            "written.", model=type(instance), pk=instance.pk, key=key) from e
+            raise FencedOut(
+                f"The edit lease on {key!r} is no longer held; nothing was written.",
+                model=type(instance),
+                pk=instance.pk,
+                key=key,
+            ) from e
         use_lease = getattr(instance, "use_lease", None)
         if use_lease is not None:
             use_lease(lease)

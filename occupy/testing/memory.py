@@ -89,8 +89,9 @@ class MemoryBackend(BaseBackend):
     expires_by_itself = False  # expired grants stay in the dict until swept
 
     options_schema = {
-        "POLL_INTERVAL": Option(float, 0.01, "longest pause between two tries while waiting",
-                                positive=True),
+        "POLL_INTERVAL": Option(
+            float, 0.01, "longest pause between two tries while waiting", positive=True
+        ),
     }
 
     def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
@@ -112,8 +113,9 @@ class MemoryBackend(BaseBackend):
     def _grant(self, key: str, owner: str, token: str, ttl: float, now: float) -> Lease:
         fence = self.fences[key] = self.fences.get(key, 0) + 1
         self.grants[key] = _Grant(token, owner, fence, 1, now + ttl, now)
-        return self.make_lease(key, owner=owner, token=token, fence=fence,
-                               expires_at=_at(now + ttl), ttl=ttl)
+        return self.make_lease(
+            key, owner=owner, token=token, fence=fence, expires_at=_at(now + ttl), ttl=ttl
+        )
 
     def _held(self, lease: Lease, now: float) -> _Grant | None:
         grant = self._live(lease.key, now)
@@ -155,11 +157,19 @@ class MemoryBackend(BaseBackend):
                 return None
             grant.depth += deeper
             grant.expires = max(grant.expires, now + ttl)
-            return self.make_lease(key, owner=grant.owner, token=token, fence=grant.fence,
-                                   expires_at=_at(grant.expires), ttl=ttl, depth=grant.depth)
+            return self.make_lease(
+                key,
+                owner=grant.owner,
+                token=token,
+                fence=grant.fence,
+                expires_at=_at(grant.expires),
+                ttl=ttl,
+                depth=grant.depth,
+            )
 
-    def takeover(self, key: str, owner: str, ttl: float, *,
-                 if_fence: int | None = None) -> tuple[Lease, Holder | None]:
+    def takeover(
+        self, key: str, owner: str, ttl: float, *, if_fence: int | None = None
+    ) -> tuple[Lease, Holder | None]:
         """Grant ``key`` to ``owner`` now, replacing its holder (only the grant with
         fence ``if_fence``, if given)."""
         with self.mutex:
@@ -191,16 +201,22 @@ class MemoryBackend(BaseBackend):
         with self.mutex:
             now = clock.now()
             live = sorted((key, g) for key, g in self.grants.items() if g.expires > now)
-        return [Claim(key, g.owner, "using", _at(g.since), _at(g.expires), g.fence)
-                for key, g in live]
+        return [
+            Claim(key, g.owner, "using", _at(g.since), _at(g.expires), g.fence) for key, g in live
+        ]
 
     def drop_claim(self, key: str) -> None:
         """Delete the claim on ``key`` behind its holder's back."""
         with self.mutex:
             self.grants.pop(key, None)
 
-    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False,
-              removed: Callable[[str], None] | None = None) -> int:
+    def sweep(
+        self,
+        *,
+        batch_size: int = 1000,
+        dry_run: bool = False,
+        removed: Callable[[str], None] | None = None,
+    ) -> int:
         """Delete expired claims; return how many."""
         with self.mutex:
             now = clock.now()

@@ -41,8 +41,9 @@ def _save(page: Browser, button: str = "_save") -> None:
 
 
 @pytest.mark.parametrize("same_user", [True, False], ids=["same-user", "two-users"])
-def test_seed_000_two_tabs_nothing_is_reverted(users: StaffUsers, browser: Make,
-                                               same_user: bool) -> None:
+def test_seed_000_two_tabs_nothing_is_reverted(
+    users: StaffUsers, browser: Make, same_user: bool
+) -> None:
     """Tab B opened first changes only the status after tab A renamed: B meets the
     conflict page with both values, and the rename stands."""
     book = Book.objects.create(name="Dune", status="use")
@@ -72,23 +73,28 @@ def test_seed_000_two_tabs_nothing_is_reverted(users: StaffUsers, browser: Make,
     book.refresh_from_db()
     assert (book.name, book.status) == ("Dune Messiah", "use")
     tab_b.find("#occupy-take-current").click()  # take theirs: the current form
-    tab_b.wait(lambda: tab_b.find("[name=name]").get_attribute("value") == "Dune Messiah",
-               what="the current values")
+    tab_b.wait(
+        lambda: tab_b.find("[name=name]").get_attribute("value") == "Dune Messiah",
+        what="the current values",
+    )
     _type(tab_b, "status", "free")
     _save(tab_b)
-    tab_b.wait(lambda: "was changed successfully" in tab_b.text("ul.messagelist"),
-               what="saved")
+    tab_b.wait(lambda: "was changed successfully" in tab_b.text("ul.messagelist"), what="saved")
     book.refresh_from_db()
     assert (book.name, book.status, book.version) == ("Dune Messiah", "free", 3)
 
 
 @pytest.mark.parametrize("model", [Label, UUIDBook], ids=["string-pk", "uuid-pk"])
-def test_the_others_read_only_until_the_beacon_frees_it(users: StaffUsers, browser: Make,
-                                                        model: type) -> None:
+def test_the_others_read_only_until_the_beacon_frees_it(
+    users: StaffUsers, browser: Make, model: type
+) -> None:
     """Another user sees the read-only form and the banner; when the holder closes its
     tab the beacon frees the lease, and the waiting page turns editable."""
-    obj = (Label.objects.create(code="shelf/a b_1", text="x") if model is Label
-           else UUIDBook.objects.create(name="x"))
+    obj = (
+        Label.objects.create(code="shelf/a b_1", text="x")
+        if model is Label
+        else UUIDBook.objects.create(name="x")
+    )
     editor, other = browser(users.editor), browser(users.other)
     editor.open("/admin/")
     home = editor.driver.current_window_handle
@@ -115,8 +121,9 @@ def test_the_others_read_only_until_the_beacon_frees_it(users: StaffUsers, brows
 
 
 @pytest.mark.slow
-def test_the_heartbeat_keeps_the_lease_past_several_ttls_also_hidden(users: StaffUsers,
-                                                                    browser: Make) -> None:
+def test_the_heartbeat_keeps_the_lease_past_several_ttls_also_hidden(
+    users: StaffUsers, browser: Make
+) -> None:
     doc = Document.objects.create(body="draft")
     page = browser(users.editor)
     page.open(_change(doc))
@@ -126,7 +133,8 @@ def test_the_heartbeat_keeps_the_lease_past_several_ttls_also_hidden(users: Staf
     page.driver.execute_script(
         "window.occupyVisibility = [];"
         "document.addEventListener('visibilitychange', function () {"
-        "  window.occupyVisibility.push(document.visibilityState); });")
+        "  window.occupyVisibility.push(document.visibilityState); });"
+    )
     editing = page.driver.current_window_handle
     page.driver.switch_to.new_window("tab")  # the change form goes to the background
     time.sleep(2.5 * TTL)
@@ -143,8 +151,9 @@ def test_the_heartbeat_keeps_the_lease_past_several_ttls_also_hidden(users: Staf
     assert doc.body == "after a while"
 
 
-def test_takeover_disables_the_old_tab_and_the_fence_refuses_its_save(users: StaffUsers,
-                                                                     browser: Make) -> None:
+def test_takeover_disables_the_old_tab_and_the_fence_refuses_its_save(
+    users: StaffUsers, browser: Make
+) -> None:
     doc = Document.objects.create(body="draft")
     editor, supervisor = browser(users.editor), browser(users.supervisor)
     editor.open(_change(doc))
@@ -163,32 +172,39 @@ def test_takeover_disables_the_old_tab_and_the_fence_refuses_its_save(users: Sta
     editor.screenshot("lease-lost")
     _type(supervisor, "body", "the supervisor's text")
     _save(supervisor)
-    supervisor.wait(lambda: "was changed successfully" in supervisor.text("ul.messagelist"),
-                    what="saved")
+    supervisor.wait(
+        lambda: "was changed successfully" in supervisor.text("ul.messagelist"), what="saved"
+    )
     editor.driver.execute_script("document.getElementById('document_form').submit();")
-    editor.wait(lambda: "nothing was saved" in editor.text("ul.errorlist.nonfield"),
-                what="the refusal")
+    editor.wait(
+        lambda: "nothing was saved" in editor.text("ul.errorlist.nonfield"), what="the refusal"
+    )
     assert editor.state() == "lost" and not editor.find("input[name=_save]").is_enabled()
     assert "the editor's unsaved words" in editor.find("[name=body]").get_attribute("value")
     doc.refresh_from_db()
     assert doc.body == "the supervisor's text"
     # The claims list, as an operator sees it at 1280 px: every column on screen.
-    lease = occupy.acquire(object_key(Document, doc.pk), reentrant=False,
-                           owner=f"admin:user:{users.editor.pk}:tab:0123456789abcdef")
+    lease = occupy.acquire(
+        object_key(Document, doc.pk),
+        reentrant=False,
+        owner=f"admin:user:{users.editor.pk}:tab:0123456789abcdef",
+    )
     supervisor.open("/admin/occupy/occupation/")
     link = supervisor.find(f"#result_list a[href$='/testapp/document/{doc.pk}/change/']")
     assert link.text == object_key(Document, doc.pk)
     header, table = supervisor.find("#result_list th.column-until"), supervisor.find(".results")
     assert header.rect["x"] + header.rect["width"] <= table.rect["x"] + table.rect["width"]
     assert supervisor.driver.execute_script(
-        "var r = document.querySelector('.results'); return r.scrollWidth <= r.clientWidth;")
+        "var r = document.querySelector('.results'); return r.scrollWidth <= r.clientWidth;"
+    )
     assert "Editor" in supervisor.text("#result_list")
     supervisor.screenshot("occupations")
     occupy.release(lease)
 
 
-def test_back_forward_takes_the_lease_again_or_shows_read_only(users: StaffUsers,
-                                                              browser: Make) -> None:
+def test_back_forward_takes_the_lease_again_or_shows_read_only(
+    users: StaffUsers, browser: Make
+) -> None:
     doc = Document.objects.create(body="draft")
     page = browser(users.editor)
     page.open(_change(doc))
@@ -197,13 +213,19 @@ def test_back_forward_takes_the_lease_again_or_shows_read_only(users: StaffUsers
     page.wait(lambda: _holder_owner(doc) is None, timeout=5, what="the release")
     page.driver.back()
     page.wait(lambda: page.state() == "editing", what="editing again")
-    page.wait(lambda: (_holder_owner(doc) or "").startswith(f"admin:user:{users.editor.pk}:"),
-              timeout=5, what="the lease taken again")
+    page.wait(
+        lambda: (_holder_owner(doc) or "").startswith(f"admin:user:{users.editor.pk}:"),
+        timeout=5,
+        what="the lease taken again",
+    )
     page.open("/admin/testapp/document/")
     page.wait(lambda: _holder_owner(doc) is None, timeout=5, what="the release")
-    lease = occupy.acquire(object_key(Document, doc.pk),
-                           owner=f"admin:user:{users.other.pk}:tab:0123456789abcdef",
-                           ttl=TTL * 3, reentrant=False)
+    lease = occupy.acquire(
+        object_key(Document, doc.pk),
+        owner=f"admin:user:{users.other.pk}:tab:0123456789abcdef",
+        ttl=TTL * 3,
+        reentrant=False,
+    )
     page.driver.refresh()
     page.screenshot("changelist-column")
     assert "by Other until" in page.text("#result_list")

@@ -44,43 +44,52 @@ def _no_server_error(page: Browser) -> None:
     assert page.finds("#occupy-lease")  # the admin's change form, not a debug page
 
 
-def test_the_store_killed_part_way(users: StaffUsers, browser: Make,
-                                   store: PrivateRedis) -> None:
+def test_the_store_killed_part_way(users: StaffUsers, browser: Make, store: PrivateRedis) -> None:
     doc = Document.objects.create(body="draft")
     editor = browser(users.editor)
     editor.open(_change(doc))
     editor.wait(lambda: editor.state() == "editing", timeout=LOAD, what="editing")
     _type(editor, "body", "typed before the store went down")
     store.kill()
-    editor.wait(lambda: "lock store is unavailable" in editor.text(".occupy-message"),
-                timeout=NOTICED_WITHIN, what="the page noticing the store is down")
+    editor.wait(
+        lambda: "lock store is unavailable" in editor.text(".occupy-message"),
+        timeout=NOTICED_WITHIN,
+        what="the page noticing the store is down",
+    )
     editor.find("input[name=_save]").click()
-    editor.wait(lambda: "nothing was saved" in editor.text("ul.errorlist.nonfield"),
-                timeout=LOAD, what="the refused save")
+    editor.wait(
+        lambda: "nothing was saved" in editor.text("ul.errorlist.nonfield"),
+        timeout=LOAD,
+        what="the refused save",
+    )
     _no_server_error(editor)
     html = editor.driver.page_source
     assert html.count("The lock store is unavailable: nothing was saved, try again") == 1
-    assert editor.find("[name=body]").get_attribute("value") == \
-        "typed before the store went down"
+    assert editor.find("[name=body]").get_attribute("value") == "typed before the store went down"
     assert editor.find("input[name=_save]").is_enabled()  # try again
     editor.screenshot("store-down-save")
     other = browser(users.other)
     other.open(_change(doc))
     _no_server_error(other)
     assert other.state() == "unavailable"
-    assert other.text(".occupy-message").startswith("The lock store is unavailable, so "
-                                                    "nobody can edit this object now")
+    assert other.text(".occupy-message").startswith(
+        "The lock store is unavailable, so nobody can edit this object now"
+    )
     assert not other.finds("[name=body]") and not other.finds("input[name=_save]")
     other.screenshot("store-down-read-only")
     store.start()  # back, empty: the waiting page turns editable by itself
-    other.wait(lambda: other.state() == "editing", timeout=LOAD,
-               what="the page turning editable when the store is back")
+    other.wait(
+        lambda: other.state() == "editing",
+        timeout=LOAD,
+        what="the page turning editable when the store is back",
+    )
     doc.refresh_from_db()
     assert (doc.body, doc.version) == ("draft", 1)
 
 
 def test_a_force_release_and_a_takeover_are_noticed_within_seconds(
-        users: StaffUsers, browser: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+    users: StaffUsers, browser: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(DocumentAdmin, "edit_lease_ttl", LONG_TTL)
     doc = Document.objects.create(body="draft")
     key = object_key(Document, doc.pk)
@@ -91,28 +100,34 @@ def test_a_force_release_and_a_takeover_are_noticed_within_seconds(
     assert editor.find(".deletelink").get_attribute("href")
     Occupation.objects.filter(key=key).delete()  # what OccupationAdmin's force release does
     released = time.monotonic()
-    editor.wait(lambda: editor.state() == "lost", timeout=NOTICED_WITHIN,
-                what="the page noticing the force release")
+    editor.wait(
+        lambda: editor.state() == "lost",
+        timeout=NOTICED_WITHIN,
+        what="the page noticing the force release",
+    )
     assert time.monotonic() - released < LONG_TTL / 3  # before the next renewal
     assert editor.text(".occupy-message").startswith("Your edit lease ended")
     assert not editor.find("input[name=_save]").is_enabled()
     delete = editor.find(".deletelink")
     assert delete.get_attribute("href") is None and delete.get_attribute("aria-disabled")
-    again = editor.wait(lambda: [b for b in editor.finds(".occupy-edit-again")
-                                 if b.is_displayed()], timeout=LOAD,
-                      what="the offer to edit again")
+    again = editor.wait(
+        lambda: [b for b in editor.finds(".occupy-edit-again") if b.is_displayed()],
+        timeout=LOAD,
+        what="the offer to edit again",
+    )
     editor.screenshot("lease-released-edit-again")
     again[0].click()
     editor.wait(lambda: editor.state() == "editing", timeout=LOAD, what="editing again")
-    assert editor.find("[name=body]").get_attribute("value") == \
-        "words typed before the release"
+    assert editor.find("[name=body]").get_attribute("value") == "words typed before the release"
     assert editor.find("input[name=_save]").is_enabled()
     assert editor.find(".deletelink").get_attribute("href")
-    occupy.takeover(key, owner=f"admin:user:{users.supervisor.pk}:tab:{'8' * 16}",
-                    reentrant=False)
+    occupy.takeover(key, owner=f"admin:user:{users.supervisor.pk}:tab:{'8' * 16}", reentrant=False)
     taken = time.monotonic()
-    editor.wait(lambda: editor.state() == "lost", timeout=NOTICED_WITHIN,
-                what="the page noticing the takeover")
+    editor.wait(
+        lambda: editor.state() == "lost",
+        timeout=NOTICED_WITHIN,
+        what="the page noticing the takeover",
+    )
     assert time.monotonic() - taken < LONG_TTL / 3
     assert editor.text(".occupy-message").startswith("Supervisor took over the editing")
     assert not editor.find("input[name=_save]").is_enabled()
@@ -139,7 +154,7 @@ def test_a_reload_keeps_ones_own_lease(users: StaffUsers, browser: Make) -> None
 
 
 def test_the_admins_own_buttons(users: StaffUsers, browser: Make) -> None:
-    """"Take over from …" and "Take the current one" are Django admin buttons of a
+    """ "Take over from …" and "Take the current one" are Django admin buttons of a
     submit row, apart from what is next to them."""
     doc = Document.objects.create(body="draft")
     editor, supervisor = browser(users.editor), browser(users.supervisor)

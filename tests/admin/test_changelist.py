@@ -16,19 +16,24 @@ LIST = "/admin/testapp/label/?o=1"
 
 
 def _inputs(html: str) -> dict[str, str]:
-    return dict(re.findall(r'<input type="(?:hidden|text)" name="([^"]+)" value="([^"]*)"',
-                           html))
+    return dict(re.findall(r'<input type="(?:hidden|text)" name="([^"]+)" value="([^"]*)"', html))
 
 
 def _edit(users: StaffUsers, label: Label) -> occupy.Lease:
     """The editor's tab holds ``label`` (as opening its change form does)."""
-    return occupy.acquire(object_key(Label, label.pk), reentrant=False, ttl=60,
-                          owner=f"admin:user:{users.editor.pk}:tab:{'7' * 16}")
+    return occupy.acquire(
+        object_key(Label, label.pk),
+        reentrant=False,
+        ttl=60,
+        owner=f"admin:user:{users.editor.pk}:tab:{'7' * 16}",
+    )
 
 
 def test_list_editable_is_refused_while_a_row_is_edited(users: StaffUsers) -> None:
-    first, second = Label.objects.create(code="a", text="A"), Label.objects.create(code="b",
-                                                                                   text="B")
+    first, second = (
+        Label.objects.create(code="a", text="A"),
+        Label.objects.create(code="b", text="B"),
+    )
     lease = _edit(users, second)
     client = login(users.other)
     listed = _inputs(client.get(LIST).content.decode())
@@ -54,13 +59,18 @@ def test_list_editable_is_refused_while_a_row_is_edited(users: StaffUsers) -> No
 
 
 def test_actions_are_refused_while_a_selected_object_is_edited(users: StaffUsers) -> None:
-    first, second = Label.objects.create(code="a", text="A"), Label.objects.create(code="b",
-                                                                                   text="B")
+    first, second = (
+        Label.objects.create(code="a", text="A"),
+        Label.objects.create(code="b", text="B"),
+    )
     lease = _edit(users, first)
     client = login(users.other)
     for action in ("clear_text", "delete_selected"):
-        response = client.post(LIST, {"action": action, "post": "yes",
-                                      "_selected_action": [first.pk, second.pk]}, follow=True)
+        response = client.post(
+            LIST,
+            {"action": action, "post": "yes", "_selected_action": [first.pk, second.pk]},
+            follow=True,
+        )
         html = response.content.decode()
         assert "Nothing was done: “a” is being edited by Editor" in html, action
     assert sorted(Label.objects.values_list("text", flat=True)) == ["A", "B"]
@@ -68,7 +78,6 @@ def test_actions_are_refused_while_a_selected_object_is_edited(users: StaffUsers
     occupy.release(lease)
     client.post(LIST, {"action": "clear_text", "_selected_action": [first.pk, second.pk]})
     assert sorted(Label.objects.values_list("text", flat=True)) == ["", ""]
-    client.post(LIST, {"action": "delete_selected", "post": "yes",
-                       "_selected_action": [first.pk]})
+    client.post(LIST, {"action": "delete_selected", "post": "yes", "_selected_action": [first.pk]})
     assert list(Label.objects.values_list("code", flat=True)) == ["b"]
     assert occupy.holder(object_key(Label, first.pk)) is None

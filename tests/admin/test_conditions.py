@@ -15,8 +15,10 @@ from tests.support.private_redis import ALIAS, PrivateRedis
 from tests.support.users import StaffUsers, login
 from tests.testapp.models import Document
 
-UNAVAILABLE = ("The lock store is unavailable: nothing can be saved now. This page keeps "
-               "trying and says when it can.")
+UNAVAILABLE = (
+    "The lock store is unavailable: nothing can be saved now. This page keeps "
+    "trying and says when it can."
+)
 
 
 def _page(client: Client, url: str) -> tuple[str, dict[str, str]]:
@@ -26,8 +28,11 @@ def _page(client: Client, url: str) -> tuple[str, dict[str, str]]:
     state = re.search(r'id="occupy-lease"[^>]*data-state="(\w+)"', html)
     tab = re.search(r'name="_occupy_tab" value="([0-9a-f]+)"', html)
     tokens = re.findall(r'name="_occupy_lease" value="([0-9a-f]+)"', html)
-    return html, {"state": state[1] if state else "", "tab": tab[1] if tab else "",
-                  "token": tokens[0] if tokens else ""}
+    return html, {
+        "state": state[1] if state else "",
+        "tab": tab[1] if tab else "",
+        "token": tokens[0] if tokens else "",
+    }
 
 
 def _url(obj: object, suffix: str = "change/") -> str:
@@ -39,7 +44,8 @@ def _holder(doc: Document, using: str = "default") -> occupy.Holder | None:
 
 
 def test_the_store_going_down_is_a_message_and_keeps_the_typed_text(
-        users: StaffUsers, store: PrivateRedis) -> None:
+    users: StaffUsers, store: PrivateRedis
+) -> None:
     doc = Document.objects.create(body="draft")
     editor = login(users.editor)
     _html, page = _page(editor, _url(doc))
@@ -47,8 +53,9 @@ def test_the_store_going_down_is_a_message_and_keeps_the_typed_text(
     assert _holder(doc, ALIAS).owner.endswith(page["tab"])
     lease = {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]}
     store.kill()
-    response = editor.post(_url(doc), {**lease, "body": "typed while it was down",
-                                       "occupy_version": 1})
+    response = editor.post(
+        _url(doc), {**lease, "body": "typed while it was down", "occupy_version": 1}
+    )
     assert response.status_code == 200
     html = response.content.decode()
     assert html.count("The lock store is unavailable: nothing was saved, try again") == 1
@@ -65,8 +72,9 @@ def test_the_store_going_down_is_a_message_and_keeps_the_typed_text(
         assert response.status_code == 503, suffix
         assert response.json()["message"] == UNAVAILABLE
     assert editor.get(_url(doc, "occupy/status/")).status_code == 503
-    response = login(users.supervisor).post(_url(doc, "occupy/takeover/"),
-                                            {"_occupy_tab": "5" * 16})
+    response = login(users.supervisor).post(
+        _url(doc, "occupy/takeover/"), {"_occupy_tab": "5" * 16}
+    )
     assert response.status_code == 302
     response = editor.get(_url(doc, "delete/"))
     assert response.status_code == 200
@@ -75,21 +83,29 @@ def test_the_store_going_down_is_a_message_and_keeps_the_typed_text(
     assert Document.objects.filter(pk=doc.pk).exists()
     # Back: the lease the page kept was lost with the server; the page says so.
     store.start()
-    response = editor.post(_url(doc), {**lease, "body": "typed while it was down",
-                                       "occupy_version": 1})
+    response = editor.post(
+        _url(doc), {**lease, "body": "typed while it was down", "occupy_version": 1}
+    )
     assert "nothing was saved" in response.content.decode()
     _html, again = _page(editor, _url(doc))
     assert again["state"] == "editing"
-    response = editor.post(_url(doc), {"_occupy_tab": again["tab"],
-                                       "_occupy_lease": again["token"],
-                                       "body": "typed while it was down", "occupy_version": 1})
+    response = editor.post(
+        _url(doc),
+        {
+            "_occupy_tab": again["tab"],
+            "_occupy_lease": again["token"],
+            "body": "typed while it was down",
+            "occupy_version": 1,
+        },
+    )
     assert response.status_code == 302
     doc.refresh_from_db()
     assert doc.body == "typed while it was down"
 
 
 def test_another_users_replayed_hidden_fields_get_the_refusal_not_the_lease(
-        users: StaffUsers) -> None:
+    users: StaffUsers,
+) -> None:
     """The other user posts the editor's tab and token (change form, renew, release,
     reacquire): refused each time; the editor's lease survives, unrenewed."""
     doc = Document.objects.create(body="draft")
@@ -118,11 +134,20 @@ def test_a_refused_save_says_its_sentence_once(users: StaffUsers) -> None:
     doc = Document.objects.create(body="draft")
     editor = login(users.editor)
     _html, page = _page(editor, _url(doc))
-    occupy.takeover(object_key(Document, doc.pk), reentrant=False,
-                    owner=f"admin:user:{users.supervisor.pk}:tab:{'6' * 16}")
-    response = editor.post(_url(doc), {"_occupy_tab": page["tab"],
-                                       "_occupy_lease": page["token"],
-                                       "body": "mine", "occupy_version": 1})
+    occupy.takeover(
+        object_key(Document, doc.pk),
+        reentrant=False,
+        owner=f"admin:user:{users.supervisor.pk}:tab:{'6' * 16}",
+    )
+    response = editor.post(
+        _url(doc),
+        {
+            "_occupy_tab": page["tab"],
+            "_occupy_lease": page["token"],
+            "body": "mine",
+            "occupy_version": 1,
+        },
+    )
     html = response.content.decode()
     assert html.count("Supervisor took over the editing: nothing was saved.") == 1, html
     assert 'data-state="lost"' in html and "deletelink" not in html
@@ -139,13 +164,19 @@ def test_reloading_ones_own_page_keeps_it_editable(users: StaffUsers) -> None:
     assert reloaded["state"] == "editing" and reloaded["tab"] == page["tab"]
     assert _holder(doc).fence > fence
     # The late beacon of the page before the reload frees nothing.
-    assert editor.post(_url(doc, "occupy/release/"), {
-        "_occupy_tab": page["tab"], "_occupy_lease": page["token"]}).status_code == 204
+    assert (
+        editor.post(
+            _url(doc, "occupy/release/"),
+            {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]},
+        ).status_code
+        == 204
+    )
     assert _holder(doc).owner.endswith(page["tab"])
 
 
 def test_the_delete_confirmation_names_the_editor_and_a_delete_releases_the_claim(
-        users: StaffUsers) -> None:
+    users: StaffUsers,
+) -> None:
     doc = Document.objects.create(body="draft")
     editor = login(users.editor)
     _html, page = _page(editor, _url(doc))
@@ -158,12 +189,18 @@ def test_the_delete_confirmation_names_the_editor_and_a_delete_releases_the_clai
     assert not Document.objects.filter(pk=doc.pk).exists()
     assert _holder(doc) is None
     # The late beacon of the deleted object's page answers, and frees nothing else.
-    assert editor.post(_url(doc, "occupy/release/"), {
-        "_occupy_tab": page["tab"], "_occupy_lease": page["token"]}).status_code == 204
+    assert (
+        editor.post(
+            _url(doc, "occupy/release/"),
+            {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]},
+        ).status_code
+        == 204
+    )
 
 
 def test_a_takeover_is_decided_on_the_holder_the_store_replaces(
-        users: StaffUsers, monkeypatch) -> None:
+    users: StaffUsers, monkeypatch
+) -> None:
     """The other editor (no takeover permission) takes over his own lease; between his
     page's read of the holder (his) and the takeover, he lets it go and the editor
     takes it. The store refuses the takeover of her grant; read again, she is not his:
@@ -172,8 +209,7 @@ def test_a_takeover_is_decided_on_the_holder_the_store_replaces(
 
     doc = Document.objects.create(body="draft")
     key = object_key(Document, doc.pk)
-    his = occupy.acquire(key, owner=f"admin:user:{users.other.pk}:tab:{'9' * 16}",
-                         reentrant=False)
+    his = occupy.acquire(key, owner=f"admin:user:{users.other.pk}:tab:{'9' * 16}", reentrant=False)
     real_holder = occupy.holder
     hers: list[occupy.Lease] = []
 
@@ -181,8 +217,11 @@ def test_a_takeover_is_decided_on_the_holder_the_store_replaces(
         found = real_holder(k, using=using)
         if k == key and not hers:  # his lease ends, hers begins, after this read
             occupy.release(his)
-            hers.append(occupy.acquire(key, reentrant=False,
-                                       owner=f"admin:user:{users.editor.pk}:tab:{'a' * 16}"))
+            hers.append(
+                occupy.acquire(
+                    key, reentrant=False, owner=f"admin:user:{users.editor.pk}:tab:{'a' * 16}"
+                )
+            )
         return found
 
     monkeypatch.setattr(occupy, "holder", holder_then_switch)
@@ -193,11 +232,12 @@ def test_a_takeover_is_decided_on_the_holder_the_store_replaces(
     assert not LogEntry.objects.exists()
     # With the permission, the same race replaces her, logged under her name.
     hers.clear()
-    his = occupy.takeover(key, owner=f"admin:user:{users.other.pk}:tab:{'9' * 16}",
-                          reentrant=False)
-    response = login(users.supervisor).post(_url(doc, "occupy/takeover/"),
-                                            {"_occupy_tab": "c" * 16})
+    his = occupy.takeover(key, owner=f"admin:user:{users.other.pk}:tab:{'9' * 16}", reentrant=False)
+    response = login(users.supervisor).post(
+        _url(doc, "occupy/takeover/"), {"_occupy_tab": "c" * 16}
+    )
     assert response.status_code == 302
     assert real_holder(key).owner.endswith(":tab:" + "c" * 16)
     assert list(LogEntry.objects.values_list("change_message", flat=True)) == [
-        f"Took over the edit lease from Editor (fence {hers[0].fence})."]
+        f"Took over the edit lease from Editor (fence {hers[0].fence})."
+    ]

@@ -24,8 +24,11 @@ def _page(client: Client, url: str) -> tuple[str, dict[str, str]]:
     state = re.search(r'id="occupy-lease"[^>]*data-state="(\w+)"', html)
     tab = re.search(r'name="_occupy_tab" value="([0-9a-f]+)"', html)
     tokens = re.findall(r'name="_occupy_lease" value="([0-9a-f]+)"', html)
-    return html, {"state": state[1] if state else "", "tab": tab[1] if tab else "",
-                  "token": tokens[0] if tokens else ""}
+    return html, {
+        "state": state[1] if state else "",
+        "tab": tab[1] if tab else "",
+        "token": tokens[0] if tokens else "",
+    }
 
 
 def _url(obj: object, suffix: str = "change/") -> str:
@@ -51,8 +54,10 @@ def test_a_save_without_the_lease_is_refused_and_keeps_the_input(users: StaffUse
     doc = Document.objects.create(body="draft")
     _page(login(users.editor), _url(doc))
     other = login(users.other)
-    response = other.post(_url(doc), {"body": "mine", "occupy_version": 1,
-                                      "_occupy_tab": "0" * 16, "_occupy_lease": "ab" * 16})
+    response = other.post(
+        _url(doc),
+        {"body": "mine", "occupy_version": 1, "_occupy_tab": "0" * 16, "_occupy_lease": "ab" * 16},
+    )
     assert response.status_code == 200
     html = response.content.decode()
     assert "Editor took over the editing: nothing was saved" in html
@@ -65,9 +70,15 @@ def test_the_save_goes_through_the_lease_and_frees_it(users: StaffUsers) -> None
     doc = Document.objects.create(body="draft")
     client = login(users.editor)
     _html, page = _page(client, _url(doc))
-    response = client.post(_url(doc), {"body": "final", "occupy_version": 1,
-                                       "_occupy_tab": page["tab"],
-                                       "_occupy_lease": page["token"]})
+    response = client.post(
+        _url(doc),
+        {
+            "body": "final",
+            "occupy_version": 1,
+            "_occupy_tab": page["tab"],
+            "_occupy_lease": page["token"],
+        },
+    )
     assert response.status_code == 302, response.content.decode()[:2000]
     doc.refresh_from_db()
     assert doc.body == "final" and doc.version == 2 and doc.fence > 0
@@ -88,8 +99,15 @@ def test_a_taken_over_tab_cannot_save(users: StaffUsers) -> None:
     assert new["state"] == "editing"
     entry = LogEntry.objects.get(object_id=str(doc.pk))
     assert entry.change_message.startswith("Took over the edit lease from Editor (fence")
-    response = editor.post(_url(doc), {"body": "stale", "occupy_version": 1,
-                                       "_occupy_tab": old["tab"], "_occupy_lease": old["token"]})
+    response = editor.post(
+        _url(doc),
+        {
+            "body": "stale",
+            "occupy_version": 1,
+            "_occupy_tab": old["tab"],
+            "_occupy_lease": old["token"],
+        },
+    )
     assert "Supervisor took over the editing" in response.content.decode()
     doc.refresh_from_db()
     assert doc.body == "draft"
@@ -101,7 +119,8 @@ def test_takeover_needs_the_permission(users: StaffUsers) -> None:
     response = login(users.other).post(_url(doc, "occupy/takeover/"), {"_occupy_tab": "2" * 16})
     assert response.status_code == 403
     assert occupy.holder(object_key(Document, doc.pk)).owner.startswith(
-        f"admin:user:{users.editor.pk}:")
+        f"admin:user:{users.editor.pk}:"
+    )
 
 
 def test_the_endpoints_answer_404_without_the_change_permission(users: StaffUsers) -> None:
@@ -111,10 +130,13 @@ def test_the_endpoints_answer_404_without_the_change_permission(users: StaffUser
     viewer.user_permissions.set(Permission.objects.filter(codename="view_document"))
     doc = Document.objects.create(body="draft")
     client = login(viewer)
-    for suffix, method in (("renew/", "post"), ("release/", "post"), ("takeover/", "post"),
-                           ("status/", "get")):
-        response = getattr(client, method)(_url(doc, f"occupy/{suffix}"),
-                                           {"_occupy_tab": "3" * 16})
+    for suffix, method in (
+        ("renew/", "post"),
+        ("release/", "post"),
+        ("takeover/", "post"),
+        ("status/", "get"),
+    ):
+        response = getattr(client, method)(_url(doc, f"occupy/{suffix}"), {"_occupy_tab": "3" * 16})
         assert response.status_code == 404, suffix
 
 
@@ -135,11 +157,15 @@ def test_renew_release_and_status(users: StaffUsers) -> None:
     assert again["tokens"] and again["tokens"] != [page["token"]]
 
 
-@pytest.mark.parametrize("make", [
-    lambda: UUIDBook.objects.create(name="uuid"),
-    lambda: Label.objects.create(code="a/b_c 1", text="string"),
-    lambda: Shelf.objects.create(code="x_y/2", name="shelf"),
-], ids=["uuid", "label", "shelf"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: UUIDBook.objects.create(name="uuid"),
+        lambda: Label.objects.create(code="a/b_c 1", text="string"),
+        lambda: Shelf.objects.create(code="x_y/2", name="shelf"),
+    ],
+    ids=["uuid", "label", "shelf"],
+)
 def test_uuid_and_string_primary_keys(users: StaffUsers, make) -> None:
     obj = make()
     client = login(users.editor)
@@ -153,7 +179,8 @@ def test_uuid_and_string_primary_keys(users: StaffUsers, make) -> None:
 
 
 def test_the_fence_refuses_a_save_whose_lease_check_passed_before_a_takeover(
-        users: StaffUsers, monkeypatch: pytest.MonkeyPatch) -> None:
+    users: StaffUsers, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The tab's lease is checked, then (a pause) taken over and the new editor saves:
     the old tab's UPDATE compares the fence and writes nothing."""
     from occupy.admin.leases import EditLeaseAdminMixin
@@ -165,21 +192,39 @@ def test_the_fence_refuses_a_save_whose_lease_check_passed_before_a_takeover(
     supervisor = login(users.supervisor)
     location = supervisor.post(_url(doc, "occupy/takeover/"), {"_occupy_tab": "4" * 16})
     _html, new = _page(supervisor, location["Location"])
-    assert supervisor.post(_url(doc), {"body": "new editor", "occupy_version": 1,
-                                       "_occupy_tab": new["tab"],
-                                       "_occupy_lease": new["token"]}).status_code == 302
-    monkeypatch.setattr(EditLeaseAdminMixin, "_resume",
-                        lambda self, request, state, tokens: [stale])
-    response = editor.post(_url(doc), {"body": "stale", "occupy_version": 2,
-                                       "_occupy_tab": old["tab"], "_occupy_lease": old["token"]})
+    assert (
+        supervisor.post(
+            _url(doc),
+            {
+                "body": "new editor",
+                "occupy_version": 1,
+                "_occupy_tab": new["tab"],
+                "_occupy_lease": new["token"],
+            },
+        ).status_code
+        == 302
+    )
+    monkeypatch.setattr(
+        EditLeaseAdminMixin, "_resume", lambda self, request, state, tokens: [stale]
+    )
+    response = editor.post(
+        _url(doc),
+        {
+            "body": "stale",
+            "occupy_version": 2,
+            "_occupy_tab": old["tab"],
+            "_occupy_lease": old["token"],
+        },
+    )
     assert response.status_code == 200
     assert "nothing was saved" in response.content.decode()
     doc.refresh_from_db()
     assert doc.body == "new editor"
 
 
-def test_related_keys_are_taken_all_or_nothing(users: StaffUsers,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_related_keys_are_taken_all_or_nothing(
+    users: StaffUsers, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """get_occupy_keys() adds related objects: held elsewhere, the page is read-only
     and none of the keys is kept; free, the tab holds them all and renews them all."""
     from django.contrib import admin
@@ -187,9 +232,12 @@ def test_related_keys_are_taken_all_or_nothing(users: StaffUsers,
     doc = Document.objects.create(body="draft")
     related = "testapp.chapter:7"
     model_admin = admin.site._registry[Document]
-    monkeypatch.setattr(type(model_admin), "get_occupy_keys",
-                        lambda self, request, obj: [self.get_occupy_key(obj), related],
-                        raising=False)
+    monkeypatch.setattr(
+        type(model_admin),
+        "get_occupy_keys",
+        lambda self, request, obj: [self.get_occupy_key(obj), related],
+        raising=False,
+    )
     elsewhere = occupy.acquire(related, owner="someone", reentrant=False)
     html, page = _page(login(users.editor), _url(doc))
     assert page["state"] == "readonly"
@@ -234,8 +282,9 @@ def test_delete_is_refused_while_someone_edits(users: StaffUsers) -> None:
     response = other.post(_url(doc, "delete/"), {"post": "yes"})
     assert response.status_code == 302
     assert Document.objects.filter(pk=doc.pk).exists()
-    login(users.editor).post(_url(doc, "occupy/release/"),
-                             {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]})
+    login(users.editor).post(
+        _url(doc, "occupy/release/"), {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]}
+    )
     assert other.post(_url(doc, "delete/"), {"post": "yes"}).status_code == 302
     assert not Document.objects.filter(pk=doc.pk).exists()
 
@@ -262,8 +311,10 @@ def test_the_same_users_other_tab_may_edit_here_instead(users: StaffUsers) -> No
     _html, second = _page(client, response["Location"])
     assert second["state"] == "editing"
     assert not LogEntry.objects.exists()  # one's own lease: nothing to log
-    lost = client.post(_url(doc, "occupy/renew/"), {"_occupy_tab": first["tab"],
-                                                    "_occupy_lease": first["token"]})
+    lost = client.post(
+        _url(doc, "occupy/renew/"), {"_occupy_tab": first["tab"], "_occupy_lease": first["token"]}
+    )
     assert lost.status_code == 409
-    assert lost.json()["message"].startswith("You are editing this in another tab. Your "
-                                             "changes are still in this form")
+    assert lost.json()["message"].startswith(
+        "You are editing this in another tab. Your changes are still in this form"
+    )

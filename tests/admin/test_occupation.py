@@ -59,11 +59,11 @@ def test_the_key_links_to_the_object_and_the_release_is_logged(staff: User) -> N
     page = client.get("/admin/occupy/occupation/").content.decode()
     assert f'<a href="/admin/testapp/shelf/s_2F1/change/">{key}</a>' in page
     pk = Occupation.objects.get(key=key).pk
-    client.post("/admin/occupy/occupation/", {"action": "force_release",
-                                              "_selected_action": [pk]})
+    client.post("/admin/occupy/occupation/", {"action": "force_release", "_selected_action": [pk]})
     entry = LogEntry.objects.get()
     assert entry.user == staff
-    assert entry.change_message == (f"Force-released {key!r} (fence {lease.fence}, using) "
-                                    "held by 'alice'.")
+    assert entry.change_message == (
+        f"Force-released {key!r} (fence {lease.fence}, using) held by 'alice'."
+    )
     Shelf.objects.all().delete()
     LogEntry.objects.all().delete()

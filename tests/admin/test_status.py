@@ -14,11 +14,18 @@ from tests.support.users import StaffUsers, login
 from tests.testapp.models import Book, Scroll
 
 
-def test_the_column_for_100_rows_is_one_query(users: StaffUsers,
-                                              django_assert_num_queries: Any) -> None:
+def test_the_column_for_100_rows_is_one_query(
+    users: StaffUsers, django_assert_num_queries: Any
+) -> None:
     books = Book.objects.bulk_create(Book(name=f"b{i:03}") for i in range(100))
-    leases = [occupy.acquire(object_key(Book, b.pk), owner=f"admin:user:{users.editor.pk}:"
-                             "tab:0123456789abcdef", reentrant=False) for b in books[:10]]
+    leases = [
+        occupy.acquire(
+            object_key(Book, b.pk),
+            owner=f"admin:user:{users.editor.pk}:tab:0123456789abcdef",
+            reentrant=False,
+        )
+        for b in books[:10]
+    ]
     occupy.acquire(object_key(Book, books[10].pk), owner="worker-7")
     model_admin = admin.site._registry[Book]
     request = RequestFactory().get("/admin/testapp/book/")
@@ -36,8 +43,9 @@ def test_the_column_for_100_rows_is_one_query(users: StaffUsers,
 
 def test_the_changelist_shows_the_column_and_filters(users: StaffUsers) -> None:
     held, _free = Book.objects.create(name="held"), Book.objects.create(name="free")
-    lease = occupy.acquire(object_key(Book, held.pk),
-                           owner=f"admin:user:{users.other.pk}:tab:0123456789abcdef")
+    lease = occupy.acquire(
+        object_key(Book, held.pk), owner=f"admin:user:{users.other.pk}:tab:0123456789abcdef"
+    )
     client = login(users.editor)
     page = client.get("/admin/testapp/book/").content.decode()
     assert "being edited" in page.lower() and "by Other until" in page
@@ -58,10 +66,15 @@ def test_the_column_shows_leases_on_any_backend(users: StaffUsers, alias: str) -
         occupy_backend = alias
 
     held, _free = Book.objects.create(name="held"), Book.objects.create(name="free")
-    lease = occupy.acquire(object_key(Book, held.pk), using=alias, reentrant=False,
-                           owner=f"admin:user:{users.other.pk}:tab:0123456789abcdef")
-    worker = occupy.acquire(object_key(Book, _free.pk), using=alias, reentrant=False,
-                            owner="worker-7")
+    lease = occupy.acquire(
+        object_key(Book, held.pk),
+        using=alias,
+        reentrant=False,
+        owner=f"admin:user:{users.other.pk}:tab:0123456789abcdef",
+    )
+    worker = occupy.acquire(
+        object_key(Book, _free.pk), using=alias, reentrant=False, owner="worker-7"
+    )
     model_admin = Elsewhere(Book, admin.AdminSite())
     errors = model_admin.check()
     assert [e.id for e in errors] == ["occupy.W102"] and repr(alias) in errors[0].msg
@@ -91,8 +104,14 @@ def test_a_misconfigured_backend_is_left_to_occupys_own_checks() -> None:
     class Elsewhere(OccupyStatusAdminMixin, admin.ModelAdmin):
         occupy_backend = "nowhere"
 
-    typo = {"BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend",
-                                     "OPTIONS": {"POLL_INTERVALL": 0.05}}}}
+    typo = {
+        "BACKENDS": {
+            "default": {
+                "BACKEND": "occupy.backends.db.DatabaseBackend",
+                "OPTIONS": {"POLL_INTERVALL": 0.05},
+            }
+        }
+    }
     with override_settings(OCCUPY=typo):
         assert Status(Book, admin.AdminSite()).check() == []
     assert [e.id for e in Elsewhere(Book, admin.AdminSite()).check()] == ["occupy.E102"]
@@ -122,8 +141,7 @@ def test_the_admin_status_column_shows_a_row_under_a_shortened_key(users: StaffU
     model_admin = admin.site._registry[Scroll]
     request = RequestFactory().get("/admin/testapp/scroll/")
     request.user = users.editor
-    cells = {row.pk: model_admin.occupy_status(row)
-             for row in model_admin.get_queryset(request)}
+    cells = {row.pk: model_admin.occupy_status(row) for row in model_admin.get_queryset(request)}
     assert cells[held.pk].startswith("by someone else until ")
     assert cells[free.pk] == "—"
     occupy.release(lease)

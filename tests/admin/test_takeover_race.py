@@ -31,8 +31,9 @@ SECONDS = 12
 
 
 @pytest.fixture
-def leases_on(request: pytest.FixtureRequest, users: StaffUsers,
-              monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def leases_on(
+    request: pytest.FixtureRequest, users: StaffUsers, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
     alias = request.param
     for model_admin in admin.site._registry.values():
         if isinstance(model_admin, EditLeaseAdminMixin):
@@ -40,35 +41,42 @@ def leases_on(request: pytest.FixtureRequest, users: StaffUsers,
     yield alias
 
 
-@pytest.mark.parametrize("leases_on", backend_params(["db-postgresql", "redis"]),
-                         indirect=True)
-def test_no_grant_goes_to_a_user_without_the_permission(users: StaffUsers,
-                                                         leases_on: str) -> None:
+@pytest.mark.parametrize("leases_on", backend_params(["db-postgresql", "redis"]), indirect=True)
+def test_no_grant_goes_to_a_user_without_the_permission(users: StaffUsers, leases_on: str) -> None:
     doc = Document.objects.create(body="draft")
     replaced: list[tuple[str, str, int]] = []  # (new owner, replaced owner, its fence)
 
-    def receiver(sender: type, lease: occupy.Lease, previous: occupy.Holder | None,
-                 **kwargs: object) -> None:
+    def receiver(
+        sender: type, lease: occupy.Lease, previous: occupy.Holder | None, **kwargs: object
+    ) -> None:
         if previous is not None and previous.owner != lease.owner:
             replaced.append((lease.owner, previous.owner, previous.fence))
 
     cookie = settings.SESSION_COOKIE_NAME
-    cookies = {user.username: (cookie, login(user).cookies[cookie].value)
-               for user in (users.editor, users.other, users.supervisor)}
+    cookies = {
+        user.username: (cookie, login(user).cookies[cookie].value)
+        for user in (users.editor, users.other, users.supervisor)
+    }
     obj = f"/admin/testapp/document/{doc.pk}/"
     signals.lease_taken_over.connect(receiver, weak=False)
     try:
         with serve() as url:
-            her, his, supervisor = multiproc.run(race_worker, [
-                ("editor", url, cookies["editor"], obj, SECONDS),
-                ("other", url, cookies["other"], obj, SECONDS),
-                ("supervisor", url, cookies["supervisor"], obj, SECONDS),
-            ], timeout=SECONDS * CAP + 120)
+            her, his, supervisor = multiproc.run(
+                race_worker,
+                [
+                    ("editor", url, cookies["editor"], obj, SECONDS),
+                    ("other", url, cookies["other"], obj, SECONDS),
+                    ("supervisor", url, cookies["supervisor"], obj, SECONDS),
+                ],
+                timeout=SECONDS * CAP + 120,
+            )
     finally:
         signals.lease_taken_over.disconnect(receiver)
     pk = {str(u.pk): u.username for u in (users.editor, users.other, users.supervisor)}
-    by = Counter((pk[owner_user_pk(new) or ""], pk[owner_user_pk(old) or ""])
-                 for new, old, _fence in replaced)
+    by = Counter(
+        (pk[owner_user_pk(new) or ""], pk[owner_user_pk(old) or ""])
+        for new, old, _fence in replaced
+    )
     # The race ran: she held the object, and he tried his takeover many times (each
     # "took" his own lease, or 403: she had it by then, and it stayed hers).
     assert her["grants"] >= 1 and sum(his.values()) >= ROUNDS, (her, his, supervisor)
@@ -76,13 +84,17 @@ def test_no_grant_goes_to_a_user_without_the_permission(users: StaffUsers,
     # His own tab to his other tab; the supervisor from either of them.
     assert set(by) <= {("other", "other"), ("supervisor", "editor"), ("supervisor", "other")}, by
     names = {"editor": "Editor", "other": "Other"}
-    expected = Counter(f"Took over the edit lease from {names[pk[owner_user_pk(old) or '']]} "
-                       f"(fence {fence})." for new, old, fence in replaced
-                       if owner_user_pk(new) != owner_user_pk(old))
-    logged = Counter(LogEntry.objects.filter(object_id=str(doc.pk))
-                     .values_list("change_message", flat=True))
+    expected = Counter(
+        f"Took over the edit lease from {names[pk[owner_user_pk(old) or '']]} (fence {fence})."
+        for new, old, fence in replaced
+        if owner_user_pk(new) != owner_user_pk(old)
+    )
+    logged = Counter(
+        LogEntry.objects.filter(object_id=str(doc.pk)).values_list("change_message", flat=True)
+    )
     assert logged == expected
-    assert all(re.match(r"Took over the edit lease from (Editor|Other) \(fence \d+\)\.$", m)
-               for m in logged)
+    assert all(
+        re.match(r"Took over the edit lease from (Editor|Other) \(fence \d+\)\.$", m)
+        for m in logged
+    )
     assert set(LogEntry.objects.values_list("user__username", flat=True)) <= {"supervisor"}
-

@@ -17,9 +17,13 @@ def _form(client: Client, url: str) -> dict[str, str]:
     assert version, "the change form carries no version"
     rendered = re.search(r'name="occupy_rendered" value="([^"]*)"', html)
     assert rendered, "the change form carries no snapshot of its values"
-    return {"name": re.search(r'name="name" value="([^"]*)"', html)[1],
-            "status": re.search(r'name="status" value="([^"]*)"', html)[1],
-            "note": "", "occupy_version": version[1], "occupy_rendered": rendered[1]}
+    return {
+        "name": re.search(r'name="name" value="([^"]*)"', html)[1],
+        "status": re.search(r'name="status" value="([^"]*)"', html)[1],
+        "note": "",
+        "occupy_version": version[1],
+        "occupy_rendered": rendered[1],
+    }
 
 
 def test_a_stale_tab_meets_the_conflict_page_and_nothing_is_reverted(users: StaffUsers) -> None:
@@ -52,10 +56,10 @@ def test_a_field_both_tabs_changed_is_shown_and_keep_mine_writes_it(users: Staff
     form_b = _form(tab_b, url)
     form_a = _form(tab_a, url)
     assert tab_a.post(url, {**form_a, "name": "Dune Messiah", "_save": "1"}).status_code == 302
-    html = tab_b.post(url, {**form_b, "name": "Children of Dune", "_save": "1"}
-                      ).content.decode()
-    assert re.search(r'class="mine">Children of Dune</td><td class="theirs">Dune Messiah</td>',
-                     html)
+    html = tab_b.post(url, {**form_b, "name": "Children of Dune", "_save": "1"}).content.decode()
+    assert re.search(
+        r'class="mine">Children of Dune</td><td class="theirs">Dune Messiah</td>', html
+    )
     keep = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', html))
     assert tab_b.post(url, {**keep, "_continue": "1"}).status_code == 302
     book.refresh_from_db()
@@ -73,8 +77,9 @@ def test_a_form_without_its_version_is_refused(users: StaffUsers) -> None:
 
 
 def test_adding_needs_no_version(users: StaffUsers) -> None:
-    response = login(users.editor).post("/admin/testapp/book/add/",
-                                        {"name": "New", "status": "use", "note": ""})
+    response = login(users.editor).post(
+        "/admin/testapp/book/add/", {"name": "New", "status": "use", "note": ""}
+    )
     assert response.status_code == 302
     assert Book.objects.get().version == 1
 
@@ -95,8 +100,7 @@ def test_control_django_admin_alone_silently_reverts_the_rename(users: StaffUser
 
 def _inputs(html: str) -> dict[str, str]:
     """Return the page's text and hidden inputs, by name."""
-    return dict(re.findall(r'<input type="(?:hidden|text)" name="([^"]+)" value="([^"]*)"',
-                           html))
+    return dict(re.findall(r'<input type="(?:hidden|text)" name="([^"]+)" value="([^"]*)"', html))
 
 
 def test_inline_rows_carry_their_own_versions(users: StaffUsers) -> None:
@@ -141,9 +145,11 @@ def test_list_editable_rows_carry_versions(users: StaffUsers) -> None:
     second.refresh_from_db()
     assert (first.status, first.version, second.version) == ("free", 2, 2)
     Book.objects.filter(pk=first.pk).update_versioned(status="lost")  # the row edited
-    response = client.post("/admin/testapp/book/?o=1",
-                           {**data, f"form-{i}-status": "use",
-                            f"form-{i}-occupy_version": "2"}, follow=True)
+    response = client.post(
+        "/admin/testapp/book/?o=1",
+        {**data, f"form-{i}-status": "use", f"form-{i}-occupy_version": "2"},
+        follow=True,
+    )
     assert "changed since this list was loaded" in response.content.decode()
     first.refresh_from_db()
     assert first.status == "lost"

@@ -26,8 +26,15 @@ class _Attempt(Attempt):
 
     def enqueue(self) -> Lease | None:
         self.calls.append("enqueue")
-        return Lease(key=self.key, owner=self.owner, token=self.token, fence=7,
-                     expires_at=datetime.now(timezone.utc), ttl=self.ttl, using="stub")
+        return Lease(
+            key=self.key,
+            owner=self.owner,
+            token=self.token,
+            fence=7,
+            expires_at=datetime.now(timezone.utc),
+            ttl=self.ttl,
+            using="stub",
+        )
 
     def wait(self, seconds: float) -> None:
         self.calls.append("wait")
@@ -76,8 +83,15 @@ class _SlowGrant(_Attempt):
         self.backend.trying.set()
         time.sleep(0.3)  # the store's reply is slow: the caller is cancelled meanwhile
         self.calls.append("try")
-        return Lease(key=self.key, owner=self.owner, token=self.token, fence=8,
-                     expires_at=datetime.now(timezone.utc), ttl=self.ttl, using="stub")
+        return Lease(
+            key=self.key,
+            owner=self.owner,
+            token=self.token,
+            fence=8,
+            expires_at=datetime.now(timezone.utc),
+            ttl=self.ttl,
+            using="stub",
+        )
 
 
 class _SlowBackend(_Backend):

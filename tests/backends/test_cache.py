@@ -81,8 +81,7 @@ def test_redis_cache_keys_go_through_the_caches_make_key(using: str, live_db: No
 
 
 @pytest.mark.parametrize("using", REDIS_CACHES)
-def test_a_redis_cache_entry_the_scripts_did_not_write_is_held(using: str, live_db: None
-                                                               ) -> None:
+def test_a_redis_cache_entry_the_scripts_did_not_write_is_held(using: str, live_db: None) -> None:
     """A hash (the cache backend's layout before it ran the Redis protocol, during a
     rolling deploy) or a pickled entry under a lock's name is held by an unknown holder
     until it expires, never free."""
@@ -111,7 +110,8 @@ def test_list_locks_on_a_redis_cache(using: str, live_db: None, capsys) -> None:
     lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
     claims = list(get_backend(using).claims())
     assert [(c.key, c.owner, c.state, c.fence) for c in claims] == [
-        ("book:1", "alice", "using", lease.fence)]
+        ("book:1", "alice", "using", lease.fence)
+    ]
     call_command("list_locks", using=[using])
     out = capsys.readouterr().out
     assert "book:1" in out and "alice" in out and lease.token not in out
@@ -129,13 +129,19 @@ def test_list_locks_says_why_a_plain_cache_cannot_list(live_db: None, capsys) ->
 # --- refusals and system checks ------------------------------------------------------
 def _cache_setup(cache_backend: str, **options) -> dict:
     return {
-        "CACHES": {"default": {"BACKEND": LOCMEM},
-                   "locks": {"BACKEND": cache_backend, "LOCATION": "/tmp/occupy-cachefile-x"}},
-        "OCCUPY": {"BACKENDS": {
-            "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
-            "cache": {"BACKEND": "occupy.backends.cache.CacheBackend",
-                      "OPTIONS": {"CACHE": "locks", **options}},
-        }},
+        "CACHES": {
+            "default": {"BACKEND": LOCMEM},
+            "locks": {"BACKEND": cache_backend, "LOCATION": "/tmp/occupy-cachefile-x"},
+        },
+        "OCCUPY": {
+            "BACKENDS": {
+                "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+                "cache": {
+                    "BACKEND": "occupy.backends.cache.CacheBackend",
+                    "OPTIONS": {"CACHE": "locks", **options},
+                },
+            }
+        },
     }
 
 
@@ -145,8 +151,9 @@ def _ids() -> list[str]:
 
 @pytest.mark.parametrize("single_process", [False, True])
 def test_dummy_cache_is_refused_always(single_process: bool) -> None:
-    with override_settings(**_cache_setup("django.core.cache.backends.dummy.DummyCache",
-                                          SINGLE_PROCESS=single_process)):
+    with override_settings(
+        **_cache_setup("django.core.cache.backends.dummy.DummyCache", SINGLE_PROCESS=single_process)
+    ):
         assert _ids() == ["occupy.E005"]
         with pytest.raises(InvalidBackendError, match="stores nothing"):
             get_backend("cache")
@@ -164,10 +171,13 @@ def test_locmem_is_refused_unless_single_process() -> None:
         assert isinstance(get_backend("cache"), CacheBackend)
 
 
-@pytest.mark.parametrize("cache_backend", [
-    "django.core.cache.backends.filebased.FileBasedCache",
-    "django.core.cache.backends.db.DatabaseCache",
-])
+@pytest.mark.parametrize(
+    "cache_backend",
+    [
+        "django.core.cache.backends.filebased.FileBasedCache",
+        "django.core.cache.backends.db.DatabaseCache",
+    ],
+)
 def test_file_and_database_caches_warn(cache_backend: str) -> None:
     with override_settings(**_cache_setup(cache_backend)):
         messages = check_backends()
@@ -175,11 +185,14 @@ def test_file_and_database_caches_warn(cache_backend: str) -> None:
         assert "not atomic" in messages[0].msg or "read then a write" in messages[0].msg
 
 
-@pytest.mark.parametrize("cache_backend", [
-    "django_redis.cache.RedisCache",
-    "django.core.cache.backends.redis.RedisCache",
-    "django.core.cache.backends.memcached.PyMemcacheCache",
-])
+@pytest.mark.parametrize(
+    "cache_backend",
+    [
+        "django_redis.cache.RedisCache",
+        "django.core.cache.backends.redis.RedisCache",
+        "django.core.cache.backends.memcached.PyMemcacheCache",
+    ],
+)
 def test_shared_caches_pass_the_checks(cache_backend: str) -> None:
     with override_settings(**_cache_setup(cache_backend)):
         assert _ids() == []
@@ -238,8 +251,7 @@ def test_a_stall_between_check_and_delete_frees_the_next_holder(
 
     def stalled_delete(name, *args, **kwargs):
         time.sleep(0.6)  # the lease expires while the releaser is paused
-        taken.append(occupy.acquire("book:1", owner="bob", ttl=30, timeout=0,
-                                    using="cache-locmem"))
+        taken.append(occupy.acquire("book:1", owner="bob", ttl=30, timeout=0, using="cache-locmem"))
         return real_delete(name, *args, **kwargs)
 
     monkeypatch.setattr(cache, "delete", stalled_delete)
@@ -272,11 +284,10 @@ def test_fences_survive_a_lost_counter(live_db: None) -> None:
     assert second.fence > first.fence
 
 
-@pytest.mark.parametrize("using", backend_params(
-    ["cache", "cache-django", "cache-addonly", "cache-locmem"]))
-def test_fences_rise_by_one_when_the_clock_is_behind_the_counter(
-    using: str, live_db: None
-) -> None:
+@pytest.mark.parametrize(
+    "using", backend_params(["cache", "cache-django", "cache-addonly", "cache-locmem"])
+)
+def test_fences_rise_by_one_when_the_clock_is_behind_the_counter(using: str, live_db: None) -> None:
     """A counter ahead of the clock (a clock stepped back, two grants in one µs): each
     grant is one above the last, never equal to it."""
     backend = get_backend(using)
@@ -294,9 +305,17 @@ ADD_ONLY = backend_params(["cache-addonly", "cache-locmem"])
 
 
 @pytest.mark.parametrize("using", ADD_ONLY)
-@pytest.mark.parametrize(("value", "repairable"), [
-    ("banana", True), (-5, True), (2**63 + 5, True), (1.5, True), (2**63 - 1, False),
-], ids=["text", "negative", "past 2^63", "float", "at 2^63-1"])
+@pytest.mark.parametrize(
+    ("value", "repairable"),
+    [
+        ("banana", True),
+        (-5, True),
+        (2**63 + 5, True),
+        (1.5, True),
+        (2**63 - 1, False),
+    ],
+    ids=["text", "negative", "past 2^63", "float", "at 2^63-1"],
+)
 def test_a_fence_counter_occupy_did_not_write_is_refused_on_the_add_path(
     using: str, live_db: None, value: object, repairable: bool
 ) -> None:

@@ -158,8 +158,9 @@ def test_an_expired_lease_counts_as_absent(using: str) -> None:
 
 def test_a_late_release_raises_and_never_frees_the_next_holder(using: str) -> None:
     lost: list = []
-    signals.lease_lost.connect(lambda **kw: lost.append(kw["lease"]), weak=False,
-                               dispatch_uid="test-late-release")
+    signals.lease_lost.connect(
+        lambda **kw: lost.append(kw["lease"]), weak=False, dispatch_uid="test-late-release"
+    )
     try:
         alice = occupy.acquire("book:1", owner="alice", ttl=0.3, using=using)
         pass_time(using, 0.45)
@@ -240,10 +241,16 @@ def test_fences_are_per_key_and_keys_are_independent(using: str) -> None:
 
 def test_keys_compare_exactly(using: str) -> None:
     """Case and trailing spaces make different keys (MySQL collations would fold them)."""
-    leases = [occupy.acquire(key, owner=key, timeout=0, using=using)
-              for key in ("Book:1", "book:1", "book:1 ", "bööк:1")]
+    leases = [
+        occupy.acquire(key, owner=key, timeout=0, using=using)
+        for key in ("Book:1", "book:1", "book:1 ", "bööк:1")
+    ]
     assert [occupy.holder(lease.key, using=using).owner for lease in leases] == [
-        "Book:1", "book:1", "book:1 ", "bööк:1"]
+        "Book:1",
+        "book:1",
+        "book:1 ",
+        "bööк:1",
+    ]
     for lease in leases:
         occupy.release(lease)
 
@@ -268,8 +275,9 @@ def test_the_decorator_formats_the_key_from_the_call(using: str) -> None:
     def edit_config(config_id: int, user: str = "ann") -> str:
         seen.append(occupy.holder(f"config:{config_id}:{user.upper}", using=using))
         with pytest.raises(occupy.Occupied):
-            occupy.acquire(f"config:{config_id}:{user.upper}", owner="other", timeout=0,
-                           using=using)
+            occupy.acquire(
+                f"config:{config_id}:{user.upper}", owner="other", timeout=0, using=using
+            )
         return "done"
 
     assert edit_config(7) == "done"
@@ -366,7 +374,8 @@ def test_cancelling_an_async_waiter_leaves_no_claim(
     async def main() -> None:
         lease = await occupy.aacquire("book:1", owner="alice", ttl=30, using=using)
         waiter = asyncio.ensure_future(
-            occupy.aacquire("book:1", owner="bob", timeout=30, using=using))
+            occupy.aacquire("book:1", owner="bob", timeout=30, using=using)
+        )
         await waiting.await_for(1)
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -388,8 +397,11 @@ def test_holder_since_is_when_the_holder_was_granted_the_key(
     assert first.since < first.expires_at
     waiting = watch_waiters(using, monkeypatch)
     got = []
-    waiter = threading.Thread(target=lambda: got.append(
-        occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, using=using)))
+    waiter = threading.Thread(
+        target=lambda: got.append(
+            occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, using=using)
+        )
+    )
     waiter.start()
     waiting.wait_for(1)
     occupy.release(alice)
@@ -399,8 +411,9 @@ def test_holder_since_is_when_the_holder_was_granted_the_key(
     occupy.release(got[0])
 
 
-@pytest.mark.parametrize("forever", [1e10, 1e300, 10**400, float("inf")],
-                         ids=["1e10", "1e300", "10**400", "inf"])
+@pytest.mark.parametrize(
+    "forever", [1e10, 1e300, 10**400, float("inf")], ids=["1e10", "1e300", "10**400", "inf"]
+)
 def test_a_huge_timeout_waits_forever_and_grants_like_any_other(using: str, forever: float) -> None:
     # Before, Redis and the cache raised redis-py's OverflowError from the socket's
     # timeout after the script had granted the key (an orphan held until its ttl), a
@@ -439,14 +452,16 @@ def test_the_shortest_and_the_longest_ttl_are_kept(using: str, ttl: float) -> No
 
 
 # --- conditional takeover: replace the holder read, and only that one -----------------
-def _taken_over(using: str, key: str, owner: str, if_fence: int,
-                ttl: float = 30) -> tuple[occupy.Lease, occupy.Holder | None]:
+def _taken_over(
+    using: str, key: str, owner: str, if_fence: int, ttl: float = 30
+) -> tuple[occupy.Lease, occupy.Holder | None]:
     """Take ``key`` over if it is still held by the grant ``if_fence``; return the new
     lease and the holder replaced, as the store reported it (``lease_taken_over``)."""
     seen: list[occupy.Holder | None] = []
 
-    def receiver(sender: type, lease: occupy.Lease, previous: occupy.Holder | None,
-                 **kwargs: object) -> None:
+    def receiver(
+        sender: type, lease: occupy.Lease, previous: occupy.Holder | None, **kwargs: object
+    ) -> None:
         seen.append(previous)
 
     signals.lease_taken_over.connect(receiver)
@@ -463,8 +478,7 @@ def test_a_conditional_takeover_replaces_the_holder_read(using: str) -> None:
     read = occupy.holder("book:1", using=using)
     bob, previous = _taken_over(using, "book:1", "bob", read.fence)
     assert previous is not None
-    assert (previous.owner, previous.fence) == ("alice", alice.fence) == (read.owner,
-                                                                          read.fence)
+    assert (previous.owner, previous.fence) == ("alice", alice.fence) == (read.owner, read.fence)
     assert bob.fence > alice.fence and bob.depth == 1
     assert occupy.holder("book:1", using=using)[::2] == ("bob", bob.fence)
     with pytest.raises(occupy.LeaseLost):
@@ -482,8 +496,9 @@ def test_a_conditional_takeover_replaces_the_holder_read(using: str) -> None:
 def _changed(using: str, how: str) -> tuple[int, occupy.Lease | None]:
     """Read alice's grant on ``book:1``, then change the holder ``how``; return the fence
     read and the lease that holds the key now (``None`` if free)."""
-    alice = occupy.acquire("book:1", owner="alice", ttl=0.3 if how == "expired" else 30,
-                           using=using)
+    alice = occupy.acquire(
+        "book:1", owner="alice", ttl=0.3 if how == "expired" else 30, using=using
+    )
     fence = occupy.holder("book:1", using=using).fence
     if how == "released":
         occupy.release(alice)
@@ -501,15 +516,15 @@ def _changed(using: str, how: str) -> tuple[int, occupy.Lease | None]:
     return fence, occupy.takeover("book:1", owner="carol", ttl=30, using=using)
 
 
-@pytest.mark.parametrize("how", ["released", "expired", "granted again",
-                                 "re-granted to another", "taken over"])
-def test_a_conditional_takeover_is_refused_when_the_holder_changed(
-    using: str, how: str
-) -> None:
+@pytest.mark.parametrize(
+    "how", ["released", "expired", "granted again", "re-granted to another", "taken over"]
+)
+def test_a_conditional_takeover_is_refused_when_the_holder_changed(using: str, how: str) -> None:
     fence, current = _changed(using, how)
     taken: list[object] = []
-    signals.lease_taken_over.connect(lambda **kw: taken.append(kw), weak=False,
-                                     dispatch_uid="test-refused-takeover")
+    signals.lease_taken_over.connect(
+        lambda **kw: taken.append(kw), weak=False, dispatch_uid="test-refused-takeover"
+    )
     try:
         with pytest.raises(occupy.TakeoverRefused) as info:
             occupy.takeover("book:1", owner="bob", ttl=30, if_fence=fence, using=using)
@@ -575,22 +590,30 @@ def test_an_async_conditional_takeover(using: str) -> None:
     async def main() -> None:
         alice = await occupy.aacquire("book:1", owner="alice", ttl=30, using=using)
         read = await occupy.aholder("book:1", using=using)
-        bob = await occupy.atakeover("book:1", owner="bob", ttl=30, if_fence=read.fence,
-                                     using=using)
+        bob = await occupy.atakeover(
+            "book:1", owner="bob", ttl=30, if_fence=read.fence, using=using
+        )
         assert bob.fence > alice.fence
         with pytest.raises(occupy.TakeoverRefused) as info:
-            await occupy.atakeover("book:1", owner="carol", ttl=30, if_fence=read.fence,
-                                   using=using)
+            await occupy.atakeover(
+                "book:1", owner="carol", ttl=30, if_fence=read.fence, using=using
+            )
         assert info.value.holder.owner == "bob"
         await occupy.arelease(bob)
 
     asyncio.run(main())
 
 
-@pytest.mark.parametrize(("fence", "error"), [
-    ("1", TypeError), (1.0, TypeError), (True, TypeError), (-1, ValueError),
-    (2**63, ValueError),
-])
+@pytest.mark.parametrize(
+    ("fence", "error"),
+    [
+        ("1", TypeError),
+        (1.0, TypeError),
+        (True, TypeError),
+        (-1, ValueError),
+        (2**63, ValueError),
+    ],
+)
 def test_if_fence_is_checked_before_anything_is_written(
     using: str, fence: object, error: type[Exception]
 ) -> None:
@@ -601,13 +624,19 @@ def test_if_fence_is_checked_before_anything_is_written(
     occupy.release(alice)
 
 
-@pytest.mark.parametrize("ttl", [1e-9, 0.0009, 10 * 365 * 24 * 3600 + 1],
-                         ids=["1e-9", "0.0009", "ten-years-and-a-second"])
-def test_a_ttl_no_store_can_keep_is_refused_before_anything_is_written(using: str,
-                                                                      ttl: float) -> None:
+@pytest.mark.parametrize(
+    "ttl",
+    [1e-9, 0.0009, 10 * 365 * 24 * 3600 + 1],
+    ids=["1e-9", "0.0009", "ten-years-and-a-second"],
+)
+def test_a_ttl_no_store_can_keep_is_refused_before_anything_is_written(
+    using: str, ttl: float
+) -> None:
     # Before, 1e-9 was accepted (each store rounded it its own way, Redis up to 1 ms).
-    for call in (lambda: occupy.acquire("book:1", ttl=ttl, timeout=0, using=using),
-                 lambda: occupy.takeover("book:1", owner="bob", ttl=ttl, using=using)):
+    for call in (
+        lambda: occupy.acquire("book:1", ttl=ttl, timeout=0, using=using),
+        lambda: occupy.takeover("book:1", owner="bob", ttl=ttl, using=using),
+    ):
         with pytest.raises(ValueError, match="ttl must be at"):
             call()
     assert occupy.holder("book:1", using=using) is None

@@ -24,11 +24,16 @@ def _pg(sqlstate: str, *, psycopg2: bool = False) -> DatabaseError:
 
 
 PG, MYSQL, SQLITE = PostgreSQLDialect(), MySQLDialect(), SQLiteDialect()
-DEADLOCKS = {PG: _pg("40P01"), MYSQL: OperationalError(1213, "Deadlock found"),
-             SQLITE: OperationalError("database is locked")}
-MISSING = {PG: _pg("42P01"), MYSQL: ProgrammingError(1146, "Table 'x.occupy_occupation' "
-                                                           "doesn't exist"),
-           SQLITE: OperationalError("no such table: occupy_occupation")}
+DEADLOCKS = {
+    PG: _pg("40P01"),
+    MYSQL: OperationalError(1213, "Deadlock found"),
+    SQLITE: OperationalError("database is locked"),
+}
+MISSING = {
+    PG: _pg("42P01"),
+    MYSQL: ProgrammingError(1146, "Table 'x.occupy_occupation' doesn't exist"),
+    SQLITE: OperationalError("no such table: occupy_occupation"),
+}
 
 
 def test_each_vendor_has_its_dialect() -> None:

@@ -16,13 +16,15 @@ AHEAD = 10**12  # a fence this far ahead of the clock in µs: eleven days
 
 def _push_fence_ahead(alias: str, key: str) -> int:
     backend = get_backend(alias)
-    backend.execute("UPDATE occupy_occupation SET fence = fence + %s WHERE slot IS NOT NULL",
-                    [AHEAD])
+    backend.execute(
+        "UPDATE occupy_occupation SET fence = fence + %s WHERE slot IS NOT NULL", [AHEAD]
+    )
     return occupy.holder(key, using=alias).fence
 
 
-def test_a_takeover_with_the_clock_behind_is_one_above_the_last_fence(alias: str,
-                                                                      live_db: None) -> None:
+def test_a_takeover_with_the_clock_behind_is_one_above_the_last_fence(
+    alias: str, live_db: None
+) -> None:
     occupy.acquire("k", owner="alice", ttl=30, using=alias)
     last = _push_fence_ahead(alias, "k")
     bob = occupy.takeover("k", owner="bob", ttl=30, using=alias)

@@ -86,8 +86,7 @@ def test_sync_to_async_threads_close_their_connections(alias: str) -> None:
     async def locks() -> set[int]:
         found = set()
         for _ in range(4):
-            found.add(await sync_to_async(_session_of_this_thread,
-                                          thread_sensitive=False)(alias))
+            found.add(await sync_to_async(_session_of_this_thread, thread_sensitive=False)(alias))
             lease = await occupy.aacquire("lifecycle-async", ttl=30, using=alias)
             await occupy.arelease(lease)
         return found

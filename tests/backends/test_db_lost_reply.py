@@ -111,17 +111,18 @@ def test_a_promotion_whose_reply_was_lost_is_kept(alias: str, lose_reply) -> Non
     assert occupy.holder("lost:2", using=alias) is None
 
 
-def test_a_queued_claim_whose_reply_was_lost_is_not_queued_twice(
-    alias: str, lose_reply
-) -> None:
+def test_a_queued_claim_whose_reply_was_lost_is_not_queued_twice(alias: str, lose_reply) -> None:
     # A second pending claim of the waiter's would stand first in line, unheard, until
     # PENDING_TTL (10 s) passed, and keep the waiter itself from its turn.
     backend = get_backend(alias)
     holder = occupy.acquire("lost:3", owner="alice", ttl=30, timeout=0, using=alias)
     lose_reply(backend.dialect.enqueue())
     got: list[occupy.Lease] = []
-    waiter = threading.Thread(target=lambda: got.append(
-        occupy.acquire("lost:3", owner="bob", ttl=30, timeout=3, using=alias)))
+    waiter = threading.Thread(
+        target=lambda: got.append(
+            occupy.acquire("lost:3", owner="bob", ttl=30, timeout=3, using=alias)
+        )
+    )
     waiter.start()
     wait_for_waiters(alias, "lost:3")
     occupy.release(holder)

@@ -63,15 +63,18 @@ def unrecorded(alias: str) -> Iterator[None]:
 def _calls(alias: str, held: Lease) -> dict[str, Callable[[], object]]:
     out = io.StringIO()
     return {
-        "acquire": lambda: occupy.acquire("unmigrated:1", owner="bob", ttl=30, timeout=0,
-                                          using=alias),
-        "acquire, waiting": lambda: occupy.acquire("unmigrated:1", owner="bob", ttl=30,
-                                                   timeout=0.2, using=alias),
+        "acquire": lambda: occupy.acquire(
+            "unmigrated:1", owner="bob", ttl=30, timeout=0, using=alias
+        ),
+        "acquire, waiting": lambda: occupy.acquire(
+            "unmigrated:1", owner="bob", ttl=30, timeout=0.2, using=alias
+        ),
         "holder": lambda: occupy.holder("unmigrated:1", using=alias),
         "release": lambda: occupy.release(held),
         "sweep_locks": lambda: call_command("sweep_locks", using=[alias], stdout=out),
-        "sweep_locks --dry-run": lambda: call_command("sweep_locks", "--dry-run",
-                                                      using=[alias], stdout=out),
+        "sweep_locks --dry-run": lambda: call_command(
+            "sweep_locks", "--dry-run", using=[alias], stdout=out
+        ),
         "list_locks": lambda: call_command("list_locks", using=[alias], stdout=out),
     }
 
@@ -107,8 +110,10 @@ def test_a_dropped_table_of_a_recorded_migration_says_to_unrecord_it_first(
     database = get_backend(alias).database
     with pytest.raises(StoreNotMigrated) as info:
         occupy.acquire("unmigrated:1", owner="bob", ttl=30, timeout=0, using=alias)
-    assert (f"'python manage.py migrate occupy zero --fake --database {database}', then "
-            f"'python manage.py migrate occupy --database {database}'") in str(info.value)
+    assert (
+        f"'python manage.py migrate occupy zero --fake --database {database}', then "
+        f"'python manage.py migrate occupy --database {database}'"
+    ) in str(info.value)
 
 
 def test_the_backend_works_again_once_the_table_is_back(alias: str, held: Lease) -> None:

@@ -58,15 +58,22 @@ def test_cached_plans_stay_index_lookups_when_the_table_grows(alias: str, live_d
 
     rows = backend.execute(
         "SELECT name, parameter_types::text[], generic_plans FROM pg_prepared_statements",
-        [], prepare=False,
+        [],
+        prepare=False,
     )[1]
     assert len(rows) >= 6, rows  # grant, release, enqueue, promote, extend, …
     scans = {}
     assert any(generic for _, _, generic in rows), rows  # some plans were cached
     for name, types, _ in rows:
         args = ", ".join(f"NULL::{t}" for t in types)
-        plan = backend.execute(f"EXPLAIN EXECUTE {name}({args})" if args
-                               else f"EXPLAIN EXECUTE {name}", [], prepare=False)[1]
-        scans[name] = [line for (line,) in plan if "Seq Scan" in line
-                       or ("Index" in line and "expires_at" in line.split(" on ")[0])]
+        plan = backend.execute(
+            f"EXPLAIN EXECUTE {name}({args})" if args else f"EXPLAIN EXECUTE {name}",
+            [],
+            prepare=False,
+        )[1]
+        scans[name] = [
+            line
+            for (line,) in plan
+            if "Seq Scan" in line or ("Index" in line and "expires_at" in line.split(" on ")[0])
+        ]
     assert not any(scans.values()), scans

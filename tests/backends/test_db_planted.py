@@ -25,9 +25,17 @@ def _plant(alias: str, key: str, state: str, expires_at: datetime) -> None:
 
     backend = get_backend(alias)
     Occupation.objects.using(backend.database).create(
-        key=key, digest=digest(key), slot=digest(key) if state == "using" else None,
-        owner="planted", token="p" * 32, state=state, fence=1 if state == "using" else None,
-        depth=1, expires_at=expires_at, created_at=datetime.now(timezone.utc))
+        key=key,
+        digest=digest(key),
+        slot=digest(key) if state == "using" else None,
+        owner="planted",
+        token="p" * 32,
+        state=state,
+        fence=1 if state == "using" else None,
+        depth=1,
+        expires_at=expires_at,
+        created_at=datetime.now(timezone.utc),
+    )
 
 
 def _rows(alias: str) -> int:
@@ -37,8 +45,9 @@ def _rows(alias: str) -> int:
 
 
 @pytest.mark.parametrize("state", ["pending", "using"])
-def test_a_claim_beyond_the_longest_ttl_blocks_nothing(alias: str, live_db: None,
-                                                       state: str) -> None:
+def test_a_claim_beyond_the_longest_ttl_blocks_nothing(
+    alias: str, live_db: None, state: str
+) -> None:
     # Before, a pending row expiring in 9999 made every acquire say "held" for ever
     # while holder() said nobody held the key; takeover and sweep_locks kept it.
     _plant(alias, "k", state, FAR)
@@ -51,8 +60,7 @@ def test_a_claim_beyond_the_longest_ttl_blocks_nothing(alias: str, live_db: None
     assert _rows(alias) == 0  # purged a planted holder; a sweep, a planted waiter
 
 
-def test_takeover_and_sweep_clear_a_claim_beyond_the_longest_ttl(alias: str,
-                                                                 live_db: None) -> None:
+def test_takeover_and_sweep_clear_a_claim_beyond_the_longest_ttl(alias: str, live_db: None) -> None:
     _plant(alias, "k", "pending", FAR)
     lease = occupy.takeover("k", owner="bob", ttl=30, using=alias)
     assert occupy.holder("k", using=alias).owner == "bob"
@@ -65,8 +73,7 @@ def test_takeover_and_sweep_clear_a_claim_beyond_the_longest_ttl(alias: str,
     assert _rows(alias) == 0
 
 
-def test_a_claim_within_the_longest_ttl_is_held_and_reported(alias: str,
-                                                              live_db: None) -> None:
+def test_a_claim_within_the_longest_ttl_is_held_and_reported(alias: str, live_db: None) -> None:
     # A using row occupy could have written (a lease of almost ten years) is held.
     _plant(alias, "k", "using", datetime.now(timezone.utc) + timedelta(seconds=MAX_TTL - 3600))
     holder = occupy.holder("k", using=alias)
@@ -85,9 +92,17 @@ def _plant_fence(alias: str, key: str, state: str, fence: int, expires_at: datet
 
     backend = get_backend(alias)
     Occupation.objects.using(backend.database).create(
-        key=key, digest=digest(key), slot=digest(key) if state == "using" else None,
-        owner="planted", token="q" * 32, state=state, fence=fence, depth=1,
-        expires_at=expires_at, created_at=datetime.now(timezone.utc))
+        key=key,
+        digest=digest(key),
+        slot=digest(key) if state == "using" else None,
+        owner="planted",
+        token="q" * 32,
+        state=state,
+        fence=fence,
+        depth=1,
+        expires_at=expires_at,
+        created_at=datetime.now(timezone.utc),
+    )
 
 
 @pytest.mark.parametrize("state", ["using", "pending"])
@@ -98,11 +113,18 @@ def test_a_recorded_fence_of_2_63_minus_1_is_refused_by_name(
     """Before: "bigint out of range" on PostgreSQL, a duplicate (inexact float) fence on
     SQLite, an IntegrityError that escaped on MariaDB."""
     now = datetime.now(timezone.utc)
-    _plant_fence(alias, "k", state, 2**63 - 1,
-                 now - timedelta(seconds=5) if expired else now + timedelta(seconds=60))
-    for call in (lambda: occupy.acquire("k", owner="a", ttl=30, timeout=0, using=alias),
-                 lambda: occupy.acquire("k", owner="a", ttl=30, timeout=0.3, using=alias),
-                 lambda: occupy.takeover("k", owner="b", ttl=30, using=alias)):
+    _plant_fence(
+        alias,
+        "k",
+        state,
+        2**63 - 1,
+        now - timedelta(seconds=5) if expired else now + timedelta(seconds=60),
+    )
+    for call in (
+        lambda: occupy.acquire("k", owner="a", ttl=30, timeout=0, using=alias),
+        lambda: occupy.acquire("k", owner="a", ttl=30, timeout=0.3, using=alias),
+        lambda: occupy.takeover("k", owner="b", ttl=30, using=alias),
+    ):
         with pytest.raises(occupy.StoreUnavailable) as info:
             call()
         message = str(info.value)
@@ -120,19 +142,20 @@ def test_a_recorded_fence_of_2_63_minus_1_is_refused_by_name(
     occupy.release(lease)
 
 
-def test_a_waiter_behind_a_fence_that_cannot_rise_is_told_why(alias: str,
-                                                               live_db: None) -> None:
+def test_a_waiter_behind_a_fence_that_cannot_rise_is_told_why(alias: str, live_db: None) -> None:
     # The holder's claim carries the last fence; when it expires, the waiter cannot be
     # promoted (no higher fence) and learns why at its timeout.
-    _plant_fence(alias, "k", "using", 2**63 - 1,
-                 datetime.now(timezone.utc) + timedelta(seconds=0.3))
+    _plant_fence(
+        alias, "k", "using", 2**63 - 1, datetime.now(timezone.utc) + timedelta(seconds=0.3)
+    )
     with pytest.raises(occupy.StoreUnavailable, match=str(2**63 - 1)):
         occupy.acquire("k", owner="a", ttl=30, timeout=1, using=alias)
 
 
 def test_fences_just_below_the_limit_rise_exactly(alias: str, live_db: None) -> None:
-    _plant_fence(alias, "k", "pending", 2**63 - 3,
-                 datetime.now(timezone.utc) + timedelta(seconds=60))
+    _plant_fence(
+        alias, "k", "pending", 2**63 - 3, datetime.now(timezone.utc) + timedelta(seconds=60)
+    )
     taken = occupy.takeover("k", owner="a", ttl=30, using=alias)
     assert taken.fence == 2**63 - 2
     again = occupy.takeover("k", owner="b", ttl=30, using=alias)

@@ -30,8 +30,9 @@ def statements_sent(alias: str) -> Iterator[list[str]]:
     its own connection, this thread's)."""
     sent: list[str] = []
 
-    def record(execute: Callable[..., Any], sql: str, params: Any, many: bool,
-               context: dict[str, Any]) -> Any:
+    def record(
+        execute: Callable[..., Any], sql: str, params: Any, many: bool, context: dict[str, Any]
+    ) -> Any:
         sent.append(sql)
         return execute(sql, params, many, context)
 

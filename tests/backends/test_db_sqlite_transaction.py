@@ -37,8 +37,12 @@ BACKEND = "default" if settings.DEFAULT_DB == "sqlite" else "db-sqlite"
 def another_writer() -> Iterator[sqlite3.Connection]:
     """Hold the file's write lock from another connection (as another process's long
     write transaction would) until the block ends or the connection commits."""
-    other = sqlite3.connect(connections[DATABASE].settings_dict["NAME"], timeout=0,
-                            isolation_level=None, check_same_thread=False)
+    other = sqlite3.connect(
+        connections[DATABASE].settings_dict["NAME"],
+        timeout=0,
+        isolation_level=None,
+        check_same_thread=False,
+    )
     other.execute("BEGIN IMMEDIATE")
     try:
         yield other

@@ -65,9 +65,13 @@ def _table_locked(alias: str) -> Iterator[None]:
     import MySQLdb
 
     settings_dict = connections[get_backend(alias).database].settings_dict
-    other = MySQLdb.connect(host=settings_dict["HOST"], port=int(settings_dict["PORT"]),
-                            user=settings_dict["USER"], password=settings_dict["PASSWORD"],
-                            database=settings_dict["NAME"])
+    other = MySQLdb.connect(
+        host=settings_dict["HOST"],
+        port=int(settings_dict["PORT"]),
+        user=settings_dict["USER"],
+        password=settings_dict["PASSWORD"],
+        database=settings_dict["NAME"],
+    )
     cursor = other.cursor()
     cursor.execute("LOCK TABLES occupy_occupation WRITE")
     timer = threading.Timer(STALL, other.close)
@@ -108,8 +112,7 @@ def test_a_huge_timeout_leaves_the_next_stalled_call_bounded(alias: str, huge: f
     # Before, acquire(timeout=1e10) armed a cut-off 1e10 s ahead, which killed the cut-off
     # thread (OverflowError) for the life of the process: every later call against a
     # stalled server blocked for the whole stall.
-    occupy.release(occupy.acquire("stall:1", owner="alice", ttl=30, timeout=huge,
-                                  using=alias))
+    occupy.release(occupy.acquire("stall:1", owner="alice", ttl=30, timeout=huge, using=alias))
     test_a_stalled_database_does_not_outlast_the_timeout(alias)
     assert any(t.name == "occupy-cutoff" and t.is_alive() for t in threading.enumerate())
 

@@ -24,9 +24,10 @@ def alias(request: pytest.FixtureRequest, live_db: None) -> str:
     return request.param
 
 
-@pytest.fixture(params=[(False, "America/New_York"), (False, "Asia/Kolkata"),
-                        (True, "America/New_York")],
-                ids=["naive-new-york", "naive-kolkata", "aware-new-york"])
+@pytest.fixture(
+    params=[(False, "America/New_York"), (False, "Asia/Kolkata"), (True, "America/New_York")],
+    ids=["naive-new-york", "naive-kolkata", "aware-new-york"],
+)
 def zone(request: pytest.FixtureRequest) -> Iterator[None]:
     """Run with ``USE_TZ`` and ``TIME_ZONE`` as given, on backends built for them."""
     use_tz, time_zone = request.param

@@ -52,8 +52,9 @@ def queue(request: pytest.FixtureRequest, live_db: None) -> Iterator[str]:
 def test_a_newcomer_does_not_overtake_a_queued_waiter(queue: str, freed_by: str) -> None:
     """Between the holder's end and the waiter's next look the key has no holder: a
     newcomer that does not wait must still be refused, and the waiter served."""
-    holder = occupy.acquire("book:1", owner="holder", ttl=30 if freed_by == "release" else 0.3,
-                            using=queue)
+    holder = occupy.acquire(
+        "book:1", owner="holder", ttl=30 if freed_by == "release" else 0.3, using=queue
+    )
     waiter = get_backend(queue).attempt("book:1", "waiter", 30)
     assert waiter.try_acquire() is None
     waiter.enqueue()
@@ -163,8 +164,9 @@ def test_a_waiter_whose_connection_drops_keeps_waiting(alias: str, live_db: None
 
     def wait_for_it() -> None:
         try:
-            outcome.append(occupy.acquire("book:1", owner="waiter", ttl=30, timeout=10,
-                                          using=alias))
+            outcome.append(
+                occupy.acquire("book:1", owner="waiter", ttl=30, timeout=10, using=alias)
+            )
         except BaseException as e:  # reported by the main thread
             outcome.append(e)
 
@@ -199,8 +201,9 @@ def test_a_claim_queued_while_a_release_is_in_flight_is_woken(alias: str, live_d
     claim gets the key on its first fallback poll, one ``POLL_INTERVAL`` late.
     """
     database = get_backend(alias).database
-    workers = multiproc.start(exclusion.hand_back_and_forth,
-                              [(database, "hand:back", 6.0, 0.5)] * 2)
+    workers = multiproc.start(
+        exclusion.hand_back_and_forth, [(database, "hand:back", 6.0, 0.5)] * 2
+    )
     waits = [wait for worker in multiproc.collect(workers) for wait in worker]
     lost = [round(wait, 2) for wait in waits if wait > 0.25]
     assert len(waits) > 100, (len(waits), lost)
@@ -209,7 +212,8 @@ def test_a_claim_queued_while_a_release_is_in_flight_is_woken(alias: str, live_d
 
 @pytest.mark.parametrize("alias", backend_params(["default", "db-mysql"]))
 def test_a_waiter_behind_others_reads_its_place_and_pauses_for_it(
-        alias: str, live_db: None) -> None:
+    alias: str, live_db: None
+) -> None:
     """Where waiters poll, a waiter with claims ahead of it reads its place (one
     ``SELECT``, no write lock) and with ``k > 2`` ahead pauses in proportion to ``k - 2``,
     so a long queue does not make every waiter poll every interval."""
@@ -236,8 +240,11 @@ def test_a_waiter_behind_others_reads_its_place_and_pauses_for_it(
 
     ran: list[str] = []
     execute = backend.execute
-    with patch.object(backend, "execute",
-                      side_effect=lambda sql, *a, **kw: ran.append(sql) or execute(sql, *a, **kw)):
+    with patch.object(
+        backend,
+        "execute",
+        side_effect=lambda sql, *a, **kw: ran.append(sql) or execute(sql, *a, **kw),
+    ):
         assert attempts[2].try_acquire() is None
     assert [sql.split()[0] for sql in ran] == ["SELECT"], ran
 
@@ -255,10 +262,13 @@ def test_a_waiter_behind_others_reads_its_place_and_pauses_for_it(
         attempt.cancel()
 
 
-@pytest.mark.parametrize(("version", "hears"), [
-    ("3.1.18", False), ("3.2.3", False), ("3.2.4", True), ("3.3.0.dev1", True)])
+@pytest.mark.parametrize(
+    ("version", "hears"),
+    [("3.1.18", False), ("3.2.3", False), ("3.2.4", True), ("3.3.0.dev1", True)],
+)
 def test_waiters_listen_only_where_the_driver_keeps_every_notification(
-        version: str, hears: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    version: str, hears: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     psycopg = pytest.importorskip("psycopg")
     from occupy.backends.db.dialects.postgresql import PostgreSQLDialect
 

@@ -110,7 +110,9 @@ def test_list_locks_shows_holders_and_waiters_without_tokens(live_db: None, caps
     attempt.enqueue()
     claims = list(get_backend(USING).claims())
     assert [(c.key, c.owner, c.state, c.fence) for c in claims] == [
-        ("book:1", "alice", "using", lease.fence), ("book:1", "bob", "pending", None)]
+        ("book:1", "alice", "using", lease.fence),
+        ("book:1", "bob", "pending", None),
+    ]
     call_command("list_locks", using=[USING])
     out = capsys.readouterr().out
     assert "alice" in out and "bob" in out and "pending" in out
@@ -162,8 +164,9 @@ def test_a_waiter_behind_others_looks_without_the_keys_lock(live_db: None) -> No
         attempt.cancel()
 
 
-@pytest.mark.parametrize("content", [b"", b"occupy-claim-1\0torn by a power c",
-                                     b"\xff\xfe another program's file"])
+@pytest.mark.parametrize(
+    "content", [b"", b"occupy-claim-1\0torn by a power c", b"\xff\xfe another program's file"]
+)
 def test_a_claim_file_occupy_did_not_write_is_held_until_it_expires(
     live_db: None, content: bytes, capsys
 ) -> None:
@@ -179,13 +182,15 @@ def test_a_claim_file_occupy_did_not_write_is_held_until_it_expires(
     holder = occupy.holder("book:1", using=USING)
     assert (holder.owner, holder.fence) == (UNKNOWN_OWNER, 0)
     assert holder.expires_at.timestamp() == pytest.approx(
-        os.stat(path).st_mtime + backend.foreign_ttl, abs=0.01)
+        os.stat(path).st_mtime + backend.foreign_ttl, abs=0.01
+    )
     with pytest.raises(occupy.Occupied) as info:
         occupy.acquire("book:1", owner="alice", timeout=0, using=USING)
     assert info.value.holder.owner == UNKNOWN_OWNER
     assert backend.sweep() == 0 and os.path.exists(path)  # not expired: kept
     assert [(c.key, c.owner, c.since, c.fence) for c in backend.claims()] == [
-        (path, UNKNOWN_OWNER, None, None)]
+        (path, UNKNOWN_OWNER, None, None)
+    ]
     call_command("list_locks", using=[USING])
     assert UNKNOWN_OWNER in capsys.readouterr().out
     # Written FOREIGN_TTL ago: expired. A grant replaces it; so does a sweep.
@@ -235,8 +240,14 @@ def _file_setup(location: object) -> dict:
     config = {"BACKEND": "occupy.backends.file.FileBackend"}
     if location is not None:
         config["LOCATION"] = location
-    return {"OCCUPY": {"BACKENDS": {
-        "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"}, "files": config}}}
+    return {
+        "OCCUPY": {
+            "BACKENDS": {
+                "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+                "files": config,
+            }
+        }
+    }
 
 
 def test_checks(tmp_path) -> None:
@@ -259,8 +270,10 @@ def test_a_lease_lost_receiver_may_use_the_same_key(live_db: None) -> None:
 
     seen = []
     signals.lease_lost.connect(
-        lambda lease, **kw: seen.append(occupy.holder(lease.key, using=USING)), weak=False,
-        dispatch_uid="test-file-lost-receiver")
+        lambda lease, **kw: seen.append(occupy.holder(lease.key, using=USING)),
+        weak=False,
+        dispatch_uid="test-file-lost-receiver",
+    )
     try:
         lease = occupy.acquire("book:1", owner="alice", ttl=0.1, using=USING)
         time.sleep(0.2)
@@ -283,8 +296,9 @@ def test_a_forked_child_does_not_share_the_parents_key_locks(live_db: None) -> N
         pid = os.fork()
         if pid == 0:  # the child
             done = threading.Event()
-            threading.Thread(target=lambda: (backend.holder("book:1"), done.set()),
-                             daemon=True).start()
+            threading.Thread(
+                target=lambda: (backend.holder("book:1"), done.set()), daemon=True
+            ).start()
             if done.wait(0.5):
                 os._exit(1)  # got in while the parent held the key's lock
             os._exit(0 if done.wait(10) else 2)  # 2: never got in (a copied held lock)
@@ -293,9 +307,18 @@ def test_a_forked_child_does_not_share_the_parents_key_locks(live_db: None) -> N
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-@pytest.mark.parametrize("stray", ["using/junk.txt", "using/dir", "using/" + "ab" * 32 + "/",
-                                   "pending/notes.txt", "pending/" + "cd" * 32,
-                                   "fences/README", "fences/" + "ef" * 32 + "/"])
+@pytest.mark.parametrize(
+    "stray",
+    [
+        "using/junk.txt",
+        "using/dir",
+        "using/" + "ab" * 32 + "/",
+        "pending/notes.txt",
+        "pending/" + "cd" * 32,
+        "fences/README",
+        "fences/" + "ef" * 32 + "/",
+    ],
+)
 def test_entries_occupy_did_not_write_are_skipped_and_reported(
     live_db: None, stray: str, capsys, caplog
 ) -> None:
@@ -314,11 +337,14 @@ def test_entries_occupy_did_not_write_are_skipped_and_reported(
         with open(path, "w") as f:
             f.write("not a claim")
     # A directory inside a key's queue is not a ticket either.
-    os.makedirs(os.path.join(backend.directory.queue_path(
-        backend.directory.queued().__next__()), "subdir"))
+    os.makedirs(
+        os.path.join(backend.directory.queue_path(backend.directory.queued().__next__()), "subdir")
+    )
     with caplog.at_level("WARNING", logger="occupy.backends.file"):
         assert [(c.key, c.owner, c.state) for c in backend.claims()] == [
-            ("book:1", "alice", "using"), ("book:1", "bob", "pending")]
+            ("book:1", "alice", "using"),
+            ("book:1", "bob", "pending"),
+        ]
         assert "subdir" in caplog.text and "not occupy's" in caplog.text
         assert backend.sweep() == 0
     assert os.path.basename(path.rstrip("/")) in caplog.text
@@ -326,8 +352,11 @@ def test_entries_occupy_did_not_write_are_skipped_and_reported(
     assert "alice" in capsys.readouterr().out
     call_command("sweep_locks", using=[USING])
     assert os.path.exists(path)  # not occupy's to remove
-    warnings = [w for w in check_stores(databases=["default"])
-                if w.id == "occupy.W004" and w.obj.endswith("['files']")]
+    warnings = [
+        w
+        for w in check_stores(databases=["default"])
+        if w.id == "occupy.W004" and w.obj.endswith("['files']")
+    ]
     assert len(warnings) == 1 and "2 entries" in warnings[0].msg
     assert os.path.basename(path.rstrip("/")) in warnings[0].msg
     waiter.cancel()

@@ -28,8 +28,9 @@ pytestmark = pytest.mark.multiprocess
 def test_no_overlap_no_lost_increment_fences_rise(using: str, live_db: None) -> None:
     database = database_of(using)
     Counter.objects.using(database).create(name="stock", value=0)
-    results = multiproc.run(count_under_lock,
-                            [(using, "stock", ROUNDS, HOLD, database)] * PROCESSES)
+    results = multiproc.run(
+        count_under_lock, [(using, "stock", ROUNDS, HOLD, database)] * PROCESSES
+    )
     assert sum(len(r) for r in results) == PROCESSES * ROUNDS
     assert_exclusive(results, "stock", database)
 
@@ -42,8 +43,9 @@ def test_the_probe_catches_lost_updates_without_a_lock(live_db: None) -> None:
 
 
 @pytest.mark.parametrize("using", DATABASE_BACKENDS)
-def test_a_killed_holders_key_is_free_within_its_ttl_plus_a_second(using: str,
-                                                                   live_db: None) -> None:
+def test_a_killed_holders_key_is_free_within_its_ttl_plus_a_second(
+    using: str, live_db: None
+) -> None:
     assert taken_over_after_kill(using, "book:1", ttl=2.0) <= 3.0
 
 

@@ -52,21 +52,26 @@ def redis_backend(live_db: None):
 def _names(backend, pattern: str = "*") -> list[str]:
     """Return the backend's Redis keys that exist now, sorted."""
     protocol = backend.protocol
-    return sorted(name.decode() for name in
-                  protocol.client.scan_iter(match=f"{protocol.prefix}{pattern}", count=1000))
+    return sorted(
+        name.decode()
+        for name in protocol.client.scan_iter(match=f"{protocol.prefix}{pattern}", count=1000)
+    )
 
 
 def _brisk(**options):
     """Return a Redis backend on the tests' cache with short waiting settings."""
     from occupy.backends.redis import RedisBackend
 
-    return RedisBackend("brisk", {"OPTIONS": {
-        "CACHE": "redis", "PREFIX": f"{settings.REDIS_PREFIX}occupy:", **options}})
+    return RedisBackend(
+        "brisk",
+        {"OPTIONS": {"CACHE": "redis", "PREFIX": f"{settings.REDIS_PREFIX}occupy:", **options}},
+    )
 
 
 # --- keys, options, refusals ----------------------------------------------------------
-@pytest.mark.parametrize("key", ["book:1", "{", "}", "a{b}c", "{}", "}{x}{", "bööк:{1}",
-                                 "k" * 255, 'quote"\'{tag}'])
+@pytest.mark.parametrize(
+    "key", ["book:1", "{", "}", "a{b}c", "{}", "}{x}{", "bööк:{1}", "k" * 255, "quote\"'{tag}"]
+)
 def test_every_redis_key_of_a_lock_is_in_one_slot(backend, key: str) -> None:
     from redis.crc import key_slot
 
@@ -76,14 +81,17 @@ def test_every_redis_key_of_a_lock_is_in_one_slot(backend, key: str) -> None:
     assert backend.protocol.keys(key) != backend.protocol.keys(key + " ")
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"CACHE": "redis", "SPEED": 1}, "unknown keys"),
-    ({"CACHE": "redis", "PREFIX": "app{1}:"}, "PREFIX"),
-    ({"CACHE": "redis", "POLL_INTERVAL": 0}, "POLL_INTERVAL"),
-    ({"CACHE": "redis", "QUEUE_TTL": "3"}, "QUEUE_TTL"),
-    ({"CACHE": "redis", "POLL_INTERVAL": 1, "QUEUE_TTL": 1}, "twice"),
-    ({"CACHE": ""}, "CACHE"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"CACHE": "redis", "SPEED": 1}, "unknown keys"),
+        ({"CACHE": "redis", "PREFIX": "app{1}:"}, "PREFIX"),
+        ({"CACHE": "redis", "POLL_INTERVAL": 0}, "POLL_INTERVAL"),
+        ({"CACHE": "redis", "QUEUE_TTL": "3"}, "QUEUE_TTL"),
+        ({"CACHE": "redis", "POLL_INTERVAL": 1, "QUEUE_TTL": 1}, "twice"),
+        ({"CACHE": ""}, "CACHE"),
+    ],
+)
 def test_bad_options_are_refused_naming_them(options: dict, message: str) -> None:
     from occupy.backends.redis import RedisBackend
 
@@ -91,8 +99,9 @@ def test_bad_options_are_refused_naming_them(options: dict, message: str) -> Non
         RedisBackend("bad", {"OPTIONS": options})
 
 
-@pytest.mark.parametrize(("cache", "message"), [("default", "django-redis"),
-                                                ("nowhere", "not in settings.CACHES")])
+@pytest.mark.parametrize(
+    ("cache", "message"), [("default", "django-redis"), ("nowhere", "not in settings.CACHES")]
+)
 def test_a_cache_without_a_raw_redis_client_is_refused(cache: str, message: str) -> None:
     from occupy.backends.redis import RedisBackend
 
@@ -172,13 +181,18 @@ def test_a_newcomer_does_not_overtake_a_waiter_when_the_holder_expires(live_db: 
 def test_claims_show_the_holder_and_the_waiters_never_tokens(backend) -> None:
     alice = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
     got = []
-    waiter = threading.Thread(target=lambda: got.append(
-        occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, using=backend.alias)))
+    waiter = threading.Thread(
+        target=lambda: got.append(
+            occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, using=backend.alias)
+        )
+    )
     waiter.start()
     wait_for_waiters(backend, "book:1")
     claims = list(backend.claims())
     assert [(c.key, c.owner, c.state) for c in claims] == [
-        ("book:1", "alice", "using"), ("book:1", "bob", "pending")]
+        ("book:1", "alice", "using"),
+        ("book:1", "bob", "pending"),
+    ]
     assert claims[0].fence == alice.fence and claims[1].fence is None
     assert claims[0].since <= claims[1].since
     out = StringIO()
@@ -197,8 +211,14 @@ def test_waiting_leaves_nothing_behind_but_the_fence(backend) -> None:
     with pytest.raises(occupy.LockTimeout):
         occupy.acquire("book:1", owner="bob", timeout=0.3, using=backend.alias)
     leases = []
-    waiters = [threading.Thread(target=lambda n=n: leases.append(occupy.acquire(
-        "book:1", owner=f"w{n}", ttl=30, timeout=10, using=backend.alias))) for n in range(3)]
+    waiters = [
+        threading.Thread(
+            target=lambda n=n: leases.append(
+                occupy.acquire("book:1", owner=f"w{n}", ttl=30, timeout=10, using=backend.alias)
+            )
+        )
+        for n in range(3)
+    ]
     for thread in waiters:
         thread.start()
     wait_for_waiters(backend, "book:1", 3)
@@ -220,7 +240,8 @@ def test_cancelling_an_async_waiter_leaves_no_trace(
     async def main() -> None:
         lease = await occupy.aacquire("book:1", owner="alice", ttl=30, using=backend.alias)
         waiter = asyncio.ensure_future(
-            occupy.aacquire("book:1", owner="bob", timeout=30, using=backend.alias))
+            occupy.aacquire("book:1", owner="bob", timeout=30, using=backend.alias)
+        )
         await waiting.await_for(1)
         assert backend.protocol.client.zcard(backend.protocol.keys("book:1").queue) == 1
         waiter.cancel()
@@ -291,8 +312,9 @@ def test_a_dead_waiter_blocks_the_queue_only_until_its_place_expires(live_db: No
     assert dead.try_acquire() is None
     dead.enqueue()  # and never looks again, as if killed
     got = []
-    carol = threading.Thread(target=lambda: got.append(
-        brisk.acquire("book:1", owner="carol", ttl=30, timeout=5)))
+    carol = threading.Thread(
+        target=lambda: got.append(brisk.acquire("book:1", owner="carol", ttl=30, timeout=5))
+    )
     carol.start()
     wait_until(lambda: "carol" in waiters(brisk, "book:1"), what="carol to queue")
     time.sleep(0.6)  # the dead waiter's place expires; carol's is kept alive by her polls
@@ -334,8 +356,11 @@ def test_fences_never_fall_below_the_counter_when_the_clock_is_behind(backend) -
     assert occupy.acquire("book:1", using=backend.alias).fence == ahead + 2
 
 
-@pytest.mark.parametrize("start", [2**53 - 2, 2**62, 2**63 - 10, 10**18 + 999],
-                         ids=["2^53-2", "2^62", "2^63-10", "1e18+999"])
+@pytest.mark.parametrize(
+    "start",
+    [2**53 - 2, 2**62, 2**63 - 10, 10**18 + 999],
+    ids=["2^53-2", "2^62", "2^63-10", "1e18+999"],
+)
 def test_fences_are_exact_integers_up_to_2_63(backend, start: int) -> None:
     """Before, the scripts counted in Lua doubles: a counter at 2^62 gave three grants
     the same fence, one past 2^63 a negative one."""
@@ -384,8 +409,7 @@ def test_a_fence_counter_occupy_did_not_write_is_refused_by_name(
     plant(backend.protocol.client, name)
     for timeout in (0, 0.2):  # the first try, and the queueing script
         with pytest.raises(occupy.StoreUnavailable) as info:
-            occupy.acquire("book:1", owner="alice", ttl=30, timeout=timeout,
-                           using=backend.alias)
+            occupy.acquire("book:1", owner="alice", ttl=30, timeout=timeout, using=backend.alias)
         message = str(info.value)
         assert name in message and info.value.key == "book:1"
         assert ("takeover" in message) == repairable and "Lua" not in message
@@ -430,8 +454,7 @@ FOREIGN = {
     "old layout": lambda client, name: client.set(name, "v1:owner:123", px=60_000),
     "binary": lambda client, name: client.set(name, b"\xff\xfe\x00garbage", px=60_000),
     "almost ours": lambda client, name: client.set(name, b"t -1 5 9 8 \xff\x00k", px=60_000),
-    "hash": lambda client, name: (client.hset(name, "owner", "x"),
-                                  client.pexpire(name, 60_000)),
+    "hash": lambda client, name: (client.hset(name, "owner", "x"), client.pexpire(name, 60_000)),
 }
 
 
@@ -449,16 +472,23 @@ def test_a_foreign_value_is_held_by_an_unknown_holder(backend, plant) -> None:
     assert info.value.holder.owner == UNKNOWN_OWNER
     with pytest.raises(occupy.LockTimeout):  # the queueing script refuses it too
         occupy.acquire("book:1", owner="alice", ttl=30, timeout=0.1, using=backend.alias)
-    stale = Lease(key="book:1", owner="alice", token="0" * 32, fence=1,
-                  expires_at=holder.expires_at, ttl=30, using=backend.alias, backend=backend)
+    stale = Lease(
+        key="book:1",
+        owner="alice",
+        token="0" * 32,
+        fence=1,
+        expires_at=holder.expires_at,
+        ttl=30,
+        using=backend.alias,
+        backend=backend,
+    )
     for call in (lambda: backend.extend(stale, 30), lambda: backend.release(stale)):
         stale.lost = False
         with pytest.raises(occupy.LeaseLost):
             call()
     assert not backend.is_held(stale)
     claims = [c for c in backend.claims() if c.owner == UNKNOWN_OWNER]
-    assert [(c.key, c.state, c.since, c.fence) for c in claims] == [
-        (name, "using", None, None)]
+    assert [(c.key, c.state, c.since, c.fence) for c in claims] == [(name, "using", None, None)]
     out = StringIO()
     call_command("list_locks", using=[backend.alias], stdout=out)
     assert UNKNOWN_OWNER in out.getvalue() and name in out.getvalue()
@@ -493,8 +523,10 @@ def _counter_store(kind: str):
         return (lambda: int(client.get(name) or 0)), (lambda v: client.set(name, v))
     from tests.testapp.models import Counter
 
-    return ((lambda: Counter.objects.get(name="c").value),
-            (lambda v: Counter.objects.filter(name="c").update(value=v)))
+    return (
+        (lambda: Counter.objects.get(name="c").value),
+        (lambda v: Counter.objects.filter(name="c").update(value=v)),
+    )
 
 
 def _count(alias: str, kind: str, sections: int, hold: float) -> list:
@@ -519,8 +551,9 @@ def test_processes_exclude_each_other(redis_backend, kind: str) -> None:
 
     Counter.objects.create(name="c")
     procs, sections = 4, 12
-    spans = sorted(s for out in multiproc.run(_count, [(ALIAS, kind, sections, 0.003)] * procs)
-                   for s in out)
+    spans = sorted(
+        s for out in multiproc.run(_count, [(ALIAS, kind, sections, 0.003)] * procs) for s in out
+    )
     read, _write = _counter_store(kind)
     assert read() == procs * sections  # no increment lost
     for (_e1, exit1, fence1), (enter2, _x2, fence2) in itertools.pairwise(spans):
@@ -614,8 +647,7 @@ def test_a_redis_failure_is_an_occupy_error_naming_the_key(live_db: None) -> Non
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # nobody listens here once the socket is closed
     brisk = _brisk()
-    brisk.bind(redis.Redis(port=port, socket_connect_timeout=0.2, retry_on_error=[],
-                           retry=None))
+    brisk.bind(redis.Redis(port=port, socket_connect_timeout=0.2, retry_on_error=[], retry=None))
     with pytest.raises(occupy.OccupyError, match="book:1") as info:
         brisk.acquire("book:1", owner="alice", ttl=30, timeout=0)
     assert info.value.key == "book:1"

@@ -66,9 +66,22 @@ def redis_server(port: int, directory: Path, *options: str) -> Iterator[subproce
     from redis.retry import Retry
 
     proc = subprocess.Popen(
-        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(directory), *options],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            REDIS_SERVER,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+            *options,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         # No retries of its own: redis-py's default backoff would make a server that
@@ -76,8 +89,10 @@ def redis_server(port: int, directory: Path, *options: str) -> Iterator[subproce
         probe = redis.Redis(port=port, socket_timeout=1, retry=Retry(NoBackoff(), 0))
         for _ in range(100):
             if proc.poll() is not None:
-                raise AssertionError(f"redis-server exited with {proc.returncode} on port "
-                                     f"{port} ({' '.join(options)})")
+                raise AssertionError(
+                    f"redis-server exited with {proc.returncode} on port "
+                    f"{port} ({' '.join(options)})"
+                )
             try:
                 probe.ping()
                 break
@@ -95,8 +110,13 @@ def redis_server(port: int, directory: Path, *options: str) -> Iterator[subproce
 @contextmanager
 def _spare_cache(port: int) -> Iterator[None]:
     """Add the django-redis cache ``spare``, on the server at ``port``, to ``CACHES``."""
-    caches = {**settings.CACHES, "spare": {
-        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/0"}}
+    caches = {
+        **settings.CACHES,
+        "spare": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{port}/0",
+        },
+    }
     with override_settings(CACHES=caches):
         yield
 
@@ -104,8 +124,9 @@ def _spare_cache(port: int) -> Iterator[None]:
 def _backend(cache: str):
     from occupy.backends.redis import RedisBackend
 
-    return RedisBackend(cache, {"OPTIONS": {"CACHE": cache,
-                                            "PREFIX": f"{settings.REDIS_PREFIX}occupy:"}})
+    return RedisBackend(
+        cache, {"OPTIONS": {"CACHE": cache, "PREFIX": f"{settings.REDIS_PREFIX}occupy:"}}
+    )
 
 
 def test_fences_rise_across_a_restart_without_persistence(tmp_path: Path) -> None:
@@ -197,8 +218,14 @@ def test_every_script_stays_in_one_cluster_slot(tmp_path: Path) -> None:
     from redis.cluster import RedisCluster
 
     port = _spare_port(cluster=True)
-    with redis_server(port, tmp_path, "--cluster-enabled", "yes",
-                      "--cluster-config-file", str(tmp_path / "nodes.conf")):
+    with redis_server(
+        port,
+        tmp_path,
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        str(tmp_path / "nodes.conf"),
+    ):
         node = redis.Redis(port=port)
         node.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
         for _ in range(200):
@@ -227,12 +254,15 @@ def _exercise(backend, key: str) -> None:
     with pytest.raises(occupy.LockTimeout):
         backend.acquire(key, owner="carol", ttl=30, timeout=0.2)  # queued, then cancelled
     got = []
-    waiter = threading.Thread(target=lambda: got.append(
-        backend.acquire(key, owner="bob", ttl=30, timeout=10)))
+    waiter = threading.Thread(
+        target=lambda: got.append(backend.acquire(key, owner="bob", ttl=30, timeout=10))
+    )
     waiter.start()
     wait_for_waiters(backend, key)
-    assert [(c.owner, c.state) for c in backend.claims()] == [("alice", "using"),
-                                                             ("bob", "pending")]
+    assert [(c.owner, c.state) for c in backend.claims()] == [
+        ("alice", "using"),
+        ("bob", "pending"),
+    ]
     alice.extend(60)
     occupy.release(alice)  # hands the key to bob, woken through his list
     waiter.join(10)
@@ -241,8 +271,9 @@ def _exercise(backend, key: str) -> None:
     assert backend.holder(key) is None
 
 
-def count_through_restarts(port: int, prefix: str, key: str, seconds: float
-                           ) -> tuple[list[tuple], int]:
+def count_through_restarts(
+    port: int, prefix: str, key: str, seconds: float
+) -> tuple[list[tuple], int]:
     """Loop over ``key`` on the Redis server at ``port`` for ``seconds``, incrementing its
     Counter row under the lock, going on through errors while the server restarts.
     Return the ``(entered, left, fence)`` spans and how many calls failed."""
@@ -253,10 +284,14 @@ def count_through_restarts(port: int, prefix: str, key: str, seconds: float
     from occupy.backends.redis import RedisBackend
     from tests.testapp.models import Counter
 
-    backend = RedisBackend("restarts", {"OPTIONS": {"PREFIX": prefix, "POLL_INTERVAL": 0.1,
-                                                    "QUEUE_TTL": 1}})
-    backend.bind(redis.Redis(port=port, socket_timeout=2, socket_connect_timeout=1,
-                             retry=Retry(NoBackoff(), 0)))
+    backend = RedisBackend(
+        "restarts", {"OPTIONS": {"PREFIX": prefix, "POLL_INTERVAL": 0.1, "QUEUE_TTL": 1}}
+    )
+    backend.bind(
+        redis.Redis(
+            port=port, socket_timeout=2, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0)
+        )
+    )
     spans, failures = [], 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -282,8 +317,9 @@ def count_through_restarts(port: int, prefix: str, key: str, seconds: float
 
 
 @pytest.mark.multiprocess
-def test_no_overlap_and_rising_fences_while_the_server_restarts(tmp_path: Path,
-                                                               live_db: None) -> None:
+def test_no_overlap_and_rising_fences_while_the_server_restarts(
+    tmp_path: Path, live_db: None
+) -> None:
     """Four processes contend for one key while the Redis server they use (with an
     append-only file, so that its locks survive a restart) is restarted three times.
     Without the append-only file the holder inside its section loses its lock to the
@@ -296,8 +332,9 @@ def test_no_overlap_and_rising_fences_while_the_server_restarts(tmp_path: Path,
     durable = ("--appendonly", "yes", "--appendfsync", "always")
     Counter.objects.create(name="stock", value=0)
     with redis_server(port, tmp_path, *durable):
-        workers = multiproc.start(count_through_restarts,
-                                  [(port, settings.REDIS_PREFIX, "stock", 9.0)] * 4)
+        workers = multiproc.start(
+            count_through_restarts, [(port, settings.REDIS_PREFIX, "stock", 9.0)] * 4
+        )
         time.sleep(2)
     for _ in range(3):
         with redis_server(port, tmp_path, *durable):

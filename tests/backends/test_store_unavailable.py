@@ -36,10 +36,14 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def _assert_unavailable(backend: BaseBackend, call: Callable[[], object],
-                        cause: type[BaseException] | tuple[type[BaseException], ...],
-                        *, key: str | None = "down:1", call_name: str = ""
-                        ) -> occupy.StoreUnavailable:
+def _assert_unavailable(
+    backend: BaseBackend,
+    call: Callable[[], object],
+    cause: type[BaseException] | tuple[type[BaseException], ...],
+    *,
+    key: str | None = "down:1",
+    call_name: str = "",
+) -> occupy.StoreUnavailable:
     with pytest.raises(occupy.OccupyError) as info:
         call()
     error = info.value
@@ -56,14 +60,21 @@ def _assert_unavailable(backend: BaseBackend, call: Callable[[], object],
 
 def _exercise(backend: BaseBackend, cause) -> None:
     _assert_unavailable(
-        backend, lambda: backend.acquire("down:1", owner="alice", ttl=30, timeout=0), cause)
+        backend, lambda: backend.acquire("down:1", owner="alice", ttl=30, timeout=0), cause
+    )
     _assert_unavailable(
-        backend, lambda: backend.acquire("down:1", owner="alice", ttl=30, timeout=0.2), cause)
+        backend, lambda: backend.acquire("down:1", owner="alice", ttl=30, timeout=0.2), cause
+    )
     _assert_unavailable(backend, lambda: backend.holder("down:1"), cause)
     # A lease the store granted before it went away.
-    lease = backend.make_lease("down:1", owner="alice", token="0" * 32, fence=1,
-                               expires_at=datetime.now(timezone.utc) + timedelta(seconds=30),
-                               ttl=30)
+    lease = backend.make_lease(
+        "down:1",
+        owner="alice",
+        token="0" * 32,
+        fence=1,
+        expires_at=datetime.now(timezone.utc) + timedelta(seconds=30),
+        ttl=30,
+    )
     _assert_unavailable(backend, lambda: backend.release(lease), cause)
     _assert_unavailable(backend, lambda: backend.extend(lease, 30), cause)
     _assert_unavailable(backend, lambda: backend.is_held(lease), cause)
@@ -109,8 +120,10 @@ def test_database_backend(like: str, down_database, tmp_path: Path) -> None:
 
 
 def _down_caches(backend_path: str) -> dict:
-    return {**settings.CACHES, "down": {"BACKEND": backend_path,
-                                       "LOCATION": f"redis://127.0.0.1:{_closed_port()}/0"}}
+    return {
+        **settings.CACHES,
+        "down": {"BACKEND": backend_path, "LOCATION": f"redis://127.0.0.1:{_closed_port()}/0"},
+    }
 
 
 @pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or "")
@@ -124,8 +137,9 @@ def test_redis_backend() -> None:
 
 
 @pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or "")
-@pytest.mark.parametrize("cache", ["django_redis.cache.RedisCache",
-                                   "django.core.cache.backends.redis.RedisCache"])
+@pytest.mark.parametrize(
+    "cache", ["django_redis.cache.RedisCache", "django.core.cache.backends.redis.RedisCache"]
+)
 @pytest.mark.parametrize("path", ["redis", "add"])
 def test_cache_backend(cache: str, path: str) -> None:
     """On a Redis cache the backend runs the Redis protocol on the cache's raw client
@@ -138,25 +152,34 @@ def test_cache_backend(cache: str, path: str) -> None:
 
     with override_settings(CACHES=_down_caches(cache)):
         if path == "redis":
-            _exercise_all(CacheBackend("cache-down", {"OPTIONS": {"CACHE": "down"}}),
-                          RedisError)
+            _exercise_all(CacheBackend("cache-down", {"OPTIONS": {"CACHE": "down"}}), RedisError)
         else:
-            _exercise_all(AddOnlyCacheBackend("cache-down", {"OPTIONS": {"CACHE": "down"}}),
-                          (RedisError, ConnectionInterrupted))
+            _exercise_all(
+                AddOnlyCacheBackend("cache-down", {"OPTIONS": {"CACHE": "down"}}),
+                (RedisError, ConnectionInterrupted),
+            )
 
 
 def _every_call(backend: BaseBackend) -> dict[str, tuple[str | None, Callable[[], object]]]:
     """Return each public call of ``backend``, by name, with the key it works on."""
     lease = backend.make_lease(
-        "down:1", owner="alice", token="a-token", fence=1, ttl=30,
-        expires_at=datetime.now(timezone.utc) + timedelta(seconds=30))
+        "down:1",
+        owner="alice",
+        token="a-token",
+        fence=1,
+        ttl=30,
+        expires_at=datetime.now(timezone.utc) + timedelta(seconds=30),
+    )
     return {
-        "acquire": ("down:1", lambda: backend.acquire(
-            "down:1", owner="alice", ttl=30, timeout=0)),
-        "acquire, waiting": ("down:1", lambda: backend.acquire(
-            "down:1", owner="alice", ttl=30, timeout=0.2)),
-        "aacquire": ("down:1", lambda: asyncio.run(backend.aacquire(
-            "down:1", owner="alice", ttl=30, timeout=0.2))),
+        "acquire": ("down:1", lambda: backend.acquire("down:1", owner="alice", ttl=30, timeout=0)),
+        "acquire, waiting": (
+            "down:1",
+            lambda: backend.acquire("down:1", owner="alice", ttl=30, timeout=0.2),
+        ),
+        "aacquire": (
+            "down:1",
+            lambda: asyncio.run(backend.aacquire("down:1", owner="alice", ttl=30, timeout=0.2)),
+        ),
         "release": ("down:1", lambda: backend.release(lease)),
         "extend": ("down:1", lambda: backend.extend(lease, 30)),
         "holder": ("down:1", lambda: backend.holder("down:1")),

@@ -25,20 +25,33 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
     ledger.close()
 
 
-def read(ledger: Ledger, fence: int, *, worker: int = 0, t: float = 0.0,
-         after_seq: int | None = None) -> Read:
-    return ledger.read(KEY, fence, worker=worker, t_call=t, t_grant=t,
-                       after_seq=ledger.now() if after_seq is None else after_seq)
+def read(
+    ledger: Ledger, fence: int, *, worker: int = 0, t: float = 0.0, after_seq: int | None = None
+) -> Read:
+    return ledger.read(
+        KEY,
+        fence,
+        worker=worker,
+        t_call=t,
+        t_grant=t,
+        after_seq=ledger.now() if after_seq is None else after_seq,
+    )
 
 
-def write(ledger: Ledger, r: Read, fence: int, *, t: float = 0.0,
-          paused: bool = False) -> bool:
+def write(ledger: Ledger, r: Read, fence: int, *, t: float = 0.0, paused: bool = False) -> bool:
     return ledger.write(r, KEY, fence, t_write=t, paused=paused)[0]
 
 
 def verdict(ledger: Ledger, faults: list[Fault] | None = None, ttl: float = 10.0) -> Tally:
-    return tally(ledger.sections(), ledger.records(), faults or [], ttl=ttl, started=0.0,
-                 ended=100.0, outcomes=ledger.outcomes())
+    return tally(
+        ledger.sections(),
+        ledger.records(),
+        faults or [],
+        ttl=ttl,
+        started=0.0,
+        ended=100.0,
+        outcomes=ledger.outcomes(),
+    )
 
 
 def test_sections_one_after_another_pass(ledger: Ledger) -> None:
@@ -95,7 +108,8 @@ def test_a_fence_that_went_down_is_a_violation(ledger: Ledger) -> None:
 
 
 def test_a_lower_fence_requested_before_the_higher_was_recorded_is_no_violation(
-        ledger: Ledger) -> None:
+    ledger: Ledger,
+) -> None:
     """Grants that raced (the later fence recorded first) break no promise."""
     requested = ledger.now()
     assert write(ledger, read(ledger, 50, worker=1), 50)
@@ -158,8 +172,9 @@ def test_a_killed_holder_leaves_an_unfinished_section(ledger: Ledger) -> None:
 
 
 def test_foreign_exceptions_are_counted_apart(ledger: Ledger) -> None:
-    ledger.add_outcomes(1, {("acquire: LockTimeout", ""): 3,
-                            ("foreign", "acquire: builtins.OverflowError: x"): 1})
+    ledger.add_outcomes(
+        1, {("acquire: LockTimeout", ""): 3, ("foreign", "acquire: builtins.OverflowError: x"): 1}
+    )
     ledger.add_outcomes(2, {("acquire: LockTimeout", ""): 2})
     t = verdict(ledger)
     assert t.exceptions["acquire: LockTimeout"] == 5
@@ -180,9 +195,13 @@ def test_the_soak_fails_a_lock_that_does_not_lock(tmp_path: Path) -> None:
     every process holds every key at once, with fences of its own): the soak's verdict
     must be a failure, with the overlaps and lost increments counted."""
     memory = {"memory": {"BACKEND": "occupy.testing.MemoryBackend"}}
-    env = {**os.environ, "OCCUPY_FAULTS_DIR": str(tmp_path),
-           "OCCUPY_FAULTS_EXTRA_BACKENDS": json.dumps(memory),
-           "DJANGO_SETTINGS_MODULE": "bench.faults.settings", "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "OCCUPY_FAULTS_DIR": str(tmp_path),
+        "OCCUPY_FAULTS_EXTRA_BACKENDS": json.dumps(memory),
+        "DJANGO_SETTINGS_MODULE": "bench.faults.settings",
+        "PYTHONPATH": str(REPO),
+    }
     plan = Plan(seconds=3, interval=1000, workers=3, keys=1, hold=0.02, max_sections=300)
     t = Soak(Store("memory", None), None, tmp_path, env, plan, seed=0).run()
     assert t.sections > 0

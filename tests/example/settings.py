@@ -18,7 +18,9 @@ if os.environ.get("EXAMPLE_LEASE_REDIS"):
         "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2},
     }
     OCCUPY["BACKENDS"]["default"] = {  # noqa: F405
-        "BACKEND": "occupy.backends.redis.RedisBackend", "OPTIONS": {"CACHE": "leases"}}
+        "BACKEND": "occupy.backends.redis.RedisBackend",
+        "OPTIONS": {"CACHE": "leases"},
+    }
     # The admin's "being edited" column reads Occupation rows, which Redis does not
     # keep; this test drives the API, not the admin.
     SILENCED_SYSTEM_CHECKS = ["occupy.E102"]

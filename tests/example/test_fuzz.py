@@ -28,8 +28,13 @@ SIGNED_IN = {"Authorization": "Basic " + base64.b64encode(f"editor:{PASSWORD}".e
 
 def _fuzz(operation, url: str, mode: GenerationMode, path_parameters: dict) -> None:
     @given(operation.as_strategy(generation_mode=mode, path_parameters=path_parameters))
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     def run(case) -> None:
         for headers in ({}, SIGNED_IN):
             response = case.call(base_url=url, headers=headers)

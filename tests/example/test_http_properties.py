@@ -43,8 +43,10 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or ""),
     # Where the servers are required (CI), a missing redis-server fails the test.
-    pytest.mark.skipif(REDIS_SERVER is None and os.environ.get("OCCUPY_REQUIRE_SERVERS") != "1",
-                       reason="redis-server is not on PATH"),
+    pytest.mark.skipif(
+        REDIS_SERVER is None and os.environ.get("OCCUPY_REQUIRE_SERVERS") != "1",
+        reason="redis-server is not on PATH",
+    ),
 ]
 
 #: Requests drawn per stretch, over all the operations at once (so the store's
@@ -60,15 +62,34 @@ ACCEPTS = ("application/json", "text/html", "text/html; q=1.0, */*")
 ASCII = st.characters(min_codepoint=32, max_codepoint=126)
 DIGITS = "9" * 5000
 IF_MATCH = st.one_of(
-    st.none(), st.none(),
-    st.sampled_from(['"1"', '"2"', 'W/"1"', "*", '"1", "2"', f'"{DIGITS}"', DIGITS, '"-1"',
-                     '""', '"1.5"', "garbage", '"1" junk', " , "]),
+    st.none(),
+    st.none(),
+    st.sampled_from(
+        [
+            '"1"',
+            '"2"',
+            'W/"1"',
+            "*",
+            '"1", "2"',
+            f'"{DIGITS}"',
+            DIGITS,
+            '"-1"',
+            '""',
+            '"1.5"',
+            "garbage",
+            '"1" junk',
+            " , ",
+        ]
+    ),
     st.text(ASCII, max_size=40),
 )
 TTL = st.one_of(
     # NaN and infinities are not JSON: as strings below, where a client can send them.
-    st.none(), st.integers(-10, 10**6), st.floats(allow_nan=False, allow_infinity=False),
-    st.booleans(), st.sampled_from(["1e-300", "nan", "inf", "10", "", DIGITS, "0x10"]),
+    st.none(),
+    st.integers(-10, 10**6),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    st.sampled_from(["1e-300", "nan", "inf", "10", "", DIGITS, "0x10"]),
     st.text(ASCII, max_size=12),
 )
 
@@ -99,11 +120,11 @@ def lease_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServe
 
 
 @pytest.fixture(scope="module")
-def site(lease_store: RedisServer,
-         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+def site(lease_store: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     """The example site with its leases on :func:`lease_store`."""
-    with run_site(tmp_path_factory.mktemp("example-redis"),
-                  EXAMPLE_LEASE_REDIS=lease_store.url) as running:
+    with run_site(
+        tmp_path_factory.mktemp("example-redis"), EXAMPLE_LEASE_REDIS=lease_store.url
+    ) as running:
         yield running
 
 
@@ -122,12 +143,14 @@ def _tokens(site: Site, ids: dict[str, list[int]]) -> list[str]:
     """Return real lease tokens: one still held by the editor, one released."""
     tokens = []
     for pk in ids["books"][:2]:
-        status, _head, raw = call("POST", f"{site.url}/api/books/{pk}/lease/", "editor",
-                                  {"ttl": 600})
+        status, _head, raw = call(
+            "POST", f"{site.url}/api/books/{pk}/lease/", "editor", {"ttl": 600}
+        )
         assert status == 201, raw
         tokens.append(json.loads(raw)["token"])
-    status, _head, raw = call("DELETE", f"{site.url}/api/books/{ids['books'][1]}/lease/",
-                              "editor", Occupy_Lease=tokens[1])
+    status, _head, raw = call(
+        "DELETE", f"{site.url}/api/books/{ids['books'][1]}/lease/", "editor", Occupy_Lease=tokens[1]
+    )
     assert status == 204, raw
     return tokens
 
@@ -145,32 +168,48 @@ def _judge(stretch: Stretch, label: str, extra: dict[str, Any], response: Any) -
             if code != "store_unavailable":
                 stretch.failures.append(f"{label} {extra}: 503 with code {code!r}")
         return
-    shown = {k: (v[:40] + "…" if isinstance(v, str) and len(v) > 40 else v)
-             for k, v in extra.items()}
+    shown = {
+        k: (v[:40] + "…" if isinstance(v, str) and len(v) > 40 else v) for k, v in extra.items()
+    }
     stretch.failures.append(f"{label} {shown}: {status} {response.text[:300]!r}")
 
 
-def _draw_requests(site: Site, operations: list[Any], ids: dict[str, list[int]],
-                   tokens: list[str], stretch: Stretch, number: int) -> None:
+def _draw_requests(
+    site: Site,
+    operations: list[Any],
+    ids: dict[str, list[int]],
+    tokens: list[str],
+    stretch: Stretch,
+    number: int,
+) -> None:
     """Send ``EXAMPLES`` drawn requests; judge each answer into ``stretch``."""
     cases = st.one_of([st.tuples(st.just(op), op.as_strategy()) for op in operations])
-    extras = st.fixed_dictionaries({
-        "user": st.sampled_from(USERS),
-        "accept": st.sampled_from(ACCEPTS),
-        "pick": st.integers(0, 2),
-        "If-Match": IF_MATCH,
-        "Occupy-Lease": st.one_of(st.none(), st.none(), st.sampled_from([*tokens, "x" * 5000,
-                                                               "not a token", "-"]),
-                                  st.text(ASCII, max_size=60)),
-        "Occupy-Client": st.one_of(st.none(), st.text(ASCII, max_size=100)),
-        "ttl": TTL,
-    })
+    extras = st.fixed_dictionaries(
+        {
+            "user": st.sampled_from(USERS),
+            "accept": st.sampled_from(ACCEPTS),
+            "pick": st.integers(0, 2),
+            "If-Match": IF_MATCH,
+            "Occupy-Lease": st.one_of(
+                st.none(),
+                st.none(),
+                st.sampled_from([*tokens, "x" * 5000, "not a token", "-"]),
+                st.text(ASCII, max_size=60),
+            ),
+            "Occupy-Client": st.one_of(st.none(), st.text(ASCII, max_size=100)),
+            "ttl": TTL,
+        }
+    )
 
     @seed(number)
     @given(drawn=cases, extra=extras)
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
-              phases=[Phase.explicit, Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     def run(drawn: tuple[Any, Any], extra: dict[str, Any]) -> None:
         operation, case = drawn
         kind = operation.path.split("/")[2]
@@ -182,16 +221,20 @@ def _draw_requests(site: Site, operations: list[Any], ids: dict[str, list[int]],
         for name in ("If-Match", "Occupy-Lease", "Occupy-Client"):
             if extra[name] is not None:
                 headers[name] = extra[name]
-        if ("/lease/" in operation.path and extra["ttl"] is not None
-                and case.media_type == "application/json"):
+        if (
+            "/lease/" in operation.path
+            and extra["ttl"] is not None
+            and case.media_type == "application/json"
+        ):
             case.body = {"ttl": extra["ttl"]}
         case.headers = {**(case.headers or {}), **headers}
         try:
             response = case.call(base_url=site.url, timeout=60)
         except (ValueError, InvalidJSONError):  # a draw requests cannot send
             return
-        _judge(stretch, operation.label, {k: v for k, v in extra.items() if v is not None},
-               response)
+        _judge(
+            stretch, operation.label, {k: v for k, v in extra.items() if v is not None}, response
+        )
 
     run()
 
@@ -203,18 +246,30 @@ def _after(delay: float, action: Any) -> threading.Timer:
 
 
 def test_no_request_gets_a_500_while_the_lock_store_goes_and_comes_back(
-        site: Site, lease_store: RedisServer) -> None:
+    site: Site, lease_store: RedisServer
+) -> None:
     schema = schemathesis.openapi.from_url(f"{site.url}/api/schema/?format=json")
-    operations = [result.ok() for result in schema.get_all_operations()
-                  if not result.ok().path.startswith("/api/schema")]
+    operations = [
+        result.ok()
+        for result in schema.get_all_operations()
+        if not result.ok().path.startswith("/api/schema")
+    ]
     labels = {op.label for op in operations}
     for kind in ("books", "tasks"):  # the lease actions are part of the draw
-        assert {f"POST /api/{kind}/{{id}}/lease/", f"PATCH /api/{kind}/{{id}}/lease/",
-                f"GET /api/{kind}/{{id}}/lease/", f"DELETE /api/{kind}/{{id}}/lease/",
-                f"POST /api/{kind}/{{id}}/lease/release/",
-                f"POST /api/{kind}/{{id}}/lease/takeover/"} <= labels, labels
-    stretches = [Stretch("store up", False), Stretch("store stopping, then down", True),
-                 Stretch("store starting again", True), Stretch("store up again", False)]
+        assert {
+            f"POST /api/{kind}/{{id}}/lease/",
+            f"PATCH /api/{kind}/{{id}}/lease/",
+            f"GET /api/{kind}/{{id}}/lease/",
+            f"DELETE /api/{kind}/{{id}}/lease/",
+            f"POST /api/{kind}/{{id}}/lease/release/",
+            f"POST /api/{kind}/{{id}}/lease/takeover/",
+        } <= labels, labels
+    stretches = [
+        Stretch("store up", False),
+        Stretch("store stopping, then down", True),
+        Stretch("store starting again", True),
+        Stretch("store up again", False),
+    ]
     tokens: list[str] = []
     for number, stretch in enumerate(stretches):
         ids = _objects(site)  # creating needs no lock store
@@ -260,17 +315,22 @@ def test_the_requests_that_gave_500s_before(site: Site, accept: str) -> None:
     answers["POST lease"] = status
     if accept == "application/json" and status in (200, 201):
         token = json.loads(raw)["token"]
-        answers["PATCH lease"] = call("PATCH", f"{book}lease/", "editor", {"ttl": 30},
-                                      Accept=accept, Occupy_Lease=token)[0]
-        answers["DELETE lease"] = call("DELETE", f"{book}lease/", "editor", Accept=accept,
-                                       Occupy_Lease=token)[0]
+        answers["PATCH lease"] = call(
+            "PATCH", f"{book}lease/", "editor", {"ttl": 30}, Accept=accept, Occupy_Lease=token
+        )[0]
+        answers["DELETE lease"] = call(
+            "DELETE", f"{book}lease/", "editor", Accept=accept, Occupy_Lease=token
+        )[0]
     answers["If-Match of 5,000 digits"] = call(
-        "PATCH", book, "editor", {"name": "x"}, Accept=accept, If_Match=f'"{DIGITS}"')[0]
+        "PATCH", book, "editor", {"name": "x"}, Accept=accept, If_Match=f'"{DIGITS}"'
+    )[0]
     for ttl in (True, "1e-300", DIGITS, float("inf")):
-        answers[f"ttl {str(ttl)[:10]}"] = call("POST", f"{book}lease/", "editor",
-                                               {"ttl": ttl}, Accept=accept)[0]
-    answers["takeover"] = call("POST", f"{book}lease/takeover/", "editor", {"ttl": 5},
-                               Accept=accept)[0]
+        answers[f"ttl {str(ttl)[:10]}"] = call(
+            "POST", f"{book}lease/", "editor", {"ttl": ttl}, Accept=accept
+        )[0]
+    answers["takeover"] = call(
+        "POST", f"{book}lease/takeover/", "editor", {"ttl": 5}, Accept=accept
+    )[0]
     answers["API root"] = call("GET", f"{site.url}/api/", "reader", Accept=accept)[0]
     errors = {name: status for name, status in answers.items() if status >= 500}
     assert not errors, f"server errors ({accept}): {errors}"

@@ -23,8 +23,11 @@ pytestmark = pytest.mark.slow
 
 
 def test_race_demo_shows_plain_django_losing_updates_and_occupy_losing_none(tmp_path) -> None:
-    env = {**os.environ, "EXAMPLE_SQLITE": str(tmp_path / "library.sqlite3"),
-           "DJANGO_SETTINGS_MODULE": "example_project.settings"}
+    env = {
+        **os.environ,
+        "EXAMPLE_SQLITE": str(tmp_path / "library.sqlite3"),
+        "DJANGO_SETTINGS_MODULE": "example_project.settings",
+    }
     manage("migrate", "--verbosity", "0", env=env)
     table = manage("race_demo", env=env)
     rows = {}
@@ -33,13 +36,21 @@ def test_race_demo_shows_plain_django_losing_updates_and_occupy_losing_none(tmp_
         if len(cells) == 6 and cells[2].isdigit():
             rows[(cells[0], cells[1])] = tuple(int(cell) for cell in cells[2:5])
     assert {race for race, _technique in rows} == {
-        "student and admin edit one book", "borrow counter", "stock decrement", "task pool",
-        "borrow counter over HTTP"}, table
+        "student and admin edit one book",
+        "borrow counter",
+        "stock decrement",
+        "task pool",
+        "borrow counter over HTTP",
+    }, table
     assert "seed" not in table, table
-    plain = {key: lost for key, (_updates, lost, _refused) in rows.items()
-             if key[1].startswith("plain")}
-    guarded = {key: lost for key, (_updates, lost, _refused) in rows.items()
-               if not key[1].startswith("plain")}
+    plain = {
+        key: lost for key, (_updates, lost, _refused) in rows.items() if key[1].startswith("plain")
+    }
+    guarded = {
+        key: lost
+        for key, (_updates, lost, _refused) in rows.items()
+        if not key[1].startswith("plain")
+    }
     assert plain and all(lost > 0 for lost in plain.values()), table
     assert guarded and all(lost == 0 for lost in guarded.values()), table
     # Every column counts updates: none is lost or refused twice.

@@ -20,8 +20,7 @@ REQUESTS = 400
 SETTLE_WITHIN = 10.0
 
 pytestmark = [
-    pytest.mark.skipif("postgresql" in settings.SKIPS,
-                       reason=settings.SKIPS.get("postgresql", "")),
+    pytest.mark.skipif("postgresql" in settings.SKIPS, reason=settings.SKIPS.get("postgresql", "")),
     pytest.mark.slow,  # a gunicorn and 400 requests: about 40 s
 ]
 

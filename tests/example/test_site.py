@@ -13,8 +13,9 @@ def _json(raw: bytes) -> dict:
 
 
 def _book(site: Site, **fields: object) -> dict:
-    status, _head, raw = call("POST", f"{site.url}/api/books/", "editor",
-                              {"name": "Dune", **fields})
+    status, _head, raw = call(
+        "POST", f"{site.url}/api/books/", "editor", {"name": "Dune", **fields}
+    )
     assert status == 201, raw
     return _json(raw)
 
@@ -32,8 +33,12 @@ def test_schema_lists_both_viewsets_and_their_lease_endpoints(example_site) -> N
     assert status == 200
     schema = _json(raw)
     assert schema["openapi"].startswith("3.")
-    for path in ("/api/books/{id}/", "/api/tasks/{id}/", "/api/books/{id}/lease/",
-                 "/api/tasks/{id}/lease/takeover/"):
+    for path in (
+        "/api/books/{id}/",
+        "/api/tasks/{id}/",
+        "/api/books/{id}/lease/",
+        "/api/tasks/{id}/lease/takeover/",
+    ):
         assert path in schema["paths"], path
     book = schema["components"]["schemas"]["Book"]["properties"]
     assert "version" in book
@@ -75,8 +80,9 @@ def test_a_user_without_permissions_cannot_write_or_lease(example_site) -> None:
 
 def test_a_write_without_a_precondition_is_428(example_site) -> None:
     book = _book(example_site)
-    status, head, raw = call("PATCH", f"{example_site.url}/api/books/{book['id']}/", "editor",
-                             {"name": "Dune Messiah"})
+    status, head, raw = call(
+        "PATCH", f"{example_site.url}/api/books/{book['id']}/", "editor", {"name": "Dune Messiah"}
+    )
     assert status == 428
     assert _json(raw)["code"] == "precondition_required"
     assert head["Cache-Control"] == "no-store"
@@ -96,8 +102,9 @@ def test_if_match_writes_once_and_refuses_the_stale_copy(example_site) -> None:
 
 
 def test_tasks_are_versioned_and_take_the_body_version(example_site) -> None:
-    status, _head, raw = call("POST", f"{example_site.url}/api/tasks/", "editor",
-                              {"title": "proofread"})
+    status, _head, raw = call(
+        "POST", f"{example_site.url}/api/tasks/", "editor", {"title": "proofread"}
+    )
     assert status == 201, raw
     task = _json(raw)
     assert task["version"] == 1
@@ -113,16 +120,17 @@ def test_tasks_are_versioned_and_take_the_body_version(example_site) -> None:
 def test_an_edit_lease_keeps_other_writers_out_with_retry_after(example_site) -> None:
     book = _book(example_site)
     url = f"{example_site.url}/api/books/{book['id']}/"
-    status, _head, raw = call("POST", f"{url}lease/", "editor", {"ttl": 30},
-                              Occupy_Client="tab-1")
+    status, _head, raw = call("POST", f"{url}lease/", "editor", {"ttl": 30}, Occupy_Client="tab-1")
     assert status == 201, raw
     token = _json(raw)["token"]
-    status, head, raw = call("PATCH", url, "editor", {"name": "other tab"}, If_Match='"1"',
-                             Occupy_Client="tab-2")
+    status, head, raw = call(
+        "PATCH", url, "editor", {"name": "other tab"}, If_Match='"1"', Occupy_Client="tab-2"
+    )
     assert status == 423
     assert int(head["Retry-After"]) >= 1
     assert _json(raw)["holder"]["owner_display"] == "editor"
-    status, _head, raw = call("PATCH", url, "editor", {"name": "leased"}, If_Match='"1"',
-                              Occupy_Lease=token)
+    status, _head, raw = call(
+        "PATCH", url, "editor", {"name": "leased"}, If_Match='"1"', Occupy_Lease=token
+    )
     assert status == 200, raw
     assert call("DELETE", f"{url}lease/", "editor", Occupy_Lease=token)[0] == 204

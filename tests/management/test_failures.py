@@ -30,19 +30,30 @@ ROOT = Path(__file__).resolve().parents[2]
 DEAD_REDIS = "redis://127.0.0.1:16601/0"
 DOWN_CACHES = {
     **settings.CACHES,
-    "down": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": DEAD_REDIS,
-             "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1}},
+    "down": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": DEAD_REDIS,
+        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1},
+    },
     "local": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
 }
 needs_django_redis = pytest.mark.skipif(
     "redis" in settings.SKIPS and "django_redis" in settings.SKIPS["redis"],
-    reason="django-redis is not installed")
+    reason="django-redis is not installed",
+)
 
 
 def _occupy(tmp_path: Path, **more: dict[str, object]) -> dict[str, object]:
     """A working file backend as ``default``, beside the backends given."""
-    return {"BACKENDS": {"default": {"BACKEND": "occupy.backends.file.FileBackend",
-                                     "LOCATION": str(tmp_path / "locks")}, **more}}
+    return {
+        "BACKENDS": {
+            "default": {
+                "BACKEND": "occupy.backends.file.FileBackend",
+                "LOCATION": str(tmp_path / "locks"),
+            },
+            **more,
+        }
+    }
 
 
 def _run(name: str, *args: str, verbosity: int = 1) -> tuple[str, str | None]:
@@ -58,10 +69,13 @@ def _run(name: str, *args: str, verbosity: int = 1) -> tuple[str, str | None]:
 @needs_django_redis
 @pytest.mark.parametrize("command", ["list_locks", "sweep_locks"])
 def test_redis_down_is_one_line_after_what_the_others_said(tmp_path, command) -> None:
-    backends = {"down": {"BACKEND": "occupy.backends.redis.RedisBackend",
-                         "OPTIONS": {"CACHE": "down"}},
-                "files": {"BACKEND": "occupy.backends.file.FileBackend",
-                          "LOCATION": str(tmp_path / "more")}}
+    backends = {
+        "down": {"BACKEND": "occupy.backends.redis.RedisBackend", "OPTIONS": {"CACHE": "down"}},
+        "files": {
+            "BACKEND": "occupy.backends.file.FileBackend",
+            "LOCATION": str(tmp_path / "more"),
+        },
+    }
     with override_settings(CACHES=DOWN_CACHES, OCCUPY=_occupy(tmp_path, **backends)):
         lease = occupy.acquire("book:1", owner="alice", ttl=60)
         try:
@@ -86,13 +100,15 @@ def test_redis_down_is_one_line_after_what_the_others_said(tmp_path, command) ->
 
 @needs_django_redis
 def test_a_redis_backend_on_a_locmem_cache_says_which_cache_to_use(tmp_path) -> None:
-    backends = {"local": {"BACKEND": "occupy.backends.redis.RedisBackend",
-                          "OPTIONS": {"CACHE": "local"}}}
+    backends = {
+        "local": {"BACKEND": "occupy.backends.redis.RedisBackend", "OPTIONS": {"CACHE": "local"}}
+    }
     with override_settings(CACHES=DOWN_CACHES, OCCUPY=_occupy(tmp_path, **backends)):
         printed, error = _run("list_locks")
     assert printed == "No live claims.\n"
-    assert error is not None and error.startswith("local: occupy backend 'local' needs a "
-                                                  "django-redis cache")
+    assert error is not None and error.startswith(
+        "local: occupy backend 'local' needs a django-redis cache"
+    )
     assert error.endswith("point OPTIONS['CACHE'] at such a cache.")
 
 
@@ -124,7 +140,8 @@ def test_sweep_lists_the_keys_it_removes_at_verbosity_2(alias: str) -> None:
     assert sorted(lines[:-1]) == [f"{alias}: removed listed:{n}" for n in range(1, 4)]
     assert lines[-1] == f"{alias}: deleted 3 expired claims"
     assert _run("sweep_locks", f"--using={alias}", verbosity=2)[0] == (
-        f"{alias}: deleted 0 expired claims\n")
+        f"{alias}: deleted 0 expired claims\n"
+    )
 
 
 def test_the_file_backend_lists_the_keys_it_removes(live_db: None) -> None:
@@ -143,19 +160,30 @@ def test_the_file_backend_lists_the_keys_it_removes(live_db: None) -> None:
 def test_a_failed_command_exits_1_without_a_traceback(tmp_path) -> None:
     """Run as an operator does: ``manage.py list_locks`` on a database where occupy's
     migration was never applied (a fresh SQLite file), beside a file backend."""
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.management.unmigrated_settings",
-           "OCCUPY_UNMIGRATED_DIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.management.unmigrated_settings",
+        "OCCUPY_UNMIGRATED_DIR": str(tmp_path),
+    }
     for command in ("list_locks", "sweep_locks"):
-        done = subprocess.run([sys.executable, "manage.py", command], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "manage.py", command],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 1, (command, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr, done.stderr
         error = done.stderr.strip()
-        assert error.startswith("CommandError: default: occupy backend 'default' could "
-                                "not work: database 'default' lacks the tables"), error
-        assert error.endswith("Run 'python manage.py migrate occupy --database default'."), (
-            error)
+        assert error.startswith(
+            "CommandError: default: occupy backend 'default' could "
+            "not work: database 'default' lacks the tables"
+        ), error
+        assert error.endswith("Run 'python manage.py migrate occupy --database default'."), error
         assert error.count("\n") == 0, error
-        expected = "No live claims." if command == "list_locks" else (
-            "files: deleted 0 expired claims")
+        expected = (
+            "No live claims." if command == "list_locks" else ("files: deleted 0 expired claims")
+        )
         assert done.stdout.strip() == expected, done.stdout

@@ -106,7 +106,7 @@ def test_batch_size_sets_how_many_rows_each_statement_deletes(
     # Full batches, the rest, then the empty batch that ends the sweep.
     assert len(batches) == statements
     assert batches[-1] == 0 and sum(batches) == 2_500
-    assert all(count == size for count in batches[:2_500 // size])
+    assert all(count == size for count in batches[: 2_500 // size])
 
 
 @pytest.mark.parametrize("size", ["0", "-5"])

@@ -41,13 +41,16 @@ def make_seats(database: str, show: str, count: int) -> list[Seat]:
 
 
 # --- the key's text form ---------------------------------------------------------------
-@pytest.mark.parametrize("pk, text", [
-    (("1", 2), "1,2"),
-    ((1, 2), "1,2"),
-    (("Hamlet, Act 1", 7), "Hamlet%2C Act 1,7"),
-    (("100% sold", 3), "100%25 sold,3"),
-    (("%2C", 4), "%252C,4"),
-])
+@pytest.mark.parametrize(
+    "pk, text",
+    [
+        (("1", 2), "1,2"),
+        ((1, 2), "1,2"),
+        (("Hamlet, Act 1", 7), "Hamlet%2C Act 1,7"),
+        (("100% sold", 3), "100%25 sold,3"),
+        (("%2C", 4), "%252C,4"),
+    ],
+)
 def test_the_text_form_of_a_composite_key_reads_back(pk: tuple[object, int], text: str) -> None:
     assert pk_text(Seat, pk) == text
     assert object_key(Seat, pk) == f"testapp.seat:{text}"
@@ -113,9 +116,11 @@ def test_claimers_in_processes_never_get_the_same_seat(server: str) -> None:
     every seat is sold exactly once."""
     backend = BACKEND_OF[server]
     make_seats(server, "gala", 15)
-    overlaps = multiproc.run(model_workers.claim_seats,
-                             [(server, backend, f"box-office-{n}", 15) for n in range(3)],
-                             timeout=120)
+    overlaps = multiproc.run(
+        model_workers.claim_seats,
+        [(server, backend, f"box-office-{n}", 15) for n in range(3)],
+        timeout=120,
+    )
     assert overlaps == [[], [], []]
     sold = list(Seat.objects.using(server).values_list("sold_to", flat=True))
     assert len(sold) == 15 and "" not in sold

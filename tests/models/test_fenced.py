@@ -24,14 +24,16 @@ def test_a_holder_paused_past_its_lease_is_fenced_out(server: str) -> None:
     backend = BACKEND_OF[server]
     page = Page.objects.using(server).create(body="original")
     acquired = multiprocessing.get_context("spawn").Event()
-    paused = multiproc.start(model_workers.paused_writer,
-                             [(server, backend, page.pk, 1.0, acquired)])
+    paused = multiproc.start(
+        model_workers.paused_writer, [(server, backend, page.pk, 1.0, acquired)]
+    )
     assert acquired.wait(60)
     os.kill(paused.procs[0].pid, signal.SIGSTOP)
     try:
         time.sleep(1.3)  # the paused holder's lease runs out meanwhile
-        with occupy.lock(object_key(Page, page.pk), owner="next", ttl=30, timeout=5,
-                         using=backend) as lease:
+        with occupy.lock(
+            object_key(Page, page.pk), owner="next", ttl=30, timeout=5, using=backend
+        ) as lease:
             page.body = "written by the next holder"
             page.save(lease=lease)
     finally:
@@ -54,18 +56,15 @@ def test_save_with_a_lease_stores_its_fence_and_refuses_older_ones(tables: None)
     with doc.occupy(ttl=30) as second:
         doc.body = "d"
         doc.save(lease=second)
-    assert Document.objects.values_list("body", "fence", "version").get() == (
-        "d", second.fence, 4)
+    assert Document.objects.values_list("body", "fence", "version").get() == ("d", second.fence, 4)
     stale.body = "e"
     with pytest.raises(occupy.FencedOut) as info:
         stale.save(lease=first)
     error = info.value
-    assert isinstance(error, occupy.ConflictError) and not isinstance(
-        error, occupy.VersionConflict)
+    assert isinstance(error, occupy.ConflictError) and not isinstance(error, occupy.VersionConflict)
     assert (error.model, error.pk, error.fields) == (Document, doc.pk, ("body",))
     assert "fence" in str(error) and str(second.fence) in str(error)
-    assert Document.objects.values_list("body", "fence", "version").get() == (
-        "d", second.fence, 4)
+    assert Document.objects.values_list("body", "fence", "version").get() == ("d", second.fence, 4)
 
 
 def test_save_refuses_a_lease_on_another_key(database: str) -> None:
@@ -82,7 +81,9 @@ def test_save_refuses_a_lease_on_another_key(database: str) -> None:
             doc.save(lease=foreign)
     assert doc.fence_key() in str(info.value) and foreign.key in str(info.value)
     assert Document.objects.using(database).values_list("body", "fence").get(pk=doc.pk) == (
-        "written with its own lease", own.fence)
+        "written with its own lease",
+        own.fence,
+    )
 
 
 def test_a_new_row_takes_the_lease_fence(tables: None) -> None:

@@ -26,8 +26,7 @@ def test_a_long_key_is_shortened_with_a_digest_and_read_back() -> None:
     assert len(key) == MAX_KEY_LENGTH
     assert key.startswith("testapp.scroll:" + "s" * 100)
     parsed = parse_object_key(key)
-    assert parsed is not None and (parsed.app_label, parsed.model_name) == ("testapp",
-                                                                             "scroll")
+    assert parsed is not None and (parsed.app_label, parsed.model_name) == ("testapp", "scroll")
     assert parsed.digest is not None and len(parsed.digest) == DIGEST_CHARS
     assert parsed.matches(LONG) and not parsed.matches(LONG[:-1] + "y")
     assert model_object_key(Scroll, LONG) == key  # stable
@@ -69,4 +68,3 @@ def test_the_querysets_see_claims_under_shortened_keys(database: str) -> None:
         assert list(objects.occupied(backend=backend)) == [rows[1]]
         assert set(objects.free(backend=backend)) == {rows[0], rows[2]}
     assert set(objects.free(backend=backend)) == set(rows)
-

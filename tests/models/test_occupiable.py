@@ -52,9 +52,15 @@ def test_keys_name_the_model_and_the_primary_key(tables: None) -> None:
     assert len(long_key) == 255 and long_key.startswith("testapp.shelf:xxx")
 
 
-@pytest.mark.parametrize("model, fields", [
-    (Book, {"name": "b"}), (UUIDBook, {"name": "u"}), (Shelf, {"code": "s:1"}),
-], ids=["int-pk", "uuid-pk", "str-pk"])
+@pytest.mark.parametrize(
+    "model, fields",
+    [
+        (Book, {"name": "b"}),
+        (UUIDBook, {"name": "u"}),
+        (Shelf, {"code": "s:1"}),
+    ],
+    ids=["int-pk", "uuid-pk", "str-pk"],
+)
 def test_occupy_and_holder(tables: None, model: type, fields: dict) -> None:
     row = model.objects.create(**fields)
     assert row.holder is None
@@ -138,8 +144,11 @@ def test_a_model_with_occupiable_mixin_alone_has_row_locks(tables: None) -> None
 def test_a_method_the_model_cannot_carry_names_the_model_and_what_it_lacks(
     tables: None,
 ) -> None:
-    with pytest.raises(TypeError, match=r"update_versioned\(\) needs a model with "
-                                        r"VersionedMixin; testapp.Shelf has no version"):
+    with pytest.raises(
+        TypeError,
+        match=r"update_versioned\(\) needs a model with "
+        r"VersionedMixin; testapp.Shelf has no version",
+    ):
         Shelf.objects.update_versioned(name="x")
     with pytest.raises(TypeError, match=r"testapp\.Task"):
         Task.objects.filter(pk=1).update_versioned(title="x")

@@ -29,10 +29,12 @@ def test_claimers_never_share_a_task_and_hold_one_each(database: str) -> None:
     owner never holds two, and the vanished editor's task comes back to the pool."""
     backend = BACKEND_OF[database]
     make_tasks(database, 3)
-    editors = multiproc.start(model_workers.claim_loop,
-                            [(database, backend, f"editor{n}", 3.0, 0.01) for n in range(3)])
+    editors = multiproc.start(
+        model_workers.claim_loop, [(database, backend, f"editor{n}", 3.0, 0.01) for n in range(3)]
+    )
     abandoned_pk, abandoned_fence = multiproc.run(
-        model_workers.abandon, [(database, backend, "vanished", 1.0)], timeout=60)[0]
+        model_workers.abandon, [(database, backend, "vanished", 1.0)], timeout=60
+    )[0]
     results = multiproc.collect(editors, timeout=120)
     claims = [claim for log, _ in results for claim in log]
     assert [problem for _, problems in results for problem in problems] == []
@@ -49,8 +51,11 @@ def test_a_task_finished_meanwhile_is_not_handed_out_again(database: str) -> Non
     task is finished exactly once."""
     backend = BACKEND_OF[database]
     made = make_tasks(database, 30)
-    results = multiproc.run(model_workers.finish_tasks,
-                            [(database, backend, f"editor{n}") for n in range(3)], timeout=120)
+    results = multiproc.run(
+        model_workers.finish_tasks,
+        [(database, backend, f"editor{n}") for n in range(3)],
+        timeout=120,
+    )
     finished = sorted(pk for result in results for pk in result)
     assert finished == sorted(task.pk for task in made)
 
@@ -63,10 +68,14 @@ def test_one_owner_claiming_from_two_processes_gets_one_task(server: str) -> Non
     backend = BACKEND_OF[server]
     make_tasks(server, 4)
     barrier = multiprocessing.get_context("spawn").Barrier(2)
-    first, second = multiproc.run(model_workers.claim_as, [
-        (server, backend, "editor", 5, True, barrier),
-        (server, backend, "editor", 5, False, barrier),
-    ], timeout=120)
+    first, second = multiproc.run(
+        model_workers.claim_as,
+        [
+            (server, backend, "editor", 5, True, barrier),
+            (server, backend, "editor", 5, False, barrier),
+        ],
+        timeout=120,
+    )
     assert first == second
 
 

@@ -35,8 +35,9 @@ def test_locked_decrements_lose_nothing(database: str) -> None:
     """Four processes take one from the stock 15 times each, by a slow read-modify-
     write inside locked(): none is lost and no two critical sections overlap."""
     goods = Goods.objects.using(database).create(name="g", count=100)
-    results = multiproc.run(model_workers.decrement, [(database, goods.pk, 15, 0.002)] * 4,
-                            timeout=120)
+    results = multiproc.run(
+        model_workers.decrement, [(database, goods.pk, 15, 0.002)] * 4, timeout=120
+    )
     assert Goods.objects.using(database).get(pk=goods.pk).count == 100 - 4 * 15
     sections = sorted(s for result in results for s in result)
     overlaps = [(a, b) for a, b in itertools.pairwise(sections) if b[0] < a[1]]
@@ -51,8 +52,7 @@ def test_locked_commits_at_the_end_and_rolls_back_on_error(database: str) -> Non
         locked.count -= 1
         locked.save(update_fields=["count"])
     assert not connections[database].in_atomic_block
-    with pytest.raises(RuntimeError), Goods.objects.using(database).locked(
-            pk=goods.pk) as locked:
+    with pytest.raises(RuntimeError), Goods.objects.using(database).locked(pk=goods.pk) as locked:
         locked.count = 0
         locked.save()
         raise RuntimeError("boom")
@@ -88,8 +88,10 @@ def test_locked_nowait_raises_occupied(database: str) -> None:
     goods = Goods.objects.using(database).create(name="g", count=3)
     with held_elsewhere(database, goods.pk):
         started = time.monotonic()
-        with pytest.raises(occupy.Occupied) as info, Goods.objects.using(database).locked(
-                pk=goods.pk, nowait=True):
+        with (
+            pytest.raises(occupy.Occupied) as info,
+            Goods.objects.using(database).locked(pk=goods.pk, nowait=True),
+        ):
             pass
         assert time.monotonic() - started < 2
         assert info.value.key == f"testapp.goods:{goods.pk}"
@@ -114,12 +116,16 @@ def test_locked_skip_locked_takes_the_first_row_nobody_holds(database: str) -> N
 
 def test_locked_refuses_what_it_cannot_do(database: str) -> None:
     goods = Goods.objects.using(database).create(name="g", count=1)
-    with pytest.raises(ValueError, match="not both"), Goods.objects.locked(
-            pk=goods.pk, nowait=True, skip_locked=True):
+    with (
+        pytest.raises(ValueError, match="not both"),
+        Goods.objects.locked(pk=goods.pk, nowait=True, skip_locked=True),
+    ):
         pass
     if database == "mysql":  # MariaDB has no FOR UPDATE OF
-        with pytest.raises(NotSupportedError, match="OF"), Goods.objects.using(
-                database).locked(pk=goods.pk, of=("self",)):
+        with (
+            pytest.raises(NotSupportedError, match="OF"),
+            Goods.objects.using(database).locked(pk=goods.pk, of=("self",)),
+        ):
             pass
     else:
         with Goods.objects.using(database).locked(pk=goods.pk, of=("self",)) as locked:
@@ -130,11 +136,16 @@ def test_locked_on_sqlite_inside_a_stale_transaction_says_why(tables: None) -> N
     if "sqlite" not in connections:
         pytest.skip("no SQLite database")
     goods = Goods.objects.using("sqlite").create(name="g", count=1)
-    writer = threading.Thread(target=lambda: (
-        Goods.objects.using("sqlite").filter(pk=goods.pk).update(count=5),
-        connections.close_all()))
-    with pytest.raises(transaction.TransactionManagementError, match="surrounding"), \
-            transaction.atomic(using="sqlite"):
+    writer = threading.Thread(
+        target=lambda: (
+            Goods.objects.using("sqlite").filter(pk=goods.pk).update(count=5),
+            connections.close_all(),
+        )
+    )
+    with (
+        pytest.raises(transaction.TransactionManagementError, match="surrounding"),
+        transaction.atomic(using="sqlite"),
+    ):
         Goods.objects.using("sqlite").get(pk=goods.pk)  # this transaction has read
         writer.start()
         writer.join()  # another connection wrote since
@@ -157,16 +168,22 @@ def test_the_mixins_go_into_your_own_querysets(tables: None) -> None:
     for concern in (RowLockQuerySetMixin, VersionedQuerySetMixin, OccupiableQuerySetMixin):
         assert issubclass(OccupyQuerySetMixin, concern)
     assert issubclass(OccupyQuerySet, OccupyQuerySetMixin)
-    assert all(hasattr(OccupyManager, name) for name in
-               ("locked", "update_versioned", "occupied", "free", "claim"))
+    assert all(
+        hasattr(OccupyManager, name)
+        for name in ("locked", "update_versioned", "occupied", "free", "claim")
+    )
 
 
 # --- occupied() and free() ------------------------------------------------------------
-@pytest.mark.parametrize("model, make", [
-    (Book, lambda n: {"name": n}),
-    (UUIDBook, lambda n: {"name": n}),
-    (Shelf, lambda n: {"code": f"shelf:{n}"}),
-], ids=["int-pk", "uuid-pk", "str-pk"])
+@pytest.mark.parametrize(
+    "model, make",
+    [
+        (Book, lambda n: {"name": n}),
+        (UUIDBook, lambda n: {"name": n}),
+        (Shelf, lambda n: {"code": f"shelf:{n}"}),
+    ],
+    ids=["int-pk", "uuid-pk", "str-pk"],
+)
 def test_occupied_and_free(database: str, model: type, make) -> None:
     backend = BACKEND_OF[database]
     rows = [model.objects.using(database).create(**make(str(n))) for n in range(3)]
@@ -217,10 +234,13 @@ class NoRowsBackend(BaseBackend):
 
 
 def test_other_backends_are_refused_clearly(tables: None) -> None:
-    backends = {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
-                "other": {"BACKEND": "tests.models.test_querysets.NoRowsBackend"}}
+    backends = {
+        "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+        "other": {"BACKEND": "tests.models.test_querysets.NoRowsBackend"},
+    }
     with override_settings(OCCUPY={"BACKENDS": backends}):
         for call in (Shelf.objects.occupied, Shelf.objects.free, Shelf.objects.claim):
-            with pytest.raises(occupy.InvalidBackendError,
-                               match=r"'other' \(NoRowsBackend\) keeps them elsewhere"):
+            with pytest.raises(
+                occupy.InvalidBackendError, match=r"'other' \(NoRowsBackend\) keeps them elsewhere"
+            ):
                 call(backend="other")

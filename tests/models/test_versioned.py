@@ -27,10 +27,14 @@ def test_seed000_student_and_admin_both_succeed(server: str) -> None:
     the same loaded row: with VersionedMixin both changes survive, every round."""
     book = Book.objects.using(server).create(name="naem", status="use")
     barrier = multiprocessing.get_context("spawn").Barrier(2)
-    results = multiproc.run(model_workers.seed000_writer, [
-        (server, book.pk, "status", ROUNDS, False, barrier),
-        (server, book.pk, "name", ROUNDS, False, barrier),
-    ], timeout=90)
+    results = multiproc.run(
+        model_workers.seed000_writer,
+        [
+            (server, book.pk, "status", ROUNDS, False, barrier),
+            (server, book.pk, "name", ROUNDS, False, barrier),
+        ],
+        timeout=90,
+    )
     expected = [(f"status-{r}", f"name-{r}") for r in range(ROUNDS)]
     assert results == [expected, expected]
     assert Book.objects.using(server).get(pk=book.pk).version == 1 + 2 * ROUNDS
@@ -41,10 +45,14 @@ def test_seed000_plain_save_loses_one_change_every_round(server: str) -> None:
     """The control: the same harness with Django's whole-row save loses a change."""
     book = Book.objects.using(server).create(name="naem", status="use")
     barrier = multiprocessing.get_context("spawn").Barrier(2)
-    results = multiproc.run(model_workers.seed000_writer, [
-        (server, book.pk, "status", 3, True, barrier),
-        (server, book.pk, "name", 3, True, barrier),
-    ], timeout=90)
+    results = multiproc.run(
+        model_workers.seed000_writer,
+        [
+            (server, book.pk, "status", 3, True, barrier),
+            (server, book.pk, "name", 3, True, barrier),
+        ],
+        timeout=90,
+    )
     for r, (status, name) in enumerate(results[0]):
         assert (status == f"status-{r}") != (name == f"name-{r}"), (status, name)
 
@@ -53,10 +61,14 @@ def test_seed000_plain_save_loses_one_change_every_round(server: str) -> None:
 def test_two_writers_of_one_field_one_wins_the_other_conflicts(server: str) -> None:
     book = Book.objects.using(server).create(name="naem", status="use", note="")
     barrier = multiprocessing.get_context("spawn").Barrier(2)
-    a, b = multiproc.run(model_workers.same_field_writer, [
-        (server, book.pk, "A", "status", ROUNDS, barrier),
-        (server, book.pk, "B", "note", ROUNDS, barrier),
-    ], timeout=90)
+    a, b = multiproc.run(
+        model_workers.same_field_writer,
+        [
+            (server, book.pk, "A", "status", ROUNDS, barrier),
+            (server, book.pk, "B", "note", ROUNDS, barrier),
+        ],
+        timeout=90,
+    )
     for r, ((a_outcome, row), (b_outcome, row_b)) in enumerate(zip(a, b, strict=True)):
         assert row == row_b
         assert sorted([a_outcome, b_outcome]) == ["conflict", "won"], r
@@ -97,13 +109,11 @@ def test_strict_policy_conflicts_on_any_change(tables: None) -> None:
     admin.name = "name"
     with pytest.raises(occupy.VersionConflict, match="version changed"):
         admin.save()
-    assert StrictBook.objects.values_list("name", "status", "version").get() == (
-        "naem", "free", 2)
+    assert StrictBook.objects.values_list("name", "status", "version").get() == ("naem", "free", 2)
     admin.refresh_from_db()
     admin.name = "name"
     admin.save()
-    assert StrictBook.objects.values_list("name", "status", "version").get() == (
-        "name", "free", 3)
+    assert StrictBook.objects.values_list("name", "status", "version").get() == ("name", "free", 3)
 
 
 def test_the_policy_can_be_chosen_per_save(tables: None) -> None:
@@ -139,7 +149,10 @@ def test_an_expected_version_from_a_client_is_checked(tables: None) -> None:
     fresh = StrictBook(pk=book.pk, version=2, name="client")
     fresh.save(update_fields=["name"])
     assert StrictBook.objects.values_list("name", "status", "version").get() == (
-        "client", "free", 3)
+        "client",
+        "free",
+        3,
+    )
 
 
 def test_a_version_the_caller_supplies_is_checked_strictly(database: str) -> None:
@@ -410,8 +423,9 @@ def test_update_versioned_bumps_so_stale_instances_conflict(tables: None) -> Non
 
 def test_update_versioned_with_an_expected_count(tables: None) -> None:
     book = StrictBook.objects.create(name="a")
-    assert StrictBook.objects.filter(pk=book.pk, version=1).update_versioned(
-        expected=1, name="b") == 1
+    assert (
+        StrictBook.objects.filter(pk=book.pk, version=1).update_versioned(expected=1, name="b") == 1
+    )
     with pytest.raises(occupy.VersionConflict, match="matched 0"):
         StrictBook.objects.filter(pk=book.pk, version=1).update_versioned(expected=1, name="c")
     StrictBook.objects.create(name="d")
@@ -443,8 +457,7 @@ def test_retry_on_conflict_reloads_and_reapplies(tables: None) -> None:
 
     rename(book.pk, "b")
     assert runs == [1, 2]
-    assert StrictBook.objects.values_list("name", "status", "version").get() == (
-        "b", "free", 3)
+    assert StrictBook.objects.values_list("name", "status", "version").get() == ("b", "free", 3)
 
 
 def test_async_save(tables: None) -> None:
@@ -459,9 +472,12 @@ def test_async_save(tables: None) -> None:
 
 
 def test_saving_to_another_database_copies_the_row(tables: None) -> None:
-    others = [alias for alias in connections if alias != "default"
-              and connections[alias].settings_dict["NAME"]
-              != connections["default"].settings_dict["NAME"]]
+    others = [
+        alias
+        for alias in connections
+        if alias != "default"
+        and connections[alias].settings_dict["NAME"] != connections["default"].settings_dict["NAME"]
+    ]
     if not others:
         pytest.skip("needs a second test database")
     book = Book.objects.create(name="naem")

@@ -32,29 +32,30 @@ def test_retrieve_sends_the_etag_and_a_matching_if_none_match_gets_304(users, cl
 @pytest.mark.parametrize("method", ["put", "patch", "delete"])
 def test_a_write_without_a_precondition_is_428(users, client_for, method):
     book = Book.objects.create(name="Dune")
-    response = getattr(client_for(users.editor), method)(_url(book), {"name": "x"},
-                                                         format="json")
+    response = getattr(client_for(users.editor), method)(_url(book), {"name": "x"}, format="json")
     assert response.status_code == 428
     assert response.json()["code"] == "precondition_required"
     assert response["Cache-Control"] == "no-store"
     assert Book.objects.get().name == "Dune"
 
 
-@pytest.mark.parametrize("header", ['3', '"3', 'W/3', '"1" "2"', 'abc, "1"'])
+@pytest.mark.parametrize("header", ["3", '"3', "W/3", '"1" "2"', 'abc, "1"'])
 def test_a_malformed_if_match_is_400_never_ignored(users, client_for, header):
     book = Book.objects.create(name="Dune")
-    response = client_for(users.editor).patch(_url(book), {"name": "x"}, format="json",
-                                              HTTP_IF_MATCH=header)
+    response = client_for(users.editor).patch(
+        _url(book), {"name": "x"}, format="json", HTTP_IF_MATCH=header
+    )
     assert response.status_code == 400, response.content
     assert response.json()["code"] == "malformed_precondition"
     assert Book.objects.get().name == "Dune"
 
 
-@pytest.mark.parametrize("header", ['"1"', 'W/"1"', '"5", "1"', '*'])
+@pytest.mark.parametrize("header", ['"1"', 'W/"1"', '"5", "1"', "*"])
 def test_matching_if_match_forms_write_and_answer_the_new_etag(users, client_for, header):
     book = Book.objects.create(name="Dune")
-    response = client_for(users.editor).patch(_url(book), {"name": "Arrakis"}, format="json",
-                                              HTTP_IF_MATCH=header)
+    response = client_for(users.editor).patch(
+        _url(book), {"name": "Arrakis"}, format="json", HTTP_IF_MATCH=header
+    )
     assert response.status_code == 200, response.content
     assert response["ETag"] == '"2"' and response.json()["version"] == 2
     assert Book.objects.get().name == "Arrakis"
@@ -63,8 +64,9 @@ def test_matching_if_match_forms_write_and_answer_the_new_etag(users, client_for
 def test_a_stale_if_match_is_412_with_the_current_etag(users, client_for):
     book = Book.objects.create(name="Dune")
     Book.objects.filter(pk=book.pk).update_versioned(status="free")  # version 2
-    response = client_for(users.editor).put(_url(book), {"name": "x", "status": "use"},
-                                            format="json", HTTP_IF_MATCH='"1"')
+    response = client_for(users.editor).put(
+        _url(book), {"name": "x", "status": "use"}, format="json", HTTP_IF_MATCH='"1"'
+    )
     assert response.status_code == 412
     assert response["ETag"] == '"2"'
     assert response.json()["code"] == "precondition_failed"
@@ -75,12 +77,12 @@ def test_a_stale_if_match_is_412_with_the_current_etag(users, client_for):
 def test_a_stale_body_version_is_409(users, client_for):
     book = Book.objects.create(name="Dune")
     Book.objects.filter(pk=book.pk).update_versioned(status="free")
-    response = client_for(users.editor).patch(_url(book), {"name": "x", "version": 1},
-                                              format="json")
+    response = client_for(users.editor).patch(
+        _url(book), {"name": "x", "version": 1}, format="json"
+    )
     assert response.status_code == 409 and response["ETag"] == '"2"'
     assert response.json()["code"] == "version_conflict"
-    ok = client_for(users.editor).patch(_url(book), {"name": "x", "version": 2},
-                                        format="json")
+    ok = client_for(users.editor).patch(_url(book), {"name": "x", "version": 2}, format="json")
     assert ok.status_code == 200 and ok["ETag"] == '"3"'
 
 
@@ -95,8 +97,9 @@ def test_a_race_lost_between_the_check_and_the_write_is_still_412(users, client_
 
     pre_save.connect(sneak_in, sender=Book)
     try:
-        response = client_for(users.editor).patch(_url(book), {"status": "free"},
-                                                  format="json", HTTP_IF_MATCH='"1"')
+        response = client_for(users.editor).patch(
+            _url(book), {"status": "free"}, format="json", HTTP_IF_MATCH='"1"'
+        )
     finally:
         pre_save.disconnect(sneak_in, sender=Book)
     assert response.status_code == 412 and response["ETag"] == '"2"'
@@ -113,8 +116,9 @@ def test_delete_is_conditional(users, client_for):
 
 def test_permissions_come_before_preconditions(users, client_for):
     book = Book.objects.create(name="Dune")
-    assert client_for(users.viewer).patch(_url(book), {"name": "x"},
-                                          format="json").status_code == 403
+    assert (
+        client_for(users.viewer).patch(_url(book), {"name": "x"}, format="json").status_code == 403
+    )
     from rest_framework.test import APIClient
 
     assert APIClient().patch(_url(book), {"name": "x"}, format="json").status_code in (401, 403)
@@ -125,8 +129,9 @@ def test_permissions_come_before_preconditions(users, client_for):
 def test_an_object_someone_else_holds_is_423_with_retry_after(users, client_for):
     book = Book.objects.create(name="Dune")
     lease = occupy.acquire(book.occupy_key, owner=f"user:{users.other.pk}", ttl=30)
-    response = client_for(users.editor).patch(_url(book), {"name": "x"}, format="json",
-                                              HTTP_IF_MATCH='"1"')
+    response = client_for(users.editor).patch(
+        _url(book), {"name": "x"}, format="json", HTTP_IF_MATCH='"1"'
+    )
     assert response.status_code == 423
     assert 1 <= int(response["Retry-After"]) <= 30
     body = response.json()
@@ -153,14 +158,15 @@ def test_the_lease_endpoints(users, client_for):
     assert looked.status_code == 200 and looked.json()["holder"]["owner_display"] == "Editor"
     assert token not in looked.content.decode()
     assert api.patch(_url(book, "lease/"), {"ttl": 90}, format="json").status_code == 428
-    renewed = api.patch(_url(book, "lease/"), {"ttl": 90}, format="json",
-                        HTTP_OCCUPY_LEASE=token)
+    renewed = api.patch(_url(book, "lease/"), {"ttl": 90}, format="json", HTTP_OCCUPY_LEASE=token)
     assert renewed.status_code == 200 and "token" not in renewed.json()
-    write = api.patch(_url(book), {"name": "Arrakis"}, format="json", HTTP_IF_MATCH='"1"',
-                      HTTP_OCCUPY_LEASE=token)
+    write = api.patch(
+        _url(book), {"name": "Arrakis"}, format="json", HTTP_IF_MATCH='"1"', HTTP_OCCUPY_LEASE=token
+    )
     assert write.status_code == 200, write.content
-    blocked = client_for(users.other).patch(_url(book), {"name": "x"}, format="json",
-                                            HTTP_IF_MATCH='"2"')
+    blocked = client_for(users.other).patch(
+        _url(book), {"name": "x"}, format="json", HTTP_IF_MATCH='"2"'
+    )
     assert blocked.status_code == 423
     assert api.delete(_url(book, "lease/"), HTTP_OCCUPY_LEASE=token).status_code == 204
     assert occupy.holder(book.occupy_key) is None  # one release: no level leaked
@@ -180,8 +186,9 @@ def test_leasing_needs_the_change_permission_not_the_add_one(users, client_for):
     assert taken.status_code == 201, taken.content
     viewer = User.objects.create_user("onlyview")
     viewer.user_permissions.add(Permission.objects.get(codename="view_book"))
-    refused = client_for(User.objects.get(pk=viewer.pk)).post(_url(book, "lease/"), {},
-                                                              format="json")
+    refused = client_for(User.objects.get(pk=viewer.pk)).post(
+        _url(book, "lease/"), {}, format="json"
+    )
     assert refused.status_code == 403
     from rest_framework.test import APIClient
 
@@ -192,8 +199,7 @@ def test_leasing_needs_the_change_permission_not_the_add_one(users, client_for):
 @pytest.mark.parametrize("endpoint", ["lease/", "lease/takeover/"])
 def test_an_invalid_ttl_is_400(users, client_for, endpoint, ttl):
     book = Book.objects.create(name="Dune")
-    response = client_for(users.supervisor).post(_url(book, endpoint), {"ttl": ttl},
-                                                 format="json")
+    response = client_for(users.supervisor).post(_url(book, endpoint), {"ttl": ttl}, format="json")
     assert response.status_code == 400, response.content
     assert response.json()["code"] == "invalid_ttl"
     assert occupy.holder(book.occupy_key) is None
@@ -206,16 +212,19 @@ def test_leasing_needs_the_change_permission_not_add_or_delete(users, client_for
     from django.contrib.auth.models import Permission, User
 
     changer = User.objects.create_user("changer", password="x")
-    changer.user_permissions.set(Permission.objects.filter(
-        codename__in=["change_book", "view_book"]))
+    changer.user_permissions.set(
+        Permission.objects.filter(codename__in=["change_book", "view_book"])
+    )
     changer = User.objects.get(pk=changer.pk)
     book = Book.objects.create(name="Dune")
     api = client_for(changer)
     taken = api.post(_url(book, "lease/"), {"ttl": 60}, format="json")
     assert taken.status_code == 201, taken.content
     token = taken.json()["token"]
-    assert api.patch(_url(book, "lease/"), {}, format="json",
-                     HTTP_OCCUPY_LEASE=token).status_code == 200
+    assert (
+        api.patch(_url(book, "lease/"), {}, format="json", HTTP_OCCUPY_LEASE=token).status_code
+        == 200
+    )
     assert api.delete(_url(book, "lease/"), HTTP_OCCUPY_LEASE=token).status_code == 204
     token = api.post(_url(book, "lease/"), {}, format="json").json()["token"]
     assert api.post(_url(book, "lease/release/"), {"token": token}).status_code == 204
@@ -248,13 +257,18 @@ def test_takeover_fences_out_the_old_holder(users, client_for):
     new = boss.post(url + "lease/takeover/", {}, format="json")
     assert new.status_code == 201 and new.json()["fence"] > 0
     new_token = new.json()["token"]
-    assert boss.patch(url, {"body": "final"}, format="json", HTTP_IF_MATCH='"1"',
-                      HTTP_OCCUPY_LEASE=new_token).status_code == 200
+    assert (
+        boss.patch(
+            url, {"body": "final"}, format="json", HTTP_IF_MATCH='"1"', HTTP_OCCUPY_LEASE=new_token
+        ).status_code
+        == 200
+    )
     api = client_for(users.editor)
     renew = api.patch(url + "lease/", {}, format="json", HTTP_OCCUPY_LEASE=old)
     assert renew.status_code == 409 and renew.json()["code"] == "lease_lost"
-    write = api.patch(url, {"body": "stale"}, format="json", HTTP_IF_MATCH='"2"',
-                      HTTP_OCCUPY_LEASE=old)
+    write = api.patch(
+        url, {"body": "stale"}, format="json", HTTP_IF_MATCH='"2"', HTTP_OCCUPY_LEASE=old
+    )
     assert write.status_code == 409 and write.json()["code"] == "fenced_out"
     assert Document.objects.get().body == "final"
     from django.contrib.admin.models import LogEntry
@@ -288,8 +302,9 @@ def test_the_beacon_release_is_csrf_protected(users, client_for):
     refused = api.post(_url(book, "lease/release/"), {"token": token})
     assert refused.status_code == 403  # no CSRF token in the form
     assert occupy.holder(book.occupy_key) is not None
-    released = api.post(_url(book, "lease/release/"),
-                        {"token": token, "csrfmiddlewaretoken": csrf_value})
+    released = api.post(
+        _url(book, "lease/release/"), {"token": token, "csrfmiddlewaretoken": csrf_value}
+    )
     assert released.status_code == 204
     assert occupy.holder(book.occupy_key) is None
 
@@ -304,10 +319,15 @@ def test_uuid_and_string_primary_keys(users, client_for, kind):
         url, field = f"/api/labels/{obj.pk}/", "text"
     api = client_for(users.editor)
     token = api.post(url + "lease/", {}, format="json").json()["token"]
-    assert client_for(users.other).patch(url, {field: "x"}, format="json",
-                                         HTTP_IF_MATCH='"1"').status_code == 423
-    response = api.patch(url, {field: "Arrakis"}, format="json", HTTP_IF_MATCH='"1"',
-                         HTTP_OCCUPY_LEASE=token)
+    assert (
+        client_for(users.other)
+        .patch(url, {field: "x"}, format="json", HTTP_IF_MATCH='"1"')
+        .status_code
+        == 423
+    )
+    response = api.patch(
+        url, {field: "Arrakis"}, format="json", HTTP_IF_MATCH='"1"', HTTP_OCCUPY_LEASE=token
+    )
     assert response.status_code == 200 and response["ETag"] == '"2"'
     assert api.delete(url + "lease/", HTTP_OCCUPY_LEASE=token).status_code == 204
     assert api.delete(url, HTTP_IF_MATCH='"2"').status_code == 204
@@ -319,8 +339,9 @@ def test_problem_details_handler(users, client_for, settings):
         "EXCEPTION_HANDLER": "occupy.rest_framework.handlers.problem_exception_handler",
     }
     book = Book.objects.create(name="Dune")
-    response = client_for(users.editor).patch(_url(book), {"name": "x"}, format="json",
-                                              HTTP_IF_MATCH='"9"')
+    response = client_for(users.editor).patch(
+        _url(book), {"name": "x"}, format="json", HTTP_IF_MATCH='"9"'
+    )
     assert response.status_code == 412
     assert response["Content-Type"] == "application/problem+json"
     body = response.json()
@@ -336,12 +357,12 @@ def test_an_unreachable_lock_store_is_503_not_500(users, client_for, monkeypatch
     backend = get_backend("default")
 
     def down(*args, **kwargs):
-        raise occupy.StoreUnavailable("the lock store is down (test)", key="k",
-                                      using="default")
+        raise occupy.StoreUnavailable("the lock store is down (test)", key="k", using="default")
 
     monkeypatch.setattr(backend, "acquire", down)
-    response = client_for(users.editor).patch(_url(book), {"name": "x"}, format="json",
-                                              HTTP_IF_MATCH='"1"')
+    response = client_for(users.editor).patch(
+        _url(book), {"name": "x"}, format="json", HTTP_IF_MATCH='"1"'
+    )
     assert response.status_code == 503 and response["Retry-After"] == "1"
     assert response.json()["code"] == "store_unavailable"
     assert Book.objects.get().name == "Dune"

@@ -33,9 +33,11 @@ def test_writers_without_a_lease_wait_for_each_other_never_423(users, server_url
     doc = Document.objects.create(body="")
     url = _url(server_url, alias, doc)
     writers = [users.editor, users.other, users.supervisor, users.editor]
-    results = multiproc.run(api_clients.append_until_written, [
-        (url, user.username, str(i), ROUNDS) for i, user in enumerate(writers)
-    ], timeout=240)
+    results = multiproc.run(
+        api_clients.append_until_written,
+        [(url, user.username, str(i), ROUNDS) for i, user in enumerate(writers)],
+        timeout=240,
+    )
     statuses = Counter(status for result in results for status in result)
     assert set(statuses) <= {200, 412}, statuses  # no 423, no 500
     assert statuses[200] == WRITERS * ROUNDS
@@ -45,18 +47,24 @@ def test_writers_without_a_lease_wait_for_each_other_never_423(users, server_url
 
 
 @pytest.mark.parametrize("alias", backend_params(["db-postgresql", "db-mysql", "redis"]))
-def test_writers_facing_an_edit_lease_get_423_with_its_remaining_time(users, server_url,
-                                                                      client_for, alias):
+def test_writers_facing_an_edit_lease_get_423_with_its_remaining_time(
+    users, server_url, client_for, alias
+):
     """With an edit lease held, every write without it is 423, its Retry-After the
     lease's remaining time (±1 s), naming the holder."""
     doc = Document.objects.create(body="draft")
     url = _url(server_url, alias, doc)
-    lease = client_for(users.supervisor).post(f"/api/documents-{alias}/{doc.pk}/lease/",
-                                              {"ttl": 120}, format="json").json()
+    lease = (
+        client_for(users.supervisor)
+        .post(f"/api/documents-{alias}/{doc.pk}/lease/", {"ttl": 120}, format="json")
+        .json()
+    )
     expires_at = datetime.fromisoformat(lease["expires_at"]).timestamp()
-    results = multiproc.run(api_clients.patch_while_leased, [
-        (url, user.username, 5) for user in (users.editor, users.other, users.editor)
-    ], timeout=240)
+    results = multiproc.run(
+        api_clients.patch_while_leased,
+        [(url, user.username, 5) for user in (users.editor, users.other, users.editor)],
+        timeout=240,
+    )
     answers = [answer for result in results for answer in result]
     assert {status for _sent, _came, status, _ra, _who in answers} == {423}
     for sent, came, _status, retry_after, who in answers:
@@ -65,13 +73,15 @@ def test_writers_facing_an_edit_lease_get_423_with_its_remaining_time(users, ser
         left_then = (expires_at - came, expires_at - sent)
         assert left_then[0] <= int(retry_after) < left_then[1] + 1, (retry_after, left_then)
     assert Document.objects.get().body == "draft"
-    client_for(users.supervisor).delete(f"/api/documents-{alias}/{doc.pk}/lease/",
-                                        HTTP_OCCUPY_LEASE=lease["token"])
+    client_for(users.supervisor).delete(
+        f"/api/documents-{alias}/{doc.pk}/lease/", HTTP_OCCUPY_LEASE=lease["token"]
+    )
 
 
 @pytest.mark.parametrize("alias", backend_params(["db-postgresql", "redis"]))
-def test_a_user_without_the_permission_never_takes_anothers_grant(users, server_url, alias,
-                                                                  monkeypatch):
+def test_a_user_without_the_permission_never_takes_anothers_grant(
+    users, server_url, alias, monkeypatch
+):
     """The editor takes and renews leases; another editor (change permission, no
     takeover permission) takes and releases his own short lease in one process and
     keeps taking it over in another. The server pauses after every holder read (as a
@@ -100,11 +110,15 @@ def test_a_user_without_the_permission_never_takes_anothers_grant(users, server_
     monkeypatch.setattr(occupy, "takeover", counted)
     doc = Document.objects.create(body="")
     url = _url(server_url, alias, doc)
-    hers, _flickered, taken = multiproc.run(api_clients.takeover_race, [
-        ("hold", url, users.editor.username, 8.0),
-        ("flicker", url, users.other.username, 8.0),
-        ("take", url, users.other.username, 8.0),
-    ], timeout=240)
+    hers, _flickered, taken = multiproc.run(
+        api_clients.takeover_race,
+        [
+            ("hold", url, users.editor.username, 8.0),
+            ("flicker", url, users.other.username, 8.0),
+            ("take", url, users.other.username, 8.0),
+        ],
+        timeout=240,
+    )
     assert hers["grants"] > 0 and hers["lost"] == 0, (hers, Counter(taken))
     statuses = Counter(status for status, _replaced in taken)
     assert statuses[403] > 0, statuses
@@ -131,14 +145,21 @@ def test_a_plain_model_viewset_of_a_versioned_model_answers_409_not_500(users, s
     book = Book.objects.create(name="Dune")
     with serve() as server_url:
         url = f"{server_url}/api/plain-books/{book.pk}/"
-        results = multiproc.run(api_clients.plain_appends, [
-            (url, user.username, str(i), 8)
-            for i, user in enumerate([users.editor, users.other, users.supervisor,
-                                      users.editor])
-        ], timeout=240)
+        results = multiproc.run(
+            api_clients.plain_appends,
+            [
+                (url, user.username, str(i), 8)
+                for i, user in enumerate(
+                    [users.editor, users.other, users.supervisor, users.editor]
+                )
+            ],
+            timeout=240,
+        )
     answers = [answer for result in results for answer in result]
     assert {status for status, _etag, _code in answers} <= {200, 409}, Counter(answers)
     conflicts = [(etag, code) for status, etag, code in answers if status == 409]
-    assert all(code == "version_conflict" and etag and etag.strip('"').isdigit()
-               for etag, code in conflicts), conflicts
+    assert all(
+        code == "version_conflict" and etag and etag.strip('"').isdigit()
+        for etag, code in conflicts
+    ), conflicts
     assert conflicts, Counter(answers)  # the race really happened

@@ -45,17 +45,22 @@ def _survives(doc, lease) -> None:
 
 def test_another_user_cannot_renew_her_lease(users, client_for, her_lease):
     doc, lease = her_lease
-    response = client_for(users.other).patch(_url(doc, "lease/"), {"ttl": 600},
-                                             format="json", HTTP_OCCUPY_LEASE=lease["token"])
+    response = client_for(users.other).patch(
+        _url(doc, "lease/"), {"ttl": 600}, format="json", HTTP_OCCUPY_LEASE=lease["token"]
+    )
     assert response.status_code == 409 and response.json()["code"] == "lease_lost"
     _survives(doc, lease)
 
 
 def test_another_user_cannot_write_under_her_lease(users, client_for, her_lease):
     doc, lease = her_lease
-    response = client_for(users.other).patch(_url(doc), {"body": "theirs"}, format="json",
-                                             HTTP_IF_MATCH='"1"',
-                                             HTTP_OCCUPY_LEASE=lease["token"])
+    response = client_for(users.other).patch(
+        _url(doc),
+        {"body": "theirs"},
+        format="json",
+        HTTP_IF_MATCH='"1"',
+        HTTP_OCCUPY_LEASE=lease["token"],
+    )
     assert response.status_code == 409, response.content
     assert Document.objects.get().body == "draft"
     _survives(doc, lease)
@@ -76,16 +81,21 @@ def test_another_user_cannot_release_her_lease(users, client_for, her_lease, how
 def test_another_user_cannot_take_her_lease_with_her_token(users, client_for, her_lease):
     doc, lease = her_lease
     api = client_for(users.other)
-    took = api.post(_url(doc, "lease/takeover/"), {}, format="json",
-                    HTTP_OCCUPY_LEASE=lease["token"])
+    took = api.post(
+        _url(doc, "lease/takeover/"), {}, format="json", HTTP_OCCUPY_LEASE=lease["token"]
+    )
     assert took.status_code == 409 and took.json()["code"] == "lease_lost"
     again = api.post(_url(doc, "lease/"), {}, format="json", HTTP_OCCUPY_LEASE=lease["token"])
     assert again.status_code == 409 and "token" not in again.json()
     _survives(doc, lease)
     # And she still can: her token is hers.
     mine = client_for(users.editor)
-    assert mine.patch(_url(doc, "lease/"), {}, format="json",
-                      HTTP_OCCUPY_LEASE=lease["token"]).status_code == 200
+    assert (
+        mine.patch(
+            _url(doc, "lease/"), {}, format="json", HTTP_OCCUPY_LEASE=lease["token"]
+        ).status_code
+        == 200
+    )
 
 
 def test_a_takeover_names_the_holder_it_replaced(users, client_for, her_lease):
@@ -99,8 +109,9 @@ def test_a_takeover_names_the_holder_it_replaced(users, client_for, her_lease):
     assert took.json()["replaced"]["owner_display"] == "Editor"
     entry = LogEntry.objects.get()
     assert entry.user_id == users.editor.pk
-    assert entry.change_message == (f"Took over the edit lease from Editor "
-                                    f"(fence {lease['fence']}).")
+    assert entry.change_message == (
+        f"Took over the edit lease from Editor (fence {lease['fence']})."
+    )
 
 
 def test_a_view_only_user_may_see_who_holds_an_object(users, client_for, her_lease):
@@ -113,19 +124,20 @@ def test_a_view_only_user_may_see_who_holds_an_object(users, client_for, her_lea
     assert api.post(_url(doc, "lease/"), {}, format="json").status_code == 403
 
 
-def test_deleting_the_object_under_its_lease_releases_the_lease(users, client_for,
-                                                                 her_lease):
+def test_deleting_the_object_under_its_lease_releases_the_lease(users, client_for, her_lease):
     doc, lease = her_lease
-    response = client_for(users.editor).delete(_url(doc), HTTP_IF_MATCH='"1"',
-                                               HTTP_OCCUPY_LEASE=lease["token"])
+    response = client_for(users.editor).delete(
+        _url(doc), HTTP_IF_MATCH='"1"', HTTP_OCCUPY_LEASE=lease["token"]
+    )
     assert response.status_code == 204, response.content
     assert not Document.objects.exists()
     assert occupy.holder(doc.occupy_key) is None
 
 
 # --- ttls -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("ttl", [True, False, 1e-300, "nan", "1e-300", "inf", "30s", None,
-                                 {"s": 1}, 0.5])
+@pytest.mark.parametrize(
+    "ttl", [True, False, 1e-300, "nan", "1e-300", "inf", "30s", None, {"s": 1}, 0.5]
+)
 def test_a_ttl_is_a_number_of_seconds_in_range(users, client_for, ttl):
     book = Book.objects.create(name="Dune")
     body = {} if ttl is None else {"ttl": ttl}
@@ -149,12 +161,12 @@ def test_a_renew_without_ttl_keeps_the_leases_own(users, client_for):
     api = client_for(users.editor)
     lease = api.post(_url(book, "lease/"), {"ttl": 20}, format="json").json()
     time.sleep(1.2)
-    renewed = api.patch(_url(book, "lease/"), {}, format="json",
-                        HTTP_OCCUPY_LEASE=lease["token"])
+    renewed = api.patch(_url(book, "lease/"), {}, format="json", HTTP_OCCUPY_LEASE=lease["token"])
     assert renewed.status_code == 200
     assert 18 < _remaining(renewed.json()["expires_at"]) <= 20.5  # 20 s again, not 120
-    longer = api.patch(_url(book, "lease/"), {"ttl": 90}, format="json",
-                       HTTP_OCCUPY_LEASE=lease["token"])
+    longer = api.patch(
+        _url(book, "lease/"), {"ttl": 90}, format="json", HTTP_OCCUPY_LEASE=lease["token"]
+    )
     assert 85 < _remaining(longer.json()["expires_at"]) <= 90.5
 
 
@@ -164,13 +176,13 @@ def test_if_match_and_a_body_version_that_disagree_are_400(users, client_for):
     Book.objects.filter(pk=book.pk).update_versioned(status="free")  # version 2
     api = client_for(users.editor)
     for header, version in (('"2"', 1), ('"1"', 2), ('"2", "3"', 1)):
-        response = api.patch(_url(book), {"name": "x", "version": version}, format="json",
-                             HTTP_IF_MATCH=header)
+        response = api.patch(
+            _url(book), {"name": "x", "version": version}, format="json", HTTP_IF_MATCH=header
+        )
         assert response.status_code == 400, (header, version, response.content)
         assert response.json()["code"] == "malformed_precondition"
         assert "version" in response.json()["detail"]
-    agree = api.patch(_url(book), {"name": "x", "version": 2}, format="json",
-                      HTTP_IF_MATCH='"2"')
+    agree = api.patch(_url(book), {"name": "x", "version": 2}, format="json", HTTP_IF_MATCH='"2"')
     assert agree.status_code == 200
     assert Book.objects.values_list("name", "version").get() == ("x", 3)
 
@@ -178,28 +190,32 @@ def test_if_match_and_a_body_version_that_disagree_are_400(users, client_for):
 def test_a_patch_of_the_values_already_there_changes_nothing(users, client_for):
     book = Book.objects.create(name="Dune", note="n")
     api = client_for(users.editor)
-    response = api.patch(_url(book), {"name": "Dune", "note": "n"}, format="json",
-                         HTTP_IF_MATCH='"1"')
+    response = api.patch(
+        _url(book), {"name": "Dune", "note": "n"}, format="json", HTTP_IF_MATCH='"1"'
+    )
     assert response.status_code == 200 and response["ETag"] == '"1"'
     assert Book.objects.get().version == 1
     Book.objects.filter(pk=book.pk).update_versioned(status="free")  # version 2
     stale = api.patch(_url(book), {"name": "Dune"}, format="json", HTTP_IF_MATCH='"1"')
     assert stale.status_code == 412  # a precondition still holds for a no-op
-    plain = client_for(users.editor).patch(f"/api/plain-books/{book.pk}/", {"name": "Dune"},
-                                           format="json")
+    plain = client_for(users.editor).patch(
+        f"/api/plain-books/{book.pk}/", {"name": "Dune"}, format="json"
+    )
     assert plain.status_code == 200 and Book.objects.get().version == 2
 
 
 # --- write locks are not edit leases --------------------------------------------------------
 def test_a_write_waits_for_another_write_in_flight(users, client_for):
     book = Book.objects.create(name="Dune")
-    writing = occupy.acquire(book.occupy_key, owner=write_owner(users.other.pk), ttl=30,
-                             reentrant=False)
+    writing = occupy.acquire(
+        book.occupy_key, owner=write_owner(users.other.pk), ttl=30, reentrant=False
+    )
     done = threading.Timer(0.3, occupy.release, [writing])
     done.start()
     try:
-        response = client_for(users.editor).patch(_url(book), {"name": "x"}, format="json",
-                                                  HTTP_IF_MATCH='"1"')
+        response = client_for(users.editor).patch(
+            _url(book), {"name": "x"}, format="json", HTTP_IF_MATCH='"1"'
+        )
     finally:
         done.join()
     assert response.status_code == 200, response.content
@@ -209,11 +225,13 @@ def test_a_write_waits_for_another_write_in_flight(users, client_for):
 def test_a_write_held_past_the_wait_is_423_naming_nobody(users, client_for, settings):
     settings.OCCUPY = {**settings.OCCUPY, "REST_FRAMEWORK": {"WRITE_WAIT": 0.2}}
     book = Book.objects.create(name="Dune")
-    writing = occupy.acquire(book.occupy_key, owner=write_owner(users.other.pk), ttl=5,
-                             reentrant=False)
+    writing = occupy.acquire(
+        book.occupy_key, owner=write_owner(users.other.pk), ttl=5, reentrant=False
+    )
     try:
-        response = client_for(users.editor).patch(_url(book), {"name": "x"}, format="json",
-                                                  HTTP_IF_MATCH='"1"')
+        response = client_for(users.editor).patch(
+            _url(book), {"name": "x"}, format="json", HTTP_IF_MATCH='"1"'
+        )
     finally:
         occupy.release(writing)
     assert response.status_code == 423
@@ -223,11 +241,11 @@ def test_a_write_held_past_the_wait_is_423_naming_nobody(users, client_for, sett
     assert "edited" not in body["detail"]
 
 
-def test_an_edit_lease_is_423_at_once_with_its_remaining_time(users, client_for,
-                                                              monkeypatch):
+def test_an_edit_lease_is_423_at_once_with_its_remaining_time(users, client_for, monkeypatch):
     book = Book.objects.create(name="Dune")
-    lease = occupy.acquire(book.occupy_key, owner=lease_owner(users.other.pk), ttl=40,
-                           reentrant=False)
+    lease = occupy.acquire(
+        book.occupy_key, owner=lease_owner(users.other.pk), ttl=40, reentrant=False
+    )
     timeouts = []
     acquire = occupy.acquire
 
@@ -236,8 +254,9 @@ def test_an_edit_lease_is_423_at_once_with_its_remaining_time(users, client_for,
         return acquire(*args, **kwargs)
 
     monkeypatch.setattr(occupy, "acquire", recorded)
-    response = client_for(users.editor).patch(_url(book), {"name": "x"}, format="json",
-                                              HTTP_IF_MATCH='"1"')
+    response = client_for(users.editor).patch(
+        _url(book), {"name": "x"}, format="json", HTTP_IF_MATCH='"1"'
+    )
     occupy.release(lease)
     assert response.status_code == 423
     assert response.json()["holder"]["owner_display"] == "Other"

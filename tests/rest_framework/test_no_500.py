@@ -22,8 +22,7 @@ def error_setup(request, settings):
     if request.param == "middleware":
         settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE]
     else:
-        handler = ("exception_handler" if request.param == "handler"
-                   else "problem_exception_handler")
+        handler = "exception_handler" if request.param == "handler" else "problem_exception_handler"
         settings.REST_FRAMEWORK = {
             **settings.REST_FRAMEWORK,
             "EXCEPTION_HANDLER": f"occupy.rest_framework.handlers.{handler}",
@@ -31,8 +30,7 @@ def error_setup(request, settings):
     return request.param
 
 
-def test_a_plain_model_viewset_answers_a_version_conflict_with_409(users, client_for,
-                                                                    error_setup):
+def test_a_plain_model_viewset_answers_a_version_conflict_with_409(users, client_for, error_setup):
     """A plain ModelViewSet on a model that gained VersionedMixin: a PATCH that loses the
     race for the same field is 409 version_conflict with the current ETag, not 500."""
     book = Book.objects.create(name="Dune")
@@ -43,8 +41,9 @@ def test_a_plain_model_viewset_answers_a_version_conflict_with_409(users, client
 
     pre_save.connect(sneak_in, sender=Book)
     try:
-        response = client_for(users.editor).patch(f"/api/plain-books/{book.pk}/",
-                                                  {"name": "Caladan"}, format="json")
+        response = client_for(users.editor).patch(
+            f"/api/plain-books/{book.pk}/", {"name": "Caladan"}, format="json"
+        )
     finally:
         pre_save.disconnect(sneak_in, sender=Book)
     assert response.status_code == 409, response.content
@@ -54,8 +53,9 @@ def test_a_plain_model_viewset_answers_a_version_conflict_with_409(users, client
     assert Book.objects.values_list("name", "version").get() == ("Arrakis", 2)
 
 
-def test_a_plain_view_answers_an_unreachable_store_with_503(users, client_for, settings,
-                                                           monkeypatch):
+def test_a_plain_view_answers_an_unreachable_store_with_503(
+    users, client_for, settings, monkeypatch
+):
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE]
     book = Book.objects.create(name="Dune")
 
@@ -63,8 +63,9 @@ def test_a_plain_view_answers_an_unreachable_store_with_503(users, client_for, s
         raise occupy.StoreUnavailable("the lock store is down (test)", key="k")
 
     monkeypatch.setattr(Book, "save", down)
-    response = client_for(users.editor).patch(f"/api/plain-books/{book.pk}/",
-                                              {"name": "x"}, format="json")
+    response = client_for(users.editor).patch(
+        f"/api/plain-books/{book.pk}/", {"name": "x"}, format="json"
+    )
     assert response.status_code == 503 and response["Retry-After"] == "1"
     assert response.json()["code"] == "store_unavailable"
 
@@ -79,8 +80,7 @@ def test_other_exceptions_are_left_to_django(users, client_for, settings, monkey
 
     monkeypatch.setattr(Book, "save", bug)
     with pytest.raises(ZeroDivisionError):
-        client_for(users.editor).patch(f"/api/plain-books/{book.pk}/", {"name": "x"},
-                                       format="json")
+        client_for(users.editor).patch(f"/api/plain-books/{book.pk}/", {"name": "x"}, format="json")
 
 
 def test_the_browsable_api_works_on_every_lease_endpoint(users, client_for):
@@ -105,8 +105,9 @@ def test_the_browsable_api_works_on_every_lease_endpoint(users, client_for):
     assert looked.status_code == 200 and token not in looked.content.decode()
     renewed = api.patch(url + "lease/", {"ttl": 90}, format="json", **html, **occupy_token)
     assert renewed.status_code == 200, renewed.content[:500]
-    written = api.patch(url, {"name": "final"}, format="json", HTTP_IF_MATCH='"1"', **html,
-                        **occupy_token)
+    written = api.patch(
+        url, {"name": "final"}, format="json", HTTP_IF_MATCH='"1"', **html, **occupy_token
+    )
     assert written.status_code == 200, written.content[:500]
     mine = api.post(url + "lease/takeover/", {"ttl": 60}, format="json", **html)
     assert mine.status_code == 201, mine.content[:500]
@@ -124,9 +125,9 @@ def test_the_browsable_api_works_on_every_lease_endpoint(users, client_for):
 
 def test_an_if_match_with_a_huge_number_is_400(users, client_for):
     book = Book.objects.create(name="Dune")
-    response = client_for(users.editor).patch(f"/api/books/{book.pk}/", {"name": "x"},
-                                              format="json",
-                                              HTTP_IF_MATCH=f'"{"9" * 5000}"')
+    response = client_for(users.editor).patch(
+        f"/api/books/{book.pk}/", {"name": "x"}, format="json", HTTP_IF_MATCH=f'"{"9" * 5000}"'
+    )
     assert response.status_code == 400, response.content[:300]
     assert response.json()["code"] == "malformed_precondition"
     assert len(response.json()["detail"]) < 300  # the header is not echoed whole
@@ -136,8 +137,9 @@ def test_an_if_match_with_a_huge_number_is_400(users, client_for):
 @pytest.mark.parametrize("version", [True, "1.0", "9" * 5000, 2**40, -1, 0])
 def test_a_body_version_that_is_no_version_is_400(users, client_for, version):
     book = Book.objects.create(name="Dune")
-    response = client_for(users.editor).patch(f"/api/books/{book.pk}/",
-                                              {"name": "x", "version": version}, format="json")
+    response = client_for(users.editor).patch(
+        f"/api/books/{book.pk}/", {"name": "x", "version": version}, format="json"
+    )
     assert response.status_code == 400, response.content[:300]
     assert Book.objects.get().name == "Dune"
 
@@ -166,10 +168,15 @@ def test_a_250_character_string_pk_end_to_end(users, client_for):
     assert taken.status_code == 201, taken.content
     token = taken.json()["token"]
     assert api.get(url + "lease/").json()["holder"]["owner_display"] == "Editor"
-    assert client_for(users.other).patch(url, {"text": "x"}, format="json",
-                                         HTTP_IF_MATCH='"1"').status_code == 423
-    written = api.patch(url, {"text": "final"}, format="json", HTTP_IF_MATCH='"1"',
-                        HTTP_OCCUPY_LEASE=token)
+    assert (
+        client_for(users.other)
+        .patch(url, {"text": "x"}, format="json", HTTP_IF_MATCH='"1"')
+        .status_code
+        == 423
+    )
+    written = api.patch(
+        url, {"text": "final"}, format="json", HTTP_IF_MATCH='"1"', HTTP_OCCUPY_LEASE=token
+    )
     assert written.status_code == 200, written.content
     assert api.delete(url + "lease/", HTTP_OCCUPY_LEASE=token).status_code == 204
     assert api.delete(url, HTTP_IF_MATCH='"2"').status_code == 204
@@ -179,7 +186,8 @@ def test_a_250_character_string_pk_end_to_end(users, client_for):
 def test_no_takeover_log_without_a_replaced_holder(users, client_for):
     """Taking over a free object replaces nobody: no log entry, ``replaced`` null."""
     book = Book.objects.create(name="Dune")
-    response = client_for(users.editor).post(f"/api/books/{book.pk}/lease/takeover/", {},
-                                             format="json")
+    response = client_for(users.editor).post(
+        f"/api/books/{book.pk}/lease/takeover/", {}, format="json"
+    )
     assert response.status_code == 201 and response.json()["replaced"] is None
     assert not LogEntry.objects.exists()

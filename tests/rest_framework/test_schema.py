@@ -17,8 +17,9 @@ def _headers(operation: dict) -> set[str]:
     return {p["name"] for p in operation.get("parameters", []) if p["in"] == "header"}
 
 
-@pytest.mark.parametrize("path", ["/api/books/{id}/", "/api/documents/{id}/",
-                                  "/api/uuid-books/{id}/"])
+@pytest.mark.parametrize(
+    "path", ["/api/books/{id}/", "/api/documents/{id}/", "/api/uuid-books/{id}/"]
+)
 def test_every_guarded_write_lists_the_contract(schema, path):
     operations = schema["paths"][path]
     for method in ("put", "patch", "delete"):
@@ -78,12 +79,18 @@ def test_bad_requests_outages_and_the_client_header_are_listed(schema):
     assert {"400", "403", "409", "423", "503"} <= set(takeover["responses"])
     assert "Occupy-Client" in _headers(takeover)
     created = takeover["responses"]["201"]["content"]["application/json"]["schema"]
-    assert "replaced" in schema["components"]["schemas"][created["$ref"].split("/")[-1]][
-        "properties"]
+    assert (
+        "replaced" in schema["components"]["schemas"][created["$ref"].split("/")[-1]]["properties"]
+    )
     beacon = schema["paths"]["/api/books/{id}/lease/release/"]["post"]
     body = beacon["requestBody"]["content"]
-    assert any("token" in str(schema["components"]["schemas"].get(
-        media["schema"].get("$ref", "").split("/")[-1], {})) for media in body.values())
+    assert any(
+        "token"
+        in str(
+            schema["components"]["schemas"].get(media["schema"].get("$ref", "").split("/")[-1], {})
+        )
+        for media in body.values()
+    )
     described = patch["responses"]["400"]["description"]
     assert "malformed_precondition" in described
     assert "invalid_ttl" in lease["post"]["responses"]["400"]["description"]

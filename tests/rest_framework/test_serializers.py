@@ -10,8 +10,9 @@ pytestmark = pytest.mark.usefixtures("users")
 
 
 def test_a_create_starts_at_version_1_whatever_version_it_sends(users, client_for):
-    response = client_for(users.editor).post("/api/books/", {"name": "Dune", "version": 5},
-                                             format="json")
+    response = client_for(users.editor).post(
+        "/api/books/", {"name": "Dune", "version": 5}, format="json"
+    )
     assert response.status_code == 201, response.content
     assert response.json()["version"] == 1
     assert Book.objects.get().version == 1
@@ -24,8 +25,9 @@ def test_a_version_beyond_the_column_is_400_not_a_server_error(users, client_for
     response = api.post("/api/books/", {"name": "Dune", "version": 10**24}, format="json")
     assert response.status_code == 400, response.content
     book = Book.objects.create(name="Dune")
-    response = api.patch(f"/api/books/{book.pk}/", {"name": "x", "version": 10**24},
-                         format="json", HTTP_IF_MATCH="*")
+    response = api.patch(
+        f"/api/books/{book.pk}/", {"name": "x", "version": 10**24}, format="json", HTTP_IF_MATCH="*"
+    )
     assert response.status_code == 400, response.content
     assert "version" in response.json()
     assert Book.objects.get().name == "Dune"

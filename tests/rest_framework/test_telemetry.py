@@ -28,12 +28,16 @@ def test_occupy_statuses_are_counted_by_status_and_code(otel, users, client_for)
     book = Book.objects.create(name="Dune")
     client = client_for(users.editor)
     url = f"/api/books/{book.pk}/"
-    before = {(412, "precondition_failed"): _count(otel, 412, "precondition_failed"),
-              (428, "precondition_required"): _count(otel, 428, "precondition_required"),
-              (304, None): _count(otel, 304, None)}
+    before = {
+        (412, "precondition_failed"): _count(otel, 412, "precondition_failed"),
+        (428, "precondition_required"): _count(otel, 428, "precondition_required"),
+        (304, None): _count(otel, 304, None),
+    }
 
-    assert client.patch(url, {"status": "lent"}, format="json",
-                        HTTP_IF_MATCH='"99"').status_code == 412
+    assert (
+        client.patch(url, {"status": "lent"}, format="json", HTTP_IF_MATCH='"99"').status_code
+        == 412
+    )
     assert client.patch(url, {"status": "lent"}, format="json").status_code == 428
     etag = client.get(url)["ETag"]
     assert client.get(url, HTTP_IF_NONE_MATCH=etag).status_code == 304

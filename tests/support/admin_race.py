@@ -39,11 +39,29 @@ class AdminClient:
         self.jar = http.cookiejar.CookieJar()
         host = urllib.parse.urlsplit(base).hostname or "127.0.0.1"
         for name, value in (session_cookie,):
-            self.jar.set_cookie(http.cookiejar.Cookie(
-                0, name, value, None, False, host, False, False, "/", True, False, None,
-                False, None, None, {}))
+            self.jar.set_cookie(
+                http.cookiejar.Cookie(
+                    0,
+                    name,
+                    value,
+                    None,
+                    False,
+                    host,
+                    False,
+                    False,
+                    "/",
+                    True,
+                    False,
+                    None,
+                    False,
+                    None,
+                    None,
+                    {},
+                )
+            )
         self.opener = urllib.request.build_opener(
-            urllib.request.HTTPCookieProcessor(self.jar), _NoRedirect)
+            urllib.request.HTTPCookieProcessor(self.jar), _NoRedirect
+        )
         self.request("GET", "/admin/")  # the CSRF cookie (the logout form sets it)
         if not self.csrf():
             raise AssertionError("the admin's index set no CSRF cookie")
@@ -51,18 +69,23 @@ class AdminClient:
     def csrf(self) -> str:
         return next((c.value or "" for c in self.jar if c.name == "csrftoken"), "")
 
-    def request(self, method: str, path: str, data: dict[str, Any] | None = None
-                ) -> tuple[int, str, dict[str, str]]:
+    def request(
+        self, method: str, path: str, data: dict[str, Any] | None = None
+    ) -> tuple[int, str, dict[str, str]]:
         """Send one request; return the status, the body and the headers."""
         body = None
         headers = {}
         if data is not None:
-            body = urllib.parse.urlencode({**data, "csrfmiddlewaretoken": self.csrf()},
-                                          doseq=True).encode()
-            headers = {"X-CSRFToken": self.csrf(),
-                       "Content-Type": "application/x-www-form-urlencoded"}
-        request = urllib.request.Request(self.base + path, data=body, method=method,
-                                         headers=headers)
+            body = urllib.parse.urlencode(
+                {**data, "csrfmiddlewaretoken": self.csrf()}, doseq=True
+            ).encode()
+            headers = {
+                "X-CSRFToken": self.csrf(),
+                "Content-Type": "application/x-www-form-urlencoded",
+            }
+        request = urllib.request.Request(
+            self.base + path, data=body, method=method, headers=headers
+        )
         try:
             with self.opener.open(request, timeout=60) as response:
                 return response.status, response.read().decode(), dict(response.headers)
@@ -75,8 +98,7 @@ class AdminClient:
         if status != 200:
             raise AssertionError(f"GET {path} answered {status}")
         state, tab, token = _STATE.search(html), _TAB.search(html), _TOKEN.search(html)
-        return (state[1] if state else "", tab[1] if tab else "",
-                token[1] if token else "")
+        return (state[1] if state else "", tab[1] if tab else "", token[1] if token else "")
 
 
 #: Each loop runs at least its ``seconds`` and until it has made ``ROUNDS`` tries, but
@@ -98,8 +120,9 @@ class _Clock:
 def _take(client: AdminClient, obj: str, tab: str) -> str | None:
     """Take the object for ``tab`` as the page's script does when its lease is gone
     (``renew/`` with ``reacquire=1``); return the token, or ``None`` when held."""
-    status, body, _headers = client.request("POST", obj + "occupy/renew/",
-                                            {"_occupy_tab": tab, "reacquire": "1"})
+    status, body, _headers = client.request(
+        "POST", obj + "occupy/renew/", {"_occupy_tab": tab, "reacquire": "1"}
+    )
     if status == 409:
         return None
     if status != 200:
@@ -108,8 +131,7 @@ def _take(client: AdminClient, obj: str, tab: str) -> str | None:
     return token
 
 
-def editor_loop(base: str, cookie: tuple[str, str], obj: str, seconds: float
-                ) -> dict[str, int]:
+def editor_loop(base: str, cookie: tuple[str, str], obj: str, seconds: float) -> dict[str, int]:
     """Take her lease (as her page does), renew it twice, release it; again, for
     ``seconds``. Return her grants and how many of them a renewal found lost."""
     client = AdminClient(base, cookie)
@@ -137,8 +159,9 @@ def editor_loop(base: str, cookie: tuple[str, str], obj: str, seconds: float
     return {"grants": grants, "lost": lost}
 
 
-def own_takeover_loop(base: str, cookie: tuple[str, str], obj: str, seconds: float
-                      ) -> dict[str, int]:
+def own_takeover_loop(
+    base: str, cookie: tuple[str, str], obj: str, seconds: float
+) -> dict[str, int]:
     """Without the takeover permission: take the object when free, then take his own
     lease over into a second tab while the first lets it go (the editor may get it in
     between: then the takeover must not replace her). Return the answers."""
@@ -151,14 +174,19 @@ def own_takeover_loop(base: str, cookie: tuple[str, str], obj: str, seconds: flo
         if token is None:
             time.sleep(random.uniform(0, 0.003))
             continue
-        release = threading.Thread(target=lambda tab=first, token=token: (
-            time.sleep(random.uniform(0, 0.003)),
-            client.request("POST", obj + "occupy/release/",
-                           {"_occupy_tab": tab, "_occupy_lease": token})))
+        release = threading.Thread(
+            target=lambda tab=first, token=token: (
+                time.sleep(random.uniform(0, 0.003)),
+                client.request(
+                    "POST", obj + "occupy/release/", {"_occupy_tab": tab, "_occupy_lease": token}
+                ),
+            )
+        )
         release.start()
         second = secrets.token_hex(8)
-        status, _html, headers = client.request("POST", obj + "occupy/takeover/",
-                                                {"_occupy_tab": second})
+        status, _html, headers = client.request(
+            "POST", obj + "occupy/takeover/", {"_occupy_tab": second}
+        )
         release.join()
         took = status == 302 and f"_occupy_tab={second}" in headers.get("Location", "")
         answer = "took" if took else str(status)
@@ -166,13 +194,13 @@ def own_takeover_loop(base: str, cookie: tuple[str, str], obj: str, seconds: flo
         if took:  # give it back: the second tab's lease, found as its page would
             token = _take(client, obj, second)
             if token is not None:
-                client.request("POST", obj + "occupy/release/",
-                               {"_occupy_tab": second, "_occupy_lease": token})
+                client.request(
+                    "POST", obj + "occupy/release/", {"_occupy_tab": second, "_occupy_lease": token}
+                )
     return answers
 
 
-def supervisor_loop(base: str, cookie: tuple[str, str], obj: str, seconds: float
-                    ) -> dict[str, int]:
+def supervisor_loop(base: str, cookie: tuple[str, str], obj: str, seconds: float) -> dict[str, int]:
     """With the takeover permission: now and then take over whoever edits, then let
     go. Return how many takeovers were posted."""
     client = AdminClient(base, cookie)
@@ -181,20 +209,22 @@ def supervisor_loop(base: str, cookie: tuple[str, str], obj: str, seconds: float
     while clock.going(posted):
         time.sleep(random.uniform(0.02, 0.08))
         tab = secrets.token_hex(8)
-        status, _html, _headers = client.request("POST", obj + "occupy/takeover/",
-                                                 {"_occupy_tab": tab})
+        status, _html, _headers = client.request(
+            "POST", obj + "occupy/takeover/", {"_occupy_tab": tab}
+        )
         posted += 1
         if status == 302:
             token = _take(client, obj, tab)
             if token is not None:
-                client.request("POST", obj + "occupy/release/",
-                               {"_occupy_tab": tab, "_occupy_lease": token})
+                client.request(
+                    "POST", obj + "occupy/release/", {"_occupy_tab": tab, "_occupy_lease": token}
+                )
     return {"posted": posted}
 
 
-def race_worker(role: str, base: str, cookie: tuple[str, str], obj: str, seconds: float
-                ) -> dict[str, int]:
+def race_worker(
+    role: str, base: str, cookie: tuple[str, str], obj: str, seconds: float
+) -> dict[str, int]:
     """Run the loop of ``role`` (``editor``, ``other``, ``supervisor``)."""
-    loop = {"editor": editor_loop, "other": own_takeover_loop,
-            "supervisor": supervisor_loop}[role]
+    loop = {"editor": editor_loop, "other": own_takeover_loop, "supervisor": supervisor_loop}[role]
     return loop(base, cookie, obj, seconds)

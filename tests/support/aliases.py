@@ -21,24 +21,45 @@ __all__ = [
 ]
 
 #: Which server each backend alias needs (to skip with the server's reason).
-SERVER_OF = {"db-postgresql": "postgresql", "db-mysql": "mysql", "cache": "redis",
-             "cache-django": "redis", "cache-addonly": "redis"}
+SERVER_OF = {
+    "db-postgresql": "postgresql",
+    "db-mysql": "mysql",
+    "cache": "redis",
+    "cache-django": "redis",
+    "cache-addonly": "redis",
+}
 
 #: The database backends (the ones ``make test-all`` runs again on each default database).
 DATABASE_BACKENDS = ["default", "db-postgresql", "db-mysql"]
 
 #: Every lock backend the contract suite is bound to.
-CONTRACT_BACKENDS = ["default", "db-postgresql", "db-mysql", "redis", "cache", "cache-django",
-                     "cache-addonly", "cache-locmem", "files", "memory",
-                     *(["extra"] if "extra" in settings.OCCUPY["BACKENDS"] else [])]
+CONTRACT_BACKENDS = [
+    "default",
+    "db-postgresql",
+    "db-mysql",
+    "redis",
+    "cache",
+    "cache-django",
+    "cache-addonly",
+    "cache-locmem",
+    "files",
+    "memory",
+    *(["extra"] if "extra" in settings.OCCUPY["BACKENDS"] else []),
+]
 #: The backends whose store lives in one process's memory (no multiprocess tests).
-ONE_PROCESS_BACKENDS = ["cache-locmem", "memory",
-                        *(["extra"] if os.environ.get("OCCUPY_TEST_BACKEND_ONE_PROCESS") == "1"
-                          else [])]
+ONE_PROCESS_BACKENDS = [
+    "cache-locmem",
+    "memory",
+    *(["extra"] if os.environ.get("OCCUPY_TEST_BACKEND_ONE_PROCESS") == "1" else []),
+]
 
 #: The occupy backend that keeps its claims in each database alias.
-BACKEND_OF = {"default": "default", "sqlite": "db-sqlite", "postgresql": "db-postgresql",
-              "mysql": "db-mysql"}
+BACKEND_OF = {
+    "default": "default",
+    "sqlite": "db-sqlite",
+    "postgresql": "db-postgresql",
+    "mysql": "db-mysql",
+}
 
 #: The servers the multiprocess tests run on (SQLite too where it can serialize).
 SERVERS = ["postgresql", "mysql"]
@@ -71,8 +92,11 @@ def database_params(aliases: list[str]) -> list[Any]:
     """Return pytest params for database aliases, skipped with the server's reason."""
     params = []
     for alias in aliases:
-        why = None if alias in settings.DATABASES else settings.SKIPS.get(
-            alias, f"database {alias!r} is not configured")
+        why = (
+            None
+            if alias in settings.DATABASES
+            else settings.SKIPS.get(alias, f"database {alias!r} is not configured")
+        )
         marks = [pytest.mark.skip(reason=why)] if why else []
         params.append(pytest.param(alias, id=alias, marks=marks))
     return params

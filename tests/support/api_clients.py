@@ -7,8 +7,9 @@ import time
 from typing import Any
 
 
-def call(method: str, url: str, user: str, body: dict[str, Any] | None = None,
-         **headers: str) -> tuple[int, dict[str, str], Any]:
+def call(
+    method: str, url: str, user: str, body: dict[str, Any] | None = None, **headers: str
+) -> tuple[int, dict[str, str], Any]:
     """Send one request as ``user`` (HTTP Basic); return status, headers and JSON body."""
     from tests.support.live_server import send
     from tests.support.users import PASSWORD
@@ -17,12 +18,14 @@ def call(method: str, url: str, user: str, body: dict[str, Any] | None = None,
     try:
         return status, head, json.loads(raw) if raw else None
     except ValueError:
-        raise AssertionError(f"{method} {url} answered {status} with no JSON: {raw[:3000]!r}"
-                             ) from None
+        raise AssertionError(
+            f"{method} {url} answered {status} with no JSON: {raw[:3000]!r}"
+        ) from None
 
 
-def append_at_once(url: str, user: str, name: str, rounds: int, barrier: Any,
-                   field: str = "note") -> list[int]:
+def append_at_once(
+    url: str, user: str, name: str, rounds: int, barrier: Any, field: str = "note"
+) -> list[int]:
     """Each round, at the same moment as another process: read the row, append ``name``
     to its ``field``, and PATCH it back with the ETag read (when the API gives one);
     return the statuses."""
@@ -32,8 +35,7 @@ def append_at_once(url: str, user: str, name: str, rounds: int, barrier: Any,
         _status, head, body = call("GET", url, user)
         barrier.wait(timeout=60)
         condition = {"If_Match": head["ETag"]} if "ETag" in head else {}
-        status, _head, _body = call("PATCH", url, user, {field: body[field] + name},
-                                    **condition)
+        status, _head, _body = call("PATCH", url, user, {field: body[field] + name}, **condition)
         statuses.append(status)
     return statuses
 
@@ -52,8 +54,9 @@ def edit_under_lease(url: str, user: str, rounds: int) -> list[int]:
             time.sleep(0.01)
         _status, head, _body = call("GET", url, user)
         time.sleep(0.05)  # the window a write without the lease would need
-        status, _head, body = call("PATCH", url, user, {"body": f"leased-{r}"},
-                                   If_Match=head["ETag"], Occupy_Lease=token)
+        status, _head, body = call(
+            "PATCH", url, user, {"body": f"leased-{r}"}, If_Match=head["ETag"], Occupy_Lease=token
+        )
         statuses.append(status)
         assert call("DELETE", url + "lease/", user, Occupy_Lease=token)[0] == 204
         time.sleep(0.02)
@@ -66,8 +69,7 @@ def write_without_lease(url: str, user: str, seconds: float) -> list[int]:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         _status, head, _body = call("GET", url, user)
-        status, _head, _body = call("PATCH", url, user, {"body": "unleased"},
-                                    If_Match=head["ETag"])
+        status, _head, _body = call("PATCH", url, user, {"body": "unleased"}, If_Match=head["ETag"])
         statuses.append(status)
         time.sleep(0.005)
     return statuses
@@ -89,8 +91,9 @@ def append_until_written(url: str, user: str, name: str, rounds: int) -> list[in
     for _ in range(rounds):
         for _attempt in range(200):
             _status, head, body = call("GET", url, user)
-            status, head, _body = call("PATCH", url, user, {"body": body["body"] + name},
-                                       If_Match=head["ETag"])
+            status, head, _body = call(
+                "PATCH", url, user, {"body": body["body"] + name}, If_Match=head["ETag"]
+            )
             statuses.append(status)
             if status == 423:
                 statuses.append(-int(head["Retry-After"]))
@@ -99,8 +102,7 @@ def append_until_written(url: str, user: str, name: str, rounds: int) -> list[in
     return statuses
 
 
-def patch_while_leased(url: str, user: str, tries: int
-                       ) -> list[tuple[float, float, int, str, Any]]:
+def patch_while_leased(url: str, user: str, tries: int) -> list[tuple[float, float, int, str, Any]]:
     """PATCH ``tries`` times while someone else holds an edit lease; return each answer
     as (when the PATCH was sent, when its answer came, its status, its ``Retry-After``,
     the holder named)."""
@@ -108,11 +110,11 @@ def patch_while_leased(url: str, user: str, tries: int
     for _ in range(tries):
         _status, head, body = call("GET", url, user)
         sent = time.time()
-        status, head, body = call("PATCH", url, user, {"body": "intruder"},
-                                  If_Match=head["ETag"])
+        status, head, body = call("PATCH", url, user, {"body": "intruder"}, If_Match=head["ETag"])
         holder = (body or {}).get("holder") or {}
-        answers.append((sent, time.time(), status, head.get("Retry-After", ""),
-                        holder.get("owner_display")))
+        answers.append(
+            (sent, time.time(), status, head.get("Retry-After", ""), holder.get("owner_display"))
+        )
         time.sleep(0.05)
     return answers
 
@@ -134,8 +136,9 @@ def hold_and_renew(url: str, user: str, seconds: float) -> dict[str, int]:
         held = True
         for _ in range(3):
             time.sleep(0.05)
-            status, _head, body = call("PATCH", url + "lease/", user, {"ttl": 30},
-                                       Occupy_Lease=token)
+            status, _head, body = call(
+                "PATCH", url + "lease/", user, {"ttl": 30}, Occupy_Lease=token
+            )
             if status != 200:
                 assert status == 409, (status, body)
                 held = False

@@ -15,5 +15,6 @@ class AddOnlyCacheBackend(CacheBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.protocol.close()
-        self._protocol = AddProtocol(self, CacheStore(self.cache_alias, self.margin),
-                                     self.poll_interval)
+        self._protocol = AddProtocol(
+            self, CacheStore(self.cache_alias, self.margin), self.poll_interval
+        )

@@ -97,15 +97,20 @@ def open_browser(base: str, user: User) -> Browser:
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which(CHROMIUM) or CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                     "--window-size=1280,900", "--disable-gpu", "--lang=en-US"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+        "--disable-gpu",
+        "--lang=en-US",
+    ):
         options.add_argument(argument)
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     try:
         session = login(user).cookies[settings.SESSION_COOKIE_NAME].value
         driver.get(f"{base}/static/admin/css/base.css")  # same origin, cheap
-        driver.add_cookie({"name": settings.SESSION_COOKIE_NAME, "value": session,
-                           "path": "/"})
+        driver.add_cookie({"name": settings.SESSION_COOKIE_NAME, "value": session, "path": "/"})
     except BaseException:
         driver.quit()
         raise

@@ -80,8 +80,7 @@ def tokens_of(database: str, tag: str) -> set[str]:
     """Return the tokens of the claims on keys ``"<tag>:…"``."""
     quote = "`" if connections[database].vendor == "mysql" else '"'
     with connections[database].cursor() as cursor:
-        cursor.execute(f"SELECT token FROM {TABLE} WHERE {quote}key{quote} LIKE %s",
-                       [f"{tag}:%"])
+        cursor.execute(f"SELECT token FROM {TABLE} WHERE {quote}key{quote} LIKE %s", [f"{tag}:%"])
         return {token for (token,) in cursor.fetchall()}
 
 

@@ -12,9 +12,20 @@ __all__ = ["TABLES", "wipe", "wipe_stores", "wipe_tables"]
 
 #: The model-side test tables, children before parents.
 TABLES = [
-    "testapp_ebook", "testapp_book", "testapp_chapter", "testapp_strictbook", "testapp_uuidbook",
-    "testapp_shelf", "testapp_label", "testapp_goods", "testapp_task", "testapp_document",
-    "testapp_page", "testapp_scroll", "testapp_longkeynote", "testapp_seat",
+    "testapp_ebook",
+    "testapp_book",
+    "testapp_chapter",
+    "testapp_strictbook",
+    "testapp_uuidbook",
+    "testapp_shelf",
+    "testapp_label",
+    "testapp_goods",
+    "testapp_task",
+    "testapp_document",
+    "testapp_page",
+    "testapp_scroll",
+    "testapp_longkeynote",
+    "testapp_seat",
 ]
 
 

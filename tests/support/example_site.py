@@ -40,14 +40,24 @@ class Site:
 def example_env(tmp: Path) -> dict[str, str]:
     """Return the environment of an example project on a scratch SQLite file, without
     Redis (the site's leases live in its database)."""
-    return {**os.environ, "EXAMPLE_SQLITE": str(tmp / "library.sqlite3"),
-            "EXAMPLE_REDIS": "off", "DJANGO_SETTINGS_MODULE": "tests.example.settings"}
+    return {
+        **os.environ,
+        "EXAMPLE_SQLITE": str(tmp / "library.sqlite3"),
+        "EXAMPLE_REDIS": "off",
+        "DJANGO_SETTINGS_MODULE": "tests.example.settings",
+    }
 
 
 def manage(*args: str, env: dict[str, str]) -> str:
     """Run ``manage.py`` of the example project; return its output."""
-    done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -60,9 +70,14 @@ def run_site(tmp: Path, **extra_env: str) -> Iterator[Site]:
     env = {**example_env(tmp), **extra_env}
     manage("migrate", "--verbosity", "0", env=env)
     manage("shell", "--command", USERS, env=env)
-    server = subprocess.Popen([sys.executable, "-m", "example_project.library.server"],
-                              cwd=ROOT, env=env, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "example_project.library.server"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert server.stdin is not None and server.stdout is not None
     try:
         url = server.stdout.readline().strip()
@@ -77,8 +92,13 @@ def run_site(tmp: Path, **extra_env: str) -> Iterator[Site]:
             server.wait()
 
 
-def call(method: str, url: str, user: str | None = None, body: dict[str, Any] | None = None,
-         **headers: str) -> tuple[int, dict[str, str], bytes]:
+def call(
+    method: str,
+    url: str,
+    user: str | None = None,
+    body: dict[str, Any] | None = None,
+    **headers: str,
+) -> tuple[int, dict[str, str], bytes]:
     """Send one request, as ``user`` by HTTP Basic or anonymously; return the status,
     the headers and the raw body."""
     return send(method, url, user=user, password=PASSWORD, body=body, **headers)

@@ -48,10 +48,13 @@ def hand_back_and_forth(database: str, key: str, seconds: float, poll: float) ->
 
     import occupy
 
-    backends = {**settings.OCCUPY["BACKENDS"], "hand-back": {
-        "BACKEND": "occupy.backends.db.DatabaseBackend",
-        "OPTIONS": {"DATABASE": database, "POLL_INTERVAL": poll},
-    }}
+    backends = {
+        **settings.OCCUPY["BACKENDS"],
+        "hand-back": {
+            "BACKEND": "occupy.backends.db.DatabaseBackend",
+            "OPTIONS": {"DATABASE": database, "POLL_INTERVAL": poll},
+        },
+    }
     waits = []
     with override_settings(OCCUPY={**settings.OCCUPY, "BACKENDS": backends}):
         end = time.monotonic() + seconds
@@ -63,8 +66,9 @@ def hand_back_and_forth(database: str, key: str, seconds: float, poll: float) ->
     return waits
 
 
-def count_under_lock(using: str | None, key: str, rounds: int, hold: float,
-                     database: str = "default") -> list[Span]:
+def count_under_lock(
+    using: str | None, key: str, rounds: int, hold: float, database: str = "default"
+) -> list[Span]:
     """Increment the ``key`` Counter row ``rounds`` times, each a slow read-modify-write
     inside the lock (none when ``using`` is ``None``); return ``(entered, left, fence)``
     per round (monotonic clock, which every process of the host shares)."""
@@ -88,8 +92,9 @@ def count_under_lock(using: str | None, key: str, rounds: int, hold: float,
     return spans
 
 
-def count_with_failed_release(using: str, key: str, seconds: float,
-                              fail_first: bool) -> tuple[list[Span], bool]:
+def count_with_failed_release(
+    using: str, key: str, seconds: float, fail_first: bool
+) -> tuple[list[Span], bool]:
     """Loop over ``key`` for ``seconds`` as a worker does, incrementing its Counter row
     under the lock (ttl 1 s); with ``fail_first``, the first release fails as it would
     when the store is restarted. Return the ``(entered, left, fence)`` spans and whether

@@ -27,15 +27,17 @@ START_WITHIN = 60.0
 def _admin_cursor() -> closing:  # type: ignore[type-arg]
     import psycopg
 
-    return closing(psycopg.connect(host=HOST, user="postgres", dbname="postgres",
-                                   autocommit=True))
+    return closing(psycopg.connect(host=HOST, user="postgres", dbname="postgres", autocommit=True))
 
 
 def sessions_on(database: str) -> int:
     """Return how many server sessions are connected to ``database`` now."""
     with _admin_cursor() as conn:
-        return int(conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s",
-                                [database]).fetchone()[0])
+        return int(
+            conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [database]
+            ).fetchone()[0]
+        )
 
 
 def _free_port() -> int:
@@ -45,8 +47,9 @@ def _free_port() -> int:
 
 
 @contextmanager
-def run_gunicorn(database: str, *, workers: int = 2, threads: int = 4,
-                 books: int = 8) -> Iterator[list[str]]:
+def run_gunicorn(
+    database: str, *, workers: int = 2, threads: int = 4, books: int = 8
+) -> Iterator[list[str]]:
     """Create ``database`` (dropped first if left over), migrate the example project
     into it with its users and ``books`` books, and serve it with gunicorn (``gthread``
     workers) until the block ends; yield the books' API URLs. The database is dropped
@@ -54,20 +57,45 @@ def run_gunicorn(database: str, *, workers: int = 2, threads: int = 4,
     with _admin_cursor() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{database}"')
         conn.execute(f'CREATE DATABASE "{database}"')
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.example.settings",
-           "EXAMPLE_DB": "postgresql", "EXAMPLE_PG_NAME": database, "EXAMPLE_REDIS": "off"}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.example.settings",
+        "EXAMPLE_DB": "postgresql",
+        "EXAMPLE_PG_NAME": database,
+        "EXAMPLE_REDIS": "off",
+    }
     server = None
     try:
         manage("migrate", "--verbosity", "0", env=env)
-        manage("shell", "--command", USERS + "\nfrom example_project.library.models import "
-               f"Book\nfor n in range({books}): Book.objects.create(name=f'sessions {{n}}', "
-               "status='a')", env=env)
+        manage(
+            "shell",
+            "--command",
+            USERS + "\nfrom example_project.library.models import "
+            f"Book\nfor n in range({books}): Book.objects.create(name=f'sessions {{n}}', "
+            "status='a')",
+            env=env,
+        )
         port = _free_port()
         server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "--workers", str(workers), "--threads",
-             str(threads), "--worker-class", "gthread", "--bind", f"{HOST}:{port}",
-             "--log-level", "warning", "example_project.wsgi:application"],
-            cwd=ROOT, env=env)
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "--workers",
+                str(workers),
+                "--threads",
+                str(threads),
+                "--worker-class",
+                "gthread",
+                "--bind",
+                f"{HOST}:{port}",
+                "--log-level",
+                "warning",
+                "example_project.wsgi:application",
+            ],
+            cwd=ROOT,
+            env=env,
+        )
         url = f"http://{HOST}:{port}/api/books/"
         deadline = time.monotonic() + START_WITHIN
         while True:
@@ -99,12 +127,14 @@ def lease_cycles(book_urls: list[str], requests: int) -> None:
 
     def cycles(book_url: str) -> None:
         for _ in range(requests // 2 // len(book_urls)):
-            status, _head, raw = send("POST", f"{book_url}lease/", user="editor",
-                                      password=PASSWORD, body={"ttl": 30})
+            status, _head, raw = send(
+                "POST", f"{book_url}lease/", user="editor", password=PASSWORD, body={"ttl": 30}
+            )
             assert status == 201, raw
             token = json.loads(raw)["token"]
-            status, _head, raw = send("DELETE", f"{book_url}lease/", user="editor",
-                                      password=PASSWORD, Occupy_Lease=token)
+            status, _head, raw = send(
+                "DELETE", f"{book_url}lease/", user="editor", password=PASSWORD, Occupy_Lease=token
+            )
             assert status == 204, raw
 
     with ThreadPoolExecutor(len(book_urls)) as pool:

@@ -42,8 +42,15 @@ def serve(*, static: bool = False) -> Iterator[str]:
         httpd.server_close()
 
 
-def send(method: str, url: str, *, user: str | None = None, password: str = "",
-         body: dict[str, Any] | None = None, **headers: str) -> tuple[int, dict[str, str], bytes]:
+def send(
+    method: str,
+    url: str,
+    *,
+    user: str | None = None,
+    password: str = "",
+    body: dict[str, Any] | None = None,
+    **headers: str,
+) -> tuple[int, dict[str, str], bytes]:
     """Send one request with ``urllib``, as ``user`` by HTTP Basic (or anonymously), a
     JSON ``body`` if given, and ``headers`` (``If_Match`` is sent as ``If-Match``);
     return the status, the headers and the raw body, whatever the status."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def seed000_writer(alias: str, pk: int, field: str, rounds: int, plain: bool,
-                    barrier: Any) -> list[tuple[str, str]]:
+def seed000_writer(
+    alias: str, pk: int, field: str, rounds: int, plain: bool, barrier: Any
+) -> list[tuple[str, str]]:
     """Each round: load the book, wait for the other writer to load it too, change
     ``field``, save; then read back what the row holds."""
     from tests.testapp.models import Book
@@ -33,8 +34,9 @@ def seed000_writer(alias: str, pk: int, field: str, rounds: int, plain: bool,
     return seen
 
 
-def same_field_writer(alias: str, pk: int, me: str, private: str, rounds: int,
-                       barrier: Any) -> list[tuple[str, tuple[str, str, str]]]:
+def same_field_writer(
+    alias: str, pk: int, me: str, private: str, rounds: int, barrier: Any
+) -> list[tuple[str, tuple[str, str, str]]]:
     """Each round: load, wait, change ``name`` and a field only this writer writes."""
     from occupy import VersionConflict
     from tests.testapp.models import Book
@@ -58,7 +60,6 @@ def same_field_writer(alias: str, pk: int, me: str, private: str, rounds: int,
     return outcomes
 
 
-
 def decrement(alias: str, pk: int, times: int, hold: float) -> list[tuple[float, float]]:
     """Take one from the stock ``times`` times by a slow read-modify-write inside
     ``locked()``; return each critical section's (entered, left) by the monotonic clock,
@@ -79,8 +80,9 @@ def decrement(alias: str, pk: int, times: int, hold: float) -> list[tuple[float,
     return sections
 
 
-def claim_loop(alias: str, backend: str, me: str, seconds: float,
-               hold: float) -> tuple[list[tuple[int, int]], list[tuple[Any, ...]]]:
+def claim_loop(
+    alias: str, backend: str, me: str, seconds: float, hold: float
+) -> tuple[list[tuple[int, int]], list[tuple[Any, ...]]]:
     """Claim, work on and release tasks for ``seconds``; return the (pk, fence) of every
     claim and the violations seen: another owner's mark on a claimed task, a second
     claim() answering with another task or lease, more than one task held."""
@@ -130,8 +132,9 @@ def abandon(alias: str, backend: str, me: str, ttl: float) -> tuple[int, int]:
     raise AssertionError("no task came free in 10 s")
 
 
-def claim_as(alias: str, backend: str, owner: str, rounds: int, release: bool,
-             barrier: Any) -> list[tuple[int, str]]:
+def claim_as(
+    alias: str, backend: str, owner: str, rounds: int, release: bool, barrier: Any
+) -> list[tuple[int, str]]:
     """Each round, claim for ``owner`` at the same moment as another process claiming
     for the same owner; return the (pk, token) each claim answered."""
     import occupy
@@ -149,8 +152,9 @@ def claim_as(alias: str, backend: str, owner: str, rounds: int, release: bool,
     return out
 
 
-def paused_writer(alias: str, backend: str, pk: int, ttl: float,
-                  acquired: Any) -> tuple[str, int, str]:
+def paused_writer(
+    alias: str, backend: str, pk: int, ttl: float, acquired: Any
+) -> tuple[str, int, str]:
     """Take the page's lock, change the page, signal, and save with the lease after a
     pause (during which the parent stops this process past the lease's ttl)."""
     import time

@@ -20,8 +20,14 @@ from django.db import connections
 _ctx = multiprocessing.get_context("spawn")
 
 
-def _child(target: Callable[..., Any], args: tuple[Any, ...], names: dict[str, str], barrier: Any,
-           results: Any, index: int) -> None:
+def _child(
+    target: Callable[..., Any],
+    args: tuple[Any, ...],
+    names: dict[str, str],
+    barrier: Any,
+    results: Any,
+    index: int,
+) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     import django
 
@@ -94,7 +100,8 @@ def collect(workers: Workers, timeout: float = 240) -> list[Any]:
     return [out[i] for i in range(len(procs))]
 
 
-def run(target: Callable[..., Any], args_list: Sequence[tuple[Any, ...]],
-        timeout: float = 240) -> list[Any]:
+def run(
+    target: Callable[..., Any], args_list: Sequence[tuple[Any, ...]], timeout: float = 240
+) -> list[Any]:
     """Run ``target(*args)`` in one process per tuple, all at once; return the results."""
     return collect(start(target, args_list), timeout)

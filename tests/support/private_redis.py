@@ -48,16 +48,30 @@ class PrivateRedis:
         import redis
 
         self.proc = subprocess.Popen(
-            [shutil.which("redis-server") or "redis-server", "--port", str(self.port),
-             "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.directory],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                shutil.which("redis-server") or "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.directory,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         probe = redis.Redis(port=self.port, socket_timeout=1)
         try:
             for _ in range(200):
                 if self.proc.poll() is not None:
-                    raise AssertionError(f"redis-server exited with {self.proc.returncode} "
-                                         f"on port {self.port} (is the port taken?)")
+                    raise AssertionError(
+                        f"redis-server exited with {self.proc.returncode} "
+                        f"on port {self.port} (is the port taken?)"
+                    )
                 try:
                     probe.ping()
                     return
@@ -91,9 +105,13 @@ def private_redis() -> Iterator[PrivateRedis]:
         "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2},
     }
     occupy = dict(settings.OCCUPY)
-    occupy["BACKENDS"] = {**occupy["BACKENDS"], ALIAS: {
-        "BACKEND": "occupy.backends.redis.RedisBackend",
-        "OPTIONS": {"CACHE": ALIAS, "PREFIX": "occupy:"}}}
+    occupy["BACKENDS"] = {
+        **occupy["BACKENDS"],
+        ALIAS: {
+            "BACKEND": "occupy.backends.redis.RedisBackend",
+            "OPTIONS": {"CACHE": ALIAS, "PREFIX": "occupy:"},
+        },
+    }
     try:
         with override_settings(CACHES={**settings.CACHES, ALIAS: cache}, OCCUPY=occupy):
             yield server

@@ -52,13 +52,27 @@ class RedisServer:
         """Start the server and wait until it answers a PING (at most 10 s)."""
         assert REDIS_SERVER is not None, "redis-server is not on PATH"
         self.process = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.directory)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                REDIS_SERVER,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for _ in range(200):
             if self.process.poll() is not None:
-                raise AssertionError(f"redis-server exited with {self.process.returncode} "
-                                     f"on port {self.port}")
+                raise AssertionError(
+                    f"redis-server exited with {self.process.returncode} on port {self.port}"
+                )
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
                     sock.sendall(b"PING\r\n")

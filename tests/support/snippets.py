@@ -109,8 +109,10 @@ def blocks_of(page: Path) -> list[Block]:
             if kind == "skip":
                 reason = re.fullmatch(r"\s*\((.+)\)\s*", body, re.S)
                 if reason is None:
-                    raise ValueError(f"{name}:{i + 1}: a skip needs its reason in "
-                                     "parentheses: <!-- snippet: skip (why) -->")
+                    raise ValueError(
+                        f"{name}:{i + 1}: a skip needs its reason in "
+                        "parentheses: <!-- snippet: skip (why) -->"
+                    )
                 pending = ("skip", " ".join(reason.group(1).split()))
             elif kind == "setup":
                 pending = ("setup", textwrap.dedent(body.strip("\n")))
@@ -133,7 +135,7 @@ def blocks_of(page: Path) -> list[Block]:
 
 
 # --- the subprocess ------------------------------------------------------------------
-_SETTINGS = '''
+_SETTINGS = """
 import os
 SECRET_KEY = "snippets"
 DEBUG = True
@@ -175,7 +177,7 @@ if REDIS_URL:
         "BACKEND": "occupy.backends.redis.RedisBackend",
         "OPTIONS": {"CACHE": "default", "PREFIX": os.environ["SNIPPETS_PREFIX"] + ":occupy:"},
     }
-'''
+"""
 
 
 def _project(directory: Path) -> None:
@@ -183,7 +185,8 @@ def _project(directory: Path) -> None:
     (directory / "scratch_settings.py").write_text(_SETTINGS)
     (directory / "scratch_urls.py").write_text(
         "from django.contrib import admin\nfrom django.urls import path\n"
-        "urlpatterns = [path('admin/', admin.site.urls)]\n")
+        "urlpatterns = [path('admin/', admin.site.urls)]\n"
+    )
     app = directory / "docsapp"
     app.mkdir()
     (app / "__init__.py").write_text("")
@@ -192,15 +195,21 @@ def _project(directory: Path) -> None:
 
 def _is_settings(tree: ast.Module) -> bool:
     names = [t for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
-    return bool(tree.body) and all(isinstance(node, ast.Assign) for node in tree.body) and all(
-        isinstance(t, ast.Name) and t.id.isupper() for t in names)
+    return (
+        bool(tree.body)
+        and all(isinstance(node, ast.Assign) for node in tree.body)
+        and all(isinstance(t, ast.Name) and t.id.isupper() for t in names)
+    )
 
 
 def _errors_of_check() -> list[str]:
     from django.core import checks
 
-    return [f"{m.id}: {m.msg}" for m in checks.run_checks(include_deployment_checks=False)
-            if m.level >= checks.ERROR]
+    return [
+        f"{m.id}: {m.msg}"
+        for m in checks.run_checks(include_deployment_checks=False)
+        if m.level >= checks.ERROR
+    ]
 
 
 def _apply_settings(block: Block, code: Any, namespace: dict[str, Any]) -> None:
@@ -250,8 +259,13 @@ def _rebuild_table(sender: type[Any], **kwargs: Any) -> None:
         admin.site.unregister(old)
     # Models that point at the one replaced go with it (a page's Chapter of its Book).
     stale = [old] if old is not None else []
-    stale += [m for m in apps.all_models["docsapp"].values() if old is not None and m is not old
-              and any(f.related_model is old for f in m._meta.get_fields())]
+    stale += [
+        m
+        for m in apps.all_models["docsapp"].values()
+        if old is not None
+        and m is not old
+        and any(f.related_model is old for f in m._meta.get_fields())
+    ]
     tables = set(connection.introspection.table_names())
     with connection.schema_editor() as editor:
         for model in stale:
@@ -287,8 +301,7 @@ def _run_block(block: Block, namespace: dict[str, Any]) -> None:
 
     before = dict(apps.all_models["docsapp"])
     if block.kind == "setup":
-        exec(compile(block.argument, f"{block.page}:{block.line} (setup)", "exec"),
-             namespace)
+        exec(compile(block.argument, f"{block.page}:{block.line} (setup)", "exec"), namespace)
         _check_models(block, before)
         before = dict(apps.all_models["docsapp"])
     name = f"{block.page}:{block.line}"

@@ -53,10 +53,10 @@ def take_over_own(using: str, key: str, seconds: float, rounds: int) -> dict[str
     replaced: list[tuple[str, int]] = []
     refused: dict[str, int] = {}
 
-    def receiver(sender: type, lease: occupy.Lease, previous: occupy.Holder | None,
-                 **kwargs: object) -> None:
-        replaced.append(("(free)", 0) if previous is None else (previous.owner,
-                                                                previous.fence))
+    def receiver(
+        sender: type, lease: occupy.Lease, previous: occupy.Holder | None, **kwargs: object
+    ) -> None:
+        replaced.append(("(free)", 0) if previous is None else (previous.owner, previous.fence))
 
     signals.lease_taken_over.connect(receiver, weak=False)
     deadline = time.monotonic() + seconds
@@ -66,14 +66,16 @@ def take_over_own(using: str, key: str, seconds: float, rounds: int) -> dict[str
         read = occupy.holder(key, using=using)
         try:
             if read is None:
-                lease = occupy.acquire(key, owner=OWNER_B, ttl=0.5, timeout=0,
-                                       reentrant=False, using=using)
+                lease = occupy.acquire(
+                    key, owner=OWNER_B, ttl=0.5, timeout=0, reentrant=False, using=using
+                )
             elif read.owner == OWNER_B:
                 # Deciding the permission takes a moment (a request's queries), in
                 # which the holder read may release and A take the key.
                 time.sleep(random.uniform(0, 0.002))
-                lease = occupy.takeover(key, owner=OWNER_B, ttl=0.5, if_fence=read.fence,
-                                        reentrant=False, using=using)
+                lease = occupy.takeover(
+                    key, owner=OWNER_B, ttl=0.5, if_fence=read.fence, reentrant=False, using=using
+                )
             else:
                 time.sleep(0.001)
                 continue

@@ -61,8 +61,9 @@ class Recorded:
         """Return every attribute (metric or span) that carries a full key, an owner or a
         token seen in this run: keys and owners with a ``:`` (a key without one has no
         family, and is recorded as ``other``), and every token."""
-        secrets = ({k for k in self.keys if ":" in k} | {o for o in self.owners if ":" in o}
-                   | self.tokens)
+        secrets = (
+            {k for k in self.keys if ":" in k} | {o for o in self.owners if ":" in o} | self.tokens
+        )
         found: list[str] = []
 
         def look(where: str, attributes: Any) -> None:

@@ -40,15 +40,17 @@ class StaffUsers:
 def create_user(name: str, *codenames: str, staff: bool = False) -> User:
     """Create user ``name`` with the permissions ``codenames``; return a fresh instance
     (no stale permission cache)."""
-    user = User.objects.create_user(name, password=PASSWORD, first_name=name.title(),
-                                    is_staff=staff)
+    user = User.objects.create_user(
+        name, password=PASSWORD, first_name=name.title(), is_staff=staff
+    )
     user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
     return User.objects.get(pk=user.pk)
 
 
 def _writes(models: list[str]) -> list[str]:
-    return [f"{action}_{model}" for model in models
-            for action in ("add", "change", "delete", "view")]
+    return [
+        f"{action}_{model}" for model in models for action in ("add", "change", "delete", "view")
+    ]
 
 
 def api_users() -> ApiUsers:
@@ -68,8 +70,9 @@ def staff_users() -> StaffUsers:
     return StaffUsers(
         editor=create_user("editor", *writes, staff=True),
         other=create_user("other", *writes, staff=True),
-        supervisor=create_user("supervisor", *writes, "force_release_occupation",
-                               "view_occupation", staff=True),
+        supervisor=create_user(
+            "supervisor", *writes, "force_release_occupation", "view_occupation", staff=True
+        ),
     )
 
 

@@ -54,10 +54,12 @@ def waiters(backend: str | BaseBackend, key: str) -> list[str]:
     return [c.owner for c in backend.claims() if c.key == key and c.state == "pending"]
 
 
-def wait_for_waiters(backend: str | BaseBackend, key: str, count: int = 1, *,
-                     timeout: float = TIMEOUT) -> list[str]:
+def wait_for_waiters(
+    backend: str | BaseBackend, key: str, count: int = 1, *, timeout: float = TIMEOUT
+) -> list[str]:
     """Wait until the store has queued at least ``count`` waiters for ``key``; return
     their owners."""
+
     def queued() -> list[str]:
         found = waiters(backend, key)
         return found if len(found) >= count else []
@@ -86,16 +88,18 @@ class WaitingAttempts:
 
     def wait_for(self, count: int = 1, *, timeout: float = TIMEOUT) -> None:
         """Wait until ``count`` attempts have begun to wait."""
-        wait_until(lambda: self.count() >= count, timeout=timeout,
-                   what=f"{count} attempt(s) to begin waiting")
+        wait_until(
+            lambda: self.count() >= count,
+            timeout=timeout,
+            what=f"{count} attempt(s) to begin waiting",
+        )
 
     async def await_for(self, count: int = 1, *, timeout: float = TIMEOUT) -> None:
         """Async twin of :meth:`wait_for`, for a waiter on the same event loop."""
         deadline = time.monotonic() + timeout
         while self.count() < count:
             if time.monotonic() > deadline:
-                raise AssertionError(f"waited {timeout} s for {count} attempt(s) to begin "
-                                     "waiting")
+                raise AssertionError(f"waited {timeout} s for {count} attempt(s) to begin waiting")
             await asyncio.sleep(INTERVAL)
 
 

@@ -17,8 +17,7 @@ from tests.testapp.models import Book, Chapter, Document, Label, Scroll, Shelf, 
 TTL = 6
 
 
-class FullAdmin(EditLeaseAdminMixin, VersionedAdminMixin, OccupyStatusAdminMixin,
-                admin.ModelAdmin):
+class FullAdmin(EditLeaseAdminMixin, VersionedAdminMixin, OccupyStatusAdminMixin, admin.ModelAdmin):
     edit_lease_ttl = TTL
     edit_lease_poll = 1
 

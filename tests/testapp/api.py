@@ -93,8 +93,9 @@ class DocumentViewSet(_Guarded):
     serializer_class = DocumentSerializer
 
 
-@extend_schema_view(partial_update=extend_schema(responses={
-    200: LabelSerializer, 412: CustomAnswerSerializer}))
+@extend_schema_view(
+    partial_update=extend_schema(responses={200: LabelSerializer, 412: CustomAnswerSerializer})
+)
 class LabelViewSet(_Guarded):
     queryset = Label.objects.order_by("pk")
     serializer_class = LabelSerializer
@@ -122,8 +123,11 @@ class LongKeyNoteViewSet(_Guarded):
 
 #: The occupy backends the multiprocess API tests run the document API on, each at
 #: ``/api/documents-<alias>/`` (the ones configured here).
-DOCUMENT_BACKENDS = [alias for alias in ("db-postgresql", "db-mysql", "redis")
-                     if alias in settings.OCCUPY["BACKENDS"]]
+DOCUMENT_BACKENDS = [
+    alias
+    for alias in ("db-postgresql", "db-mysql", "redis")
+    if alias in settings.OCCUPY["BACKENDS"]
+]
 
 router = routers.DefaultRouter()
 router.register("books", BookViewSet)
@@ -135,7 +139,12 @@ router.register("uuid-books", UUIDBookViewSet)
 router.register("plain-books", PlainBookViewSet, basename="plain-book")
 router.register("long-key-notes", LongKeyNoteViewSet)
 for _alias in DOCUMENT_BACKENDS:
-    router.register(f"documents-{_alias}",
-                    type(f"DocumentViewSet_{_alias.replace('-', '_')}", (DocumentViewSet,),
-                         {"occupy_backend": _alias}),
-                    basename=f"document-{_alias}")
+    router.register(
+        f"documents-{_alias}",
+        type(
+            f"DocumentViewSet_{_alias.replace('-', '_')}",
+            (DocumentViewSet,),
+            {"occupy_backend": _alias},
+        ),
+        basename=f"document-{_alias}",
+    )

@@ -35,7 +35,6 @@ class Book(VersionedMixin, OccupiableMixin, models.Model):
     tags = models.JSONField(default=list, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
-
     def __str__(self) -> str:
         return self.name
 
@@ -71,7 +70,6 @@ class UUIDBook(VersionedMixin, OccupiableMixin, models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     name = models.CharField(max_length=100)
 
-
     def __str__(self) -> str:
         return self.name
 
@@ -97,8 +95,9 @@ class Scroll(OccupiableMixin, models.Model):
         return self.code[:40]
 
 
-class GoodsQuerySet(RowLockQuerySetMixin["Goods"], OccupiableQuerySetMixin["Goods"],
-                    models.QuerySet["Goods"]):
+class GoodsQuerySet(
+    RowLockQuerySetMixin["Goods"], OccupiableQuerySetMixin["Goods"], models.QuerySet["Goods"]
+):
     """Two concerns combined in a queryset of one's own: row locks and occupations."""
 
     def cheap(self) -> "GoodsQuerySet":
@@ -141,7 +140,6 @@ class Document(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
 
     body = models.TextField(blank=True, default="")
 
-
     def __str__(self) -> str:
         return self.body[:20]
 
@@ -162,7 +160,6 @@ class Label(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
 
     code = models.CharField(primary_key=True, max_length=40)
     text = models.CharField(max_length=100, blank=True, default="")
-
 
     def __str__(self) -> str:
         return self.code

@@ -30,7 +30,8 @@ def test_advancing_the_clock_expires_a_lease_without_sleeping(occupy_memory: Sto
 
 
 def test_a_renewed_lease_is_lost_at_the_renewal_after_the_clock_passed_it(
-        occupy_memory: StoreClock) -> None:
+    occupy_memory: StoreClock,
+) -> None:
     """The watchdog renews every third of the ttl of real time: after advance() past
     the expiry, its next renewal finds the lease gone and marks it lost."""
     lease = occupy.acquire("book:1", owner="alice", ttl=0.6, renew=True)

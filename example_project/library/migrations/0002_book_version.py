@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('library', '0001_initial'),
+        ("library", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='book',
-            name='version',
-            field=models.PositiveIntegerField(default=1, editable=False, verbose_name='version'),
+            model_name="book",
+            name="version",
+            field=models.PositiveIntegerField(default=1, editable=False, verbose_name="version"),
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('library', '0002_book_version'),
+        ("library", "0002_book_version"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='task',
-            name='version',
-            field=models.PositiveIntegerField(default=1, editable=False, verbose_name='version'),
+            model_name="task",
+            name="version",
+            field=models.PositiveIntegerField(default=1, editable=False, verbose_name="version"),
         ),
     ]

@@ -13,5 +13,14 @@ from occupy.backends.cache.backend import (
 )
 from occupy.backends.cache.store import AddProtocol, CacheStore
 
-__all__ = ["ATOMIC", "NO_STORE", "ONE_PROCESS", "RACY_ADD", "REDIS", "AddProtocol",
-           "CacheBackend", "CacheStore", "cache_safety"]
+__all__ = [
+    "ATOMIC",
+    "NO_STORE",
+    "ONE_PROCESS",
+    "RACY_ADD",
+    "REDIS",
+    "AddProtocol",
+    "CacheBackend",
+    "CacheStore",
+    "cache_safety",
+]

@@ -52,8 +52,7 @@ from occupy.exceptions import InvalidBackendError
 if TYPE_CHECKING:
     from occupy.backends.redis.protocol import RedisProtocol
 
-__all__ = ["ATOMIC", "NO_STORE", "ONE_PROCESS", "RACY_ADD", "REDIS", "CacheBackend",
-           "cache_safety"]
+__all__ = ["ATOMIC", "NO_STORE", "ONE_PROCESS", "RACY_ADD", "REDIS", "CacheBackend", "cache_safety"]
 
 #: What a cache class can do for a lock (see :func:`cache_safety`).
 REDIS = "redis"  # the Redis lock protocol on the cache's raw client
@@ -76,8 +75,12 @@ def _store_errors() -> tuple[type[BaseException], ...]:
     """Return the errors by which a cache client says its server cannot be reached or used
     (those of the clients installed here)."""
     errors: list[type[BaseException]] = [OSError, FenceUnavailable]
-    for path in ("redis.exceptions.RedisError", "django_redis.exceptions.ConnectionInterrupted",
-                 "pymemcache.exceptions.MemcacheError", "pylibmc.Error"):
+    for path in (
+        "redis.exceptions.RedisError",
+        "django_redis.exceptions.ConnectionInterrupted",
+        "pymemcache.exceptions.MemcacheError",
+        "pylibmc.Error",
+    ):
         try:
             errors.append(import_string(path))
         except ImportError:
@@ -134,10 +137,14 @@ def _redis_protocol(backend: CacheBackend, cache: Any) -> RedisProtocol | None:
     # value found under them that the scripts did not write (a pickled entry, a hash of
     # an older layout during a rolling deploy) is held by an unknown holder until it
     # expires, never free, and a fence counter found there is carried on.
-    return RedisProtocol(backend, client, prefix=str(cache.make_key(PREFIX)),
-                         poll_interval=backend.poll_interval,
-                         queue_ttl=max(QUEUE_TTL, 2 * backend.poll_interval),
-                         digest_chars=64)
+    return RedisProtocol(
+        backend,
+        client,
+        prefix=str(cache.make_key(PREFIX)),
+        poll_interval=backend.poll_interval,
+        queue_ttl=max(QUEUE_TTL, 2 * backend.poll_interval),
+        digest_chars=64,
+    )
 
 
 class CacheBackend(DelegatingBackend):
@@ -148,10 +155,15 @@ class CacheBackend(DelegatingBackend):
     options_schema = {
         "CACHE": Option(str, "default", "the cache alias"),
         "SINGLE_PROCESS": Option(bool, False, "the deployment is one process (LocMemCache)"),
-        "POLL_INTERVAL": Option(float, 0.05, "longest pause between two looks while "
-                                "waiting", positive=True),
-        "SAFETY_MARGIN": Option(float, 0.1, "non-Redis caches: how much life an entry read "
-                                "must have left for a write after it", positive=True),
+        "POLL_INTERVAL": Option(
+            float, 0.05, "longest pause between two looks while waiting", positive=True
+        ),
+        "SAFETY_MARGIN": Option(
+            float,
+            0.1,
+            "non-Redis caches: how much life an entry read must have left for a write after it",
+            positive=True,
+        ),
     }
 
     @classmethod
@@ -170,21 +182,34 @@ class CacheBackend(DelegatingBackend):
             return messages  # Django's own cache checks report an unimportable cache
         cache_class = import_string(path)
         if kind == NO_STORE or (kind == ONE_PROCESS and not options.get("SINGLE_PROCESS")):
-            hint = ("Put the locks on a shared cache (Redis, memcached), or use "
-                    "occupy.backends.db.DatabaseBackend.")
+            hint = (
+                "Put the locks on a shared cache (Redis, memcached), or use "
+                "occupy.backends.db.DatabaseBackend."
+            )
             if kind == ONE_PROCESS:
-                hint += (" If this deployment really is one process, set "
-                         "OPTIONS['SINGLE_PROCESS'] = True.")
-            messages.append(Error(_refusal(alias, cache, cache_class, kind), hint=hint,
-                                  obj=where(alias), id="occupy.E005"))
+                hint += (
+                    " If this deployment really is one process, set "
+                    "OPTIONS['SINGLE_PROCESS'] = True."
+                )
+            messages.append(
+                Error(
+                    _refusal(alias, cache, cache_class, kind),
+                    hint=hint,
+                    obj=where(alias),
+                    id="occupy.E005",
+                )
+            )
         elif kind == RACY_ADD:
-            messages.append(Warning(
-                f"occupy backend {alias!r} uses cache {cache!r} ({path}), whose add() is a "
-                "read then a write: two processes can both take a free key.",
-                hint="Put the locks on a Redis or memcached cache, or use "
-                "occupy.backends.db.DatabaseBackend or occupy.backends.file.FileBackend.",
-                obj=where(alias), id="occupy.W002",
-            ))
+            messages.append(
+                Warning(
+                    f"occupy backend {alias!r} uses cache {cache!r} ({path}), whose add() is a "
+                    "read then a write: two processes can both take a free key.",
+                    hint="Put the locks on a Redis or memcached cache, or use "
+                    "occupy.backends.db.DatabaseBackend or occupy.backends.file.FileBackend.",
+                    obj=where(alias),
+                    id="occupy.W002",
+                )
+            )
         return messages
 
     def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
@@ -203,9 +228,9 @@ class CacheBackend(DelegatingBackend):
         kind = cache_safety(type(cache))
         if kind == NO_STORE or (kind == ONE_PROCESS and not self.single_process):
             raise InvalidBackendError(_refusal(alias, self.cache_alias, type(cache), kind))
-        self._protocol: RedisProtocol | AddProtocol = (
-            _redis_protocol(self, cache)
-            or AddProtocol(self, CacheStore(self.cache_alias, self.margin), self.poll_interval))
+        self._protocol: RedisProtocol | AddProtocol = _redis_protocol(self, cache) or AddProtocol(
+            self, CacheStore(self.cache_alias, self.margin), self.poll_interval
+        )
 
     @property
     def protocol(self) -> RedisProtocol | AddProtocol:
@@ -219,8 +244,10 @@ class CacheBackend(DelegatingBackend):
 
     def store_fix(self) -> str:
         """Return what to check when the cache cannot be used."""
-        return (f"check that the cache's server answers and that settings.CACHES"
-                f"[{self.cache_alias!r}] points at it")
+        return (
+            f"check that the cache's server answers and that settings.CACHES"
+            f"[{self.cache_alias!r}] points at it"
+        )
 
     def close(self) -> None:
         """Stop the Redis protocol's async waiters' threads; the connections are the
@@ -232,12 +259,14 @@ def _refusal(alias: str, cache_alias: str, cache_class: type, kind: str) -> str:
     """Return why a cache cannot hold ``alias``'s locks, and the fix."""
     name = f"{cache_class.__module__}.{cache_class.__qualname__}"
     if kind == NO_STORE:
-        return (f"occupy backend {alias!r} uses cache {cache_alias!r} ({name}), which stores "
-                "nothing, so it cannot lock even within one process. Use a Redis or "
-                "memcached cache, or occupy's DatabaseBackend.")
-    return (f"occupy backend {alias!r} uses cache {cache_alias!r} ({name}), which lives in "
-            "one process's memory, so other processes cannot see its locks. Use a shared "
-            "cache (Redis, memcached), or set OPTIONS['SINGLE_PROCESS'] = True if this "
-            "deployment really is one process.")
-
-
+        return (
+            f"occupy backend {alias!r} uses cache {cache_alias!r} ({name}), which stores "
+            "nothing, so it cannot lock even within one process. Use a Redis or "
+            "memcached cache, or occupy's DatabaseBackend."
+        )
+    return (
+        f"occupy backend {alias!r} uses cache {cache_alias!r} ({name}), which lives in "
+        "one process's memory, so other processes cannot see its locks. Use a shared "
+        "cache (Redis, memcached), or set OPTIONS['SINGLE_PROCESS'] = True if this "
+        "deployment really is one process."
+    )

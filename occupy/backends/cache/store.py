@@ -33,8 +33,17 @@ from occupy.backends.claims import Entry, digest, from_us, now_us
 from occupy.leases import Holder, Lease, new_token
 from occupy.validation import MAX_FENCE
 
-__all__ = ["FENCE_MEMORY_MS", "PREFIX", "AddProtocol", "CacheAttempt", "CacheStore",
-           "FenceUnavailable", "Names", "Outcome", "names"]
+__all__ = [
+    "FENCE_MEMORY_MS",
+    "PREFIX",
+    "AddProtocol",
+    "CacheAttempt",
+    "CacheStore",
+    "FenceUnavailable",
+    "Names",
+    "Outcome",
+    "names",
+]
 
 logger = logging.getLogger("occupy.backends.cache")
 
@@ -149,13 +158,15 @@ class CacheStore:
         if found is None:
             return None
         entry_name, current, now = found
-        entry = current._replace(depth=current.depth + levels,
-                                 expires_us=max(current.expires_us, now + round(ttl * 1e6)))
+        entry = current._replace(
+            depth=current.depth + levels, expires_us=max(current.expires_us, now + round(ttl * 1e6))
+        )
         self.cache.set(entry_name, tuple(entry), self._timeout(entry.expires_us))
         return entry
 
-    def takeover(self, key: str, owner: str, token: str, ttl: float,
-                 if_fence: int | None = None) -> Outcome:
+    def takeover(
+        self, key: str, owner: str, token: str, ttl: float, if_fence: int | None = None
+    ) -> Outcome:
         """Grant ``key`` to ``token`` whoever holds it (only the live entry with fence
         ``if_fence``, if given), with a higher fence; return the grant and the live
         entry it replaced, if any, or no grant and the live entry that is not the one
@@ -169,13 +180,15 @@ class CacheStore:
         found = self.holder(key)
         previous = None if found is None else found[0]
         if if_fence is not None and (
-            found is None or found[0].fence != if_fence
+            found is None
+            or found[0].fence != if_fence
             or not self._in_time(read_at, (found[0].expires_us - found[1]) / 1e6, ttl)
         ):
             return Outcome(None, previous, now_us() if found is None else found[1])
         now = now_us()
-        fence = self._next_fence(cache, fence_name, now, repair=True,
-                                 floor=0 if previous is None else previous.fence)
+        fence = self._next_fence(
+            cache, fence_name, now, repair=True, floor=0 if previous is None else previous.fence
+        )
         entry = Entry(token, owner, fence, 1, now + round(ttl * 1e6), now, key)
         cache.set(entry_name, tuple(entry), self._timeout(entry.expires_us))
         return Outcome(entry, previous, now)
@@ -194,8 +207,9 @@ class CacheStore:
             return None
         return entry_name, current, now
 
-    def _next_fence(self, cache: Any, name: str, now: int, *, floor: int = 0,
-                    repair: bool = False) -> int:
+    def _next_fence(
+        self, cache: Any, name: str, now: int, *, floor: int = 0, repair: bool = False
+    ) -> int:
         """Return the next fence: above the counter, ``floor`` (a holder's fence) and
         the clock in µs. A counter occupy did not write raises
         :class:`FenceUnavailable`, unless ``repair`` (a takeover), which rewrites it;
@@ -210,14 +224,16 @@ class CacheStore:
                 raise FenceUnavailable(
                     f"the fence counter {name!r} holds {last!r:.40}, which is not a fence "
                     "occupy wrote: no fence can be handed out for the key until "
-                    "occupy.takeover() on it rewrites it.")
+                    "occupy.takeover() on it rewrites it."
+                )
             last = 0
         last = max(last, floor)
         if last >= MAX_FENCE:
             raise FenceUnavailable(
                 f"the fence counter {name!r} is at the largest fence, {MAX_FENCE} (2^63 - "
                 "1), and cannot rise: delete it by hand; fences then restart from the clock, "
-                "below those handed out, so storage that compares them must forget them.")
+                "below those handed out, so storage that compares them must forget them."
+            )
         fence = max(last + 1, now)
         cache.set(name, fence, FENCE_MEMORY_MS / 1000)
         return fence
@@ -233,8 +249,11 @@ class CacheStore:
         in_time = self._in_time(read_at, (current.expires_us - now) / 1e6, ttl)
         if current.depth > 1:
             if in_time:  # else it expires before anyone could use the lower depth
-                self.cache.set(entry_name, tuple(current._replace(depth=current.depth - 1)),
-                               self._timeout(current.expires_us))
+                self.cache.set(
+                    entry_name,
+                    tuple(current._replace(depth=current.depth - 1)),
+                    self._timeout(current.expires_us),
+                )
             return current.depth - 1
         if in_time:
             self.cache.delete(entry_name)
@@ -288,9 +307,15 @@ class AddProtocol:
 
     def lease(self, key: str, owner: str, ttl: float, entry: Entry) -> Lease:
         """Return the lease for a grant the store made."""
-        return self.backend.make_lease(key, owner=owner, token=entry.token, fence=entry.fence,
-                                       expires_at=from_us(entry.expires_us), ttl=ttl,
-                                       depth=entry.depth)
+        return self.backend.make_lease(
+            key,
+            owner=owner,
+            token=entry.token,
+            fence=entry.fence,
+            expires_at=from_us(entry.expires_us),
+            ttl=ttl,
+            depth=entry.depth,
+        )
 
     def attempt(self, key: str, owner: str, ttl: float) -> CacheAttempt:
         """Return an attempt to take ``key`` (see :class:`CacheAttempt`)."""
@@ -318,20 +343,23 @@ class AddProtocol:
             entry = self.store.resume(key, token, ttl, int(deeper))
         return None if entry is None else self.lease(key, entry.owner, ttl, entry)
 
-    def takeover(self, key: str, owner: str, ttl: float, *,
-                 if_fence: int | None = None) -> tuple[Lease, Holder | None]:
+    def takeover(
+        self, key: str, owner: str, ttl: float, *, if_fence: int | None = None
+    ) -> tuple[Lease, Holder | None]:
         """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (only the
         entry with fence ``if_fence``, if given): a read then a write, see
         :meth:`CacheStore.takeover`."""
         with self.backend.reaching(key):
-            entry, previous, now = self.store.takeover(key, owner, new_token(), ttl,
-                                                       if_fence)
+            entry, previous, now = self.store.takeover(key, owner, new_token(), ttl, if_fence)
         holder = None if previous is None else _holder(previous)
         if entry is None:
             assert if_fence is not None  # only a conditional takeover is refused
             raise self.backend.takeover_refused(
-                key, if_fence, holder,
-                None if previous is None else (previous.expires_us - now) / 1e6)
+                key,
+                if_fence,
+                holder,
+                None if previous is None else (previous.expires_us - now) / 1e6,
+            )
         return self.lease(key, owner, ttl, entry), holder
 
     def holder(self, key: str) -> Holder | None:
@@ -350,8 +378,10 @@ class AddProtocol:
         (``NotImplementedError``), since Django's cache API cannot enumerate keys."""
         with self.backend.reaching(None):
             entries = sorted(self.store.entries(), key=lambda e: e.key)
-        return [Claim(e.key, e.owner, "using", from_us(e.since_us), from_us(e.expires_us),
-                      e.fence) for e in entries]
+        return [
+            Claim(e.key, e.owner, "using", from_us(e.since_us), from_us(e.expires_us), e.fence)
+            for e in entries
+        ]
 
     def drop_claim(self, key: str) -> None:
         """Delete the entry of ``key`` behind its holder's back (a test hook)."""
@@ -362,8 +392,9 @@ class AddProtocol:
 
 
 def _holder(entry: Entry) -> Holder:
-    return BaseBackend.make_holder(entry.owner, from_us(entry.expires_us), entry.fence,
-                                   since=from_us(entry.since_us))
+    return BaseBackend.make_holder(
+        entry.owner, from_us(entry.expires_us), entry.fence, since=from_us(entry.since_us)
+    )
 
 
 class CacheAttempt(Attempt):

@@ -88,8 +88,13 @@ class DatabaseAttempt(Attempt):
     def lease(self, token: str, fence: Any, expires_at: Any) -> Lease:
         """Return the lease for a grant of this attempt's."""
         return self.backend.make_lease(
-            self.key, owner=self.owner, token=token, fence=fence,
-            expires_at=self.sql.to_datetime(expires_at), ttl=self.ttl)
+            self.key,
+            owner=self.owner,
+            token=token,
+            fence=fence,
+            expires_at=self.sql.to_datetime(expires_at),
+            ttl=self.ttl,
+        )
 
     def try_acquire(self) -> Lease | None:
         """Grant the key if it is free, or promote the queued claim if its turn has
@@ -117,15 +122,29 @@ class DatabaseAttempt(Attempt):
         """Return whether ``error`` is SQLite's write lock held by another writer for the
         statement's whole busy wait (the caller's own transaction is an error of its
         own, which says so)."""
-        return (self.sql.is_busy(error.__cause__)
-                and not self.sql.caller_transaction(self.backend.database))
+        return self.sql.is_busy(error.__cause__) and not self.sql.caller_transaction(
+            self.backend.database
+        )
 
     def _grant_if_free(self) -> Lease | None:
         self.claimed = True
-        rows = self.backend.execute(self.sql.grant_if_free(), [
-            self.key, self.digest, self.digest, self.content_type_id, self.object_id,
-            self.owner, self.token, self.sql.seconds(self.ttl), self.digest,
-        ], key=self.key, settled=self._granted, bound=self.time_left())[1]
+        rows = self.backend.execute(
+            self.sql.grant_if_free(),
+            [
+                self.key,
+                self.digest,
+                self.digest,
+                self.content_type_id,
+                self.object_id,
+                self.owner,
+                self.token,
+                self.sql.seconds(self.ttl),
+                self.digest,
+            ],
+            key=self.key,
+            settled=self._granted,
+            bound=self.time_left(),
+        )[1]
         if not rows:
             self.claimed = self.pending_id is not None
             return None
@@ -173,10 +192,23 @@ class DatabaseAttempt(Attempt):
         next try queues it."""
         self.waits = self.claimed = True
         try:
-            self.pending_id = int(self.backend.execute(self.sql.enqueue(), [
-                self.key, self.digest, self.content_type_id, self.object_id, self.owner,
-                self.token, self.sql.seconds(self.backend.pending_ttl),
-            ], key=self.key, settled=self._queued, bound=self.time_left())[1][0][0])
+            self.pending_id = int(
+                self.backend.execute(
+                    self.sql.enqueue(),
+                    [
+                        self.key,
+                        self.digest,
+                        self.content_type_id,
+                        self.object_id,
+                        self.owner,
+                        self.token,
+                        self.sql.seconds(self.backend.pending_ttl),
+                    ],
+                    key=self.key,
+                    settled=self._queued,
+                    bound=self.time_left(),
+                )[1][0][0]
+            )
         except StoreUnavailable as e:
             if not self.sql.is_busy(e.__cause__):
                 raise
@@ -207,8 +239,9 @@ class DatabaseAttempt(Attempt):
     def _at_head(self) -> bool:
         """Read this claim's place in the queue (a waiter that polls: it is not woken);
         return whether it is first in line and the key free, else heartbeat it."""
-        ahead, held = self.run(self.sql.queue_position(), [
-            self.digest, self.pending_id, self.digest])[1][0]
+        ahead, held = self.run(
+            self.sql.queue_position(), [self.digest, self.pending_id, self.digest]
+        )[1][0]
         self.note_place(int(ahead))
         if ahead or held:
             self._keep_queued()
@@ -218,15 +251,21 @@ class DatabaseAttempt(Attempt):
     def _promote(self) -> Lease | None:
         assert self.pending_id is not None
         statement = self.sql.promote()
-        params = [self.digest, self.digest, self.sql.seconds(self.ttl), self.pending_id,
-                  self.digest, self.pending_id]
+        params = [
+            self.digest,
+            self.digest,
+            self.sql.seconds(self.ttl),
+            self.pending_id,
+            self.digest,
+            self.pending_id,
+        ]
         if self.sql.wakes_waiters:
             statement, params = self.sql.promote_when_released(), [self.digest, *params]
         for _ in range(2):
             try:
                 count, rows = self.backend.execute(
-                    statement, params, key=self.key, settled=self._granted,
-                    bound=self.time_left())
+                    statement, params, key=self.key, settled=self._granted, bound=self.time_left()
+                )
                 break
             except IntegrityError:
                 # An expired holder still has the slot: clear it and try again at once
@@ -254,9 +293,13 @@ class DatabaseAttempt(Attempt):
         """Heartbeat the pending claim; if it expired meanwhile, queue again."""
         if time.monotonic() - self.beat_at < self.backend.pending_ttl / 3:
             return
-        count = self.run(self.sql.heartbeat(), [
-            self.sql.seconds(self.backend.pending_ttl), self.pending_id,
-        ])[0]
+        count = self.run(
+            self.sql.heartbeat(),
+            [
+                self.sql.seconds(self.backend.pending_ttl),
+                self.pending_id,
+            ],
+        )[0]
         self.beat_at = time.monotonic()
         if not count:
             self.run(self.sql.forget(), [self.digest, self.token])

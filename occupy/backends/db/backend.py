@@ -77,15 +77,18 @@ from occupy.validation import MAX_FENCE
 
 __all__ = ["DatabaseBackend"]
 
+
 class DatabaseBackend(BaseBackend):
     """Locks stored as :class:`~occupy.models.Occupation` rows in a Django database."""
 
     options_schema = {
         "DATABASE": Option(str, "default", "the database alias"),
-        "POLL_INTERVAL": Option(float, 0.02, "longest pause between two tries near the "
-                                "head of a queue", positive=True),
-        "PENDING_TTL": Option(float, 10, "how long a waiter's queued claim outlives its "
-                              "last heartbeat", positive=True),
+        "POLL_INTERVAL": Option(
+            float, 0.02, "longest pause between two tries near the head of a queue", positive=True
+        ),
+        "PENDING_TTL": Option(
+            float, 10, "how long a waiter's queued claim outlives its last heartbeat", positive=True
+        ),
         "PREPARE": Option(bool, True, "PostgreSQL with psycopg 3: prepare the statements"),
     }
 
@@ -112,10 +115,14 @@ class DatabaseBackend(BaseBackend):
         messages = super().check(alias, params)
         database = (params.get("OPTIONS") or {}).get("DATABASE", "default")
         if isinstance(database, str) and database not in connections.settings:
-            messages.append(Error(
-                no_database(alias, database),
-                hint=f"Set OPTIONS['DATABASE'] to one of {sorted(connections.settings)}.",
-                obj=where(alias), id="occupy.E003"))
+            messages.append(
+                Error(
+                    no_database(alias, database),
+                    hint=f"Set OPTIONS['DATABASE'] to one of {sorted(connections.settings)}.",
+                    obj=where(alias),
+                    id="occupy.E003",
+                )
+            )
         return messages
 
     def check_store(self, databases: Collection[str]) -> list[CheckMessage]:
@@ -151,13 +158,21 @@ class DatabaseBackend(BaseBackend):
         """Return what runs the backend's statements (see :mod:`.statements`)."""
         return Statements(self)
 
-    def execute(self, sql: str, params: Sequence[Any], *, key: str | None = None,
-                prepare: bool = True, settled: Callable[[], Result | None] | None = None,
-                bound: float | None = None) -> Result:
+    def execute(
+        self,
+        sql: str,
+        params: Sequence[Any],
+        *,
+        key: str | None = None,
+        prepare: bool = True,
+        settled: Callable[[], Result | None] | None = None,
+        bound: float | None = None,
+    ) -> Result:
         """Run one autocommit statement; return ``(rowcount, rows)`` (see
         :meth:`Statements.execute`)."""
-        return self.statements.execute(sql, params, key=key, prepare=prepare,
-                                       settled=settled, bound=bound)
+        return self.statements.execute(
+            sql, params, key=key, prepare=prepare, settled=settled, bound=bound
+        )
 
     def unlisten_later(self, channel: str) -> None:
         """Leave ``channel``, which a claim granted in this thread listened on, to
@@ -200,8 +215,7 @@ class DatabaseBackend(BaseBackend):
         where the dialect wakes waiters; never another's claim."""
         d = digest(lease.key)
         sql = self.dialect
-        count = sql.released(*self.execute(sql.release_and_wake(), [d, lease.token],
-                                           key=lease.key))
+        count = sql.released(*self.execute(sql.release_and_wake(), [d, lease.token], key=lease.key))
         self.forget_listen()
         if count:
             return
@@ -215,8 +229,9 @@ class DatabaseBackend(BaseBackend):
                 now = self.execute(sql.granted(), [d, lease.token], key=lease.key)[1]
                 return (1, []) if now and int(now[0][2]) == depth - 1 else None
 
-            if self.execute(sql.unwind(), [d, lease.token, depth], key=lease.key,
-                            settled=unwound)[0]:
+            if self.execute(sql.unwind(), [d, lease.token, depth], key=lease.key, settled=unwound)[
+                0
+            ]:
                 return
         # Not held any more: clear our own expired row, which nobody else may touch.
         self.execute(sql.forget(), [d, lease.token], key=lease.key)
@@ -228,15 +243,13 @@ class DatabaseBackend(BaseBackend):
         exists (MariaDB reads it after)."""
         d = digest(lease.key)
         sql = self.dialect
-        count, rows = self.execute(sql.extend(), [sql.seconds(ttl), d, lease.token],
-                                   key=lease.key)
+        count, rows = self.execute(sql.extend(), [sql.seconds(ttl), d, lease.token], key=lease.key)
         if not (rows if sql.update_returning else count):
             raise lease.mark_lost("it expired or was taken over before it was extended")
         if not sql.update_returning:
             rows = self.execute(sql.extended(), [d, lease.token], key=lease.key)[1]
             if not rows:
-                raise lease.mark_lost("it expired or was taken over right after it was "
-                                      "extended")
+                raise lease.mark_lost("it expired or was taken over right after it was extended")
         lease.expires_at = sql.to_datetime(rows[0][0])
 
     def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
@@ -244,19 +257,25 @@ class DatabaseBackend(BaseBackend):
         kept at least ``ttl`` more), or ``None``: one guarded ``UPDATE``."""
         d = digest(key)
         sql = self.dialect
-        count, rows = self.execute(sql.resume(), [int(deeper), sql.seconds(ttl), d, token],
-                                   key=key)
+        count, rows = self.execute(sql.resume(), [int(deeper), sql.seconds(ttl), d, token], key=key)
         if not sql.update_returning and count:
             rows = self.execute(sql.resumed(), [d, token], key=key)[1]
         if not rows:
             return None
         owner, fence, expires_at, depth = rows[0]
-        return self.make_lease(key, owner=owner, token=token, fence=fence,
-                               expires_at=sql.to_datetime(expires_at), ttl=ttl,
-                               depth=int(depth))
+        return self.make_lease(
+            key,
+            owner=owner,
+            token=token,
+            fence=fence,
+            expires_at=sql.to_datetime(expires_at),
+            ttl=ttl,
+            depth=int(depth),
+        )
 
-    def takeover(self, key: str, owner: str, ttl: float, *,
-                 if_fence: int | None = None) -> tuple[Lease, Holder | None]:
+    def takeover(
+        self, key: str, owner: str, ttl: float, *, if_fence: int | None = None
+    ) -> tuple[Lease, Holder | None]:
         """Hand the live claim to ``owner`` with a higher fence (one guarded ``UPDATE``
         by the holder's token), or insert a granted claim ahead of any queue if nobody
         holds the key; return the lease and the holder replaced.
@@ -280,14 +299,15 @@ class DatabaseBackend(BaseBackend):
             rows = self.execute(sql.holding(), [d], key=key)[1]
             if rows:
                 old_token, old_owner, expires_at, fence, since, now = rows[0]
-                previous = self.make_holder(old_owner, sql.to_datetime(expires_at), fence,
-                                            sql.to_datetime(since))
+                previous = self.make_holder(
+                    old_owner, sql.to_datetime(expires_at), fence, sql.to_datetime(since)
+                )
                 if if_fence is not None and previous.fence != if_fence:
                     remaining = (previous.expires_at - sql.to_datetime(now)).total_seconds()
                     raise self.takeover_refused(key, if_fence, previous, remaining)
                 count, granted = self.execute(
-                    sql.seize(), [owner, token, d, seconds, d, old_token], key=key,
-                    settled=settled)
+                    sql.seize(), [owner, token, d, seconds, d, old_token], key=key, settled=settled
+                )
                 if count and not sql.update_returning:
                     granted = self.execute(sql.granted(), [d, token], key=key)[1]
             else:
@@ -296,13 +316,32 @@ class DatabaseBackend(BaseBackend):
                 previous = None
                 self.execute(sql.purge_expired_of_key(), [d], key=key)
                 content_type_id, object_id = self.object_of(key)
-                granted = self.execute(sql.grant_over_queue(), [
-                    key, d, d, content_type_id, object_id, owner, token, d, seconds,
-                ], key=key, settled=settled)[1]
+                granted = self.execute(
+                    sql.grant_over_queue(),
+                    [
+                        key,
+                        d,
+                        d,
+                        content_type_id,
+                        object_id,
+                        owner,
+                        token,
+                        d,
+                        seconds,
+                    ],
+                    key=key,
+                    settled=settled,
+                )[1]
             if granted:  # else the holder changed meanwhile: look again
                 fence, expires_at = granted[0][:2]
-                lease = self.make_lease(key, owner=owner, token=token, fence=fence,
-                                        expires_at=sql.to_datetime(expires_at), ttl=ttl)
+                lease = self.make_lease(
+                    key,
+                    owner=owner,
+                    token=token,
+                    fence=fence,
+                    expires_at=sql.to_datetime(expires_at),
+                    ttl=ttl,
+                )
                 return lease, previous
         raise OccupyError(f"{key!r} changed hands ten times while it was taken over.", key=key)
 
@@ -329,7 +368,8 @@ class DatabaseBackend(BaseBackend):
             f"delete them (DELETE FROM {TABLE} WHERE {self.dialect.quote}key"
             f"{self.dialect.quote} = <the key>). Fences then restart from the database "
             "clock, below the recorded one: storage that compares fences must forget it.",
-            key=key, using=self.alias,
+            key=key,
+            using=self.alias,
         )
 
     def holder_and_remaining(self, key: str) -> tuple[Holder, float] | None:
@@ -346,15 +386,21 @@ class DatabaseBackend(BaseBackend):
 
     def is_held(self, lease: Lease) -> bool:
         """Return whether the lease's token still holds a live ``using`` claim."""
-        return bool(self.execute(self.dialect.granted(), [digest(lease.key), lease.token],
-                                 key=lease.key)[1])
+        return bool(
+            self.execute(self.dialect.granted(), [digest(lease.key), lease.token], key=lease.key)[1]
+        )
 
     def drop_claim(self, key: str) -> None:
         """Delete the granted claim on ``key`` behind its holder's back (a test hook)."""
         self.execute(self.dialect.drop_claim(), [digest(key)], key=key)
 
-    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False,
-              removed: Callable[[str], None] | None = None) -> int:
+    def sweep(
+        self,
+        *,
+        batch_size: int = 1000,
+        dry_run: bool = False,
+        removed: Callable[[str], None] | None = None,
+    ) -> int:
         """Delete expired claims ``batch_size`` at a time; return how many; tell
         ``removed`` the key of each (the batches then return their keys).
 
@@ -386,14 +432,19 @@ class DatabaseBackend(BaseBackend):
         settings_dict = connections.settings[self.database]
         host = settings_dict.get("HOST") or "localhost"
         port = f":{settings_dict['PORT']}" if settings_dict.get("PORT") else ""
-        where_ = (f"file {settings_dict.get('NAME')}" if self.dialect.vendor == "sqlite"
-                  else f"{settings_dict.get('NAME')!r} at {host}{port}")
+        where_ = (
+            f"file {settings_dict.get('NAME')}"
+            if self.dialect.vendor == "sqlite"
+            else f"{settings_dict.get('NAME')!r} at {host}{port}"
+        )
         return f"database {self.database!r} ({self.dialect.vendor}, {where_})"
 
     def store_fix(self) -> str:
         """Return what to check when the database cannot be used."""
-        return (f"check that the database server answers and that settings.DATABASES"
-                f"[{self.database!r}] is right")
+        return (
+            f"check that the database server answers and that settings.DATABASES"
+            f"[{self.database!r}] is right"
+        )
 
     def now(self) -> RawSQL:
         """Return the store's now as an ORM expression: the clock claims expire by.
@@ -461,8 +512,9 @@ class DatabaseBackend(BaseBackend):
                 # In a savepoint: a table missing there must not break the caller's
                 # transaction on that database.
                 with transaction.atomic(using=database):
-                    candidates = list(rows.filter(pk__startswith=parsed.pk_text)
-                                      .values_list("pk", flat=True))
+                    candidates = list(
+                        rows.filter(pk__startswith=parsed.pk_text).values_list("pk", flat=True)
+                    )
                 found = next((str(pk) for pk in candidates if parsed.matches(pk)), None)
             except (FieldError, TypeError, ValueError):
                 return None  # a primary key that cannot be looked up by its start

@@ -14,8 +14,10 @@ __all__ = ["migrate_hint", "migration_recorded", "no_database", "occupation_tabl
 
 def no_database(alias: str, database: str) -> str:
     """Return the message for a backend whose ``DATABASE`` is not configured."""
-    return (f"occupy backend {alias!r} uses database {database!r}, which is not in "
-            f"settings.DATABASES ({sorted(connections.settings)}).")
+    return (
+        f"occupy backend {alias!r} uses database {database!r}, which is not in "
+        f"settings.DATABASES ({sorted(connections.settings)})."
+    )
 
 
 def migration_recorded(connection: BaseDatabaseWrapper) -> bool:
@@ -39,8 +41,10 @@ def migrate_hint(database: str, *, recorded: bool) -> str:
     migrate = f"'python manage.py migrate occupy --database {database}'"
     if not recorded:
         return f"Run {migrate}."
-    return ("Record the migration as unapplied, then apply it: 'python manage.py "
-            f"migrate occupy zero --fake --database {database}', then {migrate}.")
+    return (
+        "Record the migration as unapplied, then apply it: 'python manage.py "
+        f"migrate occupy zero --fake --database {database}', then {migrate}."
+    )
 
 
 def occupation_table_warnings(alias: str, database: str) -> list[CheckMessage]:
@@ -56,16 +60,24 @@ def occupation_table_warnings(alias: str, database: str) -> list[CheckMessage]:
     if TABLE in tables:
         return []
     if not migration_recorded(connections[database]):
-        return [Warning(
-            f"occupy's migration was never applied to database {database!r}, so occupy "
-            f"backend {alias!r} cannot take locks there.",
-            hint=migrate_hint(database, recorded=False),
-            obj=where(alias), id="occupy.W006",
-        )]
-    return [Warning(
-        f"Database {database!r} has no {TABLE} table, although occupy's migration "
-        f"is recorded as applied there, so occupy backend {alias!r} cannot take locks.",
-        hint=(f"{migrate_hint(database, recorded=True)} If a database router sends "
-              "occupy elsewhere, point OPTIONS['DATABASE'] there instead."),
-        obj=where(alias), id="occupy.W001",
-    )]
+        return [
+            Warning(
+                f"occupy's migration was never applied to database {database!r}, so occupy "
+                f"backend {alias!r} cannot take locks there.",
+                hint=migrate_hint(database, recorded=False),
+                obj=where(alias),
+                id="occupy.W006",
+            )
+        ]
+    return [
+        Warning(
+            f"Database {database!r} has no {TABLE} table, although occupy's migration "
+            f"is recorded as applied there, so occupy backend {alias!r} cannot take locks.",
+            hint=(
+                f"{migrate_hint(database, recorded=True)} If a database router sends "
+                "occupy elsewhere, point OPTIONS['DATABASE'] there instead."
+            ),
+            obj=where(alias),
+            id="occupy.W001",
+        )
+    ]

@@ -78,7 +78,8 @@ class OwnConnections:
         if wrapper.connection is None:
             if cutoff is not None:
                 configured = (connections.settings[self.database].get("OPTIONS") or {}).get(
-                    "connect_timeout", 0)
+                    "connect_timeout", 0
+                )
                 self.dialect.limit_connect(wrapper.settings_dict["OPTIONS"], configured, cutoff)
             wrapper.ensure_connection()
             self.dialect.on_connect(own)
@@ -93,7 +94,8 @@ class OwnConnections:
         settings_dict = connections.settings[self.database]
         wrapper_class = load_backend(settings_dict["ENGINE"]).DatabaseWrapper
         options, prepares = self.dialect.connection_options(
-            dict(settings_dict.get("OPTIONS") or {}), prepare=self.prepare)
+            dict(settings_dict.get("OPTIONS") or {}), prepare=self.prepare
+        )
         wrapper = wrapper_class({**settings_dict, "OPTIONS": options}, self.database)
         return OwnConnection(wrapper, os.getpid(), prepares)
 

@@ -37,8 +37,10 @@ class DatabaseOccupationRows(OccupationRows):
         occupation = apps.get_model("occupy", "Occupation")
         content_type = ContentType.objects.db_manager(self.database).get_for_model(model)
         return occupation._default_manager.using(self.database).filter(
-            content_type_id=content_type.pk, state="using",
-            expires_at__gt=self.backend.now(), expires_at__lte=self.backend.farthest(),
+            content_type_id=content_type.pk,
+            state="using",
+            expires_at__gt=self.backend.now(),
+            expires_at__lte=self.backend.farthest(),
         )
 
     def object_id_text(self) -> Any:
@@ -48,6 +50,11 @@ class DatabaseOccupationRows(OccupationRows):
     def lease(self, claim: Mapping[str, Any], ttl: float) -> Lease:
         """Return the lease a live claim stands for (its token, fence, expiry, depth)."""
         return self.backend.make_lease(
-            claim["key"], owner=claim["owner"], token=claim["token"], fence=claim["fence"],
-            expires_at=self.backend.dialect.to_datetime(claim["expires_at"]), ttl=ttl,
-            depth=claim["depth"])
+            claim["key"],
+            owner=claim["owner"],
+            token=claim["token"],
+            fence=claim["fence"],
+            expires_at=self.backend.dialect.to_datetime(claim["expires_at"]),
+            ttl=ttl,
+            depth=claim["depth"],
+        )

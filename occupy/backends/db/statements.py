@@ -47,9 +47,16 @@ class Statements:
         self.dialect = backend.dialect
         self.connections = backend.own_connections
 
-    def execute(self, sql: str, params: Sequence[Any], *, key: str | None = None,
-                prepare: bool = True, settled: Callable[[], Result | None] | None = None,
-                bound: float | None = None) -> Result:
+    def execute(
+        self,
+        sql: str,
+        params: Sequence[Any],
+        *,
+        key: str | None = None,
+        prepare: bool = True,
+        settled: Callable[[], Result | None] | None = None,
+        bound: float | None = None,
+    ) -> Result:
         """Run one autocommit statement; return ``(rowcount, rows)``.
 
         ``prepare=False`` plans the statement afresh even where statements are prepared
@@ -87,8 +94,7 @@ class Statements:
                 if cutoff is not None:
                     session = dialect.server_session(own)
                     if session is not None:
-                        alarm = cutoffs.arm(own.wrapper.connection.fileno(),
-                                            cutoff + CUT_SLACK)
+                        alarm = cutoffs.arm(own.wrapper.connection.fileno(), cutoff + CUT_SLACK)
                 if prepare or not own.prepares:
                     cursor.execute(statement, params)
                 else:
@@ -138,7 +144,8 @@ class Statements:
             f"occupy backend {self.backend.alias!r} could not work{on}: database "
             f"{database!r} lacks the tables occupy's migration creates ({reason}). "
             f"{migrate_hint(database, recorded=recorded)}",
-            key=key, using=self.backend.alias,
+            key=key,
+            using=self.backend.alias,
         )
 
     def stayed_locked(self, key: str | None) -> StoreUnavailable:
@@ -153,7 +160,8 @@ class Statements:
             "timeout passed, so whether the key is held could not be found out. SQLite "
             "has one write lock per file, which a transaction that has written holds until "
             "it commits: keep other writers' transactions short, or wait longer.",
-            key=key, using=self.backend.alias,
+            key=key,
+            using=self.backend.alias,
         )
 
     def _locked_by_caller(self, key: str | None, alias: str) -> StoreUnavailable:
@@ -166,5 +174,6 @@ class Statements:
             "transaction that has written holds it until it commits, and occupy's claims "
             "commit on a connection of their own, which would wait for it for ever. Take "
             "the lock before the transaction writes, or outside transaction.atomic().",
-            key=key, using=self.backend.alias,
+            key=key,
+            using=self.backend.alias,
         )

@@ -82,22 +82,27 @@ class FileBackend(BaseBackend):
 
     requires_location = True
     options_schema = {
-        "POLL_INTERVAL": Option(float, 0.05, "longest pause between two tries near the "
-                                "head of a queue", positive=True),
-        "PENDING_TTL": Option(float, 10, "how long a waiter's queued claim outlives its "
-                              "last heartbeat", positive=True),
-        "FOREIGN_TTL": Option(float, 600, "how long a claim file occupy cannot read counts "
-                              "as held", positive=True),
+        "POLL_INTERVAL": Option(
+            float, 0.05, "longest pause between two tries near the head of a queue", positive=True
+        ),
+        "PENDING_TTL": Option(
+            float, 10, "how long a waiter's queued claim outlives its last heartbeat", positive=True
+        ),
+        "FOREIGN_TTL": Option(
+            float, 600, "how long a claim file occupy cannot read counts as held", positive=True
+        ),
     }
 
     @classmethod
-    def config_problems(cls, alias: str, params: Mapping[str, Any],
-                        options: Mapping[str, Any]) -> list[str]:
+    def config_problems(
+        cls, alias: str, params: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> list[str]:
         """Add: ``LOCATION`` must be a path."""
         location = params.get("LOCATION")
         if location and not isinstance(location, str | os.PathLike):
-            return [f"{where(alias)}['LOCATION'] must be the path of a directory, not "
-                    f"{location!r}."]
+            return [
+                f"{where(alias)}['LOCATION'] must be the path of a directory, not {location!r}."
+            ]
         return super().config_problems(alias, params, options)
 
     @classmethod
@@ -110,23 +115,29 @@ class FileBackend(BaseBackend):
             return messages
         location = os.fspath(location)
         if not os.path.isabs(location):
-            messages.append(Warning(
-                f"occupy backend {alias!r} has the relative LOCATION {location!r}: "
-                "processes started in different directories would not see each other's "
-                "locks.",
-                hint=f"Use an absolute path, e.g. {os.path.abspath(location)!r}.",
-                obj=where(alias), id="occupy.W003",
-            ))
+            messages.append(
+                Warning(
+                    f"occupy backend {alias!r} has the relative LOCATION {location!r}: "
+                    "processes started in different directories would not see each other's "
+                    "locks.",
+                    hint=f"Use an absolute path, e.g. {os.path.abspath(location)!r}.",
+                    obj=where(alias),
+                    id="occupy.W003",
+                )
+            )
         existing = os.path.abspath(location)  # the directory, or its nearest ancestor
         while not os.path.exists(existing) and os.path.dirname(existing) != existing:
             existing = os.path.dirname(existing)
         if not (os.path.isdir(existing) and os.access(existing, os.W_OK | os.X_OK)):
-            messages.append(Warning(
-                f"occupy backend {alias!r} cannot write its LOCATION {location!r} "
-                f"({existing!r} is not a directory this process can write).",
-                hint="Create the directory and let the site's user write it.",
-                obj=where(alias), id="occupy.W005",
-            ))
+            messages.append(
+                Warning(
+                    f"occupy backend {alias!r} cannot write its LOCATION {location!r} "
+                    f"({existing!r} is not a directory this process can write).",
+                    hint="Create the directory and let the site's user write it.",
+                    obj=where(alias),
+                    id="occupy.W005",
+                )
+            )
         return messages
 
     def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
@@ -165,8 +176,15 @@ class FileBackend(BaseBackend):
         if written is None:
             return None
         # The token is empty, which no lease has: nobody can release or extend it.
-        return Entry("", UNKNOWN_OWNER, 0, 1, written + round(self.foreign_ttl * 1e6),
-                     written, self.directory.using_path(d))
+        return Entry(
+            "",
+            UNKNOWN_OWNER,
+            0,
+            1,
+            written + round(self.foreign_ttl * 1e6),
+            written,
+            self.directory.using_path(d),
+        )
 
     def _unwind(self, d: str, claim: Entry) -> None:
         """Undo one level of the key's claim; retire it on its last."""
@@ -176,13 +194,20 @@ class FileBackend(BaseBackend):
             self.directory.retire(d)
 
     def _lease(self, key: str, ttl: float, entry: Entry) -> Lease:
-        return self.make_lease(key, owner=entry.owner, token=entry.token, fence=entry.fence,
-                               expires_at=from_us(entry.expires_us), ttl=ttl,
-                               depth=entry.depth)
+        return self.make_lease(
+            key,
+            owner=entry.owner,
+            token=entry.token,
+            fence=entry.fence,
+            expires_at=from_us(entry.expires_us),
+            ttl=ttl,
+            depth=entry.depth,
+        )
 
     def _holder(self, claim: Entry) -> Holder:
-        return self.make_holder(claim.owner, from_us(claim.expires_us), claim.fence,
-                                from_us(claim.since_us))
+        return self.make_holder(
+            claim.owner, from_us(claim.expires_us), claim.fence, from_us(claim.since_us)
+        )
 
     # --- the contract -------------------------------------------------------------
     def attempt(self, key: str, owner: str, ttl: float) -> FileAttempt:
@@ -228,13 +253,16 @@ class FileBackend(BaseBackend):
             now = now_us()
             if claim is None or claim.token != token or not claim.live(now):
                 return None
-            claim = claim._replace(depth=claim.depth + int(deeper),
-                                   expires_us=max(claim.expires_us, now + round(ttl * 1e6)))
+            claim = claim._replace(
+                depth=claim.depth + int(deeper),
+                expires_us=max(claim.expires_us, now + round(ttl * 1e6)),
+            )
             self.directory.rewrite(d, claim)
         return self._lease(key, ttl, claim)
 
-    def takeover(self, key: str, owner: str, ttl: float, *,
-                 if_fence: int | None = None) -> tuple[Lease, Holder | None]:
+    def takeover(
+        self, key: str, owner: str, ttl: float, *, if_fence: int | None = None
+    ) -> tuple[Lease, Holder | None]:
         """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (only the
         live claim with fence ``if_fence``, if given), under the key's lock: the claim
         is retired, its fence kept, and a new one granted; return the lease and the
@@ -248,16 +276,19 @@ class FileBackend(BaseBackend):
             previous = None if live is None else self._holder(live)
             if if_fence is not None and (live is None or live.fence != if_fence):
                 raise self.takeover_refused(
-                    key, if_fence, previous,
-                    None if live is None else (live.expires_us - now) / 1e6)
+                    key, if_fence, previous, None if live is None else (live.expires_us - now) / 1e6
+                )
             if claim is not None:
                 if claim.fence >= MAX_FENCE:  # refused before the holder is touched
                     attempt._fence_exhausted(claim.fence, f"using/{d}")
                 self.directory.retire(d)
             lease = attempt._grant(now)
         if lease is None:  # only if flock is not shared on this filesystem
-            raise OccupyError(f"{key!r} could not be taken over: another process wrote its "
-                              "claim at the same moment (is flock shared here?).", key=key)
+            raise OccupyError(
+                f"{key!r} could not be taken over: another process wrote its "
+                "claim at the same moment (is flock shared here?).",
+                key=key,
+            )
         return lease, previous
 
     def holder(self, key: str) -> Holder | None:
@@ -276,8 +307,13 @@ class FileBackend(BaseBackend):
             claim = self._claim(d)
         return claim is not None and claim.token == lease.token and claim.live(now_us())
 
-    def sweep(self, *, batch_size: int = 1000, dry_run: bool = False,
-              removed: Callable[[str], None] | None = None) -> int:
+    def sweep(
+        self,
+        *,
+        batch_size: int = 1000,
+        dry_run: bool = False,
+        removed: Callable[[str], None] | None = None,
+    ) -> int:
         """Remove expired claims and return how many (or would be, if ``dry_run``).
 
         Directories are streamed (``os.scandir``), so memory stays flat whatever their
@@ -348,9 +384,16 @@ class FileBackend(BaseBackend):
                 claim = self._claim(d)
             if claim is not None and claim.live(now):
                 foreign = not claim.token
-                found.append(Claim(claim.key, claim.owner, "using",
-                                   None if foreign else from_us(claim.since_us),
-                                   from_us(claim.expires_us), None if foreign else claim.fence))
+                found.append(
+                    Claim(
+                        claim.key,
+                        claim.owner,
+                        "using",
+                        None if foreign else from_us(claim.since_us),
+                        from_us(claim.expires_us),
+                        None if foreign else claim.fence,
+                    )
+                )
         for d in directory.queued(strays):
             with self.locks.hold(d):
                 for ticket in directory.tickets(d, strays):
@@ -359,18 +402,29 @@ class FileBackend(BaseBackend):
                     # Gone, expired, or not a queued claim occupy wrote (it expires).
                     if queued is None or expires <= now * 1000:
                         continue
-                    found.append(Claim(queued.key, queued.owner, "pending",
-                                       from_us(queued.since_us), from_us(expires // 1000),
-                                       None))
+                    found.append(
+                        Claim(
+                            queued.key,
+                            queued.owner,
+                            "pending",
+                            from_us(queued.since_us),
+                            from_us(expires // 1000),
+                            None,
+                        )
+                    )
         found.sort(key=lambda c: (c.key, c.state != "using"))
         self._report(strays)
         return found
 
     def _report(self, strays: list[str]) -> None:
         if strays:
-            logger.warning("occupy backend %r skipped %d entries of its LOCATION that are "
-                           "not occupy's (remove them): %s", self.alias, len(strays),
-                           ", ".join(repr(path) for path in strays[:5]))
+            logger.warning(
+                "occupy backend %r skipped %d entries of its LOCATION that are "
+                "not occupy's (remove them): %s",
+                self.alias,
+                len(strays),
+                ", ".join(repr(path) for path in strays[:5]),
+            )
 
     def strays(self) -> list[str]:
         """Return the paths of the entries under ``LOCATION``'s ``using/``, ``pending/``
@@ -395,13 +449,16 @@ class FileBackend(BaseBackend):
         if strays:
             shown = ", ".join(repr(path) for path in strays[:3])
             more = f" and {len(strays) - 3} more" if len(strays) > 3 else ""
-            messages.append(Warning(
-                f"occupy backend {self.alias!r} has {len(strays)} entries in its LOCATION "
-                f"that occupy did not write: {shown}{more}. They are skipped.",
-                hint="Remove them: only occupy's claim files belong under using/, "
-                "pending/ and fences/ (give other files a directory of their own).",
-                obj=where(self.alias), id="occupy.W004",
-            ))
+            messages.append(
+                Warning(
+                    f"occupy backend {self.alias!r} has {len(strays)} entries in its LOCATION "
+                    f"that occupy did not write: {shown}{more}. They are skipped.",
+                    hint="Remove them: only occupy's claim files belong under using/, "
+                    "pending/ and fences/ (give other files a directory of their own).",
+                    obj=where(self.alias),
+                    id="occupy.W004",
+                )
+            )
         return messages
 
 
@@ -492,8 +549,9 @@ class FileAttempt(Attempt):
         def claim(last_fence: int) -> Entry:
             if last_fence >= MAX_FENCE:
                 self._fence_exhausted(last_fence, f"fences/{self.digest}")
-            return Entry(self.token, self.owner, max(last_fence + 1, now), 1, expires, now,
-                         self.key)
+            return Entry(
+                self.token, self.owner, max(last_fence + 1, now), 1, expires, now, self.key
+            )
 
         entry = self.directory.grant(self.digest, claim)
         if entry is None:  # only if flock is not shared on this filesystem
@@ -508,8 +566,14 @@ class FileAttempt(Attempt):
 
     def _enqueue(self, tickets: list[str]) -> None:
         # Tickets rise under the key's lock: after the newest queued one, and the clock.
-        last = max((int(ticket.split("-", 1)[0]) for ticket in tickets
-                    if ticket.split("-", 1)[0].isdigit()), default=0)
+        last = max(
+            (
+                int(ticket.split("-", 1)[0])
+                for ticket in tickets
+                if ticket.split("-", 1)[0].isdigit()
+            ),
+            default=0,
+        )
         ticket = f"{max(time.time_ns(), last + 1):020d}-{secrets.token_hex(4)}"
         self.directory.enqueue(self.digest, ticket, Queued(self.owner, self.key, now_us()))
         self.ticket = ticket
@@ -517,20 +581,24 @@ class FileAttempt(Attempt):
         self._heartbeat(force=True)
 
     def _fence_exhausted(self, fence: int, path: str) -> NoReturn:
-        raise self.backend.unavailable(self.key, OverflowError(
-            f"{path} records fence {fence}, the largest a fence can be (2^63 - 1), so no "
-            f"higher one exists: delete {path} by hand; fences then restart from the "
-            "clock, below those handed out, so storage that compares them must forget them"))
+        raise self.backend.unavailable(
+            self.key,
+            OverflowError(
+                f"{path} records fence {fence}, the largest a fence can be (2^63 - 1), so no "
+                f"higher one exists: delete {path} by hand; fences then restart from the "
+                "clock, below those handed out, so storage that compares them must forget them"
+            ),
+        )
 
     def _heartbeat(self, force: bool = False) -> None:
         """Push our pending claim's expiry (its mtime) ``PENDING_TTL`` past now."""
         pending_ttl = self.backend.pending_ttl
-        if self.ticket is None or (not force and time.monotonic() - self.beat_at
-                                   < pending_ttl / 3):
+        if self.ticket is None or (not force and time.monotonic() - self.beat_at < pending_ttl / 3):
             return
         # Removed as expired meanwhile: it stays removed, and the next try queues again.
-        self.directory.renew_ticket(self.digest, self.ticket,
-                                    time.time_ns() + round(pending_ttl * 1e9))
+        self.directory.renew_ticket(
+            self.digest, self.ticket, time.time_ns() + round(pending_ttl * 1e9)
+        )
         self.beat_at = time.monotonic()
 
     def _dequeue(self) -> None:

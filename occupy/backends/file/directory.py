@@ -60,8 +60,9 @@ class ClaimDirectory:
         for path in self._layout:
             os.makedirs(path, exist_ok=True)
 
-    def _made(self, making: tuple[str, ...], call: Callable[_P, _T], *args: _P.args,
-              **kwargs: _P.kwargs) -> _T:
+    def _made(
+        self, making: tuple[str, ...], call: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
         """Return ``call(*args, **kwargs)``; if a directory was missing, make the
         directories ``making`` and call it once more."""
         try:

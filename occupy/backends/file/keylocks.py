@@ -38,8 +38,9 @@ class KeyLocks:
         if not shards:
             with self._setup:
                 if not self._shards:
-                    self._shards = {f"{i:02x}": _Shard(f"{self.directory}/{i:02x}")
-                                    for i in range(256)}
+                    self._shards = {
+                        f"{i:02x}": _Shard(f"{self.directory}/{i:02x}") for i in range(256)
+                    }
                 shards = self._shards
         return shards[d[:2]]
 

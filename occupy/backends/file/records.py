@@ -14,8 +14,7 @@ from typing import NamedTuple
 from occupy.backends.claims import Entry
 from occupy.validation import MAX_FENCE
 
-__all__ = ["DEAD", "MAX_SIZE", "Queued", "dump_claim", "dump_queued", "load_claim",
-           "load_queued"]
+__all__ = ["DEAD", "MAX_SIZE", "Queued", "dump_claim", "dump_queued", "load_claim", "load_queued"]
 
 #: The most bytes a record is read with; claims are far smaller.
 MAX_SIZE = 65536
@@ -30,9 +29,20 @@ DEAD = Entry("", "", 0, 0, 0, 0, "")
 
 def dump_claim(entry: Entry) -> bytes:
     """Return the bytes of a claim file holding ``entry``."""
-    return "\0".join((_MAGIC, entry.token, str(entry.fence), str(entry.depth),
-                      str(entry.expires_us), str(entry.since_us), entry.owner, entry.key,
-                      _END, "")).encode("utf-8")
+    return "\0".join(
+        (
+            _MAGIC,
+            entry.token,
+            str(entry.fence),
+            str(entry.depth),
+            str(entry.expires_us),
+            str(entry.since_us),
+            entry.owner,
+            entry.key,
+            _END,
+            "",
+        )
+    ).encode("utf-8")
 
 
 def load_claim(data: bytes) -> Entry:

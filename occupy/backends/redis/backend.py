@@ -35,8 +35,9 @@ from occupy.backends.options import Option, cache_store, missing_cache, where
 from occupy.backends.redis.scripts import RedisKeys
 from occupy.exceptions import InvalidBackendError
 
-_NO_DJANGO_REDIS = ("occupy.backends.redis.RedisBackend needs django-redis: "
-                    "pip install 'django-occupy[redis]'.")
+_NO_DJANGO_REDIS = (
+    "occupy.backends.redis.RedisBackend needs django-redis: pip install 'django-occupy[redis]'."
+)
 
 try:
     from redis.exceptions import RedisError
@@ -64,28 +65,38 @@ class RedisBackend(DelegatingBackend):
     store_errors = (RedisError,)
 
     options_schema = {
-        "CACHE": Option(str, "default", "the django-redis cache alias",
-                        check=lambda v: None if v else "must name a cache alias"),
-        "PREFIX": Option(str, "occupy:", "what every key occupy writes starts with",
-                         check=_prefix_problem),
-        "POLL_INTERVAL": Option(float, 0.25, "longest pause between two looks while "
-                                "waiting", positive=True),
-        "QUEUE_TTL": Option(float, QUEUE_TTL, "how long a waiter's place outlives its "
-                            "last look", positive=True),
-        "FENCE_TTL": Option(float, FENCE_TTL, "how long a key's fence is remembered",
-                            positive=True),
+        "CACHE": Option(
+            str,
+            "default",
+            "the django-redis cache alias",
+            check=lambda v: None if v else "must name a cache alias",
+        ),
+        "PREFIX": Option(
+            str, "occupy:", "what every key occupy writes starts with", check=_prefix_problem
+        ),
+        "POLL_INTERVAL": Option(
+            float, 0.25, "longest pause between two looks while waiting", positive=True
+        ),
+        "QUEUE_TTL": Option(
+            float, QUEUE_TTL, "how long a waiter's place outlives its last look", positive=True
+        ),
+        "FENCE_TTL": Option(
+            float, FENCE_TTL, "how long a key's fence is remembered", positive=True
+        ),
     }
 
     @classmethod
-    def config_problems(cls, alias: str, params: Mapping[str, Any],
-                        options: Mapping[str, Any]) -> list[str]:
+    def config_problems(
+        cls, alias: str, params: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> list[str]:
         """Add: ``QUEUE_TTL`` must be at least twice ``POLL_INTERVAL``."""
         problems = super().config_problems(alias, params, options)
         queue_ttl, poll = options["QUEUE_TTL"], options["POLL_INTERVAL"]
         if _number(queue_ttl) and _number(poll) and queue_ttl < 2 * poll:
             problems.append(
                 f"{where(alias, 'QUEUE_TTL')} ({queue_ttl:g} s) must be at least twice "
-                f"POLL_INTERVAL ({poll:g} s), or live waiters lose their place.")
+                f"POLL_INTERVAL ({poll:g} s), or live waiters lose their place."
+            )
         return problems
 
     @classmethod
@@ -93,8 +104,11 @@ class RedisBackend(DelegatingBackend):
         """Add ``occupy.E004`` (``OPTIONS["CACHE"]`` is not in ``settings.CACHES``) and
         ``occupy.E008`` (that cache is not a django-redis one)."""
         cache = (params.get("OPTIONS") or {}).get("CACHE", "default")
-        return [*super().check(alias, params), *missing_cache(alias, cache),
-                *_not_django_redis(alias, cache)]
+        return [
+            *super().check(alias, params),
+            *missing_cache(alias, cache),
+            *_not_django_redis(alias, cache),
+        ]
 
     def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
         if importlib.util.find_spec("django_redis") is None:  # pragma: no cover
@@ -156,8 +170,13 @@ class RedisBackend(DelegatingBackend):
         if self._protocol is not None:
             self._protocol.close()
         self._protocol = RedisProtocol(
-            self, client, prefix=self.prefix, poll_interval=self.poll_interval,
-            queue_ttl=self.queue_ttl, fence_ttl=self.fence_ttl)
+            self,
+            client,
+            prefix=self.prefix,
+            poll_interval=self.poll_interval,
+            queue_ttl=self.queue_ttl,
+            fence_ttl=self.fence_ttl,
+        )
 
     def describe_store(self) -> str:
         """Return the Redis server of the cache the locks are on."""
@@ -165,8 +184,10 @@ class RedisBackend(DelegatingBackend):
 
     def store_fix(self) -> str:
         """Return what to check when Redis cannot be used."""
-        return (f"check that this Redis server answers and that settings.CACHES"
-                f"[{self.cache_alias!r}] points at it")
+        return (
+            f"check that this Redis server answers and that settings.CACHES"
+            f"[{self.cache_alias!r}] points at it"
+        )
 
     def close(self) -> None:
         """Stop the async waiters' threads; the connection pool belongs to django-redis."""
@@ -191,11 +212,14 @@ def _not_django_redis(alias: str, cache: Any) -> list[CheckMessage]:
         return []
     if isinstance(cache_class, type) and issubclass(cache_class, RedisCache):
         return []
-    return [Error(
-        f"occupy backend {alias!r} (RedisBackend) uses cache {cache!r}, whose BACKEND "
-        f"{path} is no django-redis cache: it gives no Redis client to lock on.",
-        hint="Point OPTIONS['CACHE'] at a cache whose BACKEND is "
-        "django_redis.cache.RedisCache, or use occupy.backends.cache.CacheBackend on "
-        "this cache.",
-        obj=where(alias), id="occupy.E008",
-    )]
+    return [
+        Error(
+            f"occupy backend {alias!r} (RedisBackend) uses cache {cache!r}, whose BACKEND "
+            f"{path} is no django-redis cache: it gives no Redis client to lock on.",
+            hint="Point OPTIONS['CACHE'] at a cache whose BACKEND is "
+            "django_redis.cache.RedisCache, or use occupy.backends.cache.CacheBackend on "
+            "this cache.",
+            obj=where(alias),
+            id="occupy.E008",
+        )
+    ]

@@ -119,7 +119,6 @@ class Scripts(NamedTuple):
     cancel: Script
 
     @classmethod
-    def register(cls, client: Any, texts: dict[str, str],
-                 bounded: BoundedCalls | None) -> Scripts:
+    def register(cls, client: Any, texts: dict[str, str], bounded: BoundedCalls | None) -> Scripts:
         """Return the scripts ``texts`` (by name) registered with ``client``."""
         return cls(**{name: Script(client, text, bounded) for name, text in texts.items()})

@@ -82,9 +82,17 @@ class RedisProtocol:
     ``fence_ttl`` from its first grant.
     """
 
-    def __init__(self, backend: BaseBackend, client: Any, *, prefix: str,
-                 poll_interval: float, queue_ttl: float = QUEUE_TTL,
-                 fence_ttl: float = FENCE_TTL, digest_chars: int = 32) -> None:
+    def __init__(
+        self,
+        backend: BaseBackend,
+        client: Any,
+        *,
+        prefix: str,
+        poll_interval: float,
+        queue_ttl: float = QUEUE_TTL,
+        fence_ttl: float = FENCE_TTL,
+        digest_chars: int = 32,
+    ) -> None:
         self.backend = backend
         self.client = client
         self.prefix = prefix
@@ -92,7 +100,8 @@ class RedisProtocol:
         self.digest_chars = digest_chars
         self.bounded = BoundedCalls.of(client)
         self.scripts = Scripts.register(
-            client, dict(scripts_for(to_ms(fence_ttl), to_ms(queue_ttl))), self.bounded)
+            client, dict(scripts_for(to_ms(fence_ttl), to_ms(queue_ttl))), self.bounded
+        )
         #: The longest ``BLPOP``: one longer than the socket timeout would end in a
         #: ``TimeoutError``.
         self.longest_block = poll_interval
@@ -112,8 +121,9 @@ class RedisProtocol:
         """Return this process's pool of threads for async waiters' blocking ``BLPOP``."""
         with self._executor_lock:
             if self._executor is None or self._executor_pid != os.getpid():
-                self._executor = ThreadPoolExecutor(_ASYNC_WAIT_THREADS,
-                                                    thread_name_prefix="occupy-redis-wait")
+                self._executor = ThreadPoolExecutor(
+                    _ASYNC_WAIT_THREADS, thread_name_prefix="occupy-redis-wait"
+                )
                 self._executor_pid = os.getpid()
             return self._executor
 
@@ -162,41 +172,63 @@ class RedisProtocol:
         if reply is None:
             return None
         fence, expires, depth, tail = text(reply).split(" ", 3)
-        return self.backend.make_lease(key, owner=tail.split("\0", 1)[0], token=token,
-                                       fence=int(fence), expires_at=to_datetime(expires),
-                                       ttl=ttl, depth=int(depth))
+        return self.backend.make_lease(
+            key,
+            owner=tail.split("\0", 1)[0],
+            token=token,
+            fence=int(fence),
+            expires_at=to_datetime(expires),
+            ttl=ttl,
+            depth=int(depth),
+        )
 
-    def takeover(self, key: str, owner: str, ttl: float, *,
-                 if_fence: int | None = None) -> tuple[Lease, Holder | None]:
+    def takeover(
+        self, key: str, owner: str, ttl: float, *, if_fence: int | None = None
+    ) -> tuple[Lease, Holder | None]:
         """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (only the
         grant with fence ``if_fence``, if given): one script. Return the lease and the
         holder replaced."""
         token = new_token()
         try:
             numbers, previous, *refused = self.scripts.takeover(
-                self.keys(key).lock, token, f"{owner}\0{key}", to_ms(ttl),
-                "" if if_fence is None else str(if_fence))
+                self.keys(key).lock,
+                token,
+                f"{owner}\0{key}",
+                to_ms(ttl),
+                "" if if_fence is None else str(if_fence),
+            )
         except RedisError as e:
             raise self.backend.unavailable(key, e) from e
         if numbers is None:
             assert if_fence is not None  # only a conditional takeover is refused
             raise self._refused(key, if_fence, previous, refused)
         fence, expires, _since = text(numbers).split(" ")
-        lease = self.backend.make_lease(key, owner=owner, token=token, fence=int(fence),
-                                        expires_at=to_datetime(expires), ttl=ttl)
+        lease = self.backend.make_lease(
+            key,
+            owner=owner,
+            token=token,
+            fence=int(fence),
+            expires_at=to_datetime(expires),
+            ttl=ttl,
+        )
         return lease, (Held.parse(previous, with_token=False).holder() if previous else None)
 
-    def _refused(self, key: str, if_fence: int, previous: Any,
-                 refused: list[Any]) -> TakeoverRefused:
+    def _refused(
+        self, key: str, if_fence: int, previous: Any, refused: list[Any]
+    ) -> TakeoverRefused:
         """Return the error for a conditional takeover the script refused, naming the
         holder it found (see :data:`~occupy.backends.redis.scripts.TAKEOVER`)."""
         if previous is None:
             return self.backend.takeover_refused(key, if_fence, None, None)
         now_ms = int(refused[0])
-        held = (Held.unknown(key, now_ms, int(refused[1])) if text(previous) == "?"
-                else Held.parse(previous, with_token=False))
-        return self.backend.takeover_refused(key, if_fence, held.holder(),
-                                             (held.expires - now_ms) / 1000)
+        held = (
+            Held.unknown(key, now_ms, int(refused[1]))
+            if text(previous) == "?"
+            else Held.parse(previous, with_token=False)
+        )
+        return self.backend.takeover_refused(
+            key, if_fence, held.holder(), (held.expires - now_ms) / 1000
+        )
 
     def holder(self, key: str) -> Holder | None:
         """Return the holder's owner, expiry and fence, or ``None`` (never the token).
@@ -280,8 +312,9 @@ class RedisAttempt(Attempt):
         scripts = self.protocol.scripts
         script = scripts.acquire if mode == "try" else scripts.queue
         try:
-            reply = script(self.rkeys.lock, self.token, self.tail, self.ttl_ms,
-                           bound=self.time_left())
+            reply = script(
+                self.rkeys.lock, self.token, self.tail, self.ttl_ms, bound=self.time_left()
+            )
         except RedisError as e:
             raise self.backend.unavailable(self.key, e) from e
         if isinstance(reply, list):
@@ -298,9 +331,15 @@ class RedisAttempt(Attempt):
         return self._lease(token, fence, expires, int(depth))
 
     def _lease(self, token: str, fence: Any, expires: Any, depth: int = 1) -> Lease:
-        return self.backend.make_lease(self.key, owner=self.owner, token=token,
-                                       fence=int(fence), expires_at=to_datetime(expires),
-                                       ttl=self.ttl, depth=depth)
+        return self.backend.make_lease(
+            self.key,
+            owner=self.owner,
+            token=token,
+            fence=int(fence),
+            expires_at=to_datetime(expires),
+            ttl=self.ttl,
+            depth=depth,
+        )
 
     def try_acquire(self) -> Lease | None:
         """Grant, or (once queued) keep this attempt's place in the queue."""
@@ -364,4 +403,3 @@ class RedisAttempt(Attempt):
             return None, None
         held, now = self.seen
         return held.holder(), (held.expires - now) / 1000
-

@@ -65,8 +65,17 @@ from typing import NamedTuple
 
 from occupy.backends.claims import digest
 
-__all__ = ["ACQUIRE", "CANCEL", "EXTEND", "RELEASE", "RESUME", "TAKEOVER", "RedisKeys",
-           "redis_keys", "scripts_for"]
+__all__ = [
+    "ACQUIRE",
+    "CANCEL",
+    "EXTEND",
+    "RELEASE",
+    "RESUME",
+    "TAKEOVER",
+    "RedisKeys",
+    "redis_keys",
+    "scripts_for",
+]
 
 
 class RedisKeys(NamedTuple):
@@ -89,8 +98,9 @@ def redis_keys(prefix: str, key: str, digest_chars: int = 32) -> RedisKeys:
     the prefix and the tag's length.
     """
     base = f"{prefix}{{{digest(key)[:digest_chars]}}}:"
-    return RedisKeys(f"{base}lock", f"{base}fence", f"{base}queue", f"{base}waiters",
-                     f"{base}wake:")
+    return RedisKeys(
+        f"{base}lock", f"{base}fence", f"{base}queue", f"{base}waiters", f"{base}wake:"
+    )
 
 
 #: Names and helpers every script starts with. ``grant`` writes a holder and returns
@@ -332,7 +342,9 @@ end
 #: Undo one level of a lease; on the last, delete it and hand the key to the next waiter.
 #: ARGV: token. Returns 0 if the token does not hold the key, 1 when released, 2 when
 #: one of several levels was undone.
-RELEASE = _PRELUDE + """
+RELEASE = (
+    _PRELUDE
+    + """
 local token = ARGV[1]
 local held = redis.pcall('GET', lock)  -- another type (WRONGTYPE) is not ours either
 local n = #token
@@ -347,17 +359,24 @@ if no_waiters == 45 and one == 49 and space == 32 then
   redis.call('DEL', lock)
   return 1
 end
-""" + _UNWIND + """
+"""
+    + _UNWIND
+    + """
 if unwind(token, held) then return 2 end
 redis.call('DEL', lock)
-""" + _QUEUE + """
+"""
+    + _QUEUE
+    + """
 grant_next(redis.call('TIME'))
 return 1
 """
+)
 
 #: Set a held lease to expire ttl ms after the server's now. ARGV: token, ttl ms.
 #: Returns the new expiry in ms, or nil if the token does not hold the key.
-EXTEND = _PRELUDE + """
+EXTEND = (
+    _PRELUDE
+    + """
 local token, ttl = ARGV[1], tonumber(ARGV[2])
 if bad_ttl(ttl) then return redis.error_reply('occupy: ttl must be positive ms') end
 local held = redis.pcall('GET', lock)  -- another type (WRONGTYPE) is not ours
@@ -369,12 +388,15 @@ local expires = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000) + ttl)
 redis.call('SET', lock, head .. ' ' .. expires .. ' ' .. since .. ' ' .. tail, 'PXAT', expires)
 return expires
 """
+)
 
 #: Return the lease a token holds, a level deeper if asked (re-entry by the context that
 #: holds it), its expiry at least ttl ms after the server's now (never shortened). ARGV:
 #: token, ttl ms, levels (0 or 1). Returns ``"<fence> <expires ms> <depth> <owner>\\0<key>"``,
 #: or nil if the token does not hold the key.
-RESUME = _PRELUDE + """
+RESUME = (
+    _PRELUDE
+    + """
 local token, ttl, levels = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if bad_ttl(ttl) then return redis.error_reply('occupy: ttl must be positive ms') end
 local held = redis.pcall('GET', lock)  -- another type (WRONGTYPE) is not ours
@@ -395,6 +417,7 @@ else
 end
 return fence .. ' ' .. expires .. ' ' .. depth .. ' ' .. tail
 """
+)
 
 #: Grant the key to a new token now, whoever holds it, with a higher fence (takeover).
 #: ARGV: token, ``"<owner>\\0<key>"``, ttl ms, and the fence the holder must have (a
@@ -407,7 +430,9 @@ return fence .. ' ' .. expires .. ' ' .. depth .. ' ' .. tail
 #: has fence 0, as ``holder()`` reports it) or that finds the key free changes nothing
 #: and returns ``{false, old value without its token, or false if free, or "?" and
 #: the value's PTTL for a value occupy did not write, the server's now in ms}``.
-TAKEOVER = _PRELUDE + """
+TAKEOVER = (
+    _PRELUDE
+    + """
 local token, tail, ttl, if_fence = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 if bad_ttl(ttl) then return redis.error_reply('occupy: ttl must be positive ms') end
 local held = redis.pcall('GET', lock)
@@ -442,11 +467,16 @@ if old_token then
 end
 return {grant(token, flag, ttl, tail, redis.call('TIME'), floor, true), previous}
 """
+)
 
 #: Remove every trace of an attempt that gives up: its place in the queue, its wake-up
 #: list, and the key itself if it was handed over meanwhile (then to the next waiter).
 #: ARGV: token.
-CANCEL = _PRELUDE + _QUEUE + _UNWIND + """
+CANCEL = (
+    _PRELUDE
+    + _QUEUE
+    + _UNWIND
+    + """
 local token = ARGV[1]
 leave_queue(token)
 redis.call('DEL', wake .. token)
@@ -462,15 +492,24 @@ if not held and redis.call('EXISTS', queue) == 1 then
 end
 return 1
 """
+)
 
 
 @lru_cache(maxsize=16)
 def scripts_for(fence_ttl_ms: int, queue_ttl_ms: int) -> Mapping[str, str]:
     """Return the scripts by name, with a protocol's TTLs written in."""
+
     def fill(text: str) -> str:
         return text.replace("@FENCE_TTL@", str(int(fence_ttl_ms))).replace(
-            "@QUEUE_TTL@", str(int(queue_ttl_ms)))
+            "@QUEUE_TTL@", str(int(queue_ttl_ms))
+        )
 
-    return {"acquire": fill(ACQUIRE), "queue": fill(QUEUE), "release": fill(RELEASE),
-            "extend": fill(EXTEND), "resume": fill(RESUME), "takeover": fill(TAKEOVER),
-            "cancel": fill(CANCEL)}
+    return {
+        "acquire": fill(ACQUIRE),
+        "queue": fill(QUEUE),
+        "release": fill(RELEASE),
+        "extend": fill(EXTEND),
+        "resume": fill(RESUME),
+        "takeover": fill(TAKEOVER),
+        "cancel": fill(CANCEL),
+    }

@@ -13,8 +13,16 @@ from occupy.backends.base import Claim
 from occupy.backends.claims import UNKNOWN_OWNER
 from occupy.leases import Holder
 
-__all__ = ["Held", "read_held", "server_ms", "text", "to_datetime", "to_ms",
-           "waiting_claims", "wrong_type"]
+__all__ = [
+    "Held",
+    "read_held",
+    "server_ms",
+    "text",
+    "to_datetime",
+    "to_ms",
+    "waiting_claims",
+    "wrong_type",
+]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: The expiry shown for a foreign value that Redis never expires: 9999-12-31, in ms.
@@ -72,18 +80,22 @@ class Held(NamedTuple):
 
     def holder(self) -> Holder:
         """Return the public view: owner, expiry, fence, grant time."""
-        return Holder(self.owner, to_datetime(self.expires), self.fence,
-                      to_datetime(self.since))
+        return Holder(self.owner, to_datetime(self.expires), self.fence, to_datetime(self.since))
 
     def claim(self, name: Any) -> Claim:
         """Return the ``list_locks`` row of this holder, found under Redis key ``name``
         (a value occupy did not write is listed under that name: its lock key cannot
         be known)."""
         if self.foreign:
-            return Claim(text(name), UNKNOWN_OWNER, "using", None,
-                         to_datetime(self.expires), None)
-        return Claim(self.key, self.owner, "using", to_datetime(self.since),
-                     to_datetime(self.expires), self.fence)
+            return Claim(text(name), UNKNOWN_OWNER, "using", None, to_datetime(self.expires), None)
+        return Claim(
+            self.key,
+            self.owner,
+            "using",
+            to_datetime(self.since),
+            to_datetime(self.expires),
+            self.fence,
+        )
 
 
 def wrong_type(error: ResponseError) -> bool:
@@ -105,16 +117,18 @@ def read_held(client: Any, name: Any, key: str | None) -> Held | None:
     try:
         return Held.parse(value)
     except ValueError:
-        return Held.unknown(key if key is not None else text(name), server_ms(client),
-                            int(client.pttl(name)))
+        return Held.unknown(
+            key if key is not None else text(name), server_ms(client), int(client.pttl(name))
+        )
 
 
 def waiting_claims(client: Any, waiters: str, now_ms: int) -> list[Claim]:
     """Return the live waiters in hash ``waiters`` as ``pending`` claims."""
     try:
         entries = {text(k): text(v) for k, v in client.hgetall(waiters).items()}
-        arrivals = dict(client.zrange(waiters.removesuffix("waiters") + "queue", 0, -1,
-                                      withscores=True))
+        arrivals = dict(
+            client.zrange(waiters.removesuffix("waiters") + "queue", 0, -1, withscores=True)
+        )
     except ResponseError as e:  # another type under the name: no waiters of ours
         if not wrong_type(e):
             raise
@@ -129,8 +143,11 @@ def waiting_claims(client: Any, waiters: str, now_ms: int) -> list[Claim]:
             continue  # not a waiter occupy wrote; it expires with the hash (QUEUE_TTL)
         arrival = arrivals.get(token.encode()) or arrivals.get(token)
         if int(deadline) > now_ms and arrival is not None:
-            claims.append(Claim(key, owner, "pending", to_datetime(arrival // 1000),
-                                to_datetime(deadline), None))
+            claims.append(
+                Claim(
+                    key, owner, "pending", to_datetime(arrival // 1000), to_datetime(deadline), None
+                )
+            )
     return claims
 
 

@@ -24,8 +24,12 @@ class Command(BaseCommand):
     help = "List live lock claims: key, owner, state, since, expires, fence."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--using", action="append", metavar="ALIAS",
-                            help="List only this backend alias (repeatable). Default: all.")
+        parser.add_argument(
+            "--using",
+            action="append",
+            metavar="ALIAS",
+            help="List only this backend alias (repeatable). Default: all.",
+        )
 
     def handle(self, *args: Any, using: list[str] | None, **options: Any) -> None:
         try:
@@ -46,10 +50,15 @@ class Command(BaseCommand):
                 continue
             read += 1
             rows += [
-                (backend.alias, c.key, c.owner, c.state,
-                 c.since.isoformat(timespec="seconds") if c.since else "-",
-                 c.expires_at.isoformat(timespec="seconds"),
-                 "-" if c.fence is None else str(c.fence))
+                (
+                    backend.alias,
+                    c.key,
+                    c.owner,
+                    c.state,
+                    c.since.isoformat(timespec="seconds") if c.since else "-",
+                    c.expires_at.isoformat(timespec="seconds"),
+                    "-" if c.fence is None else str(c.fence),
+                )
                 for c in claims
             ]
         if rows or read:

@@ -29,15 +29,32 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--using", action="append", metavar="ALIAS",
-                            help="Sweep only this backend alias (repeatable). Default: all.")
-        parser.add_argument("--batch-size", type=int, default=1000, metavar="N",
-                            help="Claims deleted per statement (default 1000).")
-        parser.add_argument("--dry-run", action="store_true",
-                            help="Count what would be deleted; delete nothing.")
+        parser.add_argument(
+            "--using",
+            action="append",
+            metavar="ALIAS",
+            help="Sweep only this backend alias (repeatable). Default: all.",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=1000,
+            metavar="N",
+            help="Claims deleted per statement (default 1000).",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
+        )
 
-    def handle(self, *args: Any, using: list[str] | None, batch_size: int, dry_run: bool,
-               verbosity: int = 1, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        using: list[str] | None,
+        batch_size: int,
+        dry_run: bool,
+        verbosity: int = 1,
+        **options: Any,
+    ) -> None:
         if batch_size < 1:
             raise CommandError(f"--batch-size must be at least 1, not {batch_size}.")
         try:
@@ -50,14 +67,16 @@ class Command(BaseCommand):
         for backend in backends:
             if backend.expires_by_itself:
                 if verbosity >= 1:
-                    self.stdout.write(f"{backend.alias}: nothing to sweep (the store drops "
-                                      "expired claims itself)")
+                    self.stdout.write(
+                        f"{backend.alias}: nothing to sweep (the store drops expired claims itself)"
+                    )
                 continue
             removed: list[str] = []
             try:
                 if verbosity >= 2:
-                    count = backend.sweep(batch_size=batch_size, dry_run=dry_run,
-                                          removed=removed.append)
+                    count = backend.sweep(
+                        batch_size=batch_size, dry_run=dry_run, removed=removed.append
+                    )
                 else:
                     count = backend.sweep(batch_size=batch_size, dry_run=dry_run)
             except OccupyError as e:
@@ -70,8 +89,9 @@ class Command(BaseCommand):
             if verbosity >= 2:
                 self._list(backend.alias, removed, dry_run)
             if verbosity >= 1:
-                self.stdout.write(f"{backend.alias}: {verb} {count} expired claim"
-                                  f"{'' if count == 1 else 's'}")
+                self.stdout.write(
+                    f"{backend.alias}: {verb} {count} expired claim{'' if count == 1 else 's'}"
+                )
         if failures:
             raise CommandError("\n".join(failures))
 

@@ -8,128 +8,178 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('testapp', '0001_initial'),
+        ("testapp", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Book',
+            name="Book",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('version', models.PositiveIntegerField(default=1, editable=False, verbose_name='version')),
-                ('name', models.CharField(max_length=100)),
-                ('status', models.CharField(default='use', max_length=20)),
-                ('note', models.CharField(blank=True, default='', max_length=100)),
-                ('tags', models.JSONField(blank=True, default=list)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "version",
+                    models.PositiveIntegerField(default=1, editable=False, verbose_name="version"),
+                ),
+                ("name", models.CharField(max_length=100)),
+                ("status", models.CharField(default="use", max_length=20)),
+                ("note", models.CharField(blank=True, default="", max_length=100)),
+                ("tags", models.JSONField(blank=True, default=list)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='Document',
+            name="Document",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('fence', models.BigIntegerField(default=0, editable=False, verbose_name='fence')),
-                ('version', models.PositiveIntegerField(default=1, editable=False, verbose_name='version')),
-                ('body', models.TextField(blank=True, default='')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("fence", models.BigIntegerField(default=0, editable=False, verbose_name="fence")),
+                (
+                    "version",
+                    models.PositiveIntegerField(default=1, editable=False, verbose_name="version"),
+                ),
+                ("body", models.TextField(blank=True, default="")),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='Goods',
+            name="Goods",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=50)),
-                ('count', models.IntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=50)),
+                ("count", models.IntegerField(default=0)),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='Page',
+            name="Page",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('fence', models.BigIntegerField(default=0, editable=False, verbose_name='fence')),
-                ('body', models.TextField(blank=True, default='')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("fence", models.BigIntegerField(default=0, editable=False, verbose_name="fence")),
+                ("body", models.TextField(blank=True, default="")),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='Shelf',
+            name="Shelf",
             fields=[
-                ('code', models.CharField(max_length=40, primary_key=True, serialize=False)),
-                ('name', models.CharField(blank=True, default='', max_length=100)),
+                ("code", models.CharField(max_length=40, primary_key=True, serialize=False)),
+                ("name", models.CharField(blank=True, default="", max_length=100)),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='StrictBook',
+            name="StrictBook",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('version', models.PositiveIntegerField(default=1, editable=False, verbose_name='version')),
-                ('name', models.CharField(max_length=100)),
-                ('status', models.CharField(default='use', max_length=20)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "version",
+                    models.PositiveIntegerField(default=1, editable=False, verbose_name="version"),
+                ),
+                ("name", models.CharField(max_length=100)),
+                ("status", models.CharField(default="use", max_length=20)),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='Task',
+            name="Task",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('title', models.CharField(max_length=100)),
-                ('priority', models.IntegerField(default=0)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('done', models.BooleanField(default=False)),
-                ('worked_by', models.CharField(blank=True, default='', max_length=100)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("title", models.CharField(max_length=100)),
+                ("priority", models.IntegerField(default=0)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("done", models.BooleanField(default=False)),
+                ("worked_by", models.CharField(blank=True, default="", max_length=100)),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='UUIDBook',
+            name="UUIDBook",
             fields=[
-                ('version', models.PositiveIntegerField(default=1, editable=False, verbose_name='version')),
-                ('id', models.UUIDField(default=uuid.uuid4, primary_key=True, serialize=False)),
-                ('name', models.CharField(max_length=100)),
+                (
+                    "version",
+                    models.PositiveIntegerField(default=1, editable=False, verbose_name="version"),
+                ),
+                ("id", models.UUIDField(default=uuid.uuid4, primary_key=True, serialize=False)),
+                ("name", models.CharField(max_length=100)),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='EBook',
+            name="EBook",
             fields=[
-                ('book_ptr', models.OneToOneField(auto_created=True, on_delete=django.db.models.deletion.CASCADE, parent_link=True, primary_key=True, serialize=False, to='testapp.book')),
-                ('url', models.CharField(blank=True, default='', max_length=200)),
+                (
+                    "book_ptr",
+                    models.OneToOneField(
+                        auto_created=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        parent_link=True,
+                        primary_key=True,
+                        serialize=False,
+                        to="testapp.book",
+                    ),
+                ),
+                ("url", models.CharField(blank=True, default="", max_length=200)),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
-            bases=('testapp.book',),
+            bases=("testapp.book",),
         ),
         migrations.CreateModel(
-            name='ProxyBook',
-            fields=[
-            ],
+            name="ProxyBook",
+            fields=[],
             options={
-                'proxy': True,
-                'indexes': [],
-                'constraints': [],
+                "proxy": True,
+                "indexes": [],
+                "constraints": [],
             },
-            bases=('testapp.book',),
+            bases=("testapp.book",),
         ),
     ]

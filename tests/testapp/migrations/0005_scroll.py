@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('testapp', '0004_chapter'),
+        ("testapp", "0004_chapter"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Scroll',
+            name="Scroll",
             fields=[
-                ('code', models.CharField(max_length=250, primary_key=True, serialize=False)),
-                ('name', models.CharField(blank=True, default='', max_length=100)),
+                ("code", models.CharField(max_length=250, primary_key=True, serialize=False)),
+                ("name", models.CharField(blank=True, default="", max_length=100)),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
     ]

@@ -4,22 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('testapp', '0005_scroll'),
+        ("testapp", "0005_scroll"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='LongKeyNote',
+            name="LongKeyNote",
             fields=[
-                ('fence', models.BigIntegerField(default=0, editable=False, verbose_name='fence')),
-                ('version', models.PositiveIntegerField(default=1, editable=False, verbose_name='version')),
-                ('slug', models.CharField(max_length=255, primary_key=True, serialize=False)),
-                ('text', models.CharField(blank=True, default='', max_length=100)),
+                ("fence", models.BigIntegerField(default=0, editable=False, verbose_name="fence")),
+                (
+                    "version",
+                    models.PositiveIntegerField(default=1, editable=False, verbose_name="version"),
+                ),
+                ("slug", models.CharField(max_length=255, primary_key=True, serialize=False)),
+                ("text", models.CharField(blank=True, default="", max_length=100)),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
     ]

@@ -4,24 +4,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('testapp', '0006_longkeynote'),
+        ("testapp", "0006_longkeynote"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Seat',
+            name="Seat",
             fields=[
-                ('fence', models.BigIntegerField(default=0, editable=False, verbose_name='fence')),
-                ('version', models.PositiveIntegerField(default=1, editable=False, verbose_name='version')),
-                ('pk', models.CompositePrimaryKey('show', 'number', blank=True, editable=False, primary_key=True, serialize=False)),
-                ('show', models.CharField(max_length=40)),
-                ('number', models.IntegerField()),
-                ('sold_to', models.CharField(blank=True, default='', max_length=100)),
+                ("fence", models.BigIntegerField(default=0, editable=False, verbose_name="fence")),
+                (
+                    "version",
+                    models.PositiveIntegerField(default=1, editable=False, verbose_name="version"),
+                ),
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "show",
+                        "number",
+                        blank=True,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("show", models.CharField(max_length=40)),
+                ("number", models.IntegerField()),
+                ("sold_to", models.CharField(blank=True, default="", max_length=100)),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
     ]

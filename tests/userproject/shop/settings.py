@@ -17,8 +17,9 @@ _DATABASES = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": str(Path(__file__).resolve().parent.parent / f".shop{_SUFFIX}.sqlite3"),
         # A file, not memory: occupy's database backend has connections of its own.
-        "TEST": {"NAME": str(Path(__file__).resolve().parent.parent
-                             / f".shop-test{_SUFFIX}.sqlite3")},
+        "TEST": {
+            "NAME": str(Path(__file__).resolve().parent.parent / f".shop-test{_SUFFIX}.sqlite3")
+        },
         "OPTIONS": {"timeout": 30},
     },
     "postgresql": {

@@ -15,24 +15,40 @@ from example_project.library.races import ROWS
 
 
 class Command(BaseCommand):
-    help = ("Replay races between writers with several processes, plain Django then "
-            "occupy, and show the updates each lost or refused.")
+    help = (
+        "Replay races between writers with several processes, plain Django then "
+        "occupy, and show the updates each lost or refused."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--only", metavar="WORDS",
-                            help="Run only the rows whose race or technique contains WORDS.")
+        parser.add_argument(
+            "--only",
+            metavar="WORDS",
+            help="Run only the rows whose race or technique contains WORDS.",
+        )
 
     def handle(self, *args: Any, only: str | None, **options: Any) -> None:
-        rows = [r for r in [*ROWS, *HTTP_ROWS]
-                if not only or only.lower() in f"{r.race} {r.technique}".lower()]
+        rows = [
+            r
+            for r in [*ROWS, *HTTP_ROWS]
+            if not only or only.lower() in f"{r.race} {r.technique}".lower()
+        ]
         header = ("race", "technique", "updates", "lost", "refused", "seconds")
         lines = []
         notes = []
         for row in rows:
             self.stderr.write(f"running: {row.race} — {row.technique} …")
             outcome = row.run()
-            lines.append((row.race, row.technique, str(outcome.updates), str(outcome.lost),
-                          str(outcome.refused), f"{outcome.seconds:.2f}"))
+            lines.append(
+                (
+                    row.race,
+                    row.technique,
+                    str(outcome.updates),
+                    str(outcome.lost),
+                    str(outcome.refused),
+                    f"{outcome.seconds:.2f}",
+                )
+            )
             if outcome.note:
                 notes.append(f"{row.technique}: {outcome.note}")
         widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]

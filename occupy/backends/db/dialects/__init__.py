@@ -11,13 +11,11 @@ from occupy.backends.db.dialects.mysql import MySQLDialect
 from occupy.backends.db.dialects.postgresql import PostgreSQLDialect
 from occupy.backends.db.dialects.sqlite import SQLiteDialect
 
-__all__ = ["TABLE", "Dialect", "MySQLDialect", "PostgreSQLDialect", "SQLiteDialect",
-           "dialect_for"]
+__all__ = ["TABLE", "Dialect", "MySQLDialect", "PostgreSQLDialect", "SQLiteDialect", "dialect_for"]
 
 #: The dialect of each Django ``connection.vendor`` occupy supports (MariaDB's is "mysql").
 DIALECTS: dict[str, Dialect] = {
-    dialect.vendor: dialect
-    for dialect in (PostgreSQLDialect(), MySQLDialect(), SQLiteDialect())
+    dialect.vendor: dialect for dialect in (PostgreSQLDialect(), MySQLDialect(), SQLiteDialect())
 }
 
 

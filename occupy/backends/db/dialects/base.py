@@ -322,10 +322,7 @@ class Dialect:
     @statement
     def release(self) -> str:
         """Delete the live last level of a lease; digest, token."""
-        return (
-            f"DELETE FROM {TABLE} WHERE slot = %s AND token = %s AND depth = 1 "
-            f"AND {self.live()}"
-        )
+        return f"DELETE FROM {TABLE} WHERE slot = %s AND token = %s AND depth = 1 AND {self.live()}"
 
     def release_and_wake(self) -> str:
         """Release as :meth:`release` does, and where :attr:`wakes_waiters`, wake the
@@ -367,10 +364,7 @@ class Dialect:
     def extended(self) -> str:
         """Expiry of the live using claim of a token; digest, token (after
         :meth:`extend` where ``UPDATE … RETURNING`` does not exist)."""
-        return (
-            f"SELECT expires_at FROM {TABLE} WHERE slot = %s AND token = %s "
-            f"AND {self.live()}"
-        )
+        return f"SELECT expires_at FROM {TABLE} WHERE slot = %s AND token = %s AND {self.live()}"
 
     @statement
     def holder(self) -> str:
@@ -410,8 +404,7 @@ class Dialect:
     @statement
     def expired_keys(self) -> str:
         """The key of every expired claim (``sweep_locks --dry-run -v 2``)."""
-        return (f"SELECT {self.quote}key{self.quote} FROM {TABLE} "
-                f"WHERE expires_at <= {self.now}")
+        return f"SELECT {self.quote}key{self.quote} FROM {TABLE} WHERE expires_at <= {self.now}"
 
     # --- waking waiters (where wakes_waiters) ---------------------------------------
     def channel(self, pending_id: int) -> str:
@@ -447,8 +440,9 @@ class Dialect:
         time.sleep(seconds)
 
     # --- connections ------------------------------------------------------------------
-    def connection_options(self, options: dict[str, Any], *, prepare: bool
-                           ) -> tuple[dict[str, Any], bool]:
+    def connection_options(
+        self, options: dict[str, Any], *, prepare: bool
+    ) -> tuple[dict[str, Any], bool]:
         """Return the ``OPTIONS`` a new connection of the backend's own is made with,
         and whether the server prepares its statements (asked for with ``prepare``)."""
         return options, False
@@ -474,8 +468,7 @@ class Dialect:
         or a result set, possibly empty)."""
         return cursor.description is not None
 
-    def bound(self, own: OwnConnection, sql: str, left: float | None,
-              sharing: str | None) -> str:
+    def bound(self, own: OwnConnection, sql: str, left: float | None, sharing: str | None) -> str:
         """Hold the statement to ``left`` seconds on the server's side where the server
         can (``None``: no bound); return the statement to run. ``sharing`` is the alias
         of the caller's open transaction on the same file, if any (see

@@ -53,13 +53,9 @@ class MySQLDialect(Dialect):
     @statement
     def sweep_batch(self) -> str:
         """Delete up to ``%s`` expired claims, oldest expiry first."""
-        return (
-            f"DELETE FROM {TABLE} WHERE {self.expired()} "
-            f"ORDER BY expires_at LIMIT %s"
-        )
+        return f"DELETE FROM {TABLE} WHERE {self.expired()} ORDER BY expires_at LIMIT %s"
 
-    def bound(self, own: OwnConnection, sql: str, left: float | None,
-              sharing: str | None) -> str:
+    def bound(self, own: OwnConnection, sql: str, left: float | None, sharing: str | None) -> str:
         """On MariaDB, hold the statement to ``left`` with ``max_statement_time``."""
         if left is not None and own.wrapper.mysql_is_mariadb:  # type: ignore[attr-defined]
             return f"SET STATEMENT max_statement_time = {left:.3f} FOR {sql}"

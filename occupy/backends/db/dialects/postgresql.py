@@ -19,8 +19,13 @@ from occupy.backends.db.dialects.base import TABLE, Dialect, statement
 if TYPE_CHECKING:
     from occupy.backends.db.connections import OwnConnection
 
-__all__ = ["PG_NEXT_IN_LINE", "PG_RELEASE_AND_WAKE", "PG_SESSION", "PG_WAKE_NEXT",
-           "PostgreSQLDialect"]
+__all__ = [
+    "PG_NEXT_IN_LINE",
+    "PG_RELEASE_AND_WAKE",
+    "PG_SESSION",
+    "PG_WAKE_NEXT",
+    "PostgreSQLDialect",
+]
 
 # Every statement finds its rows through an index (a key's digest or slot, an id, the
 # expiry for sweeps). A lock table is small and churns, so its statistics often say
@@ -115,8 +120,9 @@ class PostgreSQLDialect(Dialect):
         return (
             f"WITH holder AS MATERIALIZED (SELECT id FROM {TABLE} WHERE slot = %s "
             f"AND {self.live()} FOR KEY SHARE) "
-            + self.promotion("o.state = 'pending' AND o.id < %s",
-                             free=" AND NOT EXISTS (SELECT 1 FROM holder)")
+            + self.promotion(
+                "o.state = 'pending' AND o.id < %s", free=" AND NOT EXISTS (SELECT 1 FROM holder)"
+            )
         )
 
     @statement
@@ -179,8 +185,9 @@ class PostgreSQLDialect(Dialect):
                 wrapper.close()
 
     # --- connections --------------------------------------------------------------------
-    def connection_options(self, options: dict[str, Any], *, prepare: bool
-                           ) -> tuple[dict[str, Any], bool]:
+    def connection_options(
+        self, options: dict[str, Any], *, prepare: bool
+    ) -> tuple[dict[str, Any], bool]:
         """With psycopg 3 and ``prepare``, bind parameters on the server and prepare each
         statement the second time it runs on a connection (one-off statements, such as
         ``LISTEN`` on a claim's own channel, are never prepared). Never on a connection

@@ -58,8 +58,7 @@ class SQLiteDialect(Dialect):
         raw.create_function("occupy_clock_us", 0, _clock_us)
         own.wait_ms = own.wait_now = int(raw.execute("PRAGMA busy_timeout").fetchone()[0])
 
-    def bound(self, own: OwnConnection, sql: str, left: float | None,
-              sharing: str | None) -> str:
+    def bound(self, own: OwnConnection, sql: str, left: float | None, sharing: str | None) -> str:
         """Hold the busy wait to ``left``, and to :data:`SHARED_FILE_BUSY_MS` while the
         caller's transaction is open on the file (it will not commit meanwhile)."""
         busy_ms = own.wait_ms
