@@ -33,6 +33,7 @@ from typing import Any
 
 from django.utils.http import parse_etags
 
+from occupy.conf import occupy_settings
 from occupy.exceptions import (
     ConflictError,
     FencedOut,
@@ -166,7 +167,10 @@ def problem_for(
         holder = exc.holder
         seconds = retry_after(holder, None if holder is not None else exc.retry_after)
         if holder is not None and parse_owner(holder.owner).write:
-            # Another request's write that outlasted the wait: nobody is editing.
+            # Another request's write that outlasted the wait: nobody is editing. Writes
+            # take milliseconds and the queue ahead about the write wait; what is left of
+            # the write lock's ttl only bounds a write that hung, so it is no advice.
+            seconds = min(seconds, retry_after(None, occupy_settings.REST_FRAMEWORK["WRITE_WAIT"]))
             return Problem(
                 423,
                 "locked",
