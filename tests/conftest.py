@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -48,7 +49,34 @@ def django_db_setup(django_test_environment: None, django_db_blocker) -> Iterato
         config = setup_databases(verbosity=0, interactive=False, aliases=set(connections))
     yield
     with django_db_blocker.unblock():
+        _end_stray_sessions()
         teardown_databases(config, verbosity=0)
+
+
+def _end_stray_sessions() -> None:
+    """End, and name on stderr, the sessions still open on the PostgreSQL test databases
+    so that they can be dropped. occupy closes its own connections with Django's
+    (tests/user_project proves a user's suite needs nothing like this); this suite also
+    runs live servers, gunicorn and worker threads of its own, and one such session was
+    seen still open at the drop when PostgreSQL was the default database (make test-all).
+    """
+    for alias in connections:
+        conn = connections[alias]
+        if conn.vendor != "postgresql":
+            continue
+        with conn.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid, application_name, state, left(query, 120) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            stray = cursor.fetchall()
+            for row in stray:
+                print(
+                    f"\nending a session left open on {alias}'s test database: {row}",
+                    file=sys.stderr,
+                )
+                cursor.execute("SELECT pg_terminate_backend(%s)", [row[0]])
+        conn.close()
 
 
 @pytest.fixture
