@@ -49,6 +49,11 @@ def django_db_setup(django_test_environment: None, django_db_blocker) -> Iterato
         config = setup_databases(verbosity=0, interactive=False, aliases=set(connections))
     yield
     with django_db_blocker.unblock():
+        # The connections the databases were made with, closed before the drop: a test
+        # that reloads DATABASES (override_settings) leaves them open but out of
+        # ``connections``.
+        for connection, _old_name, _destroy in config:
+            connection.close()
         _end_stray_sessions()
         teardown_databases(config, verbosity=0)
 
