@@ -200,10 +200,11 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             return []
         return [form.instance for form in formset.forms if form.has_changed()]
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+    def get_actions(self, request: HttpRequest, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Run every action holding the selected objects' keys: refused, with a
-        message naming the editor, while a tab edits one of them."""
-        actions: dict[str, Any] = super().get_actions(request)
+        message naming the editor, while a tab edits one of them. (Django 6.1 passes
+        ``action_location`` too: whatever Django passes is passed on.)"""
+        actions: dict[str, Any] = super().get_actions(request, *args, **kwargs)
         return {name: (self._guarded(action[0]), *action[1:]) for name, action in actions.items()}
 
     def _guarded(self, func: Any) -> Any:
