@@ -20,6 +20,7 @@ The endpoints the script calls are in :mod:`occupy.admin.endpoints`; what both s
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -200,12 +201,13 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             return []
         return [form.instance for form in formset.forms if form.has_changed()]
 
-    def get_actions(self, request: HttpRequest, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
         """Run every action holding the selected objects' keys: refused, with a
-        message naming the editor, while a tab edits one of them. (Django 6.1 passes
-        ``action_location`` too: whatever Django passes is passed on.)"""
-        actions: dict[str, Any] = super().get_actions(request, *args, **kwargs)
-        return {name: (self._guarded(action[0]), *action[1:]) for name, action in actions.items()}
+        message naming the editor, while a tab edits one of them. (``action_location``
+        is Django 6.1's, passed on when Django gives it.)"""
+        where = {} if action_location is None else {"action_location": action_location}
+        actions: dict[str, Any] = super().get_actions(request, **where)
+        return {name: _with_func(action, self._guarded) for name, action in actions.items()}
 
     def _guarded(self, func: Any) -> Any:
         @functools.wraps(func)
@@ -371,3 +373,12 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
         if change and state is not None:
             for lease in state.leases:
                 lease.ensure_held()
+
+
+def _with_func(action: Any, wrap: Any) -> Any:
+    """Return ``action`` with its function wrapped: a copy of Django 6.1's ``Action``
+    (a dataclass), or of the ``(func, name, description)`` tuple of Django 5.2."""
+    if dataclasses.is_dataclass(action) and not isinstance(action, type):
+        return dataclasses.replace(action, func=wrap(getattr(action, "func")))  # noqa: B009
+    func, *rest = action
+    return (wrap(func), *rest)
