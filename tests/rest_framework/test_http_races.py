@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from datetime import datetime
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.utils.dateparse import parse_datetime
 
 import occupy
 from tests.support import api_clients, multiproc
@@ -59,7 +59,7 @@ def test_writers_facing_an_edit_lease_get_423_with_its_remaining_time(
         .post(f"/api/documents-{alias}/{doc.pk}/lease/", {"ttl": 120}, format="json")
         .json()
     )
-    expires_at = datetime.fromisoformat(lease["expires_at"]).timestamp()
+    expires_at = parse_datetime(lease["expires_at"]).timestamp()
     results = multiproc.run(
         api_clients.patch_while_leased,
         [(url, user.username, 5) for user in (users.editor, users.other, users.editor)],

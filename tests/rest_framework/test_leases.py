@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 from django.core.checks import run_checks
+from django.utils.dateparse import parse_datetime
 
 import occupy
 from occupy.exceptions import InvalidBackendError
@@ -23,7 +24,7 @@ def _url(obj, suffix: str = "") -> str:
 
 
 def _remaining(expires_at: str) -> float:
-    return (datetime.fromisoformat(expires_at) - datetime.now(timezone.utc)).total_seconds()
+    return (parse_datetime(expires_at) - datetime.now(timezone.utc)).total_seconds()
 
 
 # --- a lease is its user's ----------------------------------------------------------------
