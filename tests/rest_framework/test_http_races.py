@@ -3,6 +3,7 @@ whose document API keeps its locks in PostgreSQL, MariaDB or Redis."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 
@@ -11,6 +12,7 @@ from django.contrib.admin.models import LogEntry
 from django.utils.dateparse import parse_datetime
 
 import occupy
+from occupy.owners import owner_user_pk
 from tests.support import api_clients, multiproc
 from tests.support.aliases import backend_params
 from tests.testapp.models import Book, Document
@@ -85,15 +87,26 @@ def test_a_user_without_the_permission_never_takes_anothers_grant(
     """The editor takes and renews leases; another editor (change permission, no
     takeover permission) takes and releases his own short lease in one process and
     keeps taking it over in another. The server pauses after every holder read (as a
-    loaded one does), so his own lease ends and hers begins between a takeover's read
-    and its act. Not one of her grants is lost to him (the store refuses a takeover
-    whose holder changed since the read), and the log has one entry per takeover that
-    replaced a holder, naming that holder: always himself."""
+    loaded one does), and every other time it reads his own lease it waits until that
+    lease has ended, so his lease ends (and hers may begin) between a takeover's read
+    and its act. Not one of her grants is lost to him (the store
+    refuses a takeover whose holder changed since the read), and the log has one entry
+    per takeover that replaced a holder, naming that holder: always himself."""
     read = occupy.holder
+    his = str(users.other.pk)
+    reads_of_his = itertools.count()
 
     def slow_read(*args, **kwargs):
         holder = read(*args, **kwargs)
         time.sleep(0.1)
+        mine = holder is not None and owner_user_pk(holder.owner) == his
+        if mine and next(reads_of_his) % 2 == 0:
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline:
+                now = read(*args, **kwargs)
+                if now is None or now.fence != holder.fence:
+                    break
+                time.sleep(0.005)
         return holder
 
     monkeypatch.setattr(occupy, "holder", slow_read)

@@ -147,6 +147,7 @@ def hold_and_renew(url: str, user: str, seconds: float) -> dict[str, int]:
             status, _head, body = call("DELETE", url + "lease/", user, Occupy_Lease=token)
             held = status == 204
         lost += not held
+        time.sleep(0.05)  # between two edits: the other side gets its turn
     return {"grants": grants, "lost": lost}
 
 
@@ -170,14 +171,16 @@ def take_over_own(url: str, user: str, seconds: float) -> list[tuple[int, Any]]:
 
 
 def flicker(url: str, user: str, seconds: float) -> int:
-    """Take a short lease and release it at once, over and over, for ``seconds``: the
-    holder the other side reads keeps ending; return how many leases were taken."""
+    """Take a short lease, hold it a moment and release it, over and over, for
+    ``seconds``: the holder the other side reads keeps ending; return how many leases
+    were taken."""
     taken = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         status, _head, body = call("POST", url + "lease/", user, {"ttl": 1})
         if status == 201:
             taken += 1
+            time.sleep(0.15)
             call("DELETE", url + "lease/", user, Occupy_Lease=body["token"])
         time.sleep(0.005)
     return taken
