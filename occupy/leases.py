@@ -95,8 +95,10 @@ class Lease:
 
         ``cause`` is ``"store_failure"`` when the store could not be reached to keep it
         (else ``None``: it expired or was taken over, the store does not say which).
+        A released lease is not lost: a renewal that reaches the store after its release
+        fails, and changes nothing.
         """
-        if not self.lost:
+        if not self.lost and not self.released:
             self.lost = True
             signals.lease_lost.send(
                 sender=type(self._backend()), lease=self, reason=reason, cause=cause

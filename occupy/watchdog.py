@@ -113,6 +113,8 @@ class Watchdog:
         try:
             lease._backend().extend(lease, lease.ttl)
         except Exception as e:  # any failure ends the renewals: the lease is lost
+            if not self.watched(lease):
+                return  # released (or dropped) while the extend was on its way: not lost
             self.unwatch(lease)
             lease.mark_lost(
                 f"the watchdog could not renew it ({e})",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
 
 import pytest
@@ -57,3 +58,38 @@ def test_a_store_failure_marks_the_renewed_lease_lost(
         assert lost == [lease]
     finally:
         signals.lease_lost.disconnect(dispatch_uid="test-watchdog-store-down")
+
+
+def test_a_release_during_a_renewal_is_not_a_lost_lease(
+    using: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lease is released while the watchdog's extend is on its way to the store: the
+    extend then fails (nothing is held any more), which is the release's doing, not a
+    lost lease: no ``lease_lost``, no warning, the lease not marked lost."""
+    caplog.set_level(logging.WARNING, logger="occupy.watchdog")
+    backend = get_backend(using)
+    extend = backend.extend
+    in_flight, released = threading.Event(), threading.Event()
+
+    def extend_after_the_release(lease, ttl):
+        in_flight.set()
+        released.wait(5)
+        return extend(lease, ttl)
+
+    lost: list = []
+    signals.lease_lost.connect(
+        lambda **kw: lost.append(kw["lease"]), weak=False, dispatch_uid="test-watchdog-release"
+    )
+    try:
+        lease = occupy.acquire("book:1", owner="alice", ttl=0.6, renew=True, using=using)
+        monkeypatch.setattr(backend, "extend", extend_after_the_release)
+        assert in_flight.wait(5)
+        occupy.release(lease)
+        released.set()
+        time.sleep(0.3)  # the extend fails and the watchdog handles it
+        assert not lease.lost
+        assert lost == []
+        assert "stopped renewing" not in caplog.text
+    finally:
+        released.set()
+        signals.lease_lost.disconnect(dispatch_uid="test-watchdog-release")
