@@ -13,7 +13,9 @@ from django.db import connections
 
 from tests.support import telemetry
 from tests.support.aliases import CONTRACT_BACKENDS, backend_params
+from tests.support import cleanup
 from tests.support.cleanup import wipe
+from tests.support.etcd_cluster import EtcdCluster
 
 #: Users' projects with settings of their own: tests/test_user_project.py runs the one
 #: whose test databases must drop cleanly, tests/test_userproject.py the one that tests
@@ -93,9 +95,23 @@ def live_db(django_db_setup: None, django_db_blocker) -> Iterator[None]:
         wipe()
 
 
+@pytest.fixture(scope="session")
+def etcd_cluster() -> Iterator[EtcdCluster]:
+    """The three-member etcd cluster of the ``etcd`` backend, for the whole session."""
+    with EtcdCluster(settings.ETCD_SIZE, settings.ETCD_BASE) as cluster:
+        cleanup.etcd_running = True
+        try:
+            yield cluster
+        finally:
+            cleanup.etcd_running = False
+
+
 @pytest.fixture(params=backend_params(CONTRACT_BACKENDS))
 def using(request: pytest.FixtureRequest, live_db: None) -> str:
-    """A backend alias; the test runs once per backend."""
+    """A backend alias; the test runs once per backend (``etcd`` starts its cluster)."""
+    if request.param == "etcd":
+        request.getfixturevalue("etcd_cluster")
+        cleanup.wipe_etcd()
     return request.param
 
 
