@@ -79,9 +79,7 @@ class EtcdCluster:
     def start_member(self, i: int, *, new: bool = False) -> None:
         """Start member ``i`` (again: its data directory is kept)."""
         assert ETCD is not None
-        cluster = ",".join(
-            f"m{j}=http://127.0.0.1:{self.peer_port(j)}" for j in range(self.size)
-        )
+        cluster = ",".join(f"m{j}=http://127.0.0.1:{self.peer_port(j)}" for j in range(self.size))
         log = open(self.dir / f"m{i}.log", "ab")  # noqa: SIM115 - the member keeps it
         self.procs[i] = subprocess.Popen(
             [

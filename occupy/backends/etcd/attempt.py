@@ -133,7 +133,9 @@ class EtcdAttempt(Attempt):
             self.client.keep_alive(lease_id, self._bound())
         self._granted()
         self.backend.schedule(self.token, self.name, revision, lease_id, started + self.ttl)
-        return self.backend.lease_of(KeyValue(self.name, fields, revision, revision, lease_id), self.ttl)
+        return self.backend.lease_of(
+            KeyValue(self.name, fields, revision, revision, lease_id), self.ttl
+        )
 
     def _granted(self) -> None:
         """Leave the queue (the grant transaction deleted the waiter key)."""

@@ -92,7 +92,9 @@ class EtcdBackend(BaseBackend):
             "the members' client URLs, tried in turn",
             check=_endpoints_problem,
         ),
-        "PREFIX": Option(str, "occupy/", "what every key occupy writes starts with", check=_prefix_problem),
+        "PREFIX": Option(
+            str, "occupy/", "what every key occupy writes starts with", check=_prefix_problem
+        ),
         "USERNAME": Option((str, type(None)), None, "etcd user (authentication on)"),
         "PASSWORD": Option((str, type(None)), None, "that user's password"),
         "CA_CERT": Option((str, type(None)), None, "CA bundle to verify https endpoints"),
@@ -422,4 +424,3 @@ class EtcdBackend(BaseBackend):
         client, self._client = self._client, None
         if client is not None:
             client.close()
-

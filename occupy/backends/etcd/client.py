@@ -200,9 +200,7 @@ class EtcdClient:
         if end is not None:
             body["range_end"] = encode(end)
         reply = self.post("kv/range", body, timeout)
-        return [KeyValue.parse(kv) for kv in reply.get("kvs", [])], int(
-            reply["header"]["revision"]
-        )
+        return [KeyValue.parse(kv) for kv in reply.get("kvs", [])], int(reply["header"]["revision"])
 
     def grant(self, ttl: int, timeout: float | None = None) -> tuple[int, int]:
         """Grant a lease of ``ttl`` seconds; return its id and the TTL etcd gave it (at

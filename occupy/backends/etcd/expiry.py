@@ -77,15 +77,15 @@ class Expirer:
         if self._thread is None or not self._thread.is_alive():
             self._pid = os.getpid()
             self._closed = False
-            self._thread = threading.Thread(target=self._run, name="occupy-etcd-expiry", daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, name="occupy-etcd-expiry", daemon=True
+            )
             self._thread.start()
 
     def _run(self) -> None:
         while True:
             with self._wake:
-                while not self._closed and (
-                    not self._heap or self._heap[0][0] > time.monotonic()
-                ):
+                while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
                     timeout = self._heap[0][0] - time.monotonic() if self._heap else None
                     self._wake.wait(timeout)
                 if self._closed:
@@ -97,7 +97,7 @@ class Expirer:
             with self._wake:
                 if self._by_token.get(token) == deadline:
                     del self._by_token[token]
-        
+
     def close(self) -> None:
         """Stop the thread (grants left are ended by their leases)."""
         with self._wake:
