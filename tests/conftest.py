@@ -11,9 +11,8 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from tests.support import telemetry
+from tests.support import cleanup, telemetry
 from tests.support.aliases import CONTRACT_BACKENDS, backend_params
-from tests.support import cleanup
 from tests.support.cleanup import wipe
 from tests.support.etcd_cluster import EtcdCluster
 
@@ -87,8 +86,13 @@ def _end_stray_sessions() -> None:
 
 
 @pytest.fixture
-def live_db(django_db_setup: None, django_db_blocker) -> Iterator[None]:
-    """Real, committed database access (locks commit on their own connection anyway)."""
+def live_db(
+    django_db_setup: None, django_db_blocker, request: pytest.FixtureRequest
+) -> Iterator[None]:
+    """Real, committed database access (locks commit on their own connection anyway), with
+    every configured store up (the etcd cluster is started once per session)."""
+    if "etcd" in settings.OCCUPY["BACKENDS"]:
+        request.getfixturevalue("etcd_cluster")
     with django_db_blocker.unblock():
         wipe()
         yield

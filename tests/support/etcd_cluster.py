@@ -161,7 +161,7 @@ class EtcdCluster:
 
     def stop(self) -> None:
         """Stop every member and remove the data directories."""
-        for i, proc in self.procs.items():
+        for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)
                 proc.terminate()

@@ -157,8 +157,10 @@ class EtcdAttempt(Attempt):
                 lease_seconds(self.backend.queue_ttl), self._bound()
             )
             self.place_lease = (lease_id, time.monotonic())
-            value = self.backend.value(k=self.key, o=self.owner, s=now_us(), e=now_us())
-            ok, revision, _ = self.client.txn([], [put_op(self.place, value, lease_id)])
+            now = now_us()
+            place = round(self.backend.queue_ttl * 1e6)
+            value = self.backend.value(k=self.key, o=self.owner, s=now, e=now + place)
+            _ok, revision, _ = self.client.txn([], [put_op(self.place, value, lease_id)])
             self.queued = revision
         return None
 
