@@ -123,8 +123,9 @@ class EtcdCluster:
             for i in self.procs:
                 if not self.running(i):
                     continue
-                status = self.status(i)
-                if status and status.get("leader") == status.get("header", {}).get("member_id"):  # type: ignore[union-attr]
+                status = self.status(i) or {}
+                header = status.get("header")
+                if isinstance(header, dict) and status.get("leader") == header.get("member_id"):
                     return i
             time.sleep(0.05)
         raise RuntimeError(f"no etcd member led within {timeout} s; logs in {self.dir}")

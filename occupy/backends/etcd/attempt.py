@@ -26,6 +26,7 @@ from occupy.backends.etcd.client import (
     KeyValue,
     empty,
     encode,
+    lease_seconds,
     none_before,
     prefix_end,
     put_op,
@@ -82,8 +83,6 @@ class EtcdAttempt(Attempt):
             return None
 
     def _try(self) -> Lease | None:
-        from occupy.backends.etcd.backend import lease_seconds
-
         started, started_us = time.monotonic(), now_us()
         fresh = self.lease is None or started - self.lease[2] > self.lease[1] / 2
         if fresh:
@@ -150,8 +149,6 @@ class EtcdAttempt(Attempt):
     # --- queueing ----------------------------------------------------------------------
     def enqueue(self) -> Lease | None:
         """Write this attempt's waiter key; its ``create_revision`` is its place."""
-        from occupy.backends.etcd.backend import lease_seconds
-
         with self.backend.reaching(self.key):
             lease_id, _granted = self.client.grant(
                 lease_seconds(self.backend.queue_ttl), self._bound()
@@ -255,7 +252,7 @@ class EtcdAttempt(Attempt):
         seen = self.seen
         if seen is None:
             with self.backend.reaching(self.key):
-                seen = self.backend._current(self.key)
+                seen = self.backend.current_grant(self.key)
         if seen is None:
             return None, None
         return self.backend.holder_of(seen), self.backend.remaining(seen)

@@ -24,7 +24,6 @@ that process is gone. The guarantees and limits are in docs/backends/etcd.md.
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -45,6 +44,7 @@ try:
         create_is,
         empty,
         encode,
+        lease_seconds,
         mod_is,
         prefix_end,
         put_op,
@@ -73,11 +73,6 @@ def _endpoints_problem(value: Any) -> str | None:
 
 def _prefix_problem(value: str) -> str | None:
     return None if value else "must not be empty"
-
-
-def lease_seconds(ttl: float) -> int:
-    """Return the whole seconds of an etcd lease that outlives ``ttl``."""
-    return max(1, math.ceil(ttl))
 
 
 class EtcdBackend(BaseBackend):
@@ -214,7 +209,8 @@ class EtcdBackend(BaseBackend):
         kvs, _rev = self.client.range(name)
         return kvs[0] if kvs else None
 
-    def _current(self, key: str) -> KeyValue | None:
+    def current_grant(self, key: str) -> KeyValue | None:
+        """Return the grant on ``key`` (its key in etcd), or ``None``."""
         start = self.grants(key)
         kvs, _rev = self.client.range(start, prefix_end(start), limit=1)
         return kvs[0] if kvs else None
@@ -241,7 +237,7 @@ class EtcdBackend(BaseBackend):
                         [mod_is(name, kv.mod_revision)], [put_op(name, value, kv.lease)]
                     )
                     if ok:
-                        self._reschedule(lease.token, rev)
+                        self.expirer.rewritten(lease.token, rev)
                         return
                     continue
                 ok, _rev, _ = self.client.txn(
@@ -254,13 +250,6 @@ class EtcdBackend(BaseBackend):
                         self.client.revoke(kv.lease)
                     return
         raise lease.mark_lost("it expired or was taken over before its release")
-
-    def _reschedule(self, token: str, mod_revision: int) -> None:
-        """Keep ``token``'s deadline after this process wrote its grant again."""
-        with self.expirer._wake:
-            old = self.expirer._by_token.get(token)
-        if old is not None:
-            self.schedule(token, old.name, mod_revision, old.lease, old.at)
 
     def extend(self, lease: Lease, ttl: float) -> None:
         """Move the grant's expiry ``ttl`` seconds on: the lease's keep-alive (a lease of
@@ -327,7 +316,7 @@ class EtcdBackend(BaseBackend):
             lease_id, granted = self.client.grant(lease_seconds(ttl))
             for _ in range(_RETRIES):
                 started, started_us = time.monotonic(), now_us()
-                current = self._current(key)
+                current = self.current_grant(key)
                 if if_fence is not None and (
                     current is None or current.create_revision != if_fence
                 ):
@@ -367,7 +356,7 @@ class EtcdBackend(BaseBackend):
     def holder(self, key: str) -> Holder | None:
         """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""
         with self.reaching(key):
-            current = self._current(key)
+            current = self.current_grant(key)
         return None if current is None else self.holder_of(current)
 
     def is_held(self, lease: Lease) -> bool:

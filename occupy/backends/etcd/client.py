@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ __all__ = [
     "decode",
     "empty",
     "encode",
+    "lease_seconds",
     "mod_is",
     "none_before",
     "prefix_end",
@@ -49,6 +51,11 @@ class EtcdError(Exception):
 
 #: gRPC's NOT_FOUND: etcd's answer about a lease that has expired or was revoked.
 NOT_FOUND = 5
+
+
+def lease_seconds(ttl: float) -> int:
+    """Return the whole seconds of an etcd lease that outlives ``ttl``."""
+    return max(1, math.ceil(ttl))
 
 
 def encode(text: str) -> str:

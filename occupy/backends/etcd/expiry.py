@@ -58,6 +58,14 @@ class Expirer:
             self._start()
             self._wake.notify()
 
+    def rewritten(self, token: str, mod_revision: int) -> None:
+        """Keep ``token``'s deadline after this process wrote its grant again (at
+        ``mod_revision``), if it has one."""
+        with self._wake:
+            old = self._by_token.get(token)
+        if old is not None:
+            self.schedule(token, Deadline(old.at, old.name, mod_revision, old.lease))
+
     def forget(self, token: str) -> None:
         """Drop the deadline of ``token`` (released or taken over)."""
         with self._wake:
