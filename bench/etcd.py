@@ -7,9 +7,9 @@
    1 or 64 waiters), each holding it for a moment; the hand-off is the time from a
    holder's release to the next grant (consecutive fences), p50 and p99.
 
-The etcd clusters are started here on spare ports (``OCCUPY_TEST_PORTS``, from 30 ports
-in) with their data in a temporary directory (fsync on the local disk), and stopped
-afterwards. A skip is printed where etcd or a server is missing.
+The etcd clusters are started here on spare ports (``OCCUPY_TEST_PORTS``, below the
+tests' clusters at its top) with their data in a temporary directory (fsync on the local
+disk), and stopped afterwards. A skip is printed where etcd or a server is missing.
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ def main() -> None:
     if why is not None:
         print(f"\n## etcd: skipped, {why}")
         return
-    one = EtcdCluster(1, spare_port_base(30)).start()
-    three = EtcdCluster(3, spare_port_base(40)).start()
+    one = EtcdCluster(1, spare_port_base(2, below=12)).start()
+    three = EtcdCluster(3, spare_port_base(6, below=14)).start()
     etcd = "occupy.backends.etcd.EtcdBackend"
     aliases = {
         "etcd-1": {"BACKEND": etcd, "OPTIONS": {"ENDPOINTS": one.endpoints, "PREFIX": "b/"}},

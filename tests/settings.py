@@ -12,7 +12,8 @@
 - ``OCCUPY_REQUIRE_SERVERS=1``: fail at start-up when PostgreSQL, MariaDB or Redis is
   not reachable (CI and ``make test-all``) instead of skipping the tests that need them.
 - ``OCCUPY_TEST_PORTS``: the spare ports (``low-high``) of the servers the tests start
-  themselves: the three-member etcd cluster of the ``etcd`` backend takes the first six.
+  themselves: the etcd clusters take ports from its top (the ``etcd`` backend's three
+  members the top six, the failover test's the six below).
 - ``OCCUPY_TEST_REDIS_DB_CACHE``: the Redis database number of the ``locks`` and
   ``locks-django`` caches the cache backend runs on (default 1). Every key the suite
   writes there starts with :data:`REDIS_KEY_PREFIX` and is deleted between tests.
@@ -77,11 +78,11 @@ SKIPS = {
 }
 
 #: The etcd cluster the tests start (tests/conftest.py's ``etcd_cluster``): three members
-#: on the first spare ports of ``OCCUPY_TEST_PORTS``.
+#: on the top six spare ports of ``OCCUPY_TEST_PORTS``.
 from tests.support.etcd_cluster import etcd_missing, spare_port_base  # noqa: E402
 
 ETCD_SIZE = 3
-ETCD_BASE = spare_port_base(0)
+ETCD_BASE = spare_port_base(2 * ETCD_SIZE)
 if (_etcd_why := etcd_missing()) is not None:
     if REQUIRE_SERVERS:
         raise ImproperlyConfigured(f"OCCUPY_REQUIRE_SERVERS=1 but {_etcd_why}.")

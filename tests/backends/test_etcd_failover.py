@@ -80,7 +80,7 @@ def faults(cluster: EtcdCluster, until: float) -> list[str]:
 
 
 def test_no_overlap_no_stale_write_no_lost_grant_through_failovers(ledger: None) -> None:
-    with EtcdCluster(3, spare_port_base(10)) as cluster:
+    with EtcdCluster(3, spare_port_base(6, below=6)) as cluster:
         until = time.monotonic() + SECONDS
         workers = multiproc.start(
             take_and_write, [(cluster.endpoints, "failover/", until, 0.02)] * WORKERS

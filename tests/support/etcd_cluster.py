@@ -34,12 +34,14 @@ def etcd_missing() -> str | None:
     return None
 
 
-def spare_port_base(offset: int) -> int:
-    """Return a port ``offset`` ports into ``OCCUPY_TEST_PORTS`` (default 17600-17699)."""
+def spare_port_base(count: int, below: int = 0) -> int:
+    """Return the first of ``count`` ports at the top of ``OCCUPY_TEST_PORTS`` (default
+    17600-17699), ``below`` ports under its top: the servers other tests start take the
+    first free ports from its bottom (tests/support/redis_server.py)."""
     low, _, high = os.environ.get("OCCUPY_TEST_PORTS", "17600-17699").partition("-")
-    port = int(low) + offset
-    if high and port > int(high):
-        raise RuntimeError(f"OCCUPY_TEST_PORTS={low}-{high} has no port {offset} ports in.")
+    port = int(high or low) - below - count + 1
+    if port < int(low):
+        raise RuntimeError(f"OCCUPY_TEST_PORTS={low}-{high} has no {count + below} ports.")
     return port
 
 
