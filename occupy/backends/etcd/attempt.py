@@ -4,7 +4,8 @@ A try is one transaction: write the grant if no grant exists and no waiter was q
 before this attempt (none at all, for an attempt that is not queued). A waiter writes
 its own key, and between tries blocks on a watch of the one key whose deletion can make
 it the next: the waiter just before it, or for the head of the queue, the grant. Every
-``QUEUE_TTL / 3`` it renews its place's lease and tries once more, so that a watch
+``QUEUE_TTL / 3`` it renews its place's lease; it tries again only when its watch fires,
+or when the watch has run for five seconds (it is then armed afresh), so that a watch
 stream lost with a member costs a delay, never the grant.
 """
 
@@ -38,6 +39,11 @@ if TYPE_CHECKING:
 
 __all__ = ["EtcdAttempt"]
 
+#: How long a waiter trusts one watch stream before it looks at the queue again, in
+#: seconds: a stream cut with its member may end without a word, so that a waiter
+#: would miss its turn for this long at most.
+_REARM = 5.0
+
 
 class EtcdAttempt(Attempt):
     """A try at one key: a grant transaction, a queued key, and a watch."""
@@ -60,6 +66,7 @@ class EtcdAttempt(Attempt):
         self.woken = threading.Event()
         self._stop_watch: Callable[[], None] | None = None
         self._watching = threading.Lock()
+        self._armed = 0.0
 
     @property
     def client(self) -> Any:
@@ -71,7 +78,12 @@ class EtcdAttempt(Attempt):
 
     # --- trying ------------------------------------------------------------------------
     def try_acquire(self) -> Lease | None:
-        """Write the grant if the key is free and nobody queued before this attempt."""
+        """Write the grant if the key is free and nobody queued before this attempt.
+
+        A waiter whose watch has not fired skips the round trip: nothing it waits for
+        has changed (until the watch is armed again, see :meth:`wait`)."""
+        if self._stop_watch is not None and not self.woken.is_set():
+            return None
         with self.backend.reaching(self.key):
             for _ in range(2):
                 try:
@@ -170,6 +182,9 @@ class EtcdAttempt(Attempt):
         ``seconds`` pass; renew the waiter's place when due."""
         with self.backend.reaching(self.key):
             self._renew_place()
+            if self._stop_watch is not None and time.monotonic() - self._armed > _REARM:
+                self._unwatch()  # a stream lost with a member says nothing: look again
+                return
             if self._stop_watch is None and not self._watch():
                 return  # at the head, and the key is free: try now
         if self.woken.wait(seconds):
@@ -224,6 +239,7 @@ class EtcdAttempt(Attempt):
         with self._watching:
             self.woken.clear()
             self._stop_watch = self.client.watch(watched, end, revision + 1, self.woken.set)
+            self._armed = time.monotonic()
         return True
 
     def _unwatch(self) -> None:
