@@ -19,6 +19,7 @@ from occupy.exceptions import InvalidBackendError
 from tests.support import cleanup, multiproc
 from tests.support.etcd_cluster import EtcdCluster
 from tests.support.exclusion import assert_exclusive, count_under_lock, taken_over_after_kill
+from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 from tests.testapp.models import Counter
 
@@ -147,3 +148,42 @@ def test_options_are_checked(options: dict[str, Any], complaint: str) -> None:
     [message] = EtcdBackend.check("bad", config)
     assert isinstance(message, Error) and message.id == "occupy.E006"
     assert complaint in message.msg
+
+
+def test_a_holder_cut_off_from_the_cluster_loses_its_grant_to_a_higher_fence(
+    etcd: Any, etcd_cluster: EtcdCluster
+) -> None:
+    """The limit docs/backends/etcd.md states: a holder partitioned from every member
+    cannot renew; the cluster ends its lease on its own clock and grants the key with a
+    higher fence; back in touch, the holder finds its lease lost and frees nothing."""
+    from occupy.backends.etcd import EtcdBackend
+
+    proxy = TcpProxy(("127.0.0.1", etcd_cluster.client_port(0)))
+    cut_off = EtcdBackend(
+        "cut-off",
+        {
+            "BACKEND": ETCD,
+            "OPTIONS": {
+                "ENDPOINTS": [f"http://127.0.0.1:{proxy.port}"],
+                "PREFIX": etcd.prefix,
+                "TIMEOUT": 0.5,
+            },
+        },
+    )
+    try:
+        lease = cut_off.acquire("book:p", owner="cut-off", ttl=1, timeout=0)
+        proxy.cut()
+        with pytest.raises(occupy.StoreUnavailable):
+            cut_off.extend(lease, 1)
+        # Waits for the cluster to end the lease (its own expirer cannot reach etcd).
+        other = occupy.acquire("book:p", owner="other", ttl=30, timeout=10, using="etcd")
+        assert other.fence > lease.fence
+        proxy.heal()
+        assert not cut_off.is_held(lease)
+        with pytest.raises(occupy.LeaseLost):
+            cut_off.release(lease)
+        assert occupy.holder("book:p", using="etcd")[::2] == ("other", other.fence)
+        occupy.release(other)
+    finally:
+        cut_off.close()
+        proxy.close()
