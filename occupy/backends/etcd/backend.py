@@ -317,6 +317,11 @@ class EtcdBackend(BaseBackend):
             for _ in range(_RETRIES):
                 started, started_us = time.monotonic(), now_us()
                 current = self.current_grant(key)
+                if current is not None and current.key == name:
+                    # A takeover whose reply was lost and that was sent again: it is done
+                    # (whom it replaced went unheard with the reply).
+                    rev, fields, current = current.create_revision, current.value, None
+                    break
                 if if_fence is not None and (
                     current is None or current.create_revision != if_fence
                 ):
