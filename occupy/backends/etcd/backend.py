@@ -32,7 +32,7 @@ from typing import Any
 
 from occupy.backends.base import BaseBackend, Claim
 from occupy.backends.claims import UNKNOWN_OWNER, digest, from_us, now_us
-from occupy.backends.options import Option
+from occupy.backends.options import Option, where
 from occupy.exceptions import InvalidBackendError
 from occupy.leases import Holder, Lease, new_token
 
@@ -106,8 +106,6 @@ class EtcdBackend(BaseBackend):
         cls, alias: str, params: Mapping[str, Any], options: Mapping[str, Any]
     ) -> list[str]:
         """Add: ``CERT`` and ``KEY`` come together; a password needs a user."""
-        from occupy.backends.options import where
-
         problems = super().config_problems(alias, params, options)
         if (options["CERT"] is None) != (options["KEY"] is None):
             problems.append(f"{where(alias)}['OPTIONS'] must give CERT and KEY together.")
