@@ -52,6 +52,7 @@ OLDEST = [
     "django-redis==6.0.0",
     "redis==8.0.0",
     "psycopg[binary]==3.2.4",
+    "etcd3gw==2.7.0",
 ]
 #: The newest of each, on the given Django.
 NEWEST = ["djangorestframework", "drf-spectacular", "django-redis", "redis", "psycopg[binary]"]

@@ -14,6 +14,7 @@ import sys
 MODULES = [
     "db",
     "redis",
+    "etcd",
     "cache",
     "file",
     "models",

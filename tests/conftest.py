@@ -11,9 +11,10 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from tests.support import telemetry
+from tests.support import cleanup, telemetry
 from tests.support.aliases import CONTRACT_BACKENDS, backend_params
 from tests.support.cleanup import wipe
+from tests.support.etcd_cluster import EtcdCluster
 
 #: Users' projects with settings of their own: tests/test_user_project.py runs the one
 #: whose test databases must drop cleanly, tests/test_userproject.py the one that tests
@@ -85,17 +86,36 @@ def _end_stray_sessions() -> None:
 
 
 @pytest.fixture
-def live_db(django_db_setup: None, django_db_blocker) -> Iterator[None]:
-    """Real, committed database access (locks commit on their own connection anyway)."""
+def live_db(
+    django_db_setup: None, django_db_blocker, request: pytest.FixtureRequest
+) -> Iterator[None]:
+    """Real, committed database access (locks commit on their own connection anyway), with
+    every configured store up (the etcd cluster is started once per session)."""
+    if "etcd" in settings.OCCUPY["BACKENDS"]:
+        request.getfixturevalue("etcd_cluster")
     with django_db_blocker.unblock():
         wipe()
         yield
         wipe()
 
 
+@pytest.fixture(scope="session")
+def etcd_cluster() -> Iterator[EtcdCluster]:
+    """The three-member etcd cluster of the ``etcd`` backend, for the whole session."""
+    with EtcdCluster(settings.ETCD_SIZE, settings.ETCD_BASE) as cluster:
+        cleanup.etcd_running = True
+        try:
+            yield cluster
+        finally:
+            cleanup.etcd_running = False
+
+
 @pytest.fixture(params=backend_params(CONTRACT_BACKENDS))
 def using(request: pytest.FixtureRequest, live_db: None) -> str:
-    """A backend alias; the test runs once per backend."""
+    """A backend alias; the test runs once per backend (``etcd`` starts its cluster)."""
+    if request.param == "etcd":
+        request.getfixturevalue("etcd_cluster")
+        cleanup.wipe_etcd()
     return request.param
 
 

@@ -11,6 +11,9 @@
   ``OCCUPY_TEST_BACKEND_ONE_PROCESS=1`` if its store lives in one process's memory.
 - ``OCCUPY_REQUIRE_SERVERS=1``: fail at start-up when PostgreSQL, MariaDB or Redis is
   not reachable (CI and ``make test-all``) instead of skipping the tests that need them.
+- ``OCCUPY_TEST_PORTS``: the spare ports (``low-high``) of the servers the tests start
+  themselves: the etcd clusters take ports from its top (the ``etcd`` backend's three
+  members the top six, the failover test's the six below).
 - ``OCCUPY_TEST_REDIS_DB_CACHE``: the Redis database number of the ``locks`` and
   ``locks-django`` caches the cache backend runs on (default 1). Every key the suite
   writes there starts with :data:`REDIS_KEY_PREFIX` and is deleted between tests.
@@ -73,6 +76,17 @@ SKIPS = {
     }.items()
     if why
 }
+
+#: The etcd cluster the tests start (tests/conftest.py's ``etcd_cluster``): three members
+#: on the top six spare ports of ``OCCUPY_TEST_PORTS``.
+from tests.support.etcd_cluster import etcd_missing, spare_port_base  # noqa: E402
+
+ETCD_SIZE = 3
+ETCD_BASE = spare_port_base(2 * ETCD_SIZE)
+if (_etcd_why := etcd_missing()) is not None:
+    if REQUIRE_SERVERS:
+        raise ImproperlyConfigured(f"OCCUPY_REQUIRE_SERVERS=1 but {_etcd_why}.")
+    SKIPS["etcd"] = _etcd_why
 
 _HERE = Path(__file__).resolve().parent  # SQLite files stay inside the checkout
 DATABASE_CONFIGS: dict[str, dict[str, Any]] = {
@@ -199,6 +213,15 @@ if "redis" not in SKIPS:
     OCCUPY["BACKENDS"]["redis"] = {
         "BACKEND": "occupy.backends.redis.RedisBackend",
         "OPTIONS": {"CACHE": "redis", "PREFIX": f"{REDIS_PREFIX}occupy:"},
+    }
+
+if "etcd" not in SKIPS:
+    OCCUPY["BACKENDS"]["etcd"] = {
+        "BACKEND": "occupy.backends.etcd.EtcdBackend",
+        "OPTIONS": {
+            "ENDPOINTS": [f"http://127.0.0.1:{ETCD_BASE + i}" for i in range(ETCD_SIZE)],
+            "PREFIX": f"{REDIS_PREFIX}occupy/",
+        },
     }
 
 SECRET_KEY = "occupy-tests"

@@ -44,6 +44,7 @@ CONTRACT_BACKENDS = [
     "cache-locmem",
     "files",
     "memory",
+    "etcd",
     *(["extra"] if "extra" in settings.OCCUPY["BACKENDS"] else []),
 ]
 #: The backends whose store lives in one process's memory (no multiprocess tests).

@@ -8,7 +8,10 @@ from django.conf import settings
 from django.core.cache import caches
 from django.db import connections
 
-__all__ = ["TABLES", "wipe", "wipe_stores", "wipe_tables"]
+__all__ = ["TABLES", "wipe", "wipe_etcd", "wipe_stores", "wipe_tables"]
+
+#: Whether the session's etcd cluster runs (set by tests/conftest.py's ``etcd_cluster``).
+etcd_running = False
 
 #: The model-side test tables, children before parents.
 TABLES = [
@@ -61,6 +64,21 @@ def wipe_stores() -> None:
         names = list(client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}:*", count=1000))
         if names:
             client.delete(*names)
+    wipe_etcd()
+
+
+def wipe_etcd() -> None:
+    """Delete every key of the ``etcd`` backend's prefix, if its cluster runs."""
+    if not etcd_running:
+        return
+    from occupy.backends import get_backend
+    from occupy.backends.etcd.client import encode, prefix_end
+
+    backend = get_backend("etcd")
+    prefix = backend.prefix  # type: ignore[attr-defined]
+    backend.client.post(  # type: ignore[attr-defined]
+        "kv/deleterange", {"key": encode(prefix), "range_end": encode(prefix_end(prefix))}
+    )
 
 
 def wipe_tables() -> None:

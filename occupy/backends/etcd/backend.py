@@ -1,0 +1,418 @@
+"""``EtcdBackend``: locks in etcd, a store that replicates by consensus before it answers.
+
+Key layout, under ``PREFIX`` (default ``"occupy/"``), with ``<d>`` the SHA-256 of the
+lock key:
+
+- ``<prefix>g/<d>/<token>``: the grant. Written by one transaction only if no grant and
+  no earlier waiter exists for the key, bound to an etcd lease of the grant's ttl (whole
+  seconds, rounded up). Its value holds the owner, the depth of re-entry and, for
+  display, the expiry and the start. The fence is the key's ``create_revision``: etcd's
+  revision is one counter for the whole cluster, raised by every write and never reused
+  (not by restarts, not by a new leader), so each grant's fence is higher than every
+  grant's before it.
+- ``<prefix>w/<d>/<token>``: a waiter, on a short lease of its own (``QUEUE_TTL``) that
+  it keeps alive while it waits. Waiters are served by ``create_revision`` (first come,
+  first served); each watches only the key before it (the head watches the grant), so a
+  release wakes one waiter, and nobody polls.
+
+Release, extend, re-entry and takeover compare revisions in the transaction that writes,
+so a late call never touches a later grant. A grant ends at its ttl by the clock of the
+process that last wrote it (:mod:`.expiry`), or by its lease on the cluster's clock if
+that process is gone. The guarantees and limits are in docs/backends/etcd.md.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from contextlib import suppress
+from typing import Any
+
+from occupy.backends.base import BaseBackend, Claim
+from occupy.backends.claims import UNKNOWN_OWNER, digest, from_us, now_us
+from occupy.backends.options import Option, where
+from occupy.exceptions import InvalidBackendError
+from occupy.leases import Holder, Lease, new_token
+
+try:
+    from occupy.backends.etcd.client import (
+        EtcdClient,
+        EtcdError,
+        KeyValue,
+        create_is,
+        empty,
+        encode,
+        lease_seconds,
+        mod_is,
+        prefix_end,
+        put_op,
+    )
+except ImportError as e:  # pragma: no cover - depends on the installation
+    raise InvalidBackendError(
+        "occupy.backends.etcd.EtcdBackend needs etcd3gw: pip install 'django-occupy[etcd]'."
+    ) from e
+
+from occupy.backends.etcd.attempt import EtcdAttempt
+from occupy.backends.etcd.expiry import Deadline, Expirer
+
+__all__ = ["EtcdBackend"]
+
+#: How often a call retries a transaction whose comparison failed because the key
+#: changed between its read and its write (another process re-entered or extended).
+_RETRIES = 20
+
+
+def _endpoints_problem(value: Any) -> str | None:
+    if not value or not all(isinstance(url, str) for url in value):
+        return "must be a non-empty list of URLs such as 'http://127.0.0.1:2379'"
+    bad = [url for url in value if not url.startswith(("http://", "https://"))]
+    return f"must hold http:// or https:// URLs, not {bad[0]!r}" if bad else None
+
+
+def _prefix_problem(value: str) -> str | None:
+    return None if value else "must not be empty"
+
+
+class EtcdBackend(BaseBackend):
+    """Locks in an etcd cluster, fenced by ``create_revision``; see the module docstring."""
+
+    store_errors = (EtcdError,)
+
+    options_schema = {
+        "ENDPOINTS": Option(
+            (list, tuple),
+            ["http://127.0.0.1:2379"],
+            "the members' client URLs, tried in turn",
+            check=_endpoints_problem,
+        ),
+        "PREFIX": Option(
+            str, "occupy/", "what every key occupy writes starts with", check=_prefix_problem
+        ),
+        "USERNAME": Option((str, type(None)), None, "etcd user (authentication on)"),
+        "PASSWORD": Option((str, type(None)), None, "that user's password"),
+        "CA_CERT": Option((str, type(None)), None, "CA bundle to verify https endpoints"),
+        "CERT": Option((str, type(None)), None, "client certificate (TLS), with KEY"),
+        "KEY": Option((str, type(None)), None, "client certificate's key (TLS), with CERT"),
+        "TIMEOUT": Option(float, 5.0, "longest a call to etcd may take", positive=True),
+        "QUEUE_TTL": Option(
+            float, 3.0, "how long a waiter's place outlives its process", positive=True
+        ),
+    }
+
+    @classmethod
+    def config_problems(
+        cls, alias: str, params: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> list[str]:
+        """Add: ``CERT`` and ``KEY`` come together; a password needs a user."""
+        problems = super().config_problems(alias, params, options)
+        if (options["CERT"] is None) != (options["KEY"] is None):
+            problems.append(f"{where(alias)}['OPTIONS'] must give CERT and KEY together.")
+        if options["PASSWORD"] is not None and options["USERNAME"] is None:
+            problems.append(f"{where(alias)}['OPTIONS'] gives a PASSWORD but no USERNAME.")
+        return problems
+
+    def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.endpoints: list[str] = list(self.options["ENDPOINTS"])
+        self.prefix: str = self.options["PREFIX"]
+        self.timeout = float(self.options["TIMEOUT"])
+        self.queue_ttl = float(self.options["QUEUE_TTL"])
+        self._client: EtcdClient | None = None
+        self._connecting = threading.Lock()
+        self.expirer = Expirer(self._end)
+
+    @property
+    def client(self) -> EtcdClient:
+        """Return the client of the configured endpoints (made on first use)."""
+        client = self._client
+        if client is None:
+            with self._connecting:
+                if self._client is None:
+                    cert = self.options["CERT"]
+                    self._client = EtcdClient(
+                        self.endpoints,
+                        timeout=self.timeout,
+                        username=self.options["USERNAME"],
+                        password=self.options["PASSWORD"],
+                        ca_cert=self.options["CA_CERT"],
+                        cert=(cert, self.options["KEY"]) if cert else None,
+                    )
+                client = self._client
+        return client
+
+    # --- key layout ------------------------------------------------------------------
+    def grants(self, key: str) -> str:
+        """Return the prefix of ``key``'s grant (at most one key under it)."""
+        return f"{self.prefix}g/{digest(key)}/"
+
+    def queue(self, key: str) -> str:
+        """Return the prefix of ``key``'s waiters."""
+        return f"{self.prefix}w/{digest(key)}/"
+
+    @staticmethod
+    def value(**fields: Any) -> str:
+        """Return a grant's or waiter's value as the gateway carries it."""
+        return encode(json.dumps(fields, separators=(",", ":")))
+
+    # --- what the attempt and the calls share ------------------------------------------
+    def lease_of(self, kv: KeyValue, ttl: float) -> Lease:
+        """Return the lease a grant's key stands for."""
+        v = kv.value
+        return self.make_lease(
+            v.get("k", ""),
+            owner=v.get("o", UNKNOWN_OWNER),
+            token=kv.key.rpartition("/")[2],
+            fence=kv.create_revision,
+            expires_at=from_us(int(v.get("e", 0))),
+            ttl=ttl,
+            depth=int(v.get("d", 1)),
+        )
+
+    def holder_of(self, kv: KeyValue) -> Holder:
+        """Return who holds the grant ``kv`` (never its token)."""
+        v = kv.value
+        since = v.get("s")
+        return self.make_holder(
+            v.get("o", UNKNOWN_OWNER),
+            from_us(int(v.get("e", now_us()))),
+            kv.create_revision,
+            None if since is None else from_us(int(since)),
+        )
+
+    @staticmethod
+    def remaining(kv: KeyValue | None) -> float | None:
+        """Return the seconds left on a grant by its recorded expiry."""
+        if kv is None or "e" not in kv.value:
+            return None
+        return max(0.0, (int(kv.value["e"]) - now_us()) / 1e6)
+
+    def schedule(self, token: str, name: str, mod_revision: int, lease: int, at: float) -> None:
+        """End ``token``'s grant at monotonic time ``at`` unless written again."""
+        self.expirer.schedule(token, Deadline(at, name, mod_revision, lease))
+
+    def _end(self, deadline: Deadline) -> None:
+        """End a grant whose ttl passed here, if nobody wrote it since (the expirer's
+        call; a failure leaves it to the lease)."""
+        with suppress(EtcdError):
+            ok, _rev, _ = self.client.txn(
+                [mod_is(deadline.name, deadline.mod_revision)],
+                [{"request_delete_range": {"key": encode(deadline.name)}}],
+            )
+            if ok:
+                self.client.revoke(deadline.lease)
+
+    def _read(self, name: str) -> KeyValue | None:
+        kvs, _rev = self.client.range(name)
+        return kvs[0] if kvs else None
+
+    def current_grant(self, key: str) -> KeyValue | None:
+        """Return the grant on ``key`` (its key in etcd), or ``None``."""
+        start = self.grants(key)
+        kvs, _rev = self.client.range(start, prefix_end(start), limit=1)
+        return kvs[0] if kvs else None
+
+    # --- the contract ------------------------------------------------------------------
+    def attempt(self, key: str, owner: str, ttl: float) -> EtcdAttempt:
+        """Return an attempt to take ``key``: a grant transaction, then a place in the
+        queue watched by revision order."""
+        return EtcdAttempt(self, key, owner, ttl)
+
+    def release(self, lease: Lease) -> None:
+        """Undo one level of ``lease``; the last deletes the grant (if its token still
+        holds it, in the transaction that deletes) and revokes its lease."""
+        name = self.grants(lease.key) + lease.token
+        with self.reaching(lease.key):
+            for _ in range(_RETRIES):
+                kv = self._read(name)
+                if kv is None or self.expirer.passed(lease.token):
+                    break
+                depth = int(kv.value.get("d", 1))
+                if depth > 1:
+                    value = self.value(**{**kv.value, "d": depth - 1})
+                    ok, rev, _ = self.client.txn(
+                        [mod_is(name, kv.mod_revision)], [put_op(name, value, kv.lease)]
+                    )
+                    if ok:
+                        self.expirer.rewritten(lease.token, rev)
+                        return
+                    continue
+                ok, _rev, _ = self.client.txn(
+                    [mod_is(name, kv.mod_revision)],
+                    [{"request_delete_range": {"key": encode(name)}}],
+                )
+                if ok:
+                    self.expirer.forget(lease.token)
+                    with suppress(EtcdError):
+                        self.client.revoke(kv.lease)
+                    return
+        raise lease.mark_lost("it expired or was taken over before its release")
+
+    def extend(self, lease: Lease, ttl: float) -> None:
+        """Move the grant's expiry ``ttl`` seconds on: the lease's keep-alive (a lease of
+        the new length if the ttl changed), and the recorded expiry, in one transaction
+        that checks the token."""
+        renewed = self._rewrite(lease.key, lease.token, ttl, deeper=0, never_shorter=False)
+        if renewed is None:
+            raise lease.mark_lost("it expired or was taken over before it was extended")
+        lease.expires_at = renewed.expires_at
+
+    def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
+        """Return the lease ``token`` holds on ``key`` (one level deeper if ``deeper``,
+        kept at least ``ttl`` more), or ``None``."""
+        return self._rewrite(key, token, ttl, deeper=int(deeper), never_shorter=True)
+
+    def _rewrite(
+        self, key: str, token: str, ttl: float, *, deeper: int, never_shorter: bool
+    ) -> Lease | None:
+        name = self.grants(key) + token
+        with self.reaching(key):
+            for _ in range(_RETRIES):
+                started, started_us = time.monotonic(), now_us()
+                kv = self._read(name)
+                if kv is None or self.expirer.passed(token):
+                    return None
+                expires_us = started_us + round(ttl * 1e6)
+                if never_shorter:
+                    expires_us = max(expires_us, int(kv.value.get("e", 0)))
+                seconds = lease_seconds((expires_us - started_us) / 1e6)
+                granted = int(kv.value.get("L", 0))
+                if seconds == granted:
+                    if self.client.keep_alive(kv.lease) < 0:
+                        return None
+                    lease_id = kv.lease
+                else:
+                    lease_id, granted = self.client.grant(seconds)
+                fields = {**kv.value, "d": int(kv.value.get("d", 1)) + deeper}
+                fields.update(e=expires_us, L=granted)
+                ok, rev, _ = self.client.txn(
+                    [mod_is(name, kv.mod_revision)], [put_op(name, self.value(**fields), lease_id)]
+                )
+                if not ok:
+                    if lease_id != kv.lease:
+                        self.client.revoke(lease_id)
+                    continue
+                if lease_id != kv.lease:
+                    with suppress(EtcdError):
+                        self.client.revoke(kv.lease)
+                at = started + (expires_us - started_us) / 1e6
+                self.schedule(token, name, rev, lease_id, at)
+                renewed = KeyValue(name, fields, kv.create_revision, rev, lease_id)
+                return self.lease_of(renewed, ttl)
+        return None
+
+    def takeover(
+        self, key: str, owner: str, ttl: float, *, if_fence: int | None = None
+    ) -> tuple[Lease, Holder | None]:
+        """Grant ``key`` to ``owner`` now: one transaction deletes the holder's key (only
+        the grant with fence ``if_fence``, if given) and writes a new one, whose
+        ``create_revision`` is higher. Waiters keep their places."""
+        token = new_token()
+        name = self.grants(key) + token
+        with self.reaching(key):
+            lease_id, granted = self.client.grant(lease_seconds(ttl))
+            for _ in range(_RETRIES):
+                started, started_us = time.monotonic(), now_us()
+                current = self.current_grant(key)
+                if current is not None and current.key == name:
+                    # A takeover whose reply was lost and that was sent again: it is done
+                    # (whom it replaced went unheard with the reply).
+                    rev, fields, current = current.create_revision, current.value, None
+                    break
+                if if_fence is not None and (
+                    current is None or current.create_revision != if_fence
+                ):
+                    with suppress(EtcdError):
+                        self.client.revoke(lease_id)
+                    held = None if current is None else self.holder_of(current)
+                    raise self.takeover_refused(key, if_fence, held, self.remaining(current))
+                fields = {
+                    "k": key,
+                    "o": owner,
+                    "d": 1,
+                    "e": started_us + round(ttl * 1e6),
+                    "s": started_us,
+                    "L": granted,
+                }
+                put = put_op(name, self.value(**fields), lease_id)
+                if current is None:
+                    start = self.grants(key)
+                    ok, rev, _ = self.client.txn([empty(start)], [put])
+                else:
+                    ok, rev, _ = self.client.txn(
+                        [create_is(current.key, current.create_revision)],
+                        [{"request_delete_range": {"key": encode(current.key)}}, put],
+                    )
+                if ok:
+                    break
+            else:
+                raise self.unavailable(key, EtcdError("the key kept changing; try again"))
+        if current is not None:
+            self.expirer.forget(current.key.rpartition("/")[2])
+            with suppress(EtcdError):
+                self.client.revoke(current.lease)
+        self.schedule(token, name, rev, lease_id, started + ttl)
+        lease = self.lease_of(KeyValue(name, fields, rev, rev, lease_id), ttl)
+        return lease, None if current is None else self.holder_of(current)
+
+    def holder(self, key: str) -> Holder | None:
+        """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""
+        with self.reaching(key):
+            current = self.current_grant(key)
+        return None if current is None else self.holder_of(current)
+
+    def is_held(self, lease: Lease) -> bool:
+        """Return whether ``lease``'s token still holds its key."""
+        if self.expirer.passed(lease.token):
+            return False
+        with self.reaching(lease.key):
+            return self._read(self.grants(lease.key) + lease.token) is not None
+
+    def claims(self) -> Iterable[Claim]:
+        """Return holders (``using``) and waiters (``pending``), by key; never tokens."""
+        found = []
+        with self.reaching(None):
+            for part, state in (("g/", "using"), ("w/", "pending")):
+                start = self.prefix + part
+                kvs, _rev = self.client.range(start, prefix_end(start))
+                for kv in kvs:
+                    v, since = kv.value, kv.value.get("s")
+                    found.append(
+                        Claim(
+                            key=v.get("k", kv.key),
+                            owner=v.get("o", UNKNOWN_OWNER),
+                            state=state,
+                            since=None if since is None else from_us(int(since)),
+                            expires_at=from_us(int(v.get("e", now_us()))),
+                            fence=kv.create_revision if state == "using" else None,
+                        )
+                    )
+        found.sort(key=lambda c: (c.key, c.state != "using", c.since or from_us(0)))
+        return found
+
+    def drop_claim(self, key: str) -> None:
+        """Delete the grant on ``key`` behind its holder's back (a test hook)."""
+        start = self.grants(key)
+        with self.reaching(key):
+            self.client.post(
+                "kv/deleterange", {"key": encode(start), "range_end": encode(prefix_end(start))}
+            )
+
+    # --- the store ---------------------------------------------------------------------
+    def describe_store(self) -> str:
+        """Return the etcd endpoints the locks are on."""
+        return f"etcd at {', '.join(self.endpoints)}"
+
+    def store_fix(self) -> str:
+        """Return what to check when etcd cannot be used."""
+        return (
+            "check that a majority of the etcd members answer and that OPTIONS['ENDPOINTS'] "
+            "lists their client URLs"
+        )
+
+    def close(self) -> None:
+        """Close the HTTP sessions; grants this process holds still end at their ttl."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
