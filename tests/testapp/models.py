@@ -123,7 +123,7 @@ class Goods(OccupiableMixin, models.Model):
 
 class Task(OccupiableMixin, models.Model):
     """A task pool; ``worked_by`` is where tests record who works on a task (a field named
-    ``holder`` would hide ``OccupiableMixin.holder``)."""
+    ``holder`` would hide ``OccupiableMixin.holder``, deprecated for ``get_holder()``)."""
 
     title = models.CharField(max_length=100)
     priority = models.IntegerField(default=0)
