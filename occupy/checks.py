@@ -51,7 +51,7 @@ SETTINGS_HINT = f"The OCCUPY setting is described at {docs_url('reference/settin
 def _configured() -> tuple[dict[str, Any], list[CheckMessage]]:
     try:
         return occupy_settings.BACKENDS, []
-    except InvalidBackendError as e:
+    except ImproperlyConfigured as e:  # InvalidBackendError, or OCCUPY itself is wrong
         return {}, [Error(str(e), hint=SETTINGS_HINT, id="occupy.E002")]
 
 

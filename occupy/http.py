@@ -44,6 +44,7 @@ from occupy.exceptions import (
 )
 from occupy.leases import Holder
 from occupy.owners import owner_display, parse_owner
+from occupy.versions import get_version_field
 
 __all__ = [
     "ANSWERED",
@@ -242,10 +243,10 @@ def current_version(exc: OccupyError) -> int | None:
         not isinstance(exc, ConflictError)
         or model is None
         or pk is None
-        or not any(f.name == "version" for f in model._meta.concrete_fields)
+        or (version_field := get_version_field(model)) is None
     ):
         return None
-    value = model._base_manager.filter(pk=pk).values_list("version", flat=True).first()
+    value = model._base_manager.filter(pk=pk).values_list(version_field.attname, flat=True).first()
     return None if value is None else int(value)
 
 

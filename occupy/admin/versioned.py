@@ -28,6 +28,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from occupy.exceptions import VersionConflict
+from occupy.versions import get_version
 
 __all__ = ["VERSION_FIELD", "VersionedAdminMixin", "VersionedInlineMixin", "versioned_form"]
 
@@ -84,7 +85,7 @@ def versioned_form(form: type[forms.ModelForm[Any]]) -> type[forms.ModelForm[Any
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             if self.instance.pk is not None:
-                self.fields[VERSION_FIELD].initial = self.instance.version
+                self.fields[VERSION_FIELD].initial = get_version(self.instance)
                 if not self.is_bound:
                     self.fields[RENDERED_FIELD].initial = signing.dumps(
                         {
@@ -409,7 +410,7 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
             "rows": rows,
             "resubmit": resubmit,
             "version_field": version_key,
-            "current_version": current.version,
+            "current_version": get_version(current),
             "change_url": change_url,
             "take_current_url": take_current,
             "media": self.media,

@@ -138,15 +138,16 @@ class VersionedQuerySetMixin(_QuerySet[ModelT]):
                 f"update_versioned() needs a model with VersionedMixin; "
                 f"{self.model._meta.label} has no version."
             )
-        if "version" in changes:
-            raise ValueError("update_versioned() sets version itself; do not pass it.")
+        name = self.model.version_field_name  # type: ignore[attr-defined]
+        if name in changes:
+            raise ValueError(f"update_versioned() sets {name} itself; do not pass it.")
         if expected is not None and (
             isinstance(expected, bool) or not isinstance(expected, int) or expected < 0
         ):
             raise ValueError(f"expected must be a row count (an int ≥ 0), not {expected!r}.")
         # select_for_update() marks a clone "for write", so .db is the router's write db.
         with transaction.atomic(using=self.select_for_update().db):
-            count = self.update(version=F("version") + 1, **changes)
+            count = self.update(**{name: F(name) + 1}, **changes)
             if expected is not None and count != expected:
                 error = VersionConflict(
                     f"update_versioned() matched {count} {self.model._meta.label} rows, not "

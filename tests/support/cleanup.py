@@ -26,6 +26,7 @@ TABLES = [
     "testapp_scroll",
     "testapp_longkeynote",
     "testapp_seat",
+    "testapp_manual",
 ]
 
 
