@@ -1,23 +1,13 @@
 """``VersionedMixin``: optimistic concurrency with a version column (``version``, or
-the field ``version_field_name`` names).
+the field ``version_field_name`` names), and its two policies, ``"fields"`` (the
+default: a save conflicts only when someone else changed a field it writes) and
+``"strict"`` (it conflicts on any change since the load). Why and when to use each:
+docs/topics/models.md.
 
-Two policies, per model (``version_policy``) or per save (``save(version_policy=…)``):
-
-``"fields"`` (the default)
-    A save is refused only when another writer changed one of the fields this save
-    writes: the ``UPDATE`` compares those fields' loaded values. A writer of ``status``
-    and a writer of ``name`` both succeed; two writers of ``name`` conflict.
-    This is what a Django developer expects from ``save()`` after ``book.status =
-    "free"``: the change they made is written, nobody else's is lost, and nobody gets
-    an error for a change that did not touch their data.
-``"strict"``
-    A save is refused when the row changed at all since it was loaded (its version
-    moved on): for models whose fields must be read and written together (a price and
-    its currency, start and end dates), where a write computed from a stale row is
-    wrong even if it touches other fields.
-
-Both bump the version on every write, so a version (an ``ETag``) always tells whether
-the row changed.
+Invariants: the check and the write are one guarded ``UPDATE`` (nothing can change
+the row in between); every write bumps the version, so a version (an ``ETag``) always
+tells whether the row changed; a version the caller supplied (``expect_version()``,
+``If-Match``, a form's hidden field) is compared strictly whatever the policy.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 occupy calls the OpenTelemetry *API* only (``pip install "django-occupy[telemetry]"``):
 it configures no SDK, reader or exporter. Without the ``opentelemetry-api`` package every
 function here returns at once; with the API but no SDK the API's own no-op instruments
-take the calls. What is recorded and how to export it: ``docs/topics/telemetry.md``.
+take the calls. What is recorded and how to export it: ``docs/howto/telemetry.md``.
 
 Invariants:
 
