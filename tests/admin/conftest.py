@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from tests.support.browser import Browser, browser_missing, open_browser
 from tests.support.cleanup import wipe_tables
 from tests.support.live_server import serve
-from tests.support.private_redis import ALIAS, PrivateRedis, private_redis, redis_server_missing
+from tests.support.redis_server import ALIAS, RedisServer, private_redis, redis_server_missing
 from tests.support.users import StaffUsers, staff_users
 
 
@@ -57,7 +57,7 @@ def browser(server_url: str) -> Iterator[Callable[[User], Browser]]:
 
 
 @pytest.fixture
-def store(users: StaffUsers, monkeypatch: pytest.MonkeyPatch) -> Iterator[PrivateRedis]:
+def store(users: StaffUsers, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisServer]:
     """The edit leases of every admin on a private Redis the test can kill part-way."""
     from django.contrib import admin
 

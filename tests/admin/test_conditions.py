@@ -11,7 +11,7 @@ from django.test import Client
 
 import occupy
 from occupy.models import object_key
-from tests.support.private_redis import ALIAS, PrivateRedis
+from tests.support.redis_server import ALIAS, RedisServer
 from tests.support.users import StaffUsers, login
 from tests.testapp.models import Document
 
@@ -44,7 +44,7 @@ def _holder(doc: Document, using: str = "default") -> occupy.Holder | None:
 
 
 def test_the_store_going_down_is_a_message_and_keeps_the_typed_text(
-    users: StaffUsers, store: PrivateRedis
+    users: StaffUsers, store: RedisServer
 ) -> None:
     doc = Document.objects.create(body="draft")
     editor = login(users.editor)
