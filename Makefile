@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: venv demo test test-slow test-all mysql-driver mysql-driver-required dist databases bench \
-	bench-scale faults serve lint docs docs-screenshots clean
+	bench-scale faults serve lint layers docs docs-screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -119,14 +119,20 @@ dist: venv
 	$(PY) -m twine check --strict dist/*
 	$(PY) .ci/check_dist.py dist
 
-## lint: ruff format --check, ruff check, mypy (strict, with django-stubs) and the import-linter contracts
-## (.importlinter: the layers, concrete backends only under occupy.backends, no cycles)
+## lint: ruff format --check, ruff check, mypy (strict, with django-stubs), the import-linter contracts
+## (.importlinter: the layers, concrete backends only under occupy.backends, no cycles) and the
+## layers picture of docs/development.md (drawn from the imports: `make layers` redraws it)
 lint: venv
 	$(PY) -m ruff format --check occupy tests bench example_project noxfile.py docs/conf.py \
-	  manage.py .ci/check_dist.py
+	  manage.py .ci/check_dist.py .ci/layers.py
 	$(PY) -m ruff check occupy tests bench example_project
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
+	$(PY) .ci/layers.py --check
+
+## layers: redraw the layers picture of docs/development.md from the imports
+layers: venv
+	$(PY) .ci/layers.py --write
 
 ## docs-screenshots: copy the admin screenshots the docs show from the browser tests'
 ## last run (tests/.screenshots/) into docs/images/admin-*.png

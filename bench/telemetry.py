@@ -34,7 +34,7 @@ def _instrument(variant: str) -> Any:
     from occupy import telemetry
 
     if variant == "no instrumentation":
-        telemetry.otel_metrics = telemetry.otel_trace = None
+        telemetry.instruments.otel_metrics = telemetry.instruments.otel_trace = None
         return None
     if variant == "API, no SDK":
         return None

@@ -1,31 +1,10 @@
-"""System checks. Each backend class checks its own configuration
-(:meth:`~occupy.backends.base.BaseBackend.check`); this module only loops over the
-configured aliases. One id per problem:
+"""System checks: this module loops over the configured aliases, and each backend class
+checks its own configuration (:meth:`~occupy.backends.base.BaseBackend.check`). Every
+id and what it means: docs/reference/checks.md.
 
-- ``occupy.E001``: a backend's ``BACKEND`` path cannot be imported or is not a backend.
-- ``occupy.E002``: ``settings.OCCUPY`` is malformed (not a dict, unknown keys, no
-  ``"default"`` backend, a backend configuration that is not a dict).
-- ``occupy.E003``: a ``DatabaseBackend`` names a database that is not configured.
-- ``occupy.E004``: a ``CacheBackend`` or ``RedisBackend`` names a cache that is not
-  configured.
-- ``occupy.E005``: a ``CacheBackend`` is on a cache that cannot lock across processes.
-- ``occupy.E006``: a backend's configuration has an unknown key, a value of the wrong
-  type or range, or misses a ``LOCATION`` it needs.
-- ``occupy.E007``: a value of ``settings.OCCUPY`` is out of range (``TTL``,
-  ``TIMEOUT``, ``REST_FRAMEWORK``, whose ``LEASE_TTL`` may not exceed ``LEASE_TTL_MAX``,
-  ``TELEMETRY``).
-- ``occupy.E008``: a ``RedisBackend`` is on a cache that is not django-redis's.
-- ``occupy.W001``: occupy's migration is recorded as applied but the claims table is
-  missing (``check --database``).
-- ``occupy.W002``: a ``CacheBackend`` is on a cache whose ``add`` is not atomic.
-- ``occupy.W003``: a ``FileBackend``'s ``LOCATION`` is a relative path.
-- ``occupy.W004``: a store holds claims occupy did not write (``check --database``).
-- ``occupy.W005``: a ``FileBackend``'s ``LOCATION`` is not writable.
-- ``occupy.W006``: occupy's migration was never applied to a ``DatabaseBackend``'s
-  database (``check --database``).
-- ``occupy.W007``: a backend's store could not be read (``check --database``).
-
-The admin adds ``occupy.E101`` and ``occupy.E102`` (see ``occupy.admin``).
+Invariant: a check reports, in the same words, the problem that building the backend
+would raise (``InvalidBackendError``), or that reading the setting would raise
+(``ImproperlyConfigured``).
 """
 
 from __future__ import annotations
@@ -51,7 +30,7 @@ SETTINGS_HINT = f"The OCCUPY setting is described at {docs_url('reference/settin
 def _configured() -> tuple[dict[str, Any], list[CheckMessage]]:
     try:
         return occupy_settings.BACKENDS, []
-    except InvalidBackendError as e:
+    except ImproperlyConfigured as e:  # InvalidBackendError, or OCCUPY itself is wrong
         return {}, [Error(str(e), hint=SETTINGS_HINT, id="occupy.E002")]
 
 

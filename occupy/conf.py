@@ -85,12 +85,12 @@ class OccupySettings:
         """Return ``settings.OCCUPY`` as the project wrote it (``{}`` when absent)."""
         value = getattr(django_settings, "OCCUPY", None) or {}
         if not isinstance(value, dict):
-            raise InvalidBackendError(
+            raise ImproperlyConfigured(
                 f"settings.OCCUPY must be a dict, not {type(value).__name__}."
             )
         unknown = set(value) - set(DEFAULTS)
         if unknown:
-            raise InvalidBackendError(
+            raise ImproperlyConfigured(
                 f"settings.OCCUPY has unknown keys {sorted(unknown)}; "
                 f"known keys are {sorted(DEFAULTS)}."
             )
@@ -121,17 +121,16 @@ class OccupySettings:
         """Return the default wait in seconds (``None``: wait forever)."""
         return _seconds(check_timeout, "OCCUPY['TIMEOUT']", self._get("TIMEOUT"))
 
-    def _section(
-        self, name: str, defaults: dict[str, Any], error: type[ImproperlyConfigured]
-    ) -> dict[str, Any]:
+    def _section(self, name: str, defaults: dict[str, Any]) -> dict[str, Any]:
         """Return ``OCCUPY[name]``, a dict of optional keys, merged over ``defaults``;
-        raise ``error`` for a value that is not a dict or has a key not in them."""
+        raise ``ImproperlyConfigured`` for a value that is not a dict or has a key not
+        in them."""
         value = self._get(name)
         if not isinstance(value, dict):
-            raise error(f"settings.OCCUPY[{name!r}] must be a dict.")
+            raise ImproperlyConfigured(f"settings.OCCUPY[{name!r}] must be a dict.")
         unknown = set(value) - set(defaults)
         if unknown:
-            raise error(
+            raise ImproperlyConfigured(
                 f"settings.OCCUPY[{name!r}] has unknown keys {sorted(unknown)}; "
                 f"known keys are {sorted(defaults)}."
             )
@@ -141,10 +140,10 @@ class OccupySettings:
     def REST_FRAMEWORK(self) -> dict[str, Any]:
         """Return the HTTP contract's settings, the project's over the defaults."""
         if self._rest_framework is None:
-            merged = self._section("REST_FRAMEWORK", REST_FRAMEWORK_DEFAULTS, InvalidBackendError)
+            merged = self._section("REST_FRAMEWORK", REST_FRAMEWORK_DEFAULTS)
             methods = merged["PRECONDITION_REQUIRED"]
             if isinstance(methods, str) or not all(isinstance(m, str) for m in methods):
-                raise InvalidBackendError(
+                raise ImproperlyConfigured(
                     "settings.OCCUPY['REST_FRAMEWORK']"
                     "['PRECONDITION_REQUIRED'] must be a list of methods."
                 )
@@ -158,14 +157,14 @@ class OccupySettings:
                 else _seconds(check_timeout, "OCCUPY['REST_FRAMEWORK']['WRITE_WAIT']", wait)
             )
             if seconds is None or seconds > 60:
-                raise InvalidBackendError(
+                raise ImproperlyConfigured(
                     "settings.OCCUPY['REST_FRAMEWORK']['WRITE_WAIT'] is how long a write waits "
                     "for another write in flight: a few seconds at most, not "
                     f"{wait!r} (a request would hang for that long)."
                 )
             merged["WRITE_WAIT"] = seconds
             if merged["LEASE_TTL"] > merged["LEASE_TTL_MAX"]:
-                raise InvalidBackendError(
+                raise ImproperlyConfigured(
                     "settings.OCCUPY['REST_FRAMEWORK']['LEASE_TTL'] "
                     f"({merged['LEASE_TTL']!r} s) is above LEASE_TTL_MAX "
                     f"({merged['LEASE_TTL_MAX']!r} s): a lease asked for without a ttl would "
@@ -178,7 +177,7 @@ class OccupySettings:
     def TELEMETRY(self) -> dict[str, Any]:
         """Return the telemetry settings, the project's over the defaults."""
         if "TELEMETRY" not in self._cache:
-            merged = self._section("TELEMETRY", TELEMETRY_DEFAULTS, ImproperlyConfigured)
+            merged = self._section("TELEMETRY", TELEMETRY_DEFAULTS)
             family = merged["KEY_FAMILY"]
             if family is not None and not isinstance(family, str):
                 raise ImproperlyConfigured(
@@ -199,11 +198,11 @@ class OccupySettings:
 
 def _seconds(check: Callable[..., _T], name: str, value: Any) -> _T:
     """Return ``value`` checked by the rule for durations (``occupy.validation``), or
-    raise ``InvalidBackendError`` naming the setting."""
+    raise ``ImproperlyConfigured`` naming the setting."""
     try:
         return check(value, name=f"settings.{name}")
     except (TypeError, ValueError) as e:
-        raise InvalidBackendError(str(e)) from e
+        raise ImproperlyConfigured(str(e)) from e
 
 
 occupy_settings = OccupySettings()

@@ -1,26 +1,13 @@
-"""The HTTP side of occupy, for any framework: ETags, preconditions, and one table that
-turns every occupy condition into a status, a ``code``, headers and a body.
+"""The HTTP side of occupy, for any framework: ETags, preconditions, and the one table
+(:func:`problem_for`) that turns every occupy condition into a status, a ``code``,
+headers and a body. The table, condition by condition: docs/topics/rest-framework.md.
 
-- ``If-Match`` does not match the current row: 412 ``precondition_failed``, ``ETag``;
-- a write without ``If-Match`` or a body version: 428 ``precondition_required``,
-  ``Cache-Control: no-store``;
-- a malformed ``If-Match``: 400 ``malformed_precondition``;
-- the body's ``version`` is stale, or a same-field clash: 409 ``version_conflict``,
-  ``ETag``;
-- the writer's lease was fenced out or lost: 409 ``fenced_out`` / ``lease_lost``;
-- someone else holds the object: 423 ``locked``, ``Retry-After`` (whole seconds, ≥ 1,
-  the holder's remaining time); a person is named only when the holder is somebody's
-  edit lease, never for another request's write in flight;
-- a lease endpoint without its token: 428 ``lease_token_required``;
-- the lock store cannot be reached: 503 ``store_unavailable``, ``Retry-After: 1``.
-
-Numbers in headers are read with bounds: an entity tag of more than
-:data:`MAX_VERSION_DIGITS` digits is refused (400), never handed to ``int()``.
-
-ETags are strong, ``"<version>"``, derived from the version alone. ``If-Match`` is read
-with Django's :func:`~django.utils.http.parse_etags`, so comma lists and weak tags
-(``W/"3"``, as ``GZipMiddleware`` makes them) are accepted; text that is no ETag list
-at all is refused (400), never ignored.
+Invariants: ETags are strong, ``"<version>"``, derived from the version alone;
+``If-Match`` is read with Django's :func:`~django.utils.http.parse_etags` (comma lists
+and weak tags accepted), and text that is no ETag list is refused (400), never ignored;
+numbers in headers are read with bounds (an entity tag over :data:`MAX_VERSION_DIGITS`
+digits is 400, never handed to ``int()``); a person is named only when the holder is
+somebody's edit lease; ``Retry-After`` is whole seconds, at least 1.
 """
 
 from __future__ import annotations
@@ -44,6 +31,7 @@ from occupy.exceptions import (
 )
 from occupy.leases import Holder
 from occupy.owners import owner_display, parse_owner
+from occupy.versions import get_version_field
 
 __all__ = [
     "ANSWERED",
@@ -242,10 +230,10 @@ def current_version(exc: OccupyError) -> int | None:
         not isinstance(exc, ConflictError)
         or model is None
         or pk is None
-        or not any(f.name == "version" for f in model._meta.concrete_fields)
+        or (version_field := get_version_field(model)) is None
     ):
         return None
-    value = model._base_manager.filter(pk=pk).values_list("version", flat=True).first()
+    value = model._base_manager.filter(pk=pk).values_list(version_field.attname, flat=True).first()
     return None if value is None else int(value)
 
 

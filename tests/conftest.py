@@ -16,10 +16,8 @@ from tests.support.aliases import CONTRACT_BACKENDS, backend_params
 from tests.support.cleanup import wipe
 from tests.support.etcd_cluster import EtcdCluster
 
-#: Users' projects with settings of their own: tests/test_user_project.py runs the one
-#: whose test databases must drop cleanly, tests/test_userproject.py the one that tests
-#: with occupy.testing.
-collect_ignore = ["user_project", "userproject"]
+#: A user's project with settings of its own, which tests/test_userproject.py runs.
+collect_ignore = ["userproject"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,7 +60,7 @@ def django_db_setup(django_test_environment: None, django_db_blocker) -> Iterato
 def _end_stray_sessions() -> None:
     """End, and name on stderr, the sessions still open on the PostgreSQL test databases
     so that they can be dropped. occupy closes its own connections with Django's
-    (tests/user_project proves a user's suite needs nothing like this); this suite also
+    (tests/userproject proves a user's suite needs nothing like this); this suite also
     runs live servers, gunicorn and worker threads of its own, and one such session was
     seen still open at the drop when PostgreSQL was the default database (make test-all).
     """

@@ -1,6 +1,12 @@
 """occupy.testing is all a user's project needs: the small project in tests/userproject
 (its own settings and pytest-django, nothing of tests/support) passes its suite, run in
-a subprocess as its developers would, on every database."""
+a subprocess as its developers would, on every database, and its test database drops
+cleanly with no teardown code of its own.
+
+Before, the connections occupy made for the locks in its tests stayed open on the test
+database (the main thread's for good, those of threads that ended until the garbage
+collector ran), and pytest-django's teardown failed on PostgreSQL: "database is being
+accessed by other users"."""
 
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ def test_the_user_project_passes_on(database: str) -> None:
     env = {
         name: value
         for name, value in os.environ.items()
-        if name != "DJANGO_SETTINGS_MODULE" and not name.startswith("PYTEST_")
+        if not name.startswith(("DJANGO_", "PYTEST_"))
     }
     env.update(SHOP_DB=database, SHOP_DB_SUFFIX=settings.SUFFIX, SHOP_DB_HOST=settings.HOST)
     result = subprocess.run(
@@ -37,6 +43,10 @@ def test_the_user_project_passes_on(database: str) -> None:
             "no:randomly",
             "-W",
             "error::pytest.PytestWarning",
+            # SQLite has one write lock per file, which a lock taken in a test's
+            # transaction after it wrote would wait for: the database backend refuses
+            # it, so these run on the servers, whose test databases must drop cleanly.
+            *(["--ignore=tests/test_connections.py"] if database == "sqlite" else []),
         ],
         cwd=PROJECT,
         env=env,
@@ -44,5 +54,10 @@ def test_the_user_project_passes_on(database: str) -> None:
         text=True,
         timeout=300,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "6 passed" in result.stdout and "skipped" not in result.stdout, result.stdout
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    passed = 6 if database == "sqlite" else 12
+    assert f"{passed} passed" in result.stdout and "skipped" not in result.stdout, output
+    # pytest-django turns a teardown that failed into a warning and exits 0.
+    assert "teardown test databases" not in output, output
+    assert "warning" not in output.lower(), output

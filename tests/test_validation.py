@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 import occupy
@@ -60,7 +61,6 @@ def test_bad_arguments_are_refused_before_anything_is_written(
 
 
 def test_the_invalid_backend_error_is_an_improperly_configured_and_an_occupy_error() -> None:
-    from django.core.exceptions import ImproperlyConfigured
 
     assert issubclass(occupy.InvalidBackendError, ImproperlyConfigured)
     assert issubclass(occupy.InvalidBackendError, occupy.OccupyError)
@@ -144,9 +144,13 @@ def test_odd_but_valid_keys_work(using: str, key: str) -> None:
     ],
 )
 def test_bad_settings_name_the_problem(live_db: None, setting: dict, words: str) -> None:
-    with override_settings(OCCUPY=setting), pytest.raises(occupy.InvalidBackendError) as info:
+    """A backend's mistake is an ``InvalidBackendError``; any other setting's, Django's
+    ``ImproperlyConfigured`` (its base)."""
+    with override_settings(OCCUPY=setting), pytest.raises(ImproperlyConfigured) as info:
         occupy.acquire("book:1")
     assert words in str(info.value)
+    about_a_backend = "BACKEND" in str(setting) and "TTL" not in setting
+    assert isinstance(info.value, occupy.InvalidBackendError) == about_a_backend, info.value
     assert claims_in_store() == 0
 
 
@@ -167,10 +171,11 @@ def test_the_http_lease_ttls_follow_the_rule_for_durations() -> None:
     with (
         override_settings(OCCUPY={"REST_FRAMEWORK": {"LEASE_TTL": 1e-9}}),
         pytest.raises(
-            occupy.InvalidBackendError, match=r"\['LEASE_TTL'\] must be at least 0.001 seconds"
-        ),
+            ImproperlyConfigured, match=r"\['LEASE_TTL'\] must be at least 0.001 seconds"
+        ) as raised,
     ):
         occupy_settings.REST_FRAMEWORK  # noqa: B018
+    assert not isinstance(raised.value, occupy.InvalidBackendError)
 
 
 def test_a_database_backend_on_an_unknown_database_names_it(live_db: None) -> None:

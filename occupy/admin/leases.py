@@ -42,6 +42,7 @@ from occupy.admin.endpoints import LeaseEndpointsMixin
 from occupy.exceptions import FencedOut, LeaseLost, Occupied, StoreUnavailable
 from occupy.leases import Holder, Lease
 from occupy.owners import owner_display
+from occupy.versions import get_version
 
 __all__ = ["EditLeaseAdminMixin"]
 
@@ -347,7 +348,7 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             "can_take_over": same_user
             or (holder is not None and self.has_takeover_permission(request, obj)),
             "error": state.error,
-            "version": getattr(obj, "version", None),
+            "version": get_version(obj),
             "urls": {
                 name: self._lease_url(name, obj)
                 for name in ("renew", "release", "status", "takeover")

@@ -18,7 +18,6 @@ from django.contrib import admin
 from django.contrib.admin.options import BaseModelAdmin, InlineModelAdmin
 from django.contrib.admin.utils import flatten_fieldsets, quote, unquote
 from django.core import checks, signing
-from django.core.exceptions import FieldDoesNotExist
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -27,16 +26,14 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
+from occupy.admin.conflicts import RENDERED_FIELD, VERSION_FIELD, conflict_rows, resubmitted
+from occupy.admin.editing import STATE
 from occupy.exceptions import VersionConflict
+from occupy.versions import get_version
 
 __all__ = ["VERSION_FIELD", "VersionedAdminMixin", "VersionedInlineMixin", "versioned_form"]
 
-#: The name of the hidden form field carrying the version.
-VERSION_FIELD = "occupy_version"
-#: The hidden field carrying the signed values the form was rendered with.
-RENDERED_FIELD = "occupy_rendered"
 _RENDERED_SALT = "occupy.admin.rendered"
-#: POST members never copied into the "keep mine" form.
 #: The request attributes keeping the submitted forms for the conflict page.
 _FORM = "_occupy_version_form"
 _FORMSETS = "_occupy_version_formsets"
@@ -47,18 +44,6 @@ if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Any]
 else:
     _BaseModelAdmin = _InlineModelAdmin = _ModelAdmin = object
-
-_NOT_RESUBMITTED = {
-    "csrfmiddlewaretoken",
-    VERSION_FIELD,
-    RENDERED_FIELD,
-    "_occupy_lease",
-    "_occupy_tab",
-    "_save",
-    "_continue",
-    "_addanother",
-    "_saveasnew",
-}
 
 
 def _plain(value: Any) -> Any:
@@ -84,7 +69,7 @@ def versioned_form(form: type[forms.ModelForm[Any]]) -> type[forms.ModelForm[Any
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             if self.instance.pk is not None:
-                self.fields[VERSION_FIELD].initial = self.instance.version
+                self.fields[VERSION_FIELD].initial = get_version(self.instance)
                 if not self.is_bound:
                     self.fields[RENDERED_FIELD].initial = signing.dumps(
                         {
@@ -324,110 +309,57 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
     ) -> HttpResponse:
         """Render the conflict page: the refused form's values beside the current ones
         (of the main object, or of the inline row that changed)."""
-        opts = self.model._meta
         obj = self.get_object(request, unquote(object_id))
         current = obj
         if obj is not None and not isinstance(form.instance, type(obj)):
             current = type(form.instance)._base_manager.filter(pk=form.instance.pk).first()
-        change_url = reverse(
+        if obj is None or current is None:
+            return self._conflict_page(request, {"title": "Deleted meanwhile", "gone": True})
+        rows, kept = conflict_rows(form, current)
+        change_url = self._object_url(object_id)
+        state = getattr(request, STATE, None)
+        edit_context = getattr(self, "edit_lease_context", None)
+        related = type(current)._meta.verbose_name
+        return self._conflict_page(
+            request,
+            {
+                "title": f"{self.model._meta.verbose_name.capitalize()} changed while you "
+                "edited it",
+                "object": obj,
+                "changed": current,
+                "related": None if current is obj else f"{related} “{current}”",
+                "rows": rows,
+                "resubmit": resubmitted(request, form, kept),
+                "version_field": form.add_prefix(VERSION_FIELD),
+                "current_version": get_version(current),
+                "change_url": change_url,
+                "take_current_url": (
+                    change_url
+                    if state is None
+                    else f"{change_url}?{urlencode({'_occupy_tab': state.tab})}"
+                ),
+                "media": self.media,
+                "occupy_edit": (
+                    edit_context(request, obj, state)
+                    if state is not None and edit_context is not None and state.leases
+                    else None
+                ),
+            },
+        )
+
+    def _object_url(self, object_id: str) -> str:
+        opts = self.model._meta
+        return reverse(
             f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",
             args=[quote(object_id)],
         )
-        if obj is None or current is None:
-            return TemplateResponse(
-                request,
-                self.version_conflict_template,
-                {
-                    **self.admin_site.each_context(request),
-                    "opts": opts,
-                    "title": "Deleted meanwhile",
-                    "gone": True,
-                    "rows": [],
-                },
-                status=409,
-            )
-        fresh = type(form)(instance=current)
-        users = form.changed_by_user() if hasattr(form, "changed_by_user") else None
-        rows = []
-        kept: dict[str, list[str]] = {}  # fields the user left alone: the current values
-        for name, field in form.fields.items():
-            if (
-                name in (VERSION_FIELD, RENDERED_FIELD)
-                or name not in form.cleaned_data
-                or name not in fresh.fields
-            ):  # the formset's own id, DELETE, parent
-                continue
-            theirs = fresh[name].initial
-            if users is not None and name not in users:
-                if not isinstance(field.widget, forms.MultiWidget):
-                    value = fresh[name].value()
-                    kept[form.add_prefix(name)] = (
-                        [str(v) for v in value]
-                        if isinstance(value, list | tuple)
-                        else []
-                        if value is None or value is False
-                        else ["on"]
-                        if value is True
-                        else [str(value)]
-                    )
-                continue
-            if not field.has_changed(theirs, form[name].data):
-                continue
-            rows.append(
-                {
-                    "label": form[name].label,
-                    "name": name,
-                    "mine": _display(current, name, form.cleaned_data[name]),
-                    "theirs": _display(current, name, getattr(current, name, theirs)),
-                }
-            )
-        version_key = form.add_prefix(VERSION_FIELD)
-        skipped = {version_key, form.add_prefix(RENDERED_FIELD), *kept}
-        resubmit = [
-            (key, value)
-            for key, values in request.POST.lists()
-            if key not in _NOT_RESUBMITTED and key not in skipped
-            for value in values
-        ]
-        resubmit += [(key, value) for key, values in kept.items() for value in values]
-        if version_key != VERSION_FIELD:  # an inline row: the main form's version stands
-            resubmit += [(VERSION_FIELD, value) for value in request.POST.getlist(VERSION_FIELD)]
-        state = getattr(request, "_occupy_edit", None)
-        edit_context = getattr(self, "edit_lease_context", None)
-        take_current = change_url
-        if state is not None:
-            take_current = f"{change_url}?{urlencode({'_occupy_tab': state.tab})}"
+
+    def _conflict_page(self, request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
+        """Answer 409 with the conflict template, ``context`` over the site's own."""
         context = {
             **self.admin_site.each_context(request),
-            "opts": opts,
-            "title": f"{opts.verbose_name.capitalize()} changed while you edited it",
-            "object": obj,
-            "changed": current,
-            "related": (
-                None if current is obj else f"{type(current)._meta.verbose_name} “{current}”"
-            ),
-            "rows": rows,
-            "resubmit": resubmit,
-            "version_field": version_key,
-            "current_version": current.version,
-            "change_url": change_url,
-            "take_current_url": take_current,
-            "media": self.media,
-            "occupy_edit": (
-                edit_context(request, obj, state)
-                if state is not None and edit_context is not None and state.leases
-                else None
-            ),
+            "opts": self.model._meta,
+            "rows": [],
+            **context,
         }
         return TemplateResponse(request, self.version_conflict_template, context, status=409)
-
-
-def _display(obj: Any, name: str, value: Any) -> str:
-    """Return ``value`` of field ``name`` as a user reads it (choices by their label)."""
-    try:
-        field = obj._meta.get_field(name)
-    except FieldDoesNotExist:
-        return "" if value is None else str(value)
-    if field.flatchoices:
-        return str(dict(field.flatchoices).get(value, value))
-    return "" if value is None else str(value)

@@ -2,7 +2,7 @@
 
 - :class:`VersionedMixin`: optimistic concurrency with a ``version`` column;
 - :class:`FencedMixin`: ``save(lease=…)`` refused for a lease older than the row's;
-- :class:`OccupiableMixin`: ``book.occupy()``, ``book.holder``;
+- :class:`OccupiableMixin`: ``book.occupy()``, ``book.get_holder()``;
 - :class:`OccupyManager`: the ``objects`` each of them installs, whatever their
   combination: ``locked()`` (a row lock for a block), ``update_versioned()``,
   ``occupied()``, ``free()`` and ``claim()``;

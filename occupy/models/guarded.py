@@ -16,7 +16,6 @@ the condition that failed is raised.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -27,6 +26,7 @@ from django.db.models.signals import post_save, pre_save
 
 from occupy import telemetry
 from occupy.exceptions import ConflictError, VersionConflict
+from occupy.models.guards import Check, Guard
 from occupy.models.keys import concrete_model, object_key
 from occupy.models.tracking import (
     ChangeTrackingMixin,
@@ -36,60 +36,6 @@ from occupy.models.tracking import (
 )
 
 __all__ = ["Check", "Guard", "GuardedSaveMixin"]
-
-
-@dataclass
-class Check:
-    """A condition of a guarded write: ``<field> <lookup> <value>`` on the stored row;
-    when it fails, the write is refused with ``error``."""
-
-    field: models.Field[Any, Any]
-    lookup: str  # "exact" or "lte"
-    value: Any
-    error: type[ConflictError]
-
-    def q(self) -> Q:
-        """Return the condition as a ``Q`` on the field's own table."""
-        name = self.field.attname
-        if self.value is None:
-            q = Q(**{f"{name}__isnull": True})
-            if isinstance(self.field, models.JSONField):  # a JSON null is not SQL NULL
-                q |= Q(**{f"{name}__exact": None})
-            return q
-        return Q(**{f"{name}__{self.lookup}": self.value})
-
-    def holds_for(self, stored: Any) -> bool:
-        """Return whether the condition holds for the ``stored`` value (for the error)."""
-        if self.lookup == "lte":
-            return stored is not None and stored <= self.value
-        try:
-            return bool(stored == self.value)
-        except Exception:
-            return False
-
-
-@dataclass
-class Guard:
-    """One way to write: the ``checks`` the stored row must pass, the columns the write
-    also ``sets`` (a version, a fence), and the ones to ``read_back`` after it because
-    they were set by an expression."""
-
-    checks: list[Check] = field(default_factory=list)
-    sets: dict[models.Field[Any, Any], Any] = field(default_factory=dict)
-    read_back: list[models.Field[Any, Any]] = field(default_factory=list)
-
-    def extended(
-        self,
-        checks: Iterable[Check] = (),
-        sets: dict[models.Field[Any, Any], Any] | None = None,
-        read_back: Iterable[models.Field[Any, Any]] = (),
-    ) -> Guard:
-        """Return a copy of this guard with more checks, sets and read-backs."""
-        return Guard(
-            checks=[*self.checks, *checks],
-            sets={**self.sets, **(sets or {})},
-            read_back=[*self.read_back, *read_back],
-        )
 
 
 class _Refused(Exception):
@@ -136,34 +82,16 @@ class GuardedSaveMixin(ChangeTrackingMixin):
             update_fields = list(update_fields)
             if not update_fields:
                 return
-        updating = force_update or update_fields is not None
-        if (
-            force_insert
-            or self.pk is None
-            or (self._state.adding and not updating)
-            or (not self._state.adding and using != self._state.db)
-        ):
+        if self._inserts(force_insert, force_update or update_fields is not None, using):
             self._insert(using, force_insert, force_update, update_fields, options)
             return
-        if update_fields is not None:
-            fields = self._resolve(update_fields)
-            changed = set(self._changed())
-            fields = [f for f in fields if f in changed or getattr(f, "auto_now", False)]
-            if not fields and not force_update:
+        fields = self._fields_to_write(update_fields)
+        if not fields and not force_update:
+            if update_fields is not None:
                 # Nothing differs from what was loaded: no write (no version bump), but
                 # the save's preconditions (an expected version, a lease's fence) hold.
                 self._confirm(using, self.save_guards([], options))
-                return
-        else:
-            fields = self._changed()
-            if fields:
-                fields += [
-                    f
-                    for f in self._meta.concrete_fields
-                    if getattr(f, "auto_now", False) and f not in fields
-                ]
-            elif not force_update:
-                return
+            return
         # Django's own check that no unsaved object is assigned to a relation (called,
         # not overridden: it raises the same ValueError a plain save() raises). Private,
         # so the stubs leave it out.
@@ -171,6 +99,31 @@ class GuardedSaveMixin(ChangeTrackingMixin):
             operation_name="save"
         )
         self._update(using, fields, self.save_guards(fields, options))
+
+    def _inserts(self, force_insert: Any, updating: bool, using: str) -> bool:
+        """Return whether this save inserts (a new row, or a copy to another database)."""
+        return bool(
+            force_insert
+            or self.pk is None
+            or (self._state.adding and not updating)
+            or (not self._state.adding and using != self._state.db)
+        )
+
+    def _fields_to_write(self, update_fields: list[str] | None) -> list[models.Field[Any, Any]]:
+        """Return the fields an update writes: those changed since the load (of
+        ``update_fields``, when given), with the ``auto_now`` ones when any is."""
+        if update_fields is not None:
+            fields = self._resolve(update_fields)
+            changed = set(self._changed())
+            return [f for f in fields if f in changed or getattr(f, "auto_now", False)]
+        fields = self._changed()
+        if fields:
+            fields += [
+                f
+                for f in self._meta.concrete_fields
+                if getattr(f, "auto_now", False) and f not in fields
+            ]
+        return fields
 
     save.alters_data = True  # type: ignore[attr-defined]  # templates never call it
 

@@ -8,6 +8,7 @@ Every method here that consults locks takes ``backend=``, the occupy backend ali
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, ClassVar
 
 from django.core import checks
@@ -29,7 +30,7 @@ class OccupiableMixin(models.Model):
 
     - ``occupy(owner=…, ttl=…, timeout=…, renew=…, backend=…)``: an
       :class:`occupy.lock` on the row's key (a context manager and a decorator);
-    - ``holder``: who holds the row's key now (owner, expiry, fence), or ``None``;
+    - ``get_holder()``: who holds the row's key now (owner, expiry, fence), or ``None``;
     - ``occupy_key``: the key itself;
     - ``objects``: the :class:`~occupy.models.OccupyManager`, which every occupy model
       mixin installs (``occupied()``, ``free()``, ``claim()``, ``locked()``, and
@@ -86,12 +87,29 @@ class OccupiableMixin(models.Model):
             using=backend or self.occupy_backend,
         )
 
+    def get_holder(self, *, backend: str | None = None) -> Holder | None:
+        """Return who holds this row's key now (owner, expiry, fence), or ``None``;
+        never the token. A store round trip on every call. ``backend``: the occupy
+        backend alias (default :attr:`occupy_backend`)."""
+        return holder(self.occupy_key, using=backend or self.occupy_backend)
+
     @property
     def holder(self) -> Holder | None:
-        """Return who holds this row's key on the ``occupy_backend`` backend, or ``None``
-        (never the token)."""
-        return holder(self.occupy_key, using=self.occupy_backend)
+        """Deprecated: call :meth:`get_holder` (a method, since it asks the store)."""
+        warnings.warn(
+            f"{type(self).__name__}.holder is deprecated: call get_holder(), which asks "
+            "the lock store on every call",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.get_holder()
 
     def holder_on(self, backend: str) -> Holder | None:
-        """Return who holds this row's key on the occupy backend ``backend``, or ``None``."""
-        return holder(self.occupy_key, using=backend)
+        """Deprecated: call :meth:`get_holder` with ``backend=``."""
+        warnings.warn(
+            f"{type(self).__name__}.holder_on(backend) is deprecated: call "
+            "get_holder(backend=backend)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.get_holder(backend=backend)

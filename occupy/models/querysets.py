@@ -1,46 +1,15 @@
-"""The model side's queryset methods, one mixin per concern, and the one manager every
-occupy model mixin installs.
+"""The model side's queryset methods, one mixin per concern (``RowLockQuerySetMixin``:
+``locked()``; ``VersionedQuerySetMixin``: ``update_versioned()``;
+``OccupiableQuerySetMixin``: ``occupied()``, ``free()``, ``claim()``;
+``OccupyQuerySetMixin``: all of them), each with a thin queryset and manager class, and
+the one :class:`OccupyManager` every occupy model mixin installs as ``objects``. How to
+combine them with querysets of your own: docs/topics/models.md ("Managers").
 
-Each concern is a queryset mixin with two thin concrete classes, like
-django-model-utils':
-
-=========================== ========================== ===========================
-mixin                       methods                    concrete classes
-=========================== ========================== ===========================
-``RowLockQuerySetMixin``    ``locked()``               ``RowLockQuerySet``,
-                                                       ``RowLockManager``
-``VersionedQuerySetMixin``  ``update_versioned()``     ``VersionedQuerySet``,
-                                                       ``VersionedManager``
-``OccupiableQuerySetMixin`` ``occupied()``, ``free()``, ``OccupiableQuerySet``,
-                            ``claim()``                ``OccupiableManager``
-``OccupyQuerySetMixin``     all of the above           ``OccupyQuerySet``,
-                                                       ``OccupyManager``
-=========================== ========================== ===========================
-
-``VersionedMixin``, ``FencedMixin`` and ``OccupiableMixin`` all install the same
-:class:`OccupyManager` as ``objects``, so whichever of them Django's manager
-inheritance picks, a model combining them has every method, with no manager declared::
-
-    class Book(VersionedMixin, OccupiableMixin, models.Model):
-        title = models.CharField(max_length=200)
-
-A method that needs what the model lacks says so: ``update_versioned()`` on a model
-without ``VersionedMixin`` raises ``TypeError`` naming the model. ``locked()``,
-``occupied()``, ``free()`` and ``claim()`` work on any model (its rows' keys are
-:func:`~occupy.models.object_key`'s).
-
-A model with a queryset of its own mixes in the concerns it wants; ``manage.py check``
-reports a model's own ``objects`` that lacks the methods of one of its occupy mixins
-(``occupy.E201``)::
-
-    class TaskQuerySet(OccupiableQuerySetMixin, RowLockQuerySetMixin, models.QuerySet):
-        def open(self): return self.filter(done=False)
-
-    class Task(OccupiableMixin, models.Model):
-        objects = TaskQuerySet.as_manager()
-
-Every class here is generic in the model, so type checkers see
-``Book.objects.claim()`` as a ``Book | None``.
+Invariants: every class is generic in the model (``Book.objects.claim()`` is a
+``Book | None``); a method that needs what the model lacks raises ``TypeError`` naming
+the model; ``locked()``, ``occupied()``, ``free()`` and ``claim()`` work on any model,
+its rows' keys being :func:`~occupy.models.object_key`'s; ``using`` is always the
+database, never an occupy backend.
 """
 
 from __future__ import annotations
@@ -138,15 +107,16 @@ class VersionedQuerySetMixin(_QuerySet[ModelT]):
                 f"update_versioned() needs a model with VersionedMixin; "
                 f"{self.model._meta.label} has no version."
             )
-        if "version" in changes:
-            raise ValueError("update_versioned() sets version itself; do not pass it.")
+        name = self.model.version_field_name  # type: ignore[attr-defined]
+        if name in changes:
+            raise ValueError(f"update_versioned() sets {name} itself; do not pass it.")
         if expected is not None and (
             isinstance(expected, bool) or not isinstance(expected, int) or expected < 0
         ):
             raise ValueError(f"expected must be a row count (an int ≥ 0), not {expected!r}.")
         # select_for_update() marks a clone "for write", so .db is the router's write db.
         with transaction.atomic(using=self.select_for_update().db):
-            count = self.update(version=F("version") + 1, **changes)
+            count = self.update(**{name: F(name) + 1}, **changes)
             if expected is not None and count != expected:
                 error = VersionConflict(
                     f"update_versioned() matched {count} {self.model._meta.label} rows, not "

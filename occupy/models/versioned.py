@@ -1,22 +1,13 @@
-"""``VersionedMixin``: optimistic concurrency with a ``version`` column.
+"""``VersionedMixin``: optimistic concurrency with a version column (``version``, or
+the field ``version_field_name`` names), and its two policies, ``"fields"`` (the
+default: a save conflicts only when someone else changed a field it writes) and
+``"strict"`` (it conflicts on any change since the load). Why and when to use each:
+docs/topics/models.md.
 
-Two policies, per model (``version_policy``) or per save (``save(version_policy=…)``):
-
-``"fields"`` (the default)
-    A save is refused only when another writer changed one of the fields this save
-    writes: the ``UPDATE`` compares those fields' loaded values. A writer of ``status``
-    and a writer of ``name`` both succeed; two writers of ``name`` conflict.
-    This is what a Django developer expects from ``save()`` after ``book.status =
-    "free"``: the change they made is written, nobody else's is lost, and nobody gets
-    an error for a change that did not touch their data.
-``"strict"``
-    A save is refused when the row changed at all since it was loaded (its version
-    moved on): for models whose fields must be read and written together (a price and
-    its currency, start and end dates), where a write computed from a stale row is
-    wrong even if it touches other fields.
-
-Both bump ``version`` on every write, so a version (an ``ETag``) always tells whether
-the row changed.
+Invariants: the check and the write are one guarded ``UPDATE`` (nothing can change
+the row in between); every write bumps the version, so a version (an ``ETag``) always
+tells whether the row changed; a version the caller supplied (``expect_version()``,
+``If-Match``, a form's hidden field) is compared strictly whatever the policy.
 """
 
 from __future__ import annotations
@@ -37,12 +28,24 @@ from occupy.models.keys import object_key
 from occupy.models.managers import check_objects_manager
 from occupy.models.querysets import OccupyManager, VersionedQuerySetMixin
 from occupy.models.tracking import concrete_field
+from occupy.versions import DEFAULT_VERSION_FIELD, get_version, get_version_field
 
 __all__ = ["VersionedMixin"]
 
 POLICIES = ("fields", "strict")
 #: Stands for "the version was never loaded" (an instance built by hand).
 _UNLOADED = object()
+#: The internal types an ``occupy.E202`` check accepts for a version field.
+_INTEGER_FIELDS = frozenset(
+    [
+        "IntegerField",
+        "BigIntegerField",
+        "SmallIntegerField",
+        "PositiveIntegerField",
+        "PositiveBigIntegerField",
+        "PositiveSmallIntegerField",
+    ]
+)
 
 
 def _check_policy(owner: str, policy: Any) -> str:
@@ -53,12 +56,20 @@ def _check_policy(owner: str, policy: Any) -> str:
     return str(policy)
 
 
+def _inherits_the_version_column(cls: type) -> bool:
+    """Whether ``cls`` would get ``VersionedMixin``'s own ``version`` column: no class
+    between them in the MRO redefines ``version`` (a field of the user's, or ``None``)."""
+    return next(c for c in cls.__mro__[1:] if "version" in c.__dict__) is VersionedMixin
+
+
 class VersionedMixin(GuardedSaveMixin):
     """Refuse lost updates with an integer ``version`` column.
 
     Adds to a model:
 
-    - ``version``: 1 on insert, one more on every save;
+    - ``version``: 1 on insert, one more on every save (to name it otherwise, declare
+      your own integer field and name it in ``version_field_name``: the mixin's
+      ``version`` is then left out);
     - ``save()`` writes only the changed fields in one ``UPDATE … WHERE pk = … AND
       <guard>`` and raises :class:`~occupy.VersionConflict` (writing nothing) when
       the guard fails: with ``version_policy = "fields"`` (default) the changed
@@ -79,6 +90,12 @@ class VersionedMixin(GuardedSaveMixin):
 
     version = models.PositiveIntegerField(_("version"), default=1, editable=False)
 
+    #: The name of the version field. Another name than ``"version"`` names an integer
+    #: field the model declares itself (``revision = models.PositiveIntegerField(
+    #: default=1, editable=False)``), as django-concurrency's users name theirs; every
+    #: part of occupy (saves, querysets, the admin, DRF's ``ETag``) reads that one.
+    version_field_name: ClassVar[str] = DEFAULT_VERSION_FIELD
+
     #: ``"fields"``: conflict only when the fields a save writes were changed by
     #: someone else; ``"strict"``: conflict on any change since the row was loaded.
     version_policy: ClassVar[str] = "fields"
@@ -91,16 +108,42 @@ class VersionedMixin(GuardedSaveMixin):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _check_policy(cls.__qualname__, cls.__dict__.get("version_policy", "fields"))
+        if cls.version_field_name != DEFAULT_VERSION_FIELD and _inherits_the_version_column(cls):
+            # Django's way to leave out a field of an abstract parent: the model's own
+            # version field replaces the mixin's.
+            cls.version = None  # type: ignore[assignment]
 
     @classmethod
     def check(cls, **kwargs: Any) -> list[checks.CheckMessage]:
         """Add ``occupy.E201``: the model's own ``objects`` has no
-        ``update_versioned()``."""
+        ``update_versioned()``; ``occupy.E202``: ``version_field_name`` names no
+        integer field of the model."""
         return [
             *super().check(**kwargs),
+            *cls._check_version_field(),
             *check_objects_manager(
                 cls, VersionedMixin, VersionedQuerySetMixin, "update_versioned()"
             ),
+        ]
+
+    @classmethod
+    def _check_version_field(cls) -> list[checks.CheckMessage]:
+        if cls._meta.abstract:
+            return []
+        field = get_version_field(cls)
+        if field is not None and field.get_internal_type() in _INTEGER_FIELDS:
+            return []
+        name = cls.version_field_name
+        found = "no such field" if field is None else f"a {type(field).__name__}"
+        return [
+            checks.Error(
+                f"{cls._meta.object_name}.version_field_name is {name!r}, but the model has "
+                f"{found}: the version must be an integer field.",
+                hint=f"Declare {name} = models.PositiveIntegerField(default=1, "
+                "editable=False) on the model, or name the field you declared.",
+                obj=cls,
+                id="occupy.E202",
+            )
         ]
 
     def expect_version(self, version: int) -> None:
@@ -109,13 +152,16 @@ class VersionedMixin(GuardedSaveMixin):
         whatever the policy, also when it is the version that was loaded."""
         if isinstance(version, bool) or not isinstance(version, int):
             raise TypeError(f"version must be an int, not {type(version).__name__} ({version!r}).")
-        self.version = version
+        setattr(self, self._version_field().attname, version)
         self.__dict__["_occupy_expected"] = True
 
     @property
     def expected_version(self) -> int | None:
         """Return the version :meth:`expect_version` set for the next write, or ``None``."""
-        return self.version if self.__dict__.get("_occupy_expected") else None
+        return get_version(self) if self.__dict__.get("_occupy_expected") else None
+
+    def _version_field(self) -> models.Field[Any, Any]:
+        return concrete_field(self._meta, self.version_field_name)
 
     def delete(
         self, using: str | None = None, keep_parents: bool = False
@@ -129,14 +175,15 @@ class VersionedMixin(GuardedSaveMixin):
         nobody can change the row in between.
         """
         self.__dict__.pop("_occupy_expected", None)  # a delete always compares strictly
-        version = self.__dict__.get("version")
+        name = self._version_field().attname
+        version = self.__dict__.get(name)
         if version is None or self.pk is None:
             return super().delete(using=using, keep_parents=keep_parents)
         using = using or router.db_for_write(type(self), instance=self)
         rows = type(self)._base_manager.using(using).filter(pk=self.pk)
         with transaction.atomic(using=using):
-            if rows.filter(version=version).update(version=F("version")) != 1:
-                current = rows.values_list("version", flat=True).first()
+            if rows.filter(**{name: version}).update(**{name: F(name)}) != 1:
+                current = rows.values_list(name, flat=True).first()
                 label = f"{self._meta.object_name} {self.pk!r}"
                 why = (
                     "no longer exists"
@@ -164,8 +211,8 @@ class VersionedMixin(GuardedSaveMixin):
     adelete.alters_data = True  # type: ignore[attr-defined]  # templates never call it
 
     def managed_field_names(self) -> set[str]:
-        """Add ``version``, which only the guard writes."""
-        return super().managed_field_names() | {"version"}
+        """Add the version field, which only the guard writes."""
+        return super().managed_field_names() | {self.version_field_name}
 
     def clean_save_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """Take ``version_policy=`` (this save's policy, default the model's)."""
@@ -191,7 +238,7 @@ class VersionedMixin(GuardedSaveMixin):
         """
         policy = options["version_policy"]
         guards = super().save_guards(fields, options)
-        version = concrete_field(self._meta, "version")
+        version = self._version_field()
         expected = self.__dict__.get(version.attname)
         loaded = self.__dict__.get("_occupy_loaded", {})
         if expected is not None and (
@@ -203,7 +250,7 @@ class VersionedMixin(GuardedSaveMixin):
             raise ValueError(
                 f"{self._meta.object_name} {self.pk!r} was loaded without its version "
                 "(defer() or only()), so a strict save cannot be checked; load it with "
-                "'version'."
+                f"{version.name!r}."
             )
         if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
             raise TypeError(

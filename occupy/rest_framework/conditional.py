@@ -17,6 +17,7 @@ from occupy.exceptions import ConflictError
 from occupy.http import Problem
 from occupy.rest_framework.errors import OccupyErrorsMixin
 from occupy.rest_framework.exceptions import from_problem
+from occupy.versions import get_version, get_version_name
 
 __all__ = ["ConditionalMixin"]
 
@@ -68,8 +69,9 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
 
     #: Methods that must carry a precondition (``()``: none must).
     precondition_required: tuple[str, ...] | None = None
-    #: The body member that may carry the client's version.
-    body_version_field = "version"
+    #: The body member that may carry the client's version (``None``: the name of the
+    #: model's version field, ``version`` unless it names its own).
+    body_version_field: str | None = None
 
     def get_precondition_required(self) -> tuple[str, ...]:
         """Return the methods that must be conditional (the view's, else the setting)."""
@@ -79,12 +81,19 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
 
     def get_etag(self, instance: Any) -> str | None:
         """Return the ETag of ``instance``: its version, strong and quoted."""
-        return http.etag_for(getattr(instance, "version", None))
+        return http.etag_for(get_version(instance))
+
+    def get_body_version_field(self) -> str:
+        """Return the body member that may carry the client's version:
+        :attr:`body_version_field`, else the name of the queryset model's version field."""
+        if self.body_version_field is not None:
+            return self.body_version_field
+        return get_version_name(self.get_queryset().model)
 
     def get_body_version(self, request: Request) -> int | None:
         """Return the version the body carries, or ``None``; 400 for one that is no
         whole number from 1 to :data:`MAX_VERSION` (``true`` is no version)."""
-        name = self.body_version_field
+        name = self.get_body_version_field()
         value = request.data.get(name) if hasattr(request.data, "get") else None
         if value is None or value == "":
             return None
@@ -109,20 +118,23 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
                 if body is not None and body not in versions:
                     raise _malformed(
                         f"If-Match ({header[:80]}) and the body's "
-                        f"{self.body_version_field!r} ({body}) name different "
+                        f"{self.get_body_version_field()!r} ({body}) name different "
                         "versions; send one of them, or the same in both."
                     )
                 self.occupy_if_match = True
-                if instance.version not in versions:  # fail fast; the write checks again
+                current = get_version(instance)
+                if current not in versions:  # fail fast; the write checks again
                     raise ConflictError("stale If-Match", model=type(instance), pk=instance.pk)
-                return int(instance.version)
+                return int(current)
         if body is not None:
-            if body != instance.version:
+            if body != get_version(instance):
                 raise ConflictError("stale body version", model=type(instance), pk=instance.pk)
             return body
         if header is None and request.method in self.get_precondition_required():
             raise from_problem(
-                http.precondition_required(request.method, ["If-Match", self.body_version_field])
+                http.precondition_required(
+                    request.method, ["If-Match", self.get_body_version_field()]
+                )
             )
         return None
 

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from rest_framework import serializers
 from rest_framework.utils import model_meta
 
+from occupy.versions import get_version_name
+
 __all__ = [
     "HolderSerializer",
     "LeaseReleaseSerializer",
@@ -45,26 +47,30 @@ class VersionField(serializers.IntegerField):
 
 
 class OccupyModelSerializerMixin(_ModelSerializer):
-    """For a ``ModelSerializer`` of a ``VersionedMixin`` model: adds ``version``
-    (:class:`VersionField`), and saves an update with ``update_fields`` of exactly the
-    fields the request sent, guarded by the version it carries."""
+    """For a ``ModelSerializer`` of a ``VersionedMixin`` model: adds the version field
+    (``version``, or the model's ``version_field_name``) as a :class:`VersionField`,
+    and saves an update with ``update_fields`` of exactly the fields the request sent,
+    guarded by the version it carries."""
 
     def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
-        """Return the fields, with ``version`` as a :class:`VersionField`."""
+        """Return the fields, with the version field as a :class:`VersionField`."""
         fields = super().get_fields()
-        fields["version"] = VersionField()
+        fields[self._version_name()] = VersionField()
         return fields
+
+    def _version_name(self) -> str:
+        return get_version_name(self.Meta.model)
 
     def create(self, validated_data: dict[str, Any]) -> Any:
         """Create the object at version 1, whatever ``version`` the request sent (a new
         object has no version anyone read)."""
-        validated_data.pop("version", None)
+        validated_data.pop(self._version_name(), None)
         return super().create(validated_data)
 
     def update(self, instance: Any, validated_data: dict[str, Any]) -> Any:
         """Apply what the request sent and save those fields only (many-to-many ones
         after the save, as DRF does); the version sent is the save's precondition."""
-        version = validated_data.pop("version", None)
+        version = validated_data.pop(self._version_name(), None)
         if version is not None and instance.expected_version is None:
             instance.expect_version(version)  # If-Match, when there was one, comes first
         info = model_meta.get_field_info(instance)

@@ -15,7 +15,7 @@ from django.contrib.admin.utils import quote
 import occupy
 from occupy.models import Occupation, object_key
 from tests.support.browser import Browser
-from tests.support.private_redis import PrivateRedis
+from tests.support.redis_server import RedisServer
 from tests.support.users import StaffUsers
 from tests.testapp.admin import DocumentAdmin
 from tests.testapp.models import Book, Document
@@ -44,7 +44,7 @@ def _no_server_error(page: Browser) -> None:
     assert page.finds("#occupy-lease")  # the admin's change form, not a debug page
 
 
-def test_the_store_killed_part_way(users: StaffUsers, browser: Make, store: PrivateRedis) -> None:
+def test_the_store_killed_part_way(users: StaffUsers, browser: Make, store: RedisServer) -> None:
     doc = Document.objects.create(body="draft")
     editor = browser(users.editor)
     editor.open(_change(doc))

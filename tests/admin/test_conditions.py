@@ -4,14 +4,10 @@ hidden fields, a refused save said once, a reload of one's own page."""
 
 from __future__ import annotations
 
-import re
-
-from django.contrib.admin.utils import quote
-from django.test import Client
-
 import occupy
 from occupy.models import object_key
-from tests.support.private_redis import ALIAS, PrivateRedis
+from tests.admin.conftest import LeasePages
+from tests.support.redis_server import ALIAS, RedisServer
 from tests.support.users import StaffUsers, login
 from tests.testapp.models import Document
 
@@ -21,40 +17,21 @@ UNAVAILABLE = (
 )
 
 
-def _page(client: Client, url: str) -> tuple[str, dict[str, str]]:
-    response = client.get(url)
-    assert response.status_code == 200, response.status_code
-    html = response.content.decode()
-    state = re.search(r'id="occupy-lease"[^>]*data-state="(\w+)"', html)
-    tab = re.search(r'name="_occupy_tab" value="([0-9a-f]+)"', html)
-    tokens = re.findall(r'name="_occupy_lease" value="([0-9a-f]+)"', html)
-    return html, {
-        "state": state[1] if state else "",
-        "tab": tab[1] if tab else "",
-        "token": tokens[0] if tokens else "",
-    }
-
-
-def _url(obj: object, suffix: str = "change/") -> str:
-    return f"/admin/testapp/{obj._meta.model_name}/{quote(obj.pk)}/{suffix}"
-
-
 def _holder(doc: Document, using: str = "default") -> occupy.Holder | None:
     return occupy.holder(object_key(Document, doc.pk), using=using)
 
 
 def test_the_store_going_down_is_a_message_and_keeps_the_typed_text(
-    users: StaffUsers, store: PrivateRedis
+    users: StaffUsers, store: RedisServer, doc: Document, pages: LeasePages
 ) -> None:
-    doc = Document.objects.create(body="draft")
     editor = login(users.editor)
-    _html, page = _page(editor, _url(doc))
+    _html, page = pages.open(editor, pages.url(doc))
     assert page["state"] == "editing"
     assert _holder(doc, ALIAS).owner.endswith(page["tab"])
     lease = {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]}
     store.kill()
     response = editor.post(
-        _url(doc), {**lease, "body": "typed while it was down", "occupy_version": 1}
+        pages.url(doc), {**lease, "body": "typed while it was down", "occupy_version": 1}
     )
     assert response.status_code == 200
     html = response.content.decode()
@@ -63,34 +40,34 @@ def test_the_store_going_down_is_a_message_and_keeps_the_typed_text(
     assert f'name="_occupy_lease" value="{page["token"]}"' in html  # to try again
     doc.refresh_from_db()
     assert (doc.body, doc.version) == ("draft", 1)
-    html, other = _page(login(users.other), _url(doc))
+    html, other = pages.open(login(users.other), pages.url(doc))
     assert other["state"] == "unavailable"
     assert "The lock store is unavailable, so nobody can edit this object now" in html
     assert 'name="body"' not in html and 'name="_save"' not in html  # read-only
     for suffix in ("renew/", "release/"):
-        response = editor.post(_url(doc, f"occupy/{suffix}"), lease)
+        response = editor.post(pages.url(doc, f"occupy/{suffix}"), lease)
         assert response.status_code == 503, suffix
         assert response.json()["message"] == UNAVAILABLE
-    assert editor.get(_url(doc, "occupy/status/")).status_code == 503
+    assert editor.get(pages.url(doc, "occupy/status/")).status_code == 503
     response = login(users.supervisor).post(
-        _url(doc, "occupy/takeover/"), {"_occupy_tab": "5" * 16}
+        pages.url(doc, "occupy/takeover/"), {"_occupy_tab": "5" * 16}
     )
     assert response.status_code == 302
-    response = editor.get(_url(doc, "delete/"))
+    response = editor.get(pages.url(doc, "delete/"))
     assert response.status_code == 200
-    response = editor.post(_url(doc, "delete/"), {"post": "yes"}, follow=True)
+    response = editor.post(pages.url(doc, "delete/"), {"post": "yes"}, follow=True)
     assert "The lock store is unavailable: nothing was deleted" in response.content.decode()
     assert Document.objects.filter(pk=doc.pk).exists()
     # Back: the lease the page kept was lost with the server; the page says so.
     store.start()
     response = editor.post(
-        _url(doc), {**lease, "body": "typed while it was down", "occupy_version": 1}
+        pages.url(doc), {**lease, "body": "typed while it was down", "occupy_version": 1}
     )
     assert "nothing was saved" in response.content.decode()
-    _html, again = _page(editor, _url(doc))
+    _html, again = pages.open(editor, pages.url(doc))
     assert again["state"] == "editing"
     response = editor.post(
-        _url(doc),
+        pages.url(doc),
         {
             "_occupy_tab": again["tab"],
             "_occupy_lease": again["token"],
@@ -104,25 +81,24 @@ def test_the_store_going_down_is_a_message_and_keeps_the_typed_text(
 
 
 def test_another_users_replayed_hidden_fields_get_the_refusal_not_the_lease(
-    users: StaffUsers,
+    users: StaffUsers, doc: Document, pages: LeasePages
 ) -> None:
     """The other user posts the editor's tab and token (change form, renew, release,
     reacquire): refused each time; the editor's lease survives, unrenewed."""
-    doc = Document.objects.create(body="draft")
-    _html, page = _page(login(users.editor), _url(doc))
+    _html, page = pages.open(login(users.editor), pages.url(doc))
     before = _holder(doc)
     stolen = {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]}
     other = login(users.other)
-    response = other.post(_url(doc), {**stolen, "body": "not hers", "occupy_version": 1})
+    response = other.post(pages.url(doc), {**stolen, "body": "not hers", "occupy_version": 1})
     assert response.status_code == 200
     html = response.content.decode()
     assert "Editor took over the editing: nothing was saved" in html
     assert "not hers</textarea>" in html
-    renew = other.post(_url(doc, "occupy/renew/"), stolen)
+    renew = other.post(pages.url(doc, "occupy/renew/"), stolen)
     assert renew.status_code == 409 and "tokens" not in renew.json()
-    again = other.post(_url(doc, "occupy/renew/"), {**stolen, "reacquire": "1"})
+    again = other.post(pages.url(doc, "occupy/renew/"), {**stolen, "reacquire": "1"})
     assert again.status_code == 409 and "tokens" not in again.json()
-    assert other.post(_url(doc, "occupy/release/"), stolen).status_code == 204
+    assert other.post(pages.url(doc, "occupy/release/"), stolen).status_code == 204
     doc.refresh_from_db()
     assert (doc.body, doc.version) == ("draft", 1)
     after = _holder(doc)
@@ -130,17 +106,18 @@ def test_another_users_replayed_hidden_fields_get_the_refusal_not_the_lease(
     assert after.expires_at == before.expires_at  # not renewed by her either
 
 
-def test_a_refused_save_says_its_sentence_once(users: StaffUsers) -> None:
-    doc = Document.objects.create(body="draft")
+def test_a_refused_save_says_its_sentence_once(
+    users: StaffUsers, doc: Document, pages: LeasePages
+) -> None:
     editor = login(users.editor)
-    _html, page = _page(editor, _url(doc))
+    _html, page = pages.open(editor, pages.url(doc))
     occupy.takeover(
         object_key(Document, doc.pk),
         reentrant=False,
         owner=f"admin:user:{users.supervisor.pk}:tab:{'6' * 16}",
     )
     response = editor.post(
-        _url(doc),
+        pages.url(doc),
         {
             "_occupy_tab": page["tab"],
             "_occupy_lease": page["token"],
@@ -153,20 +130,21 @@ def test_a_refused_save_says_its_sentence_once(users: StaffUsers) -> None:
     assert 'data-state="lost"' in html and "deletelink" not in html
 
 
-def test_reloading_ones_own_page_keeps_it_editable(users: StaffUsers) -> None:
+def test_reloading_ones_own_page_keeps_it_editable(
+    users: StaffUsers, doc: Document, pages: LeasePages
+) -> None:
     """The page's address carries its tab (the script puts it there): a reload, whose
     release beacon has not arrived yet, takes the tab's lease over from itself."""
-    doc = Document.objects.create(body="draft")
     editor = login(users.editor)
-    _html, page = _page(editor, _url(doc))
+    _html, page = pages.open(editor, pages.url(doc))
     fence = _holder(doc).fence
-    _html, reloaded = _page(editor, _url(doc) + f"?_occupy_tab={page['tab']}")
+    _html, reloaded = pages.open(editor, pages.url(doc) + f"?_occupy_tab={page['tab']}")
     assert reloaded["state"] == "editing" and reloaded["tab"] == page["tab"]
     assert _holder(doc).fence > fence
     # The late beacon of the page before the reload frees nothing.
     assert (
         editor.post(
-            _url(doc, "occupy/release/"),
+            pages.url(doc, "occupy/release/"),
             {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]},
         ).status_code
         == 204
@@ -175,23 +153,22 @@ def test_reloading_ones_own_page_keeps_it_editable(users: StaffUsers) -> None:
 
 
 def test_the_delete_confirmation_names_the_editor_and_a_delete_releases_the_claim(
-    users: StaffUsers,
+    users: StaffUsers, doc: Document, pages: LeasePages
 ) -> None:
-    doc = Document.objects.create(body="draft")
     editor = login(users.editor)
-    _html, page = _page(editor, _url(doc))
-    html = login(users.other).get(_url(doc, "delete/")).content.decode()
+    _html, page = pages.open(editor, pages.url(doc))
+    html = login(users.other).get(pages.url(doc, "delete/")).content.decode()
     assert "“draft” is being edited by Editor: it is not deleted while they edit" in html
     # The editor deletes from their own page (the beacon of the change form has not
     # arrived): the delete takes the key from the editor's tab and lets it go.
-    response = editor.post(_url(doc, "delete/"), {"post": "yes"})
+    response = editor.post(pages.url(doc, "delete/"), {"post": "yes"})
     assert response.status_code == 302
     assert not Document.objects.filter(pk=doc.pk).exists()
     assert _holder(doc) is None
     # The late beacon of the deleted object's page answers, and frees nothing else.
     assert (
         editor.post(
-            _url(doc, "occupy/release/"),
+            pages.url(doc, "occupy/release/"),
             {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]},
         ).status_code
         == 204
@@ -199,7 +176,7 @@ def test_the_delete_confirmation_names_the_editor_and_a_delete_releases_the_clai
 
 
 def test_a_takeover_is_decided_on_the_holder_the_store_replaces(
-    users: StaffUsers, monkeypatch
+    users: StaffUsers, monkeypatch, doc: Document, pages: LeasePages
 ) -> None:
     """The other editor (no takeover permission) takes over his own lease; between his
     page's read of the holder (his) and the takeover, he lets it go and the editor
@@ -207,7 +184,6 @@ def test_a_takeover_is_decided_on_the_holder_the_store_replaces(
     403, her lease stays, nothing logged."""
     from django.contrib.admin.models import LogEntry
 
-    doc = Document.objects.create(body="draft")
     key = object_key(Document, doc.pk)
     his = occupy.acquire(key, owner=f"admin:user:{users.other.pk}:tab:{'9' * 16}", reentrant=False)
     real_holder = occupy.holder
@@ -225,7 +201,9 @@ def test_a_takeover_is_decided_on_the_holder_the_store_replaces(
         return found
 
     monkeypatch.setattr(occupy, "holder", holder_then_switch)
-    response = login(users.other).post(_url(doc, "occupy/takeover/"), {"_occupy_tab": "b" * 16})
+    response = login(users.other).post(
+        pages.url(doc, "occupy/takeover/"), {"_occupy_tab": "b" * 16}
+    )
     assert response.status_code == 403
     holder = real_holder(key)
     assert holder is not None and (holder.owner, holder.fence) == (hers[0].owner, hers[0].fence)
@@ -234,7 +212,7 @@ def test_a_takeover_is_decided_on_the_holder_the_store_replaces(
     hers.clear()
     his = occupy.takeover(key, owner=f"admin:user:{users.other.pk}:tab:{'9' * 16}", reentrant=False)
     response = login(users.supervisor).post(
-        _url(doc, "occupy/takeover/"), {"_occupy_tab": "c" * 16}
+        pages.url(doc, "occupy/takeover/"), {"_occupy_tab": "c" * 16}
     )
     assert response.status_code == 302
     assert real_holder(key).owner.endswith(":tab:" + "c" * 16)

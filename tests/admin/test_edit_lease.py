@@ -7,55 +7,36 @@ import re
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.contrib.admin.utils import quote
-from django.test import Client
 
 import occupy
 from occupy.models import object_key
+from tests.admin.conftest import LeasePages
 from tests.support.users import StaffUsers, login
 from tests.testapp.models import Document, Label, Shelf, UUIDBook
 
 
-def _page(client: Client, url: str) -> tuple[str, dict[str, str]]:
-    """Return the page and its lease box's hidden inputs."""
-    response = client.get(url)
-    assert response.status_code == 200, response.status_code
-    html = response.content.decode()
-    state = re.search(r'id="occupy-lease"[^>]*data-state="(\w+)"', html)
-    tab = re.search(r'name="_occupy_tab" value="([0-9a-f]+)"', html)
-    tokens = re.findall(r'name="_occupy_lease" value="([0-9a-f]+)"', html)
-    return html, {
-        "state": state[1] if state else "",
-        "tab": tab[1] if tab else "",
-        "token": tokens[0] if tokens else "",
-    }
-
-
-def _url(obj: object, suffix: str = "change/") -> str:
-    meta = obj._meta
-    return f"/admin/testapp/{meta.model_name}/{quote(obj.pk)}/{suffix}"
-
-
-def test_the_first_opener_edits_and_the_second_reads_only(users: StaffUsers) -> None:
-    doc = Document.objects.create(body="draft")
-    html, editor = _page(login(users.editor), _url(doc))
+def test_the_first_opener_edits_and_the_second_reads_only(
+    users: StaffUsers, doc: Document, pages: LeasePages
+) -> None:
+    html, editor = pages.open(login(users.editor), pages.url(doc))
     assert editor["state"] == "editing" and editor["token"]
     assert 'name="body"' in html and 'name="occupy_version"' in html
     holder = occupy.holder(object_key(Document, doc.pk))
     assert holder.owner == f"admin:user:{users.editor.pk}:tab:{editor['tab']}"
-    html, other = _page(login(users.other), _url(doc))
+    html, other = pages.open(login(users.other), pages.url(doc))
     assert other["state"] == "readonly" and not other["token"]
     assert "Editor is editing this object since" in html
     assert 'name="body"' not in html and 'name="_save"' not in html
     assert "Take over" not in html  # no permission, no button
 
 
-def test_a_save_without_the_lease_is_refused_and_keeps_the_input(users: StaffUsers) -> None:
-    doc = Document.objects.create(body="draft")
-    _page(login(users.editor), _url(doc))
+def test_a_save_without_the_lease_is_refused_and_keeps_the_input(
+    users: StaffUsers, doc: Document, pages: LeasePages
+) -> None:
+    pages.open(login(users.editor), pages.url(doc))
     other = login(users.other)
     response = other.post(
-        _url(doc),
+        pages.url(doc),
         {"body": "mine", "occupy_version": 1, "_occupy_tab": "0" * 16, "_occupy_lease": "ab" * 16},
     )
     assert response.status_code == 200
@@ -66,12 +47,13 @@ def test_a_save_without_the_lease_is_refused_and_keeps_the_input(users: StaffUse
     assert doc.body == "draft"
 
 
-def test_the_save_goes_through_the_lease_and_frees_it(users: StaffUsers) -> None:
-    doc = Document.objects.create(body="draft")
+def test_the_save_goes_through_the_lease_and_frees_it(
+    users: StaffUsers, doc: Document, pages: LeasePages
+) -> None:
     client = login(users.editor)
-    _html, page = _page(client, _url(doc))
+    _html, page = pages.open(client, pages.url(doc))
     response = client.post(
-        _url(doc),
+        pages.url(doc),
         {
             "body": "final",
             "occupy_version": 1,
@@ -85,22 +67,21 @@ def test_the_save_goes_through_the_lease_and_frees_it(users: StaffUsers) -> None
     assert occupy.holder(object_key(Document, doc.pk)) is None
 
 
-def test_a_taken_over_tab_cannot_save(users: StaffUsers) -> None:
-    doc = Document.objects.create(body="draft")
+def test_a_taken_over_tab_cannot_save(users: StaffUsers, doc: Document, pages: LeasePages) -> None:
     editor = login(users.editor)
-    _html, old = _page(editor, _url(doc))
+    _html, old = pages.open(editor, pages.url(doc))
     supervisor = login(users.supervisor)
-    html, _page_state = _page(supervisor, _url(doc))
+    html, _page_state = pages.open(supervisor, pages.url(doc))
     assert "Take over from Editor" in html
-    response = supervisor.post(_url(doc, "occupy/takeover/"), {"_occupy_tab": "1" * 16})
+    response = supervisor.post(pages.url(doc, "occupy/takeover/"), {"_occupy_tab": "1" * 16})
     assert response.status_code == 302
     assert response["Location"].endswith("?_occupy_tab=" + "1" * 16)
-    html, new = _page(supervisor, response["Location"])
+    html, new = pages.open(supervisor, response["Location"])
     assert new["state"] == "editing"
     entry = LogEntry.objects.get(object_id=str(doc.pk))
     assert entry.change_message.startswith("Took over the edit lease from Editor (fence")
     response = editor.post(
-        _url(doc),
+        pages.url(doc),
         {
             "body": "stale",
             "occupy_version": 1,
@@ -113,22 +94,24 @@ def test_a_taken_over_tab_cannot_save(users: StaffUsers) -> None:
     assert doc.body == "draft"
 
 
-def test_takeover_needs_the_permission(users: StaffUsers) -> None:
-    doc = Document.objects.create(body="draft")
-    _page(login(users.editor), _url(doc))
-    response = login(users.other).post(_url(doc, "occupy/takeover/"), {"_occupy_tab": "2" * 16})
+def test_takeover_needs_the_permission(users: StaffUsers, doc: Document, pages: LeasePages) -> None:
+    pages.open(login(users.editor), pages.url(doc))
+    response = login(users.other).post(
+        pages.url(doc, "occupy/takeover/"), {"_occupy_tab": "2" * 16}
+    )
     assert response.status_code == 403
     assert occupy.holder(object_key(Document, doc.pk)).owner.startswith(
         f"admin:user:{users.editor.pk}:"
     )
 
 
-def test_the_endpoints_answer_404_without_the_change_permission(users: StaffUsers) -> None:
+def test_the_endpoints_answer_404_without_the_change_permission(
+    users: StaffUsers, doc: Document, pages: LeasePages
+) -> None:
     from django.contrib.auth.models import Permission, User
 
     viewer = User.objects.create_user("viewer", is_staff=True)
     viewer.user_permissions.set(Permission.objects.filter(codename="view_document"))
-    doc = Document.objects.create(body="draft")
     client = login(viewer)
     for suffix, method in (
         ("renew/", "post"),
@@ -136,24 +119,25 @@ def test_the_endpoints_answer_404_without_the_change_permission(users: StaffUser
         ("takeover/", "post"),
         ("status/", "get"),
     ):
-        response = getattr(client, method)(_url(doc, f"occupy/{suffix}"), {"_occupy_tab": "3" * 16})
+        response = getattr(client, method)(
+            pages.url(doc, f"occupy/{suffix}"), {"_occupy_tab": "3" * 16}
+        )
         assert response.status_code == 404, suffix
 
 
-def test_renew_release_and_status(users: StaffUsers) -> None:
-    doc = Document.objects.create(body="draft")
+def test_renew_release_and_status(users: StaffUsers, doc: Document, pages: LeasePages) -> None:
     client = login(users.editor)
-    _html, page = _page(client, _url(doc))
+    _html, page = pages.open(client, pages.url(doc))
     body = {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]}
-    response = client.post(_url(doc, "occupy/renew/"), body)
+    response = client.post(pages.url(doc, "occupy/renew/"), body)
     assert response.status_code == 200 and response.json()["tokens"] == [page["token"]]
-    status = login(users.other).get(_url(doc, "occupy/status/")).json()
+    status = login(users.other).get(pages.url(doc, "occupy/status/")).json()
     assert status["holder"] == "Editor" and status["free"] is False
-    assert client.post(_url(doc, "occupy/release/"), body).status_code == 204
-    assert client.get(_url(doc, "occupy/status/")).json() == {"free": True, "mine": False}
-    response = client.post(_url(doc, "occupy/renew/"), body)
+    assert client.post(pages.url(doc, "occupy/release/"), body).status_code == 204
+    assert client.get(pages.url(doc, "occupy/status/")).json() == {"free": True, "mine": False}
+    response = client.post(pages.url(doc, "occupy/renew/"), body)
     assert response.status_code == 409 and response.json()["lost"] is True
-    again = client.post(_url(doc, "occupy/renew/"), {**body, "reacquire": "1"}).json()
+    again = client.post(pages.url(doc, "occupy/renew/"), {**body, "reacquire": "1"}).json()
     assert again["tokens"] and again["tokens"] != [page["token"]]
 
 
@@ -166,35 +150,34 @@ def test_renew_release_and_status(users: StaffUsers) -> None:
     ],
     ids=["uuid", "label", "shelf"],
 )
-def test_uuid_and_string_primary_keys(users: StaffUsers, make) -> None:
+def test_uuid_and_string_primary_keys(users: StaffUsers, make, pages: LeasePages) -> None:
     obj = make()
     client = login(users.editor)
-    _html, page = _page(client, _url(obj))
+    _html, page = pages.open(client, pages.url(obj))
     assert page["state"] == "editing"
     data = {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]}
-    assert client.post(_url(obj, "occupy/renew/"), data).status_code == 200
-    assert login(users.other).get(_url(obj, "occupy/status/")).json()["holder"] == "Editor"
-    assert client.post(_url(obj, "occupy/release/"), data).status_code == 204
+    assert client.post(pages.url(obj, "occupy/renew/"), data).status_code == 200
+    assert login(users.other).get(pages.url(obj, "occupy/status/")).json()["holder"] == "Editor"
+    assert client.post(pages.url(obj, "occupy/release/"), data).status_code == 204
     assert occupy.holder(object_key(type(obj), obj.pk)) is None
 
 
 def test_the_fence_refuses_a_save_whose_lease_check_passed_before_a_takeover(
-    users: StaffUsers, monkeypatch: pytest.MonkeyPatch
+    users: StaffUsers, monkeypatch: pytest.MonkeyPatch, doc: Document, pages: LeasePages
 ) -> None:
     """The tab's lease is checked, then (a pause) taken over and the new editor saves:
     the old tab's UPDATE compares the fence and writes nothing."""
     from occupy.admin.leases import EditLeaseAdminMixin
 
-    doc = Document.objects.create(body="draft")
     editor = login(users.editor)
-    _html, old = _page(editor, _url(doc))
+    _html, old = pages.open(editor, pages.url(doc))
     stale = occupy.resume(object_key(Document, doc.pk), old["token"])
     supervisor = login(users.supervisor)
-    location = supervisor.post(_url(doc, "occupy/takeover/"), {"_occupy_tab": "4" * 16})
-    _html, new = _page(supervisor, location["Location"])
+    location = supervisor.post(pages.url(doc, "occupy/takeover/"), {"_occupy_tab": "4" * 16})
+    _html, new = pages.open(supervisor, location["Location"])
     assert (
         supervisor.post(
-            _url(doc),
+            pages.url(doc),
             {
                 "body": "new editor",
                 "occupy_version": 1,
@@ -208,7 +191,7 @@ def test_the_fence_refuses_a_save_whose_lease_check_passed_before_a_takeover(
         EditLeaseAdminMixin, "_resume", lambda self, request, state, tokens: [stale]
     )
     response = editor.post(
-        _url(doc),
+        pages.url(doc),
         {
             "body": "stale",
             "occupy_version": 2,
@@ -223,13 +206,12 @@ def test_the_fence_refuses_a_save_whose_lease_check_passed_before_a_takeover(
 
 
 def test_related_keys_are_taken_all_or_nothing(
-    users: StaffUsers, monkeypatch: pytest.MonkeyPatch
+    users: StaffUsers, monkeypatch: pytest.MonkeyPatch, doc: Document, pages: LeasePages
 ) -> None:
     """get_occupy_keys() adds related objects: held elsewhere, the page is read-only
     and none of the keys is kept; free, the tab holds them all and renews them all."""
     from django.contrib import admin
 
-    doc = Document.objects.create(body="draft")
     related = "testapp.chapter:7"
     model_admin = admin.site._registry[Document]
     monkeypatch.setattr(
@@ -239,53 +221,56 @@ def test_related_keys_are_taken_all_or_nothing(
         raising=False,
     )
     elsewhere = occupy.acquire(related, owner="someone", reentrant=False)
-    html, page = _page(login(users.editor), _url(doc))
+    html, page = pages.open(login(users.editor), pages.url(doc))
     assert page["state"] == "readonly"
     assert occupy.holder(object_key(Document, doc.pk)) is None  # nothing kept
     occupy.release(elsewhere)
     client = login(users.editor)
-    html, page = _page(client, _url(doc))
+    html, page = pages.open(client, pages.url(doc))
     tokens = re.findall(r'name="_occupy_lease" value="([0-9a-f]+)"', html)
     assert page["state"] == "editing" and len(tokens) == 2
     assert occupy.holder(related).owner == occupy.holder(object_key(Document, doc.pk)).owner
     body = {"_occupy_tab": page["tab"], "_occupy_lease": tokens}
-    assert client.post(_url(doc, "occupy/renew/"), body).json()["tokens"] == tokens
-    response = client.post(_url(doc), {**body, "body": "both", "occupy_version": 1})
+    assert client.post(pages.url(doc, "occupy/renew/"), body).json()["tokens"] == tokens
+    response = client.post(pages.url(doc), {**body, "body": "both", "occupy_version": 1})
     assert response.status_code == 302
     assert occupy.holder(related) is None  # saved: the tab let both go
 
 
-def test_the_conflict_page_keeps_the_lease_and_keep_mine_saves(users: StaffUsers) -> None:
-    doc = Document.objects.create(body="draft")
+def test_the_conflict_page_keeps_the_lease_and_keep_mine_saves(
+    users: StaffUsers, doc: Document, pages: LeasePages
+) -> None:
     client = login(users.editor)
-    _html, page = _page(client, _url(doc))
+    _html, page = pages.open(client, pages.url(doc))
     Document.objects.filter(pk=doc.pk).update_versioned(body="a script wrote")
     lease = {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]}
-    response = client.post(_url(doc), {**lease, "body": "mine", "occupy_version": 1})
+    response = client.post(pages.url(doc), {**lease, "body": "mine", "occupy_version": 1})
     assert response.status_code == 409
     html = response.content.decode()
     assert 'class="mine">mine</td><td class="theirs">a script wrote</td>' in html
     assert f'name="_occupy_lease" value="{page["token"]}"' in html  # still this tab's
     assert occupy.holder(object_key(Document, doc.pk)).owner.endswith(page["tab"])
     keep = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', html))
-    assert client.post(_url(doc), {**keep, "_continue": "1"}).status_code == 302
+    assert client.post(pages.url(doc), {**keep, "_continue": "1"}).status_code == 302
     doc.refresh_from_db()
     assert (doc.body, doc.version) == ("mine", 3)
 
 
-def test_delete_is_refused_while_someone_edits(users: StaffUsers) -> None:
-    doc = Document.objects.create(body="draft")
-    _html, page = _page(login(users.editor), _url(doc))
+def test_delete_is_refused_while_someone_edits(
+    users: StaffUsers, doc: Document, pages: LeasePages
+) -> None:
+    _html, page = pages.open(login(users.editor), pages.url(doc))
     other = login(users.other)
-    html, _state = _page(other, _url(doc))
+    html, _state = pages.open(other, pages.url(doc))
     assert "deletelink" not in html  # no Delete button on the read-only form
-    response = other.post(_url(doc, "delete/"), {"post": "yes"})
+    response = other.post(pages.url(doc, "delete/"), {"post": "yes"})
     assert response.status_code == 302
     assert Document.objects.filter(pk=doc.pk).exists()
     login(users.editor).post(
-        _url(doc, "occupy/release/"), {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]}
+        pages.url(doc, "occupy/release/"),
+        {"_occupy_tab": page["tab"], "_occupy_lease": page["token"]},
     )
-    assert other.post(_url(doc, "delete/"), {"post": "yes"}).status_code == 302
+    assert other.post(pages.url(doc, "delete/"), {"post": "yes"}).status_code == 302
     assert not Document.objects.filter(pk=doc.pk).exists()
 
 
@@ -301,18 +286,20 @@ def test_versioned_admin_on_a_model_without_version_fails_the_check() -> None:
     assert [e.id for e in errors] == ["occupy.E101"]
 
 
-def test_the_same_users_other_tab_may_edit_here_instead(users: StaffUsers) -> None:
-    doc = Document.objects.create(body="draft")
+def test_the_same_users_other_tab_may_edit_here_instead(
+    users: StaffUsers, doc: Document, pages: LeasePages
+) -> None:
     client = login(users.editor)
-    _html, first = _page(client, _url(doc))
-    html, second = _page(client, _url(doc))
+    _html, first = pages.open(client, pages.url(doc))
+    html, second = pages.open(client, pages.url(doc))
     assert second["state"] == "readonly" and "Edit here instead" in html
-    response = client.post(_url(doc, "occupy/takeover/"), {"_occupy_tab": second["tab"]})
-    _html, second = _page(client, response["Location"])
+    response = client.post(pages.url(doc, "occupy/takeover/"), {"_occupy_tab": second["tab"]})
+    _html, second = pages.open(client, response["Location"])
     assert second["state"] == "editing"
     assert not LogEntry.objects.exists()  # one's own lease: nothing to log
     lost = client.post(
-        _url(doc, "occupy/renew/"), {"_occupy_tab": first["tab"], "_occupy_lease": first["token"]}
+        pages.url(doc, "occupy/renew/"),
+        {"_occupy_tab": first["tab"], "_occupy_lease": first["token"]},
     )
     assert lost.status_code == 409
     assert lost.json()["message"].startswith(

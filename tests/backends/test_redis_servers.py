@@ -4,10 +4,7 @@ without persistence, and Redis Cluster (which refuses a script touching two slot
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -21,90 +18,13 @@ from django.test import override_settings
 import occupy
 from occupy.backends.base import STORE_GRACE
 from tests.support.aliases import server_skip
+from tests.support.redis_server import REDIS_SERVER, RedisServer, spare_port
 from tests.support.waiting import wait_for_waiters
 
-REDIS_SERVER = shutil.which("redis-server")
 pytestmark = [
     pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or ""),
     pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not on PATH"),
 ]
-
-
-#: Redis Cluster talks to its peers on the port 10,000 above its own, and refuses to
-#: start on a port above 55535 (random free ports go up to 60999 on Linux).
-CLUSTER_BUS_OFFSET = 10000
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def _spare_port(*, cluster: bool = False) -> int:
-    """Return a free port; for a cluster node, one whose bus port is valid and free too."""
-    for _ in range(200):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if not cluster:
-            return port
-        bus = port + CLUSTER_BUS_OFFSET
-        if bus <= 65535 and _free(bus):
-            return port
-    raise AssertionError("no free port pair for a Redis Cluster node")
-
-
-@contextmanager
-def redis_server(port: int, directory: Path, *options: str) -> Iterator[subprocess.Popen]:
-    """Run ``redis-server`` on ``port`` without persistence until the block ends."""
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    proc = subprocess.Popen(
-        [
-            REDIS_SERVER,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(directory),
-            *options,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        # No retries of its own: redis-py's default backoff would make a server that
-        # never starts (it exited at once) look like a hang of minutes.
-        probe = redis.Redis(port=port, socket_timeout=1, retry=Retry(NoBackoff(), 0))
-        for _ in range(100):
-            if proc.poll() is not None:
-                raise AssertionError(
-                    f"redis-server exited with {proc.returncode} on port "
-                    f"{port} ({' '.join(options)})"
-                )
-            try:
-                probe.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        else:
-            raise AssertionError(f"redis-server did not start on port {port}")
-        probe.close()
-        yield proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @contextmanager
@@ -130,17 +50,17 @@ def _backend(cache: str):
 
 
 def test_fences_rise_across_a_restart_without_persistence(tmp_path: Path) -> None:
-    port = _spare_port()
+    port = spare_port()
     with _spare_cache(port):
         backend = _backend("spare")
         fences = []
-        with redis_server(port, tmp_path):
+        with RedisServer(port, tmp_path):
             for _ in range(3):
                 lease = backend.acquire("book:1", owner="alice", ttl=30, timeout=0)
                 fences.append(lease.fence)
                 occupy.release(lease)
             assert backend.client.exists(backend.keys("book:1").fence)
-        with redis_server(port, tmp_path):
+        with RedisServer(port, tmp_path):
             backend.client.connection_pool.disconnect()  # the old sockets died with it
             assert backend.client.dbsize() == 0  # the counter is gone: only the clock is left
             lease = backend.acquire("book:1", owner="alice", ttl=30, timeout=0)
@@ -161,15 +81,15 @@ def test_a_stalled_server_does_not_outlast_the_timeout(tmp_path: Path, warm: boo
     whether its connection was made before the stall or has to be made during it;
     before, it blocked until the server answered. (A grant the stopped server had
     received runs when it resumes, and holds the key until its ttl.)"""
-    port = _spare_port()
+    port = spare_port()
     with _spare_cache(port):
         backend = _backend("spare")
-        with redis_server(port, tmp_path) as proc:
+        with RedisServer(port, tmp_path) as server:
             if warm:
                 occupy.release(backend.acquire("book:2", owner="bob", ttl=30, timeout=1))
             assert backend.holder("book:1") is None
-            os.kill(proc.pid, signal.SIGSTOP)
-            timer = threading.Timer(STALL, os.kill, args=[proc.pid, signal.SIGCONT])
+            os.kill(server.pid, signal.SIGSTOP)
+            timer = threading.Timer(STALL, os.kill, args=[server.pid, signal.SIGCONT])
             timer.start()
             started = time.monotonic()
             try:
@@ -178,7 +98,7 @@ def test_a_stalled_server_does_not_outlast_the_timeout(tmp_path: Path, warm: boo
                 took = time.monotonic() - started
             finally:
                 timer.cancel()
-                os.kill(proc.pid, signal.SIGCONT)
+                os.kill(server.pid, signal.SIGCONT)
             assert took < 0.5 + 2 * STORE_GRACE + 0.5, f"took {took:.1f} s: {info.value!r}"
             assert info.value.key == "book:1"
         backend.close()
@@ -194,13 +114,13 @@ def test_a_grant_that_comes_after_the_timeout_is_given_back(
     from occupy.backends.redis.calls import BoundedCalls
 
     monkeypatch.setattr(BoundedCalls, "of", classmethod(lambda cls, client: None))
-    port = _spare_port()
+    port = spare_port()
     with _spare_cache(port):
         backend = _backend("spare")
-        with redis_server(port, tmp_path) as proc:
+        with RedisServer(port, tmp_path) as server:
             assert backend.holder("book:1") is None  # connected
-            os.kill(proc.pid, signal.SIGSTOP)
-            timer = threading.Timer(2.5, os.kill, args=[proc.pid, signal.SIGCONT])
+            os.kill(server.pid, signal.SIGSTOP)
+            timer = threading.Timer(2.5, os.kill, args=[server.pid, signal.SIGCONT])
             timer.start()
             try:
                 with pytest.raises(occupy.LockTimeout, match="after the timeout"):
@@ -217,8 +137,8 @@ def test_every_script_stays_in_one_cluster_slot(tmp_path: Path) -> None:
     import redis
     from redis.cluster import RedisCluster
 
-    port = _spare_port(cluster=True)
-    with redis_server(
+    port = spare_port(cluster=True)
+    with RedisServer(
         port,
         tmp_path,
         "--cluster-enabled",
@@ -328,18 +248,18 @@ def test_no_overlap_and_rising_fences_while_the_server_restarts(
     from tests.support.exclusion import assert_exclusive
     from tests.testapp.models import Counter
 
-    port = _spare_port()
+    port = spare_port()
     durable = ("--appendonly", "yes", "--appendfsync", "always")
     Counter.objects.create(name="stock", value=0)
-    with redis_server(port, tmp_path, *durable):
+    with RedisServer(port, tmp_path, *durable):
         workers = multiproc.start(
             count_through_restarts, [(port, settings.REDIS_PREFIX, "stock", 9.0)] * 4
         )
         time.sleep(2)
     for _ in range(3):
-        with redis_server(port, tmp_path, *durable):
+        with RedisServer(port, tmp_path, *durable):
             time.sleep(2)
-    with redis_server(port, tmp_path, *durable):
+    with RedisServer(port, tmp_path, *durable):
         results = multiproc.collect(workers, timeout=60)
     spans = [worker_spans for worker_spans, _failures in results]
     assert sum(failures for _spans, failures in results) > 0  # the restarts were felt

@@ -80,14 +80,14 @@ def test_occupy_holder_and_the_generic_relation(database: str) -> None:
     seat = Seat.objects.using(database).create(show="Hamlet, Act 1", number=7)
     assert seat.occupy_key == "testapp.seat:Hamlet%2C Act 1,7"
     with seat.occupy(owner="alice", ttl=30, backend=backend) as lease:
-        assert seat.holder_on(backend).owner == "alice"
+        assert seat.get_holder(backend=backend).owner == "alice"
         with pytest.raises(Occupied):
             occupy.acquire(seat.occupy_key, owner="bob", timeout=0, using=backend)
         claim = Occupation.objects.using(database).get(key=lease.key)
         assert claim.content_type == ContentType.objects.db_manager(database).get_for_model(Seat)
         assert parse_pk_text(Seat, claim.object_id) == seat.pk
         assert claim.target == seat and claim.target.pk == seat.pk
-    assert seat.holder_on(backend) is None
+    assert seat.get_holder(backend=backend) is None
 
 
 def test_occupied_free_and_claim(database: str) -> None:

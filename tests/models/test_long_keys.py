@@ -51,13 +51,13 @@ def test_a_long_key_locks_on_every_backend(using: str) -> None:
     scroll = Scroll(code=LONG)  # the model is not asked for its row
     with scroll.occupy(owner="alice", timeout=0, backend=using) as lease:
         assert lease.key == scroll.occupy_key and len(lease.key) == MAX_KEY_LENGTH
-        assert scroll.holder_on(using).owner == "alice"
+        assert scroll.get_holder(backend=using).owner == "alice"
         with pytest.raises(occupy.Occupied):
             occupy.acquire(scroll.occupy_key, owner="bob", timeout=0, using=using)
         # Another row that shares the start of its key is another key.
         other = Scroll(code=LONG[:-1] + "y")
         occupy.release(occupy.acquire(other.occupy_key, owner="bob", timeout=0, using=using))
-    assert scroll.holder_on(using) is None
+    assert scroll.get_holder(backend=using) is None
 
 
 def test_the_querysets_see_claims_under_shortened_keys(database: str) -> None:

@@ -29,6 +29,7 @@ TABLES = [
     "testapp_scroll",
     "testapp_longkeynote",
     "testapp_seat",
+    "testapp_manual",
 ]
 
 

@@ -1,52 +1,112 @@
-"""A Redis server of a test's own: started on a spare port without persistence, stopped
-(and started again) by its PID, for the tests that take a store away from the code."""
+"""A Redis server of a test's own, for the tests that take a store away from the code:
+``redis-server`` on a spare port without persistence, started, stopped, killed and
+started again by its PID (:class:`RedisServer`), and :func:`private_redis`, such a
+server with a django-redis cache and an occupy Redis backend (``ALIAS``) on it.
+
+Ports come from ``OCCUPY_TEST_PORTS`` (``"low-high"``) when it is set, so that checkouts
+sharing a machine never take each other's.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-__all__ = ["REDIS_SERVER", "RedisServer", "spare_port"]
+__all__ = [
+    "ALIAS",
+    "CLUSTER_BUS_OFFSET",
+    "REDIS_SERVER",
+    "RedisServer",
+    "private_redis",
+    "redis_server_missing",
+    "spare_port",
+]
 
 REDIS_SERVER = shutil.which("redis-server")
+#: Redis Cluster talks to its peers on the port 10,000 above its own, and refuses to
+#: start on a port above 55535 (random free ports go up to 60999 on Linux).
+CLUSTER_BUS_OFFSET = 10000
+#: The occupy backend alias (and cache alias) of :func:`private_redis`'s server.
+ALIAS = "private-redis"
 
 
-def spare_port() -> int:
-    """Return a free port: the first free one of ``OCCUPY_TEST_PORTS`` (``"low-high"``,
-    for helpers sharing a machine), else one the system picks."""
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _candidates() -> Iterator[int]:
     ports = os.environ.get("OCCUPY_TEST_PORTS")
     if ports:
         low, high = (int(part) for part in ports.split("-"))
-        for port in range(low, high + 1):
-            with socket.socket() as sock:
-                try:
-                    sock.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-        raise AssertionError(f"no free port in OCCUPY_TEST_PORTS={ports}")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        yield from range(low, high + 1)
+        return
+    for _ in range(200):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            yield int(sock.getsockname()[1])
+
+
+def spare_port(*, cluster: bool = False) -> int:
+    """Return a free port: of ``OCCUPY_TEST_PORTS`` when set, else one the system
+    picks; for a cluster node, one whose bus port is valid and free too."""
+    for port in _candidates():
+        bus = port + CLUSTER_BUS_OFFSET
+        if _free(port) and (not cluster or (bus <= 65535 and _free(bus))):
+            return port
+    raise AssertionError(
+        f"no free port{' pair for a Redis Cluster node' if cluster else ''} "
+        f"(OCCUPY_TEST_PORTS={os.environ.get('OCCUPY_TEST_PORTS')!r})"
+    )
+
+
+def redis_server_missing() -> str | None:
+    """Return why no private Redis server with a django-redis cache can be started
+    here, or ``None``."""
+    import importlib.util
+
+    if REDIS_SERVER is None:
+        return "redis-server is not on PATH (apt-get install redis-server)"
+    if importlib.util.find_spec("django_redis") is None:
+        return "django-redis is not installed (pip install 'django-occupy[redis]')"
+    return None
 
 
 class RedisServer:
-    """``redis-server`` on ``port`` in ``directory``, without persistence: :meth:`start`
-    waits (bounded) until it answers, :meth:`stop` ends it by its PID."""
+    """``redis-server`` on ``port`` in ``directory``, without persistence, with the
+    extra command-line ``options``: :meth:`start` waits (bounded) until it answers,
+    :meth:`stop` ends it, :meth:`kill` takes it down at once; it can be started
+    again. As a context manager, it runs for the block."""
 
-    def __init__(self, port: int, directory: Path) -> None:
+    def __init__(self, port: int, directory: Path | str, *options: str) -> None:
         self.port = port
-        self.directory = directory
+        self.directory = Path(directory)
+        self.options = options
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         """Return the ``redis://`` URL of its database 0."""
         return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int:
+        """Return the PID of the running server (to stop and continue it)."""
+        assert self.process is not None, "the server is not running"
+        return self.process.pid
 
     def start(self) -> None:
         """Start the server and wait until it answers a PING (at most 10 s)."""
@@ -64,14 +124,18 @@ class RedisServer:
                 "no",
                 "--dir",
                 str(self.directory),
+                *self.options,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         for _ in range(200):
             if self.process.poll() is not None:
+                code = self.process.returncode
+                self.process = None
                 raise AssertionError(
-                    f"redis-server exited with {self.process.returncode} on port {self.port}"
+                    f"redis-server exited with {code} on port {self.port} "
+                    f"(is the port taken?) {' '.join(self.options)}"
                 )
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
@@ -88,10 +152,58 @@ class RedisServer:
         """Stop the server (SIGTERM, then SIGKILL after 10 s) and wait for it."""
         if self.process is None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)  # a stopped server cannot end
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self.process = None
+
+    def kill(self) -> None:
+        """Kill the server (SIGKILL, by its PID): the store is down."""
+        if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=10)
         self.process = None
+
+    def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+@contextmanager
+def private_redis() -> Iterator[RedisServer]:
+    """Run a private Redis with the cache and the occupy backend ``ALIAS`` on it until
+    the block ends."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    directory = tempfile.mkdtemp(prefix="occupy-private-redis-")
+    server = RedisServer(spare_port(), directory)
+    server.start()
+    cache: dict[str, Any] = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": server.url,
+        # Fail at once when the server is gone, instead of after a long connect.
+        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2},
+    }
+    occupy = dict(settings.OCCUPY)
+    occupy["BACKENDS"] = {
+        **occupy["BACKENDS"],
+        ALIAS: {
+            "BACKEND": "occupy.backends.redis.RedisBackend",
+            "OPTIONS": {"CACHE": ALIAS, "PREFIX": "occupy:"},
+        },
+    }
+    try:
+        with override_settings(CACHES={**settings.CACHES, ALIAS: cache}, OCCUPY=occupy):
+            yield server
+    finally:
+        server.kill()
+        shutil.rmtree(directory, ignore_errors=True)

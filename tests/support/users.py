@@ -12,7 +12,7 @@ __all__ = ["PASSWORD", "ApiUsers", "StaffUsers", "api_users", "login", "staff_us
 #: Every test user's password.
 PASSWORD = "occupy-pass"
 #: The test models the API's users may write.
-API_MODELS = ["book", "document", "label", "uuidbook", "shelf", "longkeynote"]
+API_MODELS = ["book", "document", "label", "uuidbook", "shelf", "longkeynote", "manual"]
 #: The test models the admin's staff may write.
 ADMIN_MODELS = [*API_MODELS, "chapter"]
 

@@ -11,7 +11,7 @@ from occupy.admin import (
     VersionedAdminMixin,
     VersionedInlineMixin,
 )
-from tests.testapp.models import Book, Chapter, Document, Label, Scroll, Shelf, UUIDBook
+from tests.testapp.models import Book, Chapter, Document, Label, Manual, Scroll, Shelf, UUIDBook
 
 #: Short leases, so that the browser tests see renewals and expiry within seconds.
 TTL = 6
@@ -36,6 +36,15 @@ class BookAdmin(VersionedAdminMixin, OccupyStatusAdminMixin, admin.ModelAdmin):
         """An admin action writes through update_versioned(): versions move on, so a
         form opened before it is stale."""
         queryset.update_versioned(status="free")
+
+
+@admin.register(Manual)
+class ManualAdmin(VersionedAdminMixin, admin.ModelAdmin):
+    """Its version field is ``revision``; ``version`` is an ordinary field of the form."""
+
+    fields = ["title", "version"]
+    list_display = ["title", "version"]
+    list_editable = ["version"]
 
 
 @admin.register(Document)

@@ -10,7 +10,7 @@ from occupy.rest_framework import (
     OccupyModelSerializerMixin,
     OccupyViewMixin,
 )
-from tests.testapp.models import Book, Document, Label, LongKeyNote, Shelf, UUIDBook
+from tests.testapp.models import Book, Document, Label, LongKeyNote, Manual, Shelf, UUIDBook
 
 
 class BookSerializer(OccupyModelSerializerMixin, serializers.ModelSerializer):
@@ -55,6 +55,14 @@ class LongKeyNoteSerializer(OccupyModelSerializerMixin, serializers.ModelSeriali
     class Meta:
         model = LongKeyNote
         fields = ["slug", "text"]
+
+
+class ManualSerializer(OccupyModelSerializerMixin, serializers.ModelSerializer):
+    """Its version travels as ``revision``; ``version`` is the manual's own field."""
+
+    class Meta:
+        model = Manual
+        fields = ["id", "title", "version"]
 
 
 class CustomAnswerSerializer(serializers.Serializer):
@@ -121,6 +129,13 @@ class LongKeyNoteViewSet(_Guarded):
     lookup_value_regex = "[^/]+"
 
 
+class ManualViewSet(_Guarded):
+    """A model whose version field is ``revision`` (``version_field_name``)."""
+
+    queryset = Manual.objects.order_by("pk")
+    serializer_class = ManualSerializer
+
+
 #: The occupy backends the multiprocess API tests run the document API on, each at
 #: ``/api/documents-<alias>/`` (the ones configured here).
 DOCUMENT_BACKENDS = [
@@ -138,6 +153,7 @@ router.register("labels", LabelViewSet)
 router.register("uuid-books", UUIDBookViewSet)
 router.register("plain-books", PlainBookViewSet, basename="plain-book")
 router.register("long-key-notes", LongKeyNoteViewSet)
+router.register("manuals", ManualViewSet)
 for _alias in DOCUMENT_BACKENDS:
     router.register(
         f"documents-{_alias}",

@@ -123,7 +123,7 @@ class Goods(OccupiableMixin, models.Model):
 
 class Task(OccupiableMixin, models.Model):
     """A task pool; ``worked_by`` is where tests record who works on a task (a field named
-    ``holder`` would hide ``OccupiableMixin.holder``)."""
+    ``holder`` would hide ``OccupiableMixin.holder``, deprecated for ``get_holder()``)."""
 
     title = models.CharField(max_length=100)
     priority = models.IntegerField(default=0)
@@ -196,3 +196,18 @@ class Seat(VersionedMixin, FencedMixin, OccupiableMixin, models.Model):
 
     def __str__(self) -> str:
         return f"{self.show} #{self.number}"
+
+
+class Manual(VersionedMixin, OccupiableMixin, models.Model):
+    """A versioned model whose version field has another name (``revision``), as
+    django-concurrency's users name theirs, and whose own ``version`` is no counter (the
+    software version the manual describes): occupy reads and bumps ``revision`` only."""
+
+    version_field_name = "revision"
+
+    title = models.CharField(max_length=100)
+    version = models.CharField(max_length=20, blank=True, default="")  # type: ignore[assignment]  # not the mixin's counter
+    revision = models.PositiveIntegerField(default=1, editable=False)
+
+    def __str__(self) -> str:
+        return self.title

@@ -16,5 +16,5 @@ def start_editing(book: Book, user: str) -> occupy.Lease:
 
 def who_edits(book: Book) -> str | None:
     """Return the user editing ``book``, or ``None``."""
-    holder = book.holder
+    holder = book.get_holder()
     return None if holder is None else holder.owner.removeprefix("user:")

@@ -20,3 +20,12 @@ class Task(OccupiableMixin, models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+class Item(models.Model):
+    """Something to sell, locked by its key while it is sold (plain occupy.lock)."""
+
+    name = models.CharField(max_length=50)
+
+    def __str__(self) -> str:
+        return self.name

@@ -9,6 +9,7 @@ SECRET_KEY = "shop-tests-only"
 USE_TZ = True
 INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "occupy", "shop"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+ROOT_URLCONF = "shop.urls"
 
 _SUFFIX = os.environ.get("SHOP_DB_SUFFIX", "")
 _HOST = os.environ.get("SHOP_DB_HOST", "127.0.0.1")

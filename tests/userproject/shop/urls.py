@@ -1,10 +1,9 @@
 """A sync view and an async view that lock an item."""
 
+import occupy
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
-
-import occupy
 
 
 def sell(request: HttpRequest, pk: int) -> HttpResponse:

@@ -1,13 +1,17 @@
-"""A user's tests: locks from the main thread, threads, sync_to_async and async tests,
-with pytest-django's default fixtures and no teardown code."""
+"""Locks on the real database backend (production's, no ``occupy_memory``) from the
+main thread, a thread pool, ``sync_to_async``, sync and async views and async tests,
+with pytest-django's default fixtures and no teardown code: the test database must
+still drop cleanly at the end (on a database server: tests/test_userproject.py leaves
+them out on SQLite, where a lock taken inside a transaction that wrote is refused).
+"""
 
 from concurrent.futures import ThreadPoolExecutor
 
+import occupy
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.test import TransactionTestCase
 
-import occupy
 from shop.models import Item
 
 

@@ -1,0 +1,42 @@
+"""The public lock API: ``lock``, ``acquire``, ``release``, ``holder``, ``lock_many`` and
+their async twins (re-exported by :mod:`occupy`). The calls are in
+:mod:`occupy.api.calls`, the context managers in :mod:`occupy.api.locks`; see
+docs/topics/locks.md.
+"""
+
+from __future__ import annotations
+
+from occupy.api.calls import (
+    DEFAULT,
+    aacquire,
+    acquire,
+    aholder,
+    arelease,
+    aresume,
+    atakeover,
+    holder,
+    release,
+    resume,
+    takeover,
+)
+
+# The lease-taking step the lock classes share, which occupy.cachelock uses too.
+from occupy.api.calls import atake as atake
+from occupy.api.calls import take as take
+from occupy.api.locks import lock, lock_many
+
+__all__ = [
+    "DEFAULT",
+    "aacquire",
+    "acquire",
+    "aholder",
+    "arelease",
+    "aresume",
+    "atakeover",
+    "holder",
+    "lock",
+    "lock_many",
+    "release",
+    "resume",
+    "takeover",
+]

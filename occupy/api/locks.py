@@ -1,0 +1,314 @@
+"""The lock API's context managers: ``lock`` (also a decorator and an async context
+manager) and ``lock_many``, built on :mod:`occupy.api.calls`.
+
+Invariants: what a ``lock`` object took is kept per execution context (thread or
+asyncio task), never on the object, so one shared ``lock`` releases on each exit the
+lease its own context took; ``lock_many`` takes its keys in sorted order, all or none.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import logging
+import string
+import time
+from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from contextvars import ContextVar
+from types import TracebackType
+from typing import Any, TypeVar, cast
+
+from occupy import telemetry
+from occupy.api.calls import DEFAULT, aacquire, acquire, arelease, release
+from occupy.conf import occupy_settings
+from occupy.exceptions import LeaseLost
+from occupy.leases import Lease, default_owner
+from occupy.validation import (
+    check_key,
+    check_owner,
+    check_timeout,
+    check_token,
+    check_ttl,
+)
+
+__all__ = ["lock", "lock_many"]
+
+logger = logging.getLogger("occupy.api")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+#: What each execution context (thread, or asyncio task) holds through ``lock`` objects,
+#: newest last: (lock, lease, span). Kept per context, so that one ``lock`` object shared
+#: by threads or tasks releases, on each exit, the lease that this context took; a tuple,
+#: so that a task started inside a block sees the stack but never changes its parent's.
+_held_by_locks: ContextVar[tuple[_Entered, ...]] = ContextVar("occupy_held_by_locks", default=())
+
+
+class _Entered:
+    """One entry into a ``lock``: the lock, the lease it took, and the span of the
+    section; ``left`` once it was left (from its own context or handed on)."""
+
+    __slots__ = ("handed_on", "lease", "left", "lock", "section", "span")
+
+    def __init__(
+        self, owner: lock, lease: Lease, section: AbstractContextManager[Any], span: Any
+    ) -> None:
+        self.lock, self.lease, self.section, self.span = owner, lease, section, span
+        self.left = self.handed_on = False
+
+
+def _template_fields(template: str) -> set[str]:
+    names = set()
+    for _text, field, _spec, _conv in string.Formatter().parse(template):
+        if field is not None:
+            names.add(field.split(".", 1)[0].split("[", 1)[0])
+    return names
+
+
+class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Lease, None]):
+    """Hold ``key`` for the duration of a ``with`` / ``async with`` block, or of every
+    call of a decorated function (sync or async).
+
+    Takes the arguments of :func:`acquire`. As a decorator, ``key`` may be a template
+    formatted with the call's arguments: ``@lock("config:{config_id}")``. Leaving the
+    block releases the lease and raises :class:`~occupy.LeaseLost` if it was lost
+    meanwhile (unless the block is already raising).
+    """
+
+    def __init__(
+        self,
+        key: str,
+        *,
+        owner: str | None = None,
+        ttl: float = DEFAULT,
+        timeout: float | None = DEFAULT,
+        renew: bool = False,
+        token: str | None = None,
+        reentrant: bool = True,
+        using: str = "default",
+    ) -> None:
+        if not isinstance(key, str):
+            check_key(key)
+        self.key = key
+        self.kwargs: dict[str, Any] = {
+            "owner": None if owner is None else check_owner(owner),
+            "ttl": ttl if ttl is DEFAULT else check_ttl(ttl),
+            "timeout": timeout if timeout is DEFAULT else check_timeout(timeout),
+            "renew": bool(renew),
+            "token": None if token is None else check_token(token),
+            "reentrant": bool(reentrant),
+            "using": using,
+        }
+        #: The entries not left yet, in every context (see :meth:`_leaving`).
+        self._outstanding: list[_Entered] = []
+
+    def _take(self) -> Lease:
+        """Take the key: :func:`acquire` with this lock's arguments (a lock on a backend
+        of its own overrides this and :meth:`_atake`)."""
+        return acquire(self.key, **self.kwargs)
+
+    async def _atake(self) -> Lease:
+        """Async twin of :meth:`_take`."""
+        return await aacquire(self.key, **self.kwargs)
+
+    def _on(self, key: str) -> lock:
+        """Return a copy of this lock on ``key`` (one per call of a decorated function)."""
+        bound = copy.copy(self)
+        bound.key = key
+        bound._outstanding = []
+        return bound
+
+    def _entered(self, lease: Lease) -> Lease:
+        """Note that this context holds ``lease`` through this lock, in a span."""
+        section = telemetry.span("occupy.lock", lease.backend, lease.key)
+        entry = _Entered(self, lease, section, section.__enter__())
+        _held_by_locks.set((*_held_by_locks.get(), entry))
+        self._outstanding.append(entry)
+        return lease
+
+    def _leaving(self) -> _Entered:
+        """Return this lock's entry that this context made last; from a context that
+        made none (a block handed on to another thread, a timer), the lock's only
+        outstanding entry. Two or more outstanding elsewhere cannot be told apart."""
+        stack = _held_by_locks.get()
+        live = tuple(e for e in stack if not e.left)
+        mine = [e for e in live if e.lock is self]
+        outstanding = self._outstanding
+        if mine:
+            entry = mine[-1]
+        elif len(outstanding) == 1:
+            entry = outstanding[0]
+            entry.handed_on = True
+        else:
+            raise RuntimeError(
+                f"lock({self.key!r}) was left by a thread or task that did not enter it, "
+                f"while {len(outstanding)} entries of it are held elsewhere."
+            )
+        entry.left = True
+        outstanding.remove(entry)
+        _held_by_locks.set(tuple(e for e in live if e is not entry))
+        return entry
+
+    def _end_section(
+        self,
+        entry: _Entered,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """End the section's span: as the current span in the context that entered it,
+        else (handed on) just the span, whose context belongs to the other thread."""
+        if not entry.handed_on:
+            entry.section.__exit__(exc_type, exc, tb)
+        elif entry.span is not None:
+            entry.span.end()
+
+    def __enter__(self) -> Lease:
+        return self._entered(self._take())
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        entry = self._leaving()
+        try:
+            release(entry.lease)
+        except LeaseLost:
+            _lost_on_exit(entry.lease, exc)
+        finally:
+            self._end_section(entry, exc_type, exc, tb)
+
+    async def __aenter__(self) -> Lease:
+        return self._entered(await self._atake())
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        entry = self._leaving()
+        try:
+            await arelease(entry.lease)
+        except LeaseLost:
+            _lost_on_exit(entry.lease, exc)
+        finally:
+            self._end_section(entry, exc_type, exc, tb)
+
+    def __call__(self, func: F) -> F:
+        """Decorate ``func`` so that each call holds the (formatted) key."""
+        fields = _template_fields(self.key)
+        signature = inspect.signature(func)
+        missing = fields - set(signature.parameters)
+        if missing:
+            raise ValueError(
+                f"lock key template {self.key!r} names {sorted(missing)}, which "
+                f"{func.__qualname__}() has no parameter for."
+            )
+
+        def bound_lock(args: tuple[Any, ...], kwargs: dict[str, Any]) -> lock:
+            key = self.key
+            if fields:
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                key = self.key.format_map(bound.arguments)
+            return self._on(key)
+
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                async with bound_lock(args, kwargs):
+                    return await func(*args, **kwargs)
+
+            return cast(F, async_wrapper)
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with bound_lock(args, kwargs):
+                return func(*args, **kwargs)
+
+        return cast(F, wrapper)
+
+
+def _lost_on_exit(lease: Lease, exc: BaseException | None) -> None:
+    """Re-raise the ``LeaseLost`` being handled, unless the block is already raising."""
+    if exc is None:
+        raise
+    logger.warning("lease on %r was lost while the block raised %r", lease.key, exc)
+
+
+class lock_many(AbstractContextManager[list[Lease], None]):
+    """Hold several keys at once, all or nothing.
+
+    Keys are taken in sorted order, so two callers locking the same keys in different
+    orders cannot deadlock; ``timeout`` bounds the whole wait. If one key cannot be
+    had, the ones already taken are released and the error is raised. Takes the other
+    arguments of :func:`acquire`; yields the leases in sorted key order.
+    """
+
+    def __init__(
+        self,
+        keys: Iterable[str],
+        *,
+        owner: str | None = None,
+        ttl: float = DEFAULT,
+        timeout: float | None = DEFAULT,
+        renew: bool = False,
+        using: str = "default",
+    ) -> None:
+        if isinstance(keys, str):
+            raise TypeError("lock_many() takes an iterable of keys, not one str.")
+        self.keys = sorted({check_key(key) for key in keys})
+        if not self.keys:
+            raise ValueError("lock_many() needs at least one key.")
+        self.owner = owner
+        self.ttl = ttl
+        self.timeout = timeout if timeout is DEFAULT else check_timeout(timeout)
+        self.renew = renew
+        self.using = using
+        self.leases: list[Lease] = []
+
+    def __enter__(self) -> list[Lease]:
+        timeout = occupy_settings.TIMEOUT if self.timeout is DEFAULT else self.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        owner = default_owner() if self.owner is None else self.owner
+        try:
+            for key in self.keys:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                self.leases.append(
+                    acquire(
+                        key,
+                        owner=owner,
+                        ttl=self.ttl,
+                        timeout=left,
+                        renew=self.renew,
+                        using=self.using,
+                    )
+                )
+        except BaseException:
+            self._release_all(raise_lost=False)
+            raise
+        return list(self.leases)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._release_all(raise_lost=exc is None)
+
+    def _release_all(self, *, raise_lost: bool) -> None:
+        lost: LeaseLost | None = None
+        while self.leases:
+            try:
+                release(self.leases.pop())
+            except LeaseLost as e:
+                lost = lost or e
+        if lost is not None and raise_lost:
+            raise lost
