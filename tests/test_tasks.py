@@ -1,0 +1,130 @@
+"""occupy.tasks on Django's tasks framework, in this process (the immediate backend runs a
+task as it is enqueued): the lease on the formatted key, the busy modes, the fence after a
+force release in the admin, bad options. The storm with worker processes killed is
+tests/test_tasks_storm.py."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+import occupy
+from occupy.models import Occupation
+from occupy.owners import parse_task_owner, task_owner
+
+if (
+    importlib.util.find_spec("django.tasks") is None
+    and importlib.util.find_spec("django_tasks") is None
+):
+    pytest.skip(
+        "Django's tasks framework is not here (Django 5.2 without the django-tasks package: "
+        "pip install 'django-occupy[tasks]')",
+        allow_module_level=True,
+    )
+
+from occupy.tasks import OccupyTask, current_lease, task
+from tests.testapp.models import Document
+
+pytestmark = pytest.mark.usefixtures("live_db")
+seen: list[tuple[str, int, str | None]] = []
+
+
+@task(occupy_key="report:{account_id}", occupy_on_busy="skip", takes_context=True)
+def report(context: Any, account_id: int) -> int:
+    lease = current_lease()
+    current = occupy.holder(lease.key)
+    seen.append((lease.key, lease.fence, None if current is None else current.owner))
+    return account_id
+
+
+@task(occupy_key="report:{account_id}", occupy_on_busy="raise")
+def strict_report(account_id: int) -> int:
+    return account_id
+
+
+def test_the_body_holds_the_formatted_key_under_the_task_owner() -> None:
+    seen.clear()
+    result = report.enqueue(account_id=7)
+    assert result.return_value == 7
+    [(key, fence, owner)] = seen
+    assert key == "report:7" and fence > 0
+    assert owner == task_owner(report.module_path, result.id)
+    assert parse_task_owner(owner) is not None
+    assert occupy.holder("report:7") is None  # released on return
+    assert isinstance(report, OccupyTask)
+
+
+def test_skip_returns_without_running_the_body() -> None:
+    seen.clear()
+    with occupy.lock("report:8", owner="someone", timeout=0):
+        result = report.enqueue(8)
+    assert seen == [] and result.return_value is None
+    assert str(result.status) == "SUCCESSFUL"
+
+
+def test_raise_fails_the_run_with_occupied() -> None:
+    with occupy.lock("report:9", owner="someone", timeout=0):
+        result = strict_report.enqueue(account_id=9)
+    assert str(result.status) == "FAILED"
+    assert result.errors[0].exception_class is occupy.Occupied
+    assert strict_report.enqueue(account_id=9).return_value == 9  # free again
+
+
+@task(occupy_key="testapp.document:{doc_id}", occupy_on_busy="raise")
+def rewrite(doc_id: int, staff_pk: int) -> None:
+    page = Document.objects.get(pk=doc_id)
+    page.body = "by the task"
+    page.save(lease=current_lease())
+    # An operator force-releases the task's key in the admin; an editor takes it and saves.
+    client = Client()
+    client.force_login(User.objects.get(pk=staff_pk))
+    claim = Occupation.objects.get(key=current_lease().key)
+    client.post(
+        "/admin/occupy/occupation/", {"action": "force_release", "_selected_action": [claim.pk]}
+    )
+    with occupy.lock(current_lease().key, owner="editor") as editor:
+        assert editor.fence > current_lease().fence
+        fresh = Document.objects.get(pk=doc_id)
+        fresh.body = "by the editor"
+        fresh.save(lease=editor)
+    page.body = "by the task, late"
+    page.save(lease=current_lease())  # refused: FencedOut fails the run
+
+
+def test_a_force_release_in_the_admin_fences_the_running_task_out() -> None:
+    staff = User.objects.create_user("ops", password="pw", is_staff=True, is_superuser=True)
+    doc = Document.objects.create(body="")
+    try:
+        result = rewrite.enqueue(doc_id=doc.pk, staff_pk=staff.pk)
+        assert str(result.status) == "FAILED"
+        assert result.errors[0].exception_class is occupy.FencedOut
+        assert Document.objects.get(pk=doc.pk).body == "by the editor"
+    finally:
+        User.objects.all().delete()
+
+
+def body(account_id: int) -> None:
+    """A task body for the option checks (tasks are module-level functions)."""
+
+
+def test_bad_options_are_refused_naming_the_problem() -> None:
+    with pytest.raises(ValueError, match="has no parameter for"):
+        task(occupy_key="report:{account}")(body)
+    with pytest.raises(ValueError, match="occupy_on_busy must be one of"):
+        task(occupy_key="report:{account_id}", occupy_on_busy="wait")(body)  # type: ignore[arg-type]
+    # The immediate backend runs the task at once: nothing to re-enqueue for later.
+    with pytest.raises(ValueError, match="does not support; use 'skip' or 'raise'"):
+        task(occupy_key="report:{account_id}")(body)
+    with pytest.raises(ValueError, match="ttl"):
+        task(occupy_key="r", occupy_ttl=0, occupy_on_busy="skip")(body)
+    with pytest.raises(ValueError, match="non-empty"):
+        task(occupy_key="", occupy_on_busy="skip")(body)
+
+
+def test_current_lease_outside_a_task_body_is_an_error() -> None:
+    with pytest.raises(RuntimeError, match="outside the body"):
+        current_lease()
