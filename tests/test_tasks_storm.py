@@ -183,18 +183,6 @@ def test_storm_runs_each_call_once_per_key_through_killed_workers(runs: Any) -> 
         + f" (ttl {djtasks.STORM_TTL:g} s)"
     )
     killed_pids = {pid for pid, *_ in kills}
-    assert len(kills) >= 1, "no worker was killed mid-task"
-
-    # Every call ran its body exactly once; the killed ones started and never ended.
-    started = defaultdict(list)
-    for row in rows:
-        started[row[0]].append(row)
-    assert sorted(started) == list(range(len(calls))), "a call never ran"
-    twice = {item: len(r) for item, r in started.items() if len(r) != 1}
-    assert not twice, f"calls run more than once: {twice}"
-    unfinished = {row[0] for row in rows if row[6] is None}
-    assert all(started[item][0][4] in killed_pids for item in unfinished)
-    assert len(unfinished) == len(kills)
 
     # No overlap per key, by the recorded intervals and by the fences.
     kill_time = {pid: at for pid, _key, at, _free in kills}
@@ -206,6 +194,18 @@ def test_storm_runs_each_call_once_per_key_through_killed_workers(runs: Any) -> 
             end = before[6] if before[6] is not None else kill_time[before[4]]
             assert after[5] >= end, f"{key}: {after} started before {before} ended"
             assert after[2] > before[2], f"{key}: fences not rising: {before} then {after}"
+
+    # Every call ran its body exactly once; the killed ones started and never ended.
+    started = defaultdict(list)
+    for row in rows:
+        started[row[0]].append(row)
+    assert sorted(started) == list(range(len(calls))), "a call never ran"
+    twice = {item: len(r) for item, r in started.items() if len(r) != 1}
+    assert not twice, f"calls run more than once: {twice}"
+    unfinished = {row[0] for row in rows if row[6] is None}
+    assert all(started[item][0][4] in killed_pids for item in unfinished)
+    assert len(unfinished) == len(kills)
+    assert len(kills) >= 1, "no worker was killed mid-task"
 
     # A killed worker's key was free again within its ttl and a second.
     for pid, key, _at, free_after in kills:
