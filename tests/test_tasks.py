@@ -6,10 +6,12 @@ tests/test_tasks_storm.py."""
 from __future__ import annotations
 
 import importlib.util
+import io
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.test import Client
 
 import occupy
@@ -109,6 +111,28 @@ def test_a_force_release_in_the_admin_fences_the_running_task_out() -> None:
 
 def body(account_id: int) -> None:
     """A task body for the option checks (tasks are module-level functions)."""
+
+
+@task(occupy_key="listed:{n}", occupy_on_busy="skip")
+def listed(n: int, staff_pk: int) -> list[str]:
+    client = Client()
+    client.force_login(User.objects.get(pk=staff_pk))
+    page = client.get("/admin/occupy/occupation/").content.decode()
+    out = io.StringIO()
+    call_command("list_locks", "--using", "default", stdout=out)
+    return [page, out.getvalue()]
+
+
+def test_list_locks_and_the_admin_show_the_running_task_and_its_result_id() -> None:
+    staff = User.objects.create_user("ops", password="pw", is_staff=True, is_superuser=True)
+    try:
+        result = listed.enqueue(n=1, staff_pk=staff.pk)
+    finally:
+        User.objects.all().delete()
+    page, listing = result.return_value
+    assert f"{listed.module_path} ({result.id})" in page
+    assert task_owner(listed.module_path, result.id) in listing
+    assert "listed:1" in listing
 
 
 def test_bad_options_are_refused_naming_the_problem() -> None:
