@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import importlib.util
 import io
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 
 import occupy
 from occupy.models import Occupation
@@ -152,3 +155,68 @@ def test_bad_options_are_refused_naming_the_problem() -> None:
 def test_current_lease_outside_a_task_body_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="outside the body"):
         current_lease()
+
+
+if settings.TASKS_DB:
+
+    @task(occupy_key="digest:{user_id}", occupy_once=30, backend="db")
+    def digest(user_id: int) -> int:
+        return user_id
+
+
+def _work_off_the_queue() -> None:
+    from django_tasks_db.management.commands.db_worker import Worker
+
+    Worker(
+        queue_names=["default"],
+        interval=0,
+        batch=True,
+        backend_name="db",
+        startup_delay=False,
+        max_tasks=None,
+        worker_id="in-process",
+        excluded_queue_names=[],
+    ).run()
+
+
+@pytest.mark.skipif(not settings.TASKS_DB, reason="django-tasks-db is not installed")
+def test_enqueue_once_returns_the_queued_task_and_its_claim_is_bounded() -> None:
+    from django_tasks_db.models import DBTaskResult
+
+    first = digest.enqueue(user_id=3)
+    again = digest.enqueue(3)
+    assert again.id == first.id
+    assert digest.enqueue(user_id=4).id != first.id  # another key
+    claim = occupy.holder("once:digest:3")
+    assert claim is not None and claim.owner == task_owner(digest.module_path, first.id)
+    assert claim.expires_at <= timezone.now() + timedelta(seconds=30)  # the queued bound
+    _work_off_the_queue()  # runs both; each run ends its claim
+    assert str(digest.get_result(first.id).status) == "SUCCESSFUL"
+    assert occupy.holder("once:digest:3") is None
+    third = digest.enqueue(user_id=3)
+    assert third.id != first.id
+    # A claim whose task is gone (pruned) or finished stands for nothing: replaced.
+    Occupation.objects.filter(key="once:digest:3").delete()  # as the admin's force release
+    fourth = digest.enqueue(user_id=3)
+    assert fourth.id != third.id
+    _work_off_the_queue()
+    DBTaskResult.objects.all().delete()
+
+
+@pytest.mark.skipif(not settings.TASKS_DB, reason="django-tasks-db is not installed")
+def test_a_busy_run_is_enqueued_again_after_the_holders_remaining_time() -> None:
+    from django_tasks_db.models import DBTaskResult
+
+    with occupy.lock("digest:5", owner="someone", ttl=30, timeout=0):
+        first = digest.enqueue(user_id=5)
+        _work_off_the_queue()
+    assert digest.get_result(first.id).return_value is None  # did not run its body
+    [later] = DBTaskResult.objects.exclude(id=first.id).filter(status="READY")
+    assert later.args_kwargs == {"args": [], "kwargs": {"user_id": 5}}
+    wait = (later.run_after - timezone.now()).total_seconds()
+    assert 20 < wait <= 31  # the holder's remaining time, rounded up
+    # The enqueue-once claim moved to the task that will run.
+    claim = occupy.holder("once:digest:5")
+    assert claim is not None and claim.owner == task_owner(digest.module_path, later.id)
+    assert str(digest.enqueue(user_id=5).id) == str(later.id)
+    DBTaskResult.objects.all().delete()
