@@ -1,5 +1,7 @@
 """Tasks of Django's tasks framework that run once per key: run-exclusion and enqueue-once.
 
+::
+
     from occupy.tasks import task
 
     @task(occupy_key="report:{account_id}", occupy_ttl=60)
