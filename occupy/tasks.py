@@ -74,9 +74,10 @@ else:
     P = TypeVar("P")
 
 
-def _framework() -> tuple[Any, Any, Any, Any]:
-    """Return the tasks framework's ``Task``, ``TaskResultStatus``, ``task_started``
-    signal and its exceptions: Django's own (6.0 and later), else the backport."""
+def _framework() -> tuple[Any, Any, Any, Any, Any]:
+    """Return the tasks framework's ``Task``, ``TaskResultStatus``, ``task_started`` and
+    ``task_finished`` signals and its exceptions: Django's own (6.0 and later), else the
+    backport."""
     for name in ("django.tasks", "django_tasks"):
         try:
             base = importlib.import_module(f"{name}.base")
@@ -84,7 +85,13 @@ def _framework() -> tuple[Any, Any, Any, Any]:
             exceptions = importlib.import_module(f"{name}.exceptions")
         except ImportError:
             continue
-        return base.Task, base.TaskResultStatus, signals.task_started, exceptions
+        return (
+            base.Task,
+            base.TaskResultStatus,
+            signals.task_started,
+            signals.task_finished,
+            exceptions,
+        )
     raise ImportError(
         "occupy.tasks needs Django's tasks framework: django.tasks (Django 6.0 and later) "
         "or the django-tasks package (pip install 'django-occupy[tasks]')."
@@ -92,10 +99,11 @@ def _framework() -> tuple[Any, Any, Any, Any]:
 
 
 if not TYPE_CHECKING:
-    _FrameworkTask, _Status, _task_started, _exceptions = _framework()
+    _FrameworkTask, _Status, _task_started, _task_finished, _exceptions = _framework()
 else:
     from django.tasks import exceptions as _exceptions
     from django.tasks.base import TaskResultStatus as _Status
+    from django.tasks.signals import task_finished as _task_finished
     from django.tasks.signals import task_started as _task_started
 
 __all__ = ["ONCE_TTL", "OccupyTask", "OnBusy", "current_lease", "task"]
@@ -123,7 +131,13 @@ def _note_started(sender: Any, task_result: Any, **kwargs: Any) -> None:
     _started.set(task_result)
 
 
+def _note_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    # So that a later call without a task_started signal never takes this result's id.
+    _started.set(None)
+
+
 _task_started.connect(_note_started, dispatch_uid="occupy.tasks.started")
+_task_finished.connect(_note_finished, dispatch_uid="occupy.tasks.finished")
 
 
 def current_lease() -> Lease:
@@ -374,10 +388,11 @@ class OccupyTask(_FrameworkTask[P, T], Generic[P, T]):
         except Occupied as busy:
             self._busy(busy, key, result_id, plain, kwargs)
             return None  # type: ignore[return-value]
-        claim = self._adopt(key, result_id)
+        claim = None
         finished = False
         token = _current.set(lease)
         try:
+            claim = self._adopt(key, result_id)
             value = super().call(*args, **kwargs)
             finished = True
             return value
