@@ -13,7 +13,9 @@ fences their leases carried:
 - a killed worker's key is free again within its ttl plus a second;
 - with ``occupy_once``, enqueues from several processes for one key while one is queued
   or running get that task's result: the tasks of one key never wait or run at the same
-  time, and every result handed out is one of them.
+  time, and every result handed out is one of them; a worker killed mid-task leaves its
+  key and its claim free within the ttl plus a second, and the next enqueue makes a
+  new task.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from django.conf import settings
 from django.db import connections
 
 import occupy
+from occupy.owners import task_owner
 
 if not getattr(settings, "TASKS_DB", False):
     pytest.skip(
@@ -97,6 +100,7 @@ def _stop(procs: list[Any]) -> None:
 
 
 def _enqueue(calls: list[tuple[str, dict[str, int]]], processes: int) -> list[tuple[Any, str]]:
+    """Enqueue ``calls`` from ``processes`` processes; return the (key, result id) pairs."""
     out = djtasks_workers.queue()
     enqueuers = [djtasks_workers.start_enqueuer(calls[i::processes], out) for i in range(processes)]
     got: list[tuple[Any, str]] = []
@@ -107,33 +111,47 @@ def _enqueue(calls: list[tuple[str, dict[str, int]]], processes: int) -> list[tu
     return got
 
 
-def _kill_one_mid_task(pg: Any, workers: list[Any]) -> tuple[Any, str, Any, float] | None:
+def _kill_one_mid_task(
+    pg: Any, workers: list[Any], *, claim: bool = False
+) -> tuple[Any, str, Any, float] | None:
     """SIGKILL a worker whose body is running; return its pid, key, the kill's time on
-    the database's clock and the seconds until its key was free again."""
+    the database's clock and the seconds until its key was free again (and, with
+    ``claim``, its enqueue-once claim as well)."""
     alive = {proc.pid: proc for proc in workers if proc.is_alive()}
     with pg.cursor() as cursor:
         cursor.execute(
-            f"SELECT pid, key FROM {djtasks.RUNS} WHERE ended_at IS NULL AND pid = ANY(%s) "
+            f"SELECT pid, key, result_id FROM {djtasks.RUNS} "
+            "WHERE ended_at IS NULL AND pid = ANY(%s) "
             "ORDER BY started_at DESC LIMIT 1",
             [list(alive)],
         )
         row = cursor.fetchone()
     if row is None:
         return None
-    pid, key = row
+    pid, key, result_id = row
     os.kill(pid, signal.SIGKILL)
+    dead = time.monotonic()
     killed_at = _now(pg)
     alive[pid].join(10)
-    dead = time.monotonic()
-    # Free again: no holder, or a holder that is not the killed worker's run.
-    while True:
+    fence = _killed_fence(pg, pid, key)
+
+    def held() -> bool:  # by the killed worker's run
         current = occupy.holder(key, using=djtasks.USING)
-        if current is None or current.fence > _killed_fence(pg, pid, key):
-            break
-        if time.monotonic() - dead > 30:
-            break
+        if current is not None and current.fence <= fence:
+            return True
+        if not claim:
+            return False
+        once = occupy.holder(f"once:{key}", using=djtasks.USING)
+        return once is not None and once.owner == task_owner(djtasks.once.module_path, result_id)
+
+    return pid, key, killed_at, _free_after(dead, held)
+
+
+def _free_after(dead: float, held: Any) -> float:
+    """Return the seconds from ``dead`` until ``held()`` is false (at most 30)."""
+    while held() and time.monotonic() - dead < 30:
         time.sleep(0.02)
-    return pid, key, killed_at, time.monotonic() - dead
+    return time.monotonic() - dead
 
 
 def _killed_fence(pg: Any, pid: int, key: str) -> int:
@@ -226,39 +244,70 @@ def test_enqueue_once_never_queues_a_second_task_for_a_key(runs: Any) -> None:
 
     pg = runs
     keys = 2
-    calls = [("once", {"key": i % keys}) for i in range(120)]
+    calls = [("once", {"key": i % keys}) for i in range(150)]
     workers = [djtasks_workers.start_worker(f"once-{i}") for i in range(2)]
+    out = djtasks_workers.queue()
+    processes = 3
+    enqueuers = [djtasks_workers.start_enqueuer(calls[i::processes], out) for i in range(processes)]
+    kill = None
     try:
-        got = _enqueue(calls, processes=3)
+        # While the enqueues go on, kill a worker in the middle of a body.
+        time.sleep(0.5)
+        while kill is None and any(proc.is_alive() for proc in enqueuers):
+            kill = _kill_one_mid_task(pg, workers, claim=True)
+            time.sleep(0.02)
+        if kill is not None:
+            workers.append(djtasks_workers.start_worker("once-again"))
+        got: list[tuple[Any, str]] = []
+        for _ in enqueuers:
+            got.extend(out.get(timeout=120))
+        for proc in enqueuers:
+            proc.join(30)
         deadline = time.monotonic() + 60
+        killed_ids = {row[3] for row in _rows(pg, "once") if row[6] is None}
         while time.monotonic() < deadline:
-            pending = DBTaskResult.objects.using("postgresql").filter(
-                status__in=["READY", "RUNNING"]
+            pending = (
+                DBTaskResult.objects.using("postgresql")
+                .filter(status__in=["READY", "RUNNING"])
+                .exclude(id__in=killed_ids)
             )
             if not pending.exists():
                 break
             time.sleep(0.1)
     finally:
         _stop(workers)
+        for proc in enqueuers:
+            _stop([proc])
 
     results = {
         str(r.id): r
         for r in DBTaskResult.objects.using("postgresql").filter(task_path__endswith=".once")
     }
-    print(f"\nenqueue-once: {len(calls)} enqueues from 3 processes made {len(results)} tasks")
+    print(
+        f"\nenqueue-once: {len(calls)} enqueues from {processes} processes made "
+        f"{len(results)} tasks; a worker killed mid-task, its key and claim free after "
+        + ("-" if kill is None else f"{kill[3]:.2f} s")
+    )
     handed_out = {result_id for _key, result_id in got}
     assert handed_out == set(results), "a result was handed out that is no task, or vice versa"
     assert len(results) < len(calls) / 3, f"{len(results)} tasks for {len(calls)} enqueues"
-    ran = {row[3]: row for row in _rows(pg, "once")}
+    rows = _rows(pg, "once")
+    ran = {row[3]: row for row in rows}
     assert set(ran) == set(results), "a queued task never ran"
-    # While a task of a key is queued or running (enqueued .. its body ended), no other
-    # task of that key is enqueued.
+    assert kill is not None, "no worker was killed mid-task"
+    pid, key, killed_at, _free = kill
+    [killed] = [row for row in rows if row[4] == pid and row[6] is None]
+    # While a task of a key is queued or running (enqueued .. its body ended, or its
+    # worker was killed), no other task of that key is enqueued.
     by_key = defaultdict(list)
     for result_id, result in results.items():
-        by_key[result.args_kwargs["kwargs"]["key"]].append(
-            (result.enqueued_at, ran[result_id][6], result_id)
-        )
-    for key, spans in by_key.items():
+        end = ran[result_id][6] if result_id != killed[3] else killed_at
+        by_key[result.args_kwargs["kwargs"]["key"]].append((result.enqueued_at, end, result_id))
+    for k, spans in by_key.items():
         spans.sort()
         for (_s1, end1, id1), (start2, _e2, id2) in itertools.pairwise(spans):
-            assert start2 >= end1, f"key {key}: {id2} enqueued while {id1} was queued/running"
+            assert start2 >= end1, f"key {k}: {id2} enqueued while {id1} was queued/running"
+    # The killed task's key and enqueue-once claim were free within its ttl and a second
+    # of the kill; its result is still RUNNING (the backend does not reclaim it).
+    assert _free <= djtasks.STORM_TTL + 1, f"{key} or its claim held {_free:.2f} s after the kill"
+    assert str(results[killed[3]].status) == "RUNNING"
