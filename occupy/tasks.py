@@ -74,24 +74,18 @@ else:
     P = TypeVar("P")
 
 
-def _framework() -> tuple[Any, Any, Any, Any, Any]:
-    """Return the tasks framework's ``Task``, ``TaskResultStatus``, ``task_started`` and
-    ``task_finished`` signals and its exceptions: Django's own (6.0 and later), else the
-    backport."""
+def _framework() -> tuple[Any, Any, Any]:
+    """Return the tasks framework's ``base``, ``signals`` and ``exceptions`` modules:
+    Django's own (6.0 and later), else the backport's."""
     for name in ("django.tasks", "django_tasks"):
         try:
-            base = importlib.import_module(f"{name}.base")
-            signals = importlib.import_module(f"{name}.signals")
-            exceptions = importlib.import_module(f"{name}.exceptions")
+            return (
+                importlib.import_module(f"{name}.base"),
+                importlib.import_module(f"{name}.signals"),
+                importlib.import_module(f"{name}.exceptions"),
+            )
         except ImportError:
             continue
-        return (
-            base.Task,
-            base.TaskResultStatus,
-            signals.task_started,
-            signals.task_finished,
-            exceptions,
-        )
     raise ImportError(
         "occupy.tasks needs Django's tasks framework: django.tasks (Django 6.0 and later) "
         "or the django-tasks package (pip install 'django-occupy[tasks]')."
@@ -99,12 +93,15 @@ def _framework() -> tuple[Any, Any, Any, Any, Any]:
 
 
 if not TYPE_CHECKING:
-    _FrameworkTask, _Status, _task_started, _task_finished, _exceptions = _framework()
+    _base, _signals, _exceptions = _framework()
+    _FrameworkTask = _base.Task
 else:
+    from django.tasks import base as _base
     from django.tasks import exceptions as _exceptions
-    from django.tasks.base import TaskResultStatus as _Status
-    from django.tasks.signals import task_finished as _task_finished
-    from django.tasks.signals import task_started as _task_started
+    from django.tasks import signals as _signals
+_Status = _base.TaskResultStatus
+_task_started = _signals.task_started
+_task_finished = _signals.task_finished
 
 __all__ = ["ONCE_TTL", "OccupyTask", "OnBusy", "current_lease", "task"]
 
@@ -490,6 +487,17 @@ def task(
     ``takes_context``); the ``occupy_*`` options are :class:`OccupyTask`'s.
     """
 
+    # The framework's defaults, which its own decorator passes (Django 6.0's Task has
+    # no defaults of its own).
+    options = {
+        "priority": _base.DEFAULT_TASK_PRIORITY,
+        "queue_name": _base.DEFAULT_TASK_QUEUE_NAME,
+        "backend": _base.DEFAULT_TASK_BACKEND_ALIAS,
+        "takes_context": False,
+        "run_after": None,
+        **task_options,
+    }
+
     def wrap(func: Callable[..., Any]) -> OccupyTask[Any, Any]:
         return OccupyTask(
             func=func,
@@ -498,7 +506,7 @@ def task(
             occupy_on_busy=occupy_on_busy,
             occupy_once=occupy_once,
             occupy_using=occupy_using,
-            **task_options,
+            **options,
         )
 
     return wrap if function is None else wrap(function)
