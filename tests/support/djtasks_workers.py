@@ -25,6 +25,8 @@ def _setup(names: dict[str, str]) -> None:
 
     for alias, name in names.items():
         child.settings[alias]["NAME"] = name
+    if child["default"].vendor != "postgresql":  # settings imported before the switch
+        raise RuntimeError("the storm's processes must run on PostgreSQL")
 
 
 def _work(names: dict[str, str], worker_id: str) -> None:
