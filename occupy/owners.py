@@ -10,6 +10,12 @@ One home for the format, built and parsed here only:
 - ``admin:user:<pk>:tab:<id>``: an edit lease of an admin browser tab.
 
 ``anonymous`` stands for ``<pk>`` when the request has no user.
+
+The background-task integrations write their own, below the HTTP ones:
+
+- ``task:<task path>:<result id>``: a task of Django's tasks framework (:mod:`occupy.tasks`)
+  running under its key, or its enqueue-once claim while it waits in the queue
+  (``<result id>`` is ``enqueuing`` for the moment of the enqueue itself).
 """
 
 from __future__ import annotations
@@ -20,12 +26,15 @@ from dataclasses import dataclass
 
 __all__ = [
     "Owner",
+    "TaskOwner",
     "admin_owner",
     "lease_owner",
     "owner_display",
     "owner_user_pk",
     "parse_owner",
+    "parse_task_owner",
     "same_user",
+    "task_owner",
     "write_owner",
 ]
 
@@ -128,3 +137,38 @@ def _seconds(ttl: float) -> str:
     if not math.isfinite(ttl) or ttl <= 0:
         raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}.")
     return str(int(ttl)) if float(ttl).is_integer() else f"{ttl:.6f}".rstrip("0")
+
+
+# Background tasks (occupy.tasks): kept apart from the HTTP owners above.
+
+_TASK = "task:"
+#: The result id a task's enqueue-once claim names while its enqueue is under way.
+TASK_ENQUEUING = "enqueuing"
+
+
+@dataclass(frozen=True)
+class TaskOwner:
+    """What a task owner string says: the task's dotted path and its result id."""
+
+    name: str
+    result_id: str
+
+
+def task_owner(name: str, result_id: object) -> str:
+    """Return the owner of a lease a task of Django's tasks framework holds: the task's
+    dotted path and the id of its result (the enqueued run), as list_locks and the admin
+    show them."""
+    if not name or ":" in name:
+        raise ValueError(f"a task name is a dotted path without ':', not {name!r}.")
+    return f"{_TASK}{name}:{result_id}"
+
+
+def parse_task_owner(owner: str) -> TaskOwner | None:
+    """Return the task and result id ``owner`` names, or ``None`` if it is no task
+    owner."""
+    if not owner.startswith(_TASK):
+        return None
+    name, sep, result_id = owner[len(_TASK) :].partition(":")
+    if not name or not sep or not result_id:
+        return None
+    return TaskOwner(name=name, result_id=result_id)

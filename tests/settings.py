@@ -239,6 +239,21 @@ INSTALLED_APPS = [
     "occupy",
     "tests.testapp",
 ]
+# Django's tasks framework (occupy.tasks): django-tasks-db's database backend and worker,
+# where it is installed (pip install 'django-occupy[test]'); its tests skip otherwise.
+TASKS_DB = importlib.util.find_spec("django_tasks_db") is not None
+if TASKS_DB and importlib.util.find_spec("django.tasks") is None:
+    INSTALLED_APPS.append("django_tasks")
+if TASKS_DB:
+    INSTALLED_APPS.append("django_tasks_db")
+_IMMEDIATE = (
+    "django.tasks.backends.immediate.ImmediateBackend"
+    if importlib.util.find_spec("django.tasks")
+    else "django_tasks.backends.immediate.ImmediateBackend"
+)
+TASKS: dict[str, dict[str, Any]] = {"default": {"BACKEND": _IMMEDIATE}}
+if TASKS_DB:
+    TASKS["db"] = {"BACKEND": "django_tasks_db.DatabaseBackend"}
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

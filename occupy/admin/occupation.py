@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy as _
 
 from occupy.history import log_entry
 from occupy.models import Occupation
-from occupy.owners import owner_display
+from occupy.owners import owner_display, parse_task_owner
 
 __all__ = ["OccupationAdmin"]
 
@@ -103,10 +103,14 @@ class OccupationAdmin(_ModelAdmin):
 
     @admin.display(description=_("holder"), ordering="owner")
     def holder(self, obj: Occupation) -> str:
-        """Return the user the owner names (``admin:user:<pk>:tab:…``), else the owner
-        (shortened); the whole owner string is its title. Queued claims say so."""
+        """Return the user the owner names (``admin:user:<pk>:tab:…``), a task's name and
+        result id (``task:…``), else the owner (shortened); the whole owner string is its
+        title. Queued claims say so."""
         name = owner_display(obj.owner)
-        if name == "someone else":
+        task = parse_task_owner(obj.owner)
+        if task is not None:  # a background task: its name and result id, in full
+            name = f"{task.name} ({task.result_id})"
+        elif name == "someone else":
             name = obj.owner if len(obj.owner) <= 24 else f"{obj.owner[:23]}…"
         queued = " (queued)" if obj.state == Occupation.State.PENDING else ""
         return format_html('<span title="{}">{}</span>{}', obj.owner, name, queued)
