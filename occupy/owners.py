@@ -7,7 +7,9 @@ One home for the format, built and parsed here only:
   the ``Occupy-Client`` header, for a user's several clients);
 - ``write:user:<pk>``: the short **write lock** a write without an edit lease holds
   for the length of the write: not somebody editing, and never named to others;
-- ``admin:user:<pk>:tab:<id>``: an edit lease of an admin browser tab.
+- ``admin:user:<pk>:tab:<id>``: an edit lease of an admin browser tab;
+- ``celery:<task name>:<task id>`` and ``celery-beat:<host>:<pid>``: background tasks
+  and the beat scheduler (the section at the end of this module).
 
 ``anonymous`` stands for ``<pk>`` when the request has no user.
 """
@@ -20,11 +22,15 @@ from dataclasses import dataclass
 
 __all__ = [
     "Owner",
+    "TaskOwner",
     "admin_owner",
+    "beat_owner",
+    "celery_task_owner",
     "lease_owner",
     "owner_display",
     "owner_user_pk",
     "parse_owner",
+    "parse_task_owner",
     "same_user",
     "write_owner",
 ]
@@ -128,3 +134,44 @@ def _seconds(ttl: float) -> str:
     if not math.isfinite(ttl) or ttl <= 0:
         raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}.")
     return str(int(ttl)) if float(ttl).is_integer() else f"{ttl:.6f}".rstrip("0")
+
+
+# --- Background tasks (occupy.celery) -------------------------------------------------
+#
+# ``celery:<task name>:<task id>``: a Celery task's run lock or enqueue claim (the id is
+# the one ``AsyncResult`` takes, never containing ``:``; the name may);
+# ``celery-beat:<host>:<pid>``: the beat scheduler that ticks.
+
+_TASK_OWNER = re.compile(r"^(?P<runner>celery):(?P<name>.+):(?P<id>[^:]+)$")
+
+
+@dataclass(frozen=True)
+class TaskOwner:
+    """What a task's owner string says: the task runner, the task's name and its id."""
+
+    runner: str
+    name: str
+    task_id: str
+
+
+def celery_task_owner(name: str, task_id: str) -> str:
+    """Return the owner of a Celery task's run lock or enqueue claim.
+
+    Raise ``ValueError`` if ``task_id`` contains ``:`` (it could not be read back).
+    """
+    if not task_id or ":" in task_id:
+        raise ValueError(f"A task id must be non-empty and without ':', not {task_id!r}.")
+    return f"celery:{name}:{task_id}"
+
+
+def parse_task_owner(owner: str) -> TaskOwner | None:
+    """Return what a task's owner string says, or ``None`` if ``owner`` is not one."""
+    match = _TASK_OWNER.match(owner)
+    if match is None:
+        return None
+    return TaskOwner(runner=match["runner"], name=match["name"], task_id=match["id"])
+
+
+def beat_owner(host: str, pid: int) -> str:
+    """Return the owner of the lease of the beat scheduler that ticks."""
+    return f"celery-beat:{host}:{pid}"

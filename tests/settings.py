@@ -74,6 +74,13 @@ SKIPS = {
     if why
 }
 
+#: Whether RabbitMQ answers: the Celery tests run on it as broker (and on Redis).
+RABBITMQ_UP = _reachable(5672)
+if REQUIRE_SERVERS and importlib.util.find_spec("celery") is not None and not RABBITMQ_UP:
+    raise ImproperlyConfigured(
+        f"OCCUPY_REQUIRE_SERVERS=1 but RabbitMQ ({HOST}:5672) does not answer."
+    )
+
 _HERE = Path(__file__).resolve().parent  # SQLite files stay inside the checkout
 DATABASE_CONFIGS: dict[str, dict[str, Any]] = {
     "sqlite": {
