@@ -223,6 +223,9 @@ INSTALLED_APPS = [
     "occupy",
     "tests.testapp",
 ]
+# The beat tests run django-celery-beat's DatabaseScheduler where it is installed.
+if importlib.util.find_spec("django_celery_beat") is not None:
+    INSTALLED_APPS.append("django_celery_beat")
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -14,6 +14,7 @@ later grant of the key has been issued.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -129,8 +130,10 @@ def tick() -> None:
     """What beat sends (the beat test records the sends, not the runs)."""
 
 
-class RecordingScheduler(OccupyScheduler):
-    """OccupyScheduler that records each send (pid, fence, database time)."""
+class RecordingMixin:
+    """Record each send of a scheduler (pid, fence, database time), then send."""
+
+    occupy_lease: Any
 
     def apply_async(self, entry: Any, producer: Any = None, advance: bool = True, **kw: Any) -> Any:
         """Record the send, then send."""
@@ -140,7 +143,18 @@ class RecordingScheduler(OccupyScheduler):
             "VALUES ('beat', %s, 0, %s, %s, clock_timestamp())",
             [entry.name, os.getpid(), lease.fence if lease else -1],
         )
-        return super().apply_async(entry, producer, advance, **kw)
+        return super().apply_async(entry, producer, advance, **kw)  # type: ignore[misc]
+
+
+class RecordingScheduler(RecordingMixin, OccupyScheduler):
+    """OccupyScheduler recording its sends."""
+
+
+if importlib.util.find_spec("django_celery_beat") is not None:
+    from occupy.celery.beat import OccupyDatabaseScheduler
+
+    class RecordingDatabaseScheduler(RecordingMixin, OccupyDatabaseScheduler):  # type: ignore[valid-type,misc]
+        """OccupyDatabaseScheduler (django-celery-beat) recording its sends."""
 
 
 def enqueue(kind: str, keys: list[str], rounds: int) -> list[str]:
