@@ -13,7 +13,6 @@ import importlib.util
 import itertools
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -60,25 +59,7 @@ def test_three_beats_one_sender_takeover_within_ttl(scheduler, locks, tables):
     queue = f"{cp.QUEUE_PREFIX}-beat"
     cp.purge(cp.REDIS_URL, queue)
     environ = cp.env(cp.REDIS_URL, queue, locks, TTL)
-    beats = [
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tests.support.celery_app",
-            "beat",
-            "-S",
-            scheduler,
-            "-s",
-            str(tables / f"schedule{i}"),
-            "--pidfile",
-            str(tables / f"beat{i}.pid"),
-            "-l",
-            "info",
-        ]  # fmt: skip
-        for i in range(3)
-    ]
+    beats = [cp.beat_command(scheduler, tables, i) for i in range(3)]
     try:
         with cp.processes(beats, environ, tables):
             cp.wait_for(lambda: len(_sends()) >= 5, 90, "five ticks sent")

@@ -84,6 +84,15 @@ def worker_command(name: str, queue: str, concurrency: int) -> list[str]:
     ]  # fmt: skip
 
 
+def beat_command(scheduler: str, directory: Path, number: int) -> list[str]:
+    """Return the command of a ``celery beat`` with ``scheduler``, its files in ``directory``."""
+    return [
+        sys.executable, "-m", "celery", "-A", "tests.support.celery_app", "beat",
+        "-S", scheduler, "-s", str(directory / f"schedule{number}"),
+        "--pidfile", str(directory / f"beat{number}.pid"), "-l", "info",
+    ]  # fmt: skip
+
+
 def enqueue(
     environ: dict[str, str], kind: str, rounds: int, keys: list[str]
 ) -> subprocess.Popen[bytes]:
