@@ -25,7 +25,7 @@ import contextlib
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from celery.beat import PersistentScheduler
 
@@ -40,17 +40,13 @@ __all__ = ["OccupyScheduler", "OccupySchedulerMixin"]
 
 logger = logging.getLogger("occupy.celery.beat")
 
-if TYPE_CHECKING:
-    _SchedulerBase = PersistentScheduler
-else:
-    _SchedulerBase = object
 
-
-class OccupySchedulerMixin(_SchedulerBase):
+class OccupySchedulerMixin:
     """Mix into a Celery ``Scheduler`` subclass (before it) to let only the holder of
     the beat lease send due tasks (see the module docstring)."""
 
     occupy_lease: Lease | None = None
+    app: Any  # the scheduler's Celery app
 
     def _occupy_conf(self) -> tuple[str, float, str]:
         conf = self.app.conf
@@ -105,24 +101,24 @@ class OccupySchedulerMixin(_SchedulerBase):
         """Send ``entry`` if this instance is the one that ticks; else only skip it
         (its next run time was advanced already, as every instance does)."""
         if self.is_leader():
-            super().apply_entry(entry, producer=producer)
+            super().apply_entry(entry, producer=producer)  # type: ignore[misc]
         else:
             logger.debug("beat is not the sender: %s not sent here", entry.name)
 
     def sync(self) -> None:
         """Save schedule state only on the instance that sends."""
         if self.occupy_lease is not None and not self.occupy_lease.lost:
-            super().sync()
+            super().sync()  # type: ignore[misc]
 
     def close(self) -> None:
         """Release the lease, so that another instance takes over at once."""
         try:
-            super().close()
+            super().close()  # type: ignore[misc]
         finally:
             self._drop_lease()
 
 
-class OccupyScheduler(OccupySchedulerMixin, PersistentScheduler):
+class OccupyScheduler(OccupySchedulerMixin, PersistentScheduler):  # type: ignore[misc]
     """Celery's default scheduler (a local schedule file), ticking on one instance."""
 
 
