@@ -29,6 +29,7 @@ Owners name the task (``celery:<task name>:<task id>``, :mod:`occupy.owners`), s
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import string
@@ -38,6 +39,7 @@ from typing import Any, ClassVar
 
 from celery import Task
 from celery._state import _task_stack
+from celery.exceptions import Retry
 
 from occupy import api
 from occupy.conf import occupy_settings
@@ -242,13 +244,23 @@ class OccupyTask(Task):  # type: ignore[misc]  # Celery ships no type hints
         claim = self._adopt_claim(key, owner, ttl, renew=True) if self.occupy_once else None
         self.request.occupy_lease = lease
         raised = True
+        retrying = False
         try:
             result = self.run(*args, **kwargs)
             raised = False
             return result
+        except Retry:
+            retrying = True
+            raise
         finally:
             self.request.occupy_lease = None
-            if claim is not None:
+            if claim is not None and retrying:
+                # The body's own self.retry(): the task is queued again, its claim stays
+                # (unrenewed, occupy_once_ttl) for the wait; the renewed one ends here.
+                self._adopt_claim(key, owner, self.occupy_once_ttl, renew=False)
+                with contextlib.suppress(OccupyError):
+                    api.release(claim)
+            elif claim is not None:
                 _release_quietly(claim)
             try:
                 api.release(lease)

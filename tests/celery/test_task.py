@@ -254,3 +254,23 @@ def test_once_claim_is_taken_over_by_the_run_and_released_at_its_end(
     assert seen["again"] == queued.id  # while running: deduplicated
     assert occupy.holder(once_key("report:5")) is None  # released at the end
     assert report.delay(5).id != queued.id
+
+
+def test_once_claim_stays_while_the_body_retries_itself(app: Any, live_db: None) -> None:
+    @app.task(shared=False, bind=True, base=OccupyTask, occupy_key="mail:{to}", occupy_once=True)
+    def mail(self: Any, to: str) -> None:
+        raise self.retry(countdown=30)
+
+    mail.retry = lambda **kwargs: celery.exceptions.Retry()  # what a worker would send
+    queued = mail.delay("ann")
+    mail.push_request(id=queued.id, called_directly=False, retries=0, args=("ann",), kwargs={})
+    try:
+        with pytest.raises(celery.exceptions.Retry):
+            mail.__call__("ann")
+    finally:
+        mail.pop_request()
+    claim = occupy.holder(once_key("mail:ann"))
+    assert claim is not None and claim.owner == celery_task_owner(mail.name, queued.id)
+    assert (claim.expires_at - timezone.now()).total_seconds() > 590  # occupy_once_ttl
+    assert occupy.holder("mail:ann") is None  # the run lease ended
+    assert mail.delay("ann").id == queued.id  # still deduplicated while it waits
