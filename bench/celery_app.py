@@ -111,4 +111,5 @@ if __name__ == "__main__":
     import sys
 
     contender, rounds, keys = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    base.wait_for_start()
     print(json.dumps([send(contender, key) for _ in range(rounds) for key in keys]))

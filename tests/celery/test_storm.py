@@ -152,12 +152,14 @@ def test_once_enqueues_no_duplicate(broker, url, locks, tables):
         pytest.skip(why)
     queue = f"{cp.QUEUE_PREFIX}-once-{broker}"
     cp.purge(url, queue)
-    environ = cp.env(url, queue, locks, TTL, OCCUPY_TEST_CELERY_BODY="2")
+    environ = cp.env(url, queue, locks, TTL, OCCUPY_TEST_CELERY_BODY="3")
     keys = ["x", "y"]
     try:
         with cp.processes([cp.worker_command(f"once{settings.SUFFIX}", queue, 2)], environ, tables):
-            # Four processes enqueue each key five times at once.
-            senders = [cp.enqueue(environ, "once", 5, keys) for _ in range(4)]
+            # Four processes enqueue each key five times at once (8 s from now: they
+            # start one after another), well within the first run's 3 s.
+            at = time.time() + 8
+            senders = [cp.enqueue(environ, "once", 5, keys, at) for _ in range(4)]
             ids = [cp.sent(p) for p in senders]
 
             def ran() -> bool:

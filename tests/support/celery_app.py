@@ -169,6 +169,15 @@ def enqueue(kind: str, keys: list[str], rounds: int) -> list[str]:
     return ids
 
 
+def wait_for_start() -> None:
+    """Sleep until ``OCCUPY_TEST_CELERY_AT`` (epoch seconds), if set: processes started one
+    after another under load send their burst together."""
+    at = os.environ.get("OCCUPY_TEST_CELERY_AT")
+    if at:
+        time.sleep(max(0.0, float(at) - time.time()))
+
+
 if __name__ == "__main__":
     # python -m tests.support.celery_app KIND ROUNDS KEY...: prints the sent ids as JSON.
+    wait_for_start()
     print(json.dumps(enqueue(sys.argv[1], sys.argv[3:], int(sys.argv[2]))))

@@ -94,9 +94,12 @@ def beat_command(scheduler: str, directory: Path, number: int) -> list[str]:
 
 
 def enqueue(
-    environ: dict[str, str], kind: str, rounds: int, keys: list[str]
+    environ: dict[str, str], kind: str, rounds: int, keys: list[str], at: float | None = None
 ) -> subprocess.Popen[bytes]:
-    """Start a process that sends tasks and prints their ids (see :func:`sent`)."""
+    """Start a process that sends tasks (at ``time.time()`` ``at``, if given) and prints
+    their ids (see :func:`sent`)."""
+    if at is not None:
+        environ = {**environ, "OCCUPY_TEST_CELERY_AT": str(at)}
     return subprocess.Popen(
         [sys.executable, "-m", "tests.support.celery_app", kind, str(rounds), *keys],
         env=environ, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
