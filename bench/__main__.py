@@ -22,6 +22,7 @@ MODULES = [
     "sessions",
     "http",
     "http_contended",
+    "tasks",
 ]
 
 

@@ -1,4 +1,4 @@
-"""The owner strings occupy's HTTP integrations write, and what they tell about a holder.
+"""The owner strings occupy's integrations write, and what they tell about a holder.
 
 One home for the format, built and parsed here only:
 
@@ -11,8 +11,10 @@ One home for the format, built and parsed here only:
 
 ``anonymous`` stands for ``<pk>`` when the request has no user.
 
-The background-task integrations write their own, below the HTTP ones:
+The background-task integrations write their own (the section at the end of this module):
 
+- ``celery:<task name>:<task id>`` and ``celery-beat:<host>:<pid>``: Celery tasks
+  (:mod:`occupy.celery`) and the beat scheduler that ticks;
 - ``task:<task path>:<result id>``: a task of Django's tasks framework (:mod:`occupy.tasks`)
   running under its key, or its enqueue-once claim while it waits in the queue
   (``<result id>`` is ``enqueuing`` for the moment of the enqueue itself).
@@ -28,6 +30,8 @@ __all__ = [
     "Owner",
     "TaskOwner",
     "admin_owner",
+    "beat_owner",
+    "celery_task_owner",
     "lease_owner",
     "owner_display",
     "owner_user_pk",
@@ -139,19 +143,38 @@ def _seconds(ttl: float) -> str:
     return str(int(ttl)) if float(ttl).is_integer() else f"{ttl:.6f}".rstrip("0")
 
 
-# Background tasks (occupy.tasks): kept apart from the HTTP owners above.
+# --- Background tasks (occupy.celery, occupy.tasks) ------------------------------------
+#
+# ``celery:<task name>:<task id>``: a Celery task's run lock or enqueue claim (the id is
+# the one ``AsyncResult`` takes, never containing ``:``; the name may);
+# ``task:<task path>:<result id>``: a task of Django's tasks framework, or its
+# enqueue-once claim (``<result id>`` is :data:`TASK_ENQUEUING` while the enqueue itself
+# is under way); ``celery-beat:<host>:<pid>``: the beat scheduler that ticks.
 
-_TASK = "task:"
+_TASK_OWNER = re.compile(r"^(?P<runner>celery|task):(?P<name>.+):(?P<id>[^:]+)$")
 #: The result id a task's enqueue-once claim names while its enqueue is under way.
 TASK_ENQUEUING = "enqueuing"
 
 
 @dataclass(frozen=True)
 class TaskOwner:
-    """What a task owner string says: the task's dotted path and its result id."""
+    """What a task's owner string says: the task runner (``"celery"``, or ``"task"`` for
+    Django's tasks framework), the task's name and its id (Celery's task id, or the
+    framework's result id)."""
 
+    runner: str
     name: str
-    result_id: str
+    task_id: str
+
+
+def celery_task_owner(name: str, task_id: str) -> str:
+    """Return the owner of a Celery task's run lock or enqueue claim.
+
+    Raise ``ValueError`` if ``task_id`` contains ``:`` (it could not be read back).
+    """
+    if not task_id or ":" in task_id:
+        raise ValueError(f"A task id must be non-empty and without ':', not {task_id!r}.")
+    return f"celery:{name}:{task_id}"
 
 
 def task_owner(name: str, result_id: object) -> str:
@@ -160,15 +183,17 @@ def task_owner(name: str, result_id: object) -> str:
     show them."""
     if not name or ":" in name:
         raise ValueError(f"a task name is a dotted path without ':', not {name!r}.")
-    return f"{_TASK}{name}:{result_id}"
+    return f"task:{name}:{result_id}"
 
 
 def parse_task_owner(owner: str) -> TaskOwner | None:
-    """Return the task and result id ``owner`` names, or ``None`` if it is no task
-    owner."""
-    if not owner.startswith(_TASK):
+    """Return what a task's owner string says, or ``None`` if ``owner`` is not one."""
+    match = _TASK_OWNER.match(owner)
+    if match is None:
         return None
-    name, sep, result_id = owner[len(_TASK) :].partition(":")
-    if not name or not sep or not result_id:
-        return None
-    return TaskOwner(name=name, result_id=result_id)
+    return TaskOwner(runner=match["runner"], name=match["name"], task_id=match["id"])
+
+
+def beat_owner(host: str, pid: int) -> str:
+    """Return the owner of the lease of the beat scheduler that ticks."""
+    return f"celery-beat:{host}:{pid}"

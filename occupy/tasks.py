@@ -286,8 +286,8 @@ class OccupyTask(_FrameworkTask[P, T], Generic[P, T]):
                     key=once_key,
                     holder=current,
                 )
-            if named.result_id != TASK_ENQUEUING:
-                existing = self._existing(named.result_id)
+            if named.task_id != TASK_ENQUEUING:
+                existing = self._existing(named.task_id)
                 if existing is not None:
                     return existing
                 try:  # the claim outlived its task (finished, pruned): replace it
@@ -342,7 +342,7 @@ class OccupyTask(_FrameworkTask[P, T], Generic[P, T]):
         if current is None:
             return None
         named = parse_task_owner(current.owner)
-        return current if named is not None and named.result_id == result_id else None
+        return current if named is not None and named.task_id == result_id else None
 
     def _drop(self, once_key: str, result_id: str) -> None:
         """End the claim on ``once_key`` if it still names ``result_id`` (taken over on

@@ -87,6 +87,12 @@ if (_etcd_why := etcd_missing()) is not None:
     if REQUIRE_SERVERS:
         raise ImproperlyConfigured(f"OCCUPY_REQUIRE_SERVERS=1 but {_etcd_why}.")
     SKIPS["etcd"] = _etcd_why
+#: Whether RabbitMQ answers: the Celery tests run on it as broker (and on Redis).
+RABBITMQ_UP = _reachable(5672)
+if REQUIRE_SERVERS and importlib.util.find_spec("celery") is not None and not RABBITMQ_UP:
+    raise ImproperlyConfigured(
+        f"OCCUPY_REQUIRE_SERVERS=1 but RabbitMQ ({HOST}:5672) does not answer."
+    )
 
 _HERE = Path(__file__).resolve().parent  # SQLite files stay inside the checkout
 DATABASE_CONFIGS: dict[str, dict[str, Any]] = {
@@ -254,6 +260,9 @@ _IMMEDIATE = (
 TASKS: dict[str, dict[str, Any]] = {"default": {"BACKEND": _IMMEDIATE}}
 if TASKS_DB:
     TASKS["db"] = {"BACKEND": "django_tasks_db.DatabaseBackend"}
+# The beat tests run django-celery-beat's DatabaseScheduler where it is installed.
+if importlib.util.find_spec("django_celery_beat") is not None:
+    INSTALLED_APPS.append("django_celery_beat")
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -109,7 +109,7 @@ class OccupationAdmin(_ModelAdmin):
         name = owner_display(obj.owner)
         task = parse_task_owner(obj.owner)
         if task is not None:  # a background task: its name and result id, in full
-            name = f"{task.name} ({task.result_id})"
+            name = f"{task.name} ({task.task_id})"
         elif name == "someone else":
             name = obj.owner if len(obj.owner) <= 24 else f"{obj.owner[:23]}…"
         queued = " (queued)" if obj.state == Occupation.State.PENDING else ""
