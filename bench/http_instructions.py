@@ -8,9 +8,14 @@ client, PostgreSQL), in two runs of a driver process:
   uncounted, then ``REQUESTS`` counted: collection is on only inside
   ``sys.call_tracing`` (a C function nothing else here calls, with the requests run
   inside it: ``--toggle-collect``) and each candidate's count is dumped when it returns
-  (``--dump-after``). Every instruction the process executes in the counted requests is
-  counted, client and server side, Python and C (the driver, libpq, the kernel's
-  side of a system call excepted); the database's and Redis's own work is not;
+  (``--dump-after``). Every user-space instruction the process executes in the counted
+  requests is counted, client and server side of the test client, Python and C (the
+  database driver and libpq included); the kernel's work in system calls (a round
+  trip's sends, receives and waits) is not, nor is the database's or Redis's. Before
+  each candidate's count the heap is collected and frozen (``gc.freeze``), so that a
+  full collection of what the set-up left cannot land in one candidate's count; the
+  young generations' collections are counted. ``PYTHONHASHSEED=0`` makes runs repeat
+  (within a few tenths of a percent);
 - under ``strace`` (when installed), without valgrind: the SQL statements each request
   runs (``execute`` calls on the driver's cursors, on Django's connection and on
   occupy's own) and its round trips to each server (the sends on each socket, between
@@ -19,9 +24,9 @@ client, PostgreSQL), in two runs of a driver process:
 Figures: instructions per request (``Ir``), the candidate's ratio to plain DRF by
 instructions (plain's ``Ir`` over the candidate's, like a rate ratio: higher is
 faster), statements and round trips per request. Instructions are not time: a round
-trip to a server costs its latency, which no instruction count shows, and a cache miss
-costs more than an instruction. Valgrind runs the process some 50 times slower: a run
-takes a few minutes.
+trip to a server costs its latency and the kernel's work, which no instruction count
+shows, a commit on the server its WAL flush, and a cache miss more than an instruction.
+Valgrind runs the process some 50 times slower: a run takes a few minutes.
 """
 
 from __future__ import annotations
@@ -46,46 +51,36 @@ COUNTED = 20
 MARK = "/nonexistent-bench-http-mark"
 
 
-def _candidates() -> dict[str, Callable[[int], None]]:
-    """Set Django up, make the rows and return each route's ``fn(n)``."""
+def _candidates() -> tuple[dict[str, Callable[[int], None]], Callable[[], None]]:
+    """Make the rows (this process's own: another run may share the database) and
+    return each route's ``fn(n)`` and what deletes the rows."""
     from django.conf import settings
     from django.contrib.auth.models import User
 
     from bench.http import patcher, persistent_connections
     from bench.http_api import ROUTES
+    from occupy.backends import get_backend
     from tests.testapp.models import Book
 
     persistent_connections()
     routes = list(ROUTES)
     if "redis" not in settings.OCCUPY["BACKENDS"]:
         routes = [r for r in routes if r not in ("redis", "floor")]
-    user, _ = User.objects.get_or_create(username="bench-http-ir", defaults={"is_superuser": True})
-    return {
-        route: patcher(
-            route, Book.objects.create(name=f"bench-http-ir-{route}", status="a").pk, user
-        )
-        for route in routes
+    user = User.objects.create(username=f"bench-http-ir-{os.getpid()}", is_superuser=True)
+    books = {
+        route: Book.objects.create(name=f"bench-http-ir-{route}", status="a") for route in routes
     }
 
+    def cleanup() -> None:
+        Book.objects.filter(pk__in=[b.pk for b in books.values()]).delete()
+        user.delete()
+        if "redis" in books:  # the key's fence counter outlives its lock
+            from django_redis import get_redis_connection
 
-def _cleanup() -> None:
-    from django.contrib.auth.models import User
+            backend = get_backend("redis")
+            get_redis_connection("redis").delete(*backend.keys(books["redis"].occupy_key))
 
-    from occupy.backends import get_backend
-    from tests.testapp.models import Book
-
-    books = list(Book.objects.filter(name__startswith="bench-http-ir-"))
-    Book.objects.filter(pk__in=[b.pk for b in books]).delete()
-    User.objects.filter(username="bench-http-ir").delete()
-    from django.conf import settings
-
-    if "redis" in settings.OCCUPY["BACKENDS"]:
-        from django_redis import get_redis_connection
-
-        backend = get_backend("redis")
-        for book in books:
-            if book.name.endswith("-redis"):
-                get_redis_connection("redis").delete(*backend.keys(book.occupy_key))
+    return {route: patcher(route, books[route].pk, user) for route in routes}, cleanup
 
 
 def drive(mode: str, out: Path, requests: int, warmup: int) -> None:
@@ -97,7 +92,7 @@ def drive(mode: str, out: Path, requests: int, warmup: int) -> None:
     from django.test.utils import override_settings
 
     with override_settings(ROOT_URLCONF="bench.http_api", DEBUG=False):
-        candidates = _candidates()
+        candidates, cleanup = _candidates()
         try:
             result: dict[str, Any] = {"order": list(candidates)}
             for route, fn in candidates.items():
@@ -112,7 +107,7 @@ def drive(mode: str, out: Path, requests: int, warmup: int) -> None:
                     result[route] = _count(route, fn, requests)
                 gc.unfreeze()
         finally:
-            _cleanup()
+            cleanup()
     out.write_text(json.dumps(result))
 
 
@@ -221,6 +216,8 @@ def main(argv: list[str] | None = None) -> None:
         for old in work.glob("callgrind.out.*"):
             old.unlink()
         driver = [sys.executable, "-m", "bench.http_instructions"]
+        # The same string hashes every run: dict and set layouts, so counts, repeat.
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
         subprocess.run(
             [
                 "valgrind",
@@ -228,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
                 "--collect-atstart=no",
                 "--toggle-collect=sys_call_tracing",
                 "--dump-after=sys_call_tracing",
+                f"--log-file={work}/valgrind.log",
                 f"--callgrind-out-file={work}/callgrind.out",
                 *driver,
                 "ir",
@@ -236,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
                 str(WARMUP),
             ],
             check=True,
-            stderr=subprocess.DEVNULL,
+            env=env,
         )
         order = json.loads((work / "ir.json").read_text())["order"]
         dumps = sorted(work.glob("callgrind.out.*"), key=lambda p: int(p.suffix[1:]))
@@ -263,6 +261,7 @@ def main(argv: list[str] | None = None) -> None:
                     str(WARMUP),
                 ],
                 check=True,
+                env=env,
             )
             counts = json.loads((work / "count.json").read_text())
             trips = _round_trips(trace, counts)
