@@ -125,8 +125,8 @@ def main() -> None:
     from occupy.backends import get_backend
     from tests.testapp.models import Book
 
-    print_machine()
     persistent_connections()
+    print_machine()
     routes = dict(ROUTES)
     if "redis" not in settings.OCCUPY["BACKENDS"]:
         print(f"(the Redis candidates are skipped: {settings.SKIPS.get('redis')})")
