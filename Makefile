@@ -85,10 +85,12 @@ databases:
 
 ## bench: occupy against its peers on the local servers, figures and ratios (the HTTP
 ## benchmarks last: occupy's DRF mixins against plain DRF with one client, then several
-## client processes incrementing one object through gunicorn, which the bench extra brings)
+## client processes incrementing one object through gunicorn, which the bench extra brings;
+## then the one-client DRF benchmark by instruction counts, under valgrind, a few minutes)
 bench: venv databases
 	$(PY) -m pip install --quiet -e ".[dev,bench]"
 	$(PY) -m bench
+	$(PY) -m bench http --instructions
 
 ## bench-scale: how occupy's cost grows (live claims, queues, many keys, footprint,
 ## sweeps) on every store that answers; plots and CSV in bench/results/. Well under an

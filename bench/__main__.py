@@ -1,5 +1,7 @@
 """Run every benchmark: ``python -m bench`` (``make bench``), or some: ``python -m bench db``.
 
+``python -m bench http --instructions`` counts instructions per request instead of
+timing requests (:mod:`bench.http_instructions`; ``make bench`` runs it after the rest).
 ``python -m bench scale [options]`` runs the scale benchmarks (``make bench-scale``), and
 ``python -m bench faults [options]`` the fault soak (``make faults``); neither is part
 of ``make bench``: see :mod:`bench.scale` and :mod:`bench.faults` for their options.
@@ -30,6 +32,9 @@ def main(argv: list[str]) -> None:
     """Run the benchmark modules named in ``argv`` (default: all)."""
     if argv[:1] in (["scale"], ["faults"]):
         importlib.import_module(f"bench.{argv[0]}").main(argv[1:])
+        return
+    if argv[:2] == ["http", "--instructions"]:
+        importlib.import_module("bench.http_instructions").main(argv[2:])
         return
     for name in argv or MODULES:
         importlib.import_module(f"bench.{name}").main()

@@ -48,6 +48,22 @@ def print_machine() -> None:
     )
 
 
+def persistent_connections() -> None:
+    """Keep every database connection open between requests (``CONN_MAX_AGE = None``),
+    occupy's own included: they are made as their database is configured.
+
+    Django's test client keeps the app's connection open whatever ``CONN_MAX_AGE`` says
+    (it disconnects ``close_old_connections`` around each request), but occupy closes
+    its own at the end of each request as the setting says (``0`` in the test settings):
+    without this, the database backend's candidate would open a session per request
+    (connect, authenticate, set the time zone) while plain DRF opens none.
+    """
+    from django.db import connections
+
+    for alias in connections:
+        connections.settings[alias]["CONN_MAX_AGE"] = None
+
+
 def patcher(route: str, pk: int, user: object) -> Callable[[int], None]:
     """Return ``fn(n)``: ``n`` PATCHes of one field of row ``pk`` through ``route``,
     with ``If-Match`` from the previous answer when the route gives ETags."""
@@ -109,6 +125,7 @@ def main() -> None:
     from occupy.backends import get_backend
     from tests.testapp.models import Book
 
+    persistent_connections()
     print_machine()
     routes = dict(ROUTES)
     if "redis" not in settings.OCCUPY["BACKENDS"]:
