@@ -194,9 +194,9 @@ class Attempt:
         await asyncio.sleep(seconds)
 
     # --- serialized entry points used by BaseBackend ------------------------------
-    def _locked(self, method: str) -> Any:
+    def _locked(self, method: Callable[[], Any]) -> Any:
         with self.mutex:
-            result = getattr(self, method)()
+            result = method()
             if isinstance(result, Lease):
                 self.unheard = result
             return result
@@ -486,12 +486,6 @@ class BaseBackend:
         """Yield the live claims, for ``list_locks``."""
         raise NotImplementedError("subclasses of BaseBackend must provide a claims() method")
 
-    def drop_claim(self, key: str) -> None:
-        """Delete the granted claim on ``key`` behind its holder's back, as an operator
-        or a bug would: a test hook, so that the contract suite can check that a holder
-        finds out (``ensure_held``, the watchdog, ``release``)."""
-        raise NotImplementedError("subclasses of BaseBackend must provide a drop_claim() method")
-
     # --- what a backend may override ---------------------------------------------------
     def sweep(
         self,
@@ -562,12 +556,12 @@ class BaseBackend:
         granted = False
         run = _in_thread(attempt)
         try:
-            lease = await run("try_acquire")
+            lease = await run(attempt.try_acquire)
             if lease is None and timeout != 0:
-                lease = await run("enqueue")
+                lease = await run(attempt.enqueue)
                 while lease is None and (remaining := _left(deadline)) > 0:
                     await attempt.await_wake(_pause(attempt, remaining))
-                    lease = await run("try_acquire")
+                    lease = await run(attempt.try_acquire)
             if lease is None:
                 raise await sync_to_async(self._occupied, thread_sensitive=False)(
                     attempt, waited=timeout
@@ -580,7 +574,7 @@ class BaseBackend:
             if not granted:
                 # Shielded: a cancelled caller must still remove its claim; the mutex
                 # makes this wait for a try that is still running in its thread.
-                await asyncio.shield(run("abandon"))
+                await asyncio.shield(run(attempt.abandon))
 
     def _in_time(
         self, lease: Lease, deadline: float | None, timeout: float | None, *, give_back: bool = True
@@ -668,8 +662,11 @@ def _pause(attempt: Attempt, remaining: float) -> float:
     return min(attempt.next_delay(), remaining)
 
 
-def _in_thread(attempt: Attempt) -> Any:
-    def call(method: str) -> Any:
+def _in_thread(attempt: Attempt) -> Callable[[Callable[[], Any]], Any]:
+    """Return how ``aacquire`` runs one of ``attempt``'s methods (a bound method): in a
+    worker thread, serialized with the attempt's other calls."""
+
+    def call(method: Callable[[], Any]) -> Any:
         return sync_to_async(attempt._locked, thread_sensitive=False)(method)
 
     return call

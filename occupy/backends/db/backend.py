@@ -390,10 +390,6 @@ class DatabaseBackend(BaseBackend):
             self.execute(self.dialect.granted(), [digest(lease.key), lease.token], key=lease.key)[1]
         )
 
-    def drop_claim(self, key: str) -> None:
-        """Delete the granted claim on ``key`` behind its holder's back (a test hook)."""
-        self.execute(self.dialect.drop_claim(), [digest(key)], key=key)
-
     def sweep(
         self,
         *,

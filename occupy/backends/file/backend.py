@@ -153,10 +153,6 @@ class FileBackend(BaseBackend):
     def __repr__(self) -> str:
         return f"<FileBackend alias={self.alias!r} location={self.root!r}>"
 
-    def drop_claim(self, key: str) -> None:
-        """Delete the granted claim on ``key`` behind its holder's back (a test hook)."""
-        self.directory.remove(digest(key))
-
     def using_path(self, key: str) -> str:
         """Return the path of ``key``'s granted claim."""
         return self.directory.using_path(digest(key))

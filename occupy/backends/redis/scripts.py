@@ -1,8 +1,8 @@
 """The Lua scripts of occupy's Redis lock protocol, as named constants, and the layout
 of Redis keys they share with the Python side (:func:`redis_keys`). They are the one
 Redis protocol: :class:`~occupy.backends.redis.RedisBackend` and
-:class:`~occupy.backends.cache.CacheBackend` on a Redis cache both run them, through
-:class:`~occupy.backends.redis.protocol.RedisProtocol`.
+:class:`~occupy.backends.cache.CacheBackend` on a Redis cache both run them: both are
+a :class:`~occupy.backends.redis.protocol.RedisLockBackend`.
 
 Every script is given one key, the lock's, and works on the keys that share its hash
 tag (so one Redis Cluster slot): ``<prefix>{<digest>}:`` followed by

@@ -375,11 +375,6 @@ class Dialect:
         )
 
     @statement
-    def drop_claim(self) -> str:
-        """Delete the granted claim of a digest, whoever holds it (a test hook)."""
-        return f"DELETE FROM {TABLE} WHERE slot = %s"
-
-    @statement
     def count_expired(self) -> str:
         """Count every expired claim."""
         return f"SELECT COUNT(*) FROM {TABLE} WHERE {self.expired()}"
