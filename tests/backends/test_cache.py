@@ -106,6 +106,14 @@ def test_other_caches_take_the_add_path(live_db: None) -> None:
     assert isinstance(backend.store, CacheStore) and not backend.store.atomic
 
 
+@pytest.mark.parametrize("using", [*REDIS_CACHES, "cache-locmem"])
+def test_telemetry_calls_either_class_a_cache(using: str, live_db: None) -> None:
+    """Whichever class building ``CacheBackend`` picked, its store is a ``cache``."""
+    from occupy import telemetry
+
+    assert telemetry.store_kind(get_backend(using)) == "cache"
+
+
 @pytest.mark.parametrize("using", backend_params(["cache", "cache-django"]))
 def test_list_locks_on_a_redis_cache(using: str, live_db: None, capsys) -> None:
     lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)

@@ -152,6 +152,8 @@ class CacheBackend(BaseBackend):
     """
 
     store_errors = _store_errors()
+    #: What telemetry calls the store (the class built is one of two, see ``__new__``).
+    store_kind = "cache"
     options_schema = {
         "CACHE": Option(str, "default", "the cache alias"),
         "SINGLE_PROCESS": Option(bool, False, "the deployment is one process (LocMemCache)"),

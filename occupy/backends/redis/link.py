@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from typing import Any
 
 from occupy.backends.redis.calls import BoundedCalls, Scripts
-from occupy.backends.redis.scripts import RedisKeys, redis_keys, scripts_for
+from occupy.backends.redis.held import CANCEL, EXTEND, RELEASE, RESUME, TAKEOVER
+from occupy.backends.redis.keys import RedisKeys, redis_keys
+from occupy.backends.redis.scripts import ACQUIRE, QUEUE
 from occupy.backends.redis.values import to_ms
 
-__all__ = ["FENCE_TTL", "QUEUE_TTL", "RedisLink"]
+__all__ = ["FENCE_TTL", "QUEUE_TTL", "RedisLink", "scripts_for"]
 
 #: How long a key's fence counter lives from its first grant, in seconds (after that
 #: the server's clock alone floors the next fence).
@@ -91,3 +95,23 @@ class RedisLink:
             self._executor = None
         if self.bounded is not None:
             self.bounded.close()
+
+
+@lru_cache(maxsize=16)
+def scripts_for(fence_ttl_ms: int, queue_ttl_ms: int) -> Mapping[str, str]:
+    """Return the scripts by name, with a protocol's TTLs written in."""
+
+    def fill(text: str) -> str:
+        return text.replace("@FENCE_TTL@", str(int(fence_ttl_ms))).replace(
+            "@QUEUE_TTL@", str(int(queue_ttl_ms))
+        )
+
+    return {
+        "acquire": fill(ACQUIRE),
+        "queue": fill(QUEUE),
+        "release": fill(RELEASE),
+        "extend": fill(EXTEND),
+        "resume": fill(RESUME),
+        "takeover": fill(TAKEOVER),
+        "cancel": fill(CANCEL),
+    }

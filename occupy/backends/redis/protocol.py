@@ -40,8 +40,8 @@ from redis.exceptions import RedisError, ResponseError
 
 from occupy.backends.base import BaseBackend, Claim
 from occupy.backends.redis.attempt import RedisAttempt
+from occupy.backends.redis.keys import RedisKeys
 from occupy.backends.redis.link import RedisLink
-from occupy.backends.redis.scripts import RedisKeys
 from occupy.backends.redis.values import (
     Held,
     read_held,
@@ -192,7 +192,7 @@ class RedisLockBackend(BaseBackend):
         self, key: str, if_fence: int, previous: Any, refused: list[Any]
     ) -> TakeoverRefused:
         """Return the error for a conditional takeover the script refused, naming the
-        holder it found (see :data:`~occupy.backends.redis.scripts.TAKEOVER`)."""
+        holder it found (see :data:`~occupy.backends.redis.held.TAKEOVER`)."""
         if previous is None:
             return self.takeover_refused(key, if_fence, None, None)
         now_ms = int(refused[0])
