@@ -77,8 +77,8 @@ def main() -> None:
         results = alternate(candidates, ops=1500, rounds=11)
     finally:
         for using in ("cache", "cache-django"):  # the fence counters outlive the locks
-            protocol = get_backend(using).protocol
-            protocol.client.delete(*protocol.keys("bench:cache"))
+            link = get_backend(using).link
+            link.client.delete(*link.keys("bench:cache"))
     print_table(
         "Uncontended acquire + release on a Redis cache (one process)",
         results,

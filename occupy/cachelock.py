@@ -13,36 +13,25 @@ It is the cache lock many projects write by hand (``cache.add(key, uuid, expires
 take it, ``get`` then ``delete`` to give it back), on occupy's ``CacheBackend``: release
 compares the token in one step on Redis caches, so a holder whose lock expired cannot
 delete the next holder's; waiting has a real deadline; the lease has an owner, a fence
-and re-entry. The backend is built as ``OCCUPY["BACKENDS"]`` would build it, once per
-cache alias, and refuses the same caches with the same checks: a ``DummyCache`` always,
-a ``LocMemCache`` unless ``single_process=True``.
+and re-entry. The backend is built by :func:`~occupy.backends.get_backend` as
+``OCCUPY["BACKENDS"]`` would build it, once per cache alias, under the alias
+``"CacheLock:<cache>"``, and refuses the same caches with the same checks: a
+``DummyCache`` always, a ``LocMemCache`` unless ``single_process=True``.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-from typing import Any
-
-from django.core.checks import CheckMessage
-from django.core.signals import setting_changed
-
-from occupy.api import DEFAULT, atake, lock, take
-from occupy.backends import load_backend_class
+from occupy.api import DEFAULT, lock
+from occupy.backends import get_backend
 from occupy.backends.base import BaseBackend
 from occupy.exceptions import InvalidBackendError, LockTimeout, Occupied
-from occupy.leases import Lease, default_owner
-from occupy.validation import check_key, check_timeout, check_ttl
+from occupy.leases import Lease
+from occupy.validation import check_timeout, check_ttl
 
 __all__ = ["CacheLock", "cache_backend"]
 
-logger = logging.getLogger("occupy.cachelock")
-
 #: The backend class every ``CacheLock`` runs on, by the dotted path settings would use.
 CACHE_BACKEND = "occupy.backends.cache.CacheBackend"
-
-_backends: dict[tuple[str, bool], BaseBackend] = {}
-_mutex = threading.Lock()
 
 
 def cache_backend(cache: str, *, single_process: bool = False) -> BaseBackend:
@@ -50,53 +39,25 @@ def cache_backend(cache: str, *, single_process: bool = False) -> BaseBackend:
     use and kept; raise :class:`~occupy.InvalidBackendError` for a cache it refuses.
 
     It is configured as ``{"BACKEND": "occupy.backends.cache.CacheBackend", "OPTIONS":
-    {"CACHE": cache, "SINGLE_PROCESS": single_process}}`` would be, and the same system
+    {"CACHE": cache, "SINGLE_PROCESS": single_process}}`` would be, under the alias
+    ``"CacheLock:<cache>"`` of :func:`~occupy.backends.get_backend`, and the same system
     checks run on it: their errors are raised, their warnings logged once.
     """
-    backend = _backends.get((cache, single_process))
-    if backend is not None:
-        return backend
-    alias = f"CacheLock:{cache}"
     params = {
         "BACKEND": CACHE_BACKEND,
         "OPTIONS": {"CACHE": cache, "SINGLE_PROCESS": single_process},
     }
-    cls = load_backend_class(CACHE_BACKEND, alias=alias)
-    messages = cls.check(alias, params)
-    errors = [m for m in messages if m.is_serious()]
-    if errors:
+    try:
+        return get_backend(_alias(cache), config=params)
+    except InvalidBackendError as e:
         raise InvalidBackendError(
-            " ".join(_sentence(m) for m in errors)
-            + " (CacheLock's arguments are these OPTIONS: cache= is CACHE, "
+            f"{e} (CacheLock's arguments are these OPTIONS: cache= is CACHE, "
             "single_process= is SINGLE_PROCESS.)"
-        )
-    with _mutex:
-        backend = _backends.get((cache, single_process))
-        if backend is None:
-            for message in messages:
-                logger.warning("%s", _sentence(message))
-            backend = _backends[(cache, single_process)] = cls(alias, params)
-    return backend
+        ) from e
 
 
-def _sentence(message: CheckMessage) -> str:
-    hint = f" {message.hint}" if message.hint else ""
-    return f"{message.msg}{hint} ({message.id})"
-
-
-def reset_cache_backends(**kwargs: Any) -> None:
-    """Forget the built backends and close them (``CACHES`` changed: they may point at
-    caches that are gone)."""
-    if kwargs.get("setting", "CACHES") != "CACHES":
-        return
-    with _mutex:
-        old = list(_backends.values())
-        _backends.clear()
-    for backend in old:
-        backend.close()
-
-
-setting_changed.connect(reset_cache_backends, dispatch_uid="occupy.cachelock")
+def _alias(cache: str) -> str:
+    return f"CacheLock:{cache}"
 
 
 class CacheLock(lock):
@@ -113,8 +74,8 @@ class CacheLock(lock):
     memory, so the deployment must be one process).
 
     No ``OCCUPY`` setting is needed: the backend is built for the cache alias (see
-    :func:`cache_backend`), so the lease's ``using`` is ``"CacheLock:<cache>"``, and
-    ``occupy.holder`` and the other functions do not know that alias.
+    :func:`cache_backend`), so the lease's ``using`` is ``"CacheLock:<cache>"``, which
+    ``occupy.holder`` and the other functions reach once a ``CacheLock`` has built it.
     """
 
     def __init__(
@@ -143,29 +104,16 @@ class CacheLock(lock):
             timeout=check_timeout(timeout),
             renew=renew,
             reentrant=reentrant,
-            using=f"CacheLock:{cache}",
+            using=_alias(cache),
         )
         self.cache = cache
         self.single_process = bool(single_process)
 
-    def _backend(self) -> BaseBackend:
-        return cache_backend(self.cache, single_process=self.single_process)
-
-    def _arguments(self) -> dict[str, Any]:
-        owner = self.kwargs["owner"]
-        return {
-            "owner": default_owner() if owner is None else owner,
-            "ttl": self.kwargs["ttl"],
-            "timeout": self.kwargs["timeout"],
-            "renew": self.kwargs["renew"],
-            "token": None,
-            "reentrant": self.kwargs["reentrant"],
-        }
-
     def _take(self) -> Lease:
         """Take the key on the cache; raise ``LockTimeout`` (also for ``timeout=0``)."""
+        cache_backend(self.cache, single_process=self.single_process)
         try:
-            return take(self._backend(), check_key(self.key), **self._arguments())
+            return super()._take()
         except LockTimeout:
             raise
         except Occupied as e:
@@ -173,8 +121,9 @@ class CacheLock(lock):
 
     async def _atake(self) -> Lease:
         """Async twin of :meth:`_take`."""
+        cache_backend(self.cache, single_process=self.single_process)
         try:
-            return await atake(self._backend(), check_key(self.key), **self._arguments())
+            return await super()._atake()
         except LockTimeout:
             raise
         except Occupied as e:

@@ -18,6 +18,7 @@ from django.test import override_settings
 
 import occupy
 from occupy import CacheLock, InvalidBackendError, LeaseLost, LockTimeout
+from occupy.backends import get_backend
 from occupy.backends.cache import CacheBackend
 from occupy.cachelock import cache_backend
 from tests.support import multiproc
@@ -221,3 +222,29 @@ def test_processes_exclude_each_other(cache: str, key: str) -> None:
     assert len(spans) == 40
     overlaps = [(a, b) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
     assert not overlaps
+
+
+# --- one registry: get_backend builds and keeps CacheLock's backends ---------------------
+def test_its_backend_is_get_backends_and_reload_forgets_it(cache: str, key: str) -> None:
+    """The backend lives in get_backend's registry under the lease's ``using``: the other
+    functions reach it there, and a settings reload forgets it as it forgets the rest."""
+    with cache_lock(key, cache, owner="alice") as lease:
+        assert get_backend(lease.using) is lease.backend
+        assert occupy.holder(key, using=lease.using).owner == "alice"
+        with override_settings(OCCUPY={}), pytest.raises(InvalidBackendError, match=lease.using):
+            get_backend(lease.using)
+    assert cache_backend(cache, single_process=cache == "locmem") is not lease.backend
+
+
+@override_settings(CACHES={"default": {"BACKEND": LOCMEM}})
+def test_another_configuration_of_its_alias_builds_the_backend_again() -> None:
+    single = cache_backend("default", single_process=True)
+    assert cache_backend("default", single_process=True) is single
+    with pytest.raises(InvalidBackendError, match=r"one process.s memory.*single_process="):
+        cache_backend("default")
+    assert get_backend("CacheLock:default") is single  # the refused one was not kept
+
+
+def test_a_configured_alias_takes_no_other_configuration(live_db: None) -> None:
+    with pytest.raises(InvalidBackendError, match="'default' is configured in OCCUPY"):
+        get_backend("default", config={"BACKEND": "occupy.backends.db.DatabaseBackend"})

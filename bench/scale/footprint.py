@@ -119,14 +119,14 @@ def redis_per_waiter(store: RedisStore, counts: list[int]) -> list[tuple[int, fl
     """Return (waiters, bytes per waiter) for each count, queued behind one held key."""
     import occupy
 
-    protocol = store.protocol
+    link = store.link
     client = store.client
     found = []
     for n in counts:
         key = f"scale:waiters:{n}"
         lease = occupy.acquire(key, ttl=60, timeout=0, using=store.alias)
         try:
-            rkeys = protocol.keys(key)
+            rkeys = link.keys(key)
             occupy.release(occupy.acquire("scale:load", ttl=5, timeout=1, using=store.alias))
             sha = _queue_sha(store)
             pipe = client.pipeline(transaction=False)
@@ -148,7 +148,7 @@ def redis_per_waiter(store: RedisStore, counts: list[int]) -> list[tuple[int, fl
 
 def _queue_sha(store: RedisStore) -> str:
     """Return the SHA of the backend's queueing script, loaded into the server."""
-    script = store.protocol.scripts.queue
+    script = store.link.scripts.queue
     store.client.script_load(script.script.script)
     return str(script.sha)
 

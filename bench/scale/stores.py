@@ -242,18 +242,18 @@ class RedisStore(Store):
         return get_backend(self.alias)
 
     @property
-    def protocol(self) -> Any:
-        """Return the backend's Redis lock protocol (the Redis backend's, or a Redis
-        cache's under the cache backend)."""
-        return self.backend.protocol
+    def link(self) -> Any:
+        """Return the link the backend's Redis lock protocol runs on (the Redis
+        backend's, or a Redis cache's under the cache backend)."""
+        return self.backend.link
 
     @property
     def client(self) -> Any:
-        return self.protocol.client
+        return self.link.client
 
     def prefix(self) -> str:
         """Return what every key of the store starts with."""
-        return str(self.protocol.prefix)
+        return str(self.link.prefix)
 
     def used_memory(self) -> int:
         """Return the server's ``used_memory``."""
@@ -264,11 +264,11 @@ class RedisStore(Store):
 
         # The public API loads the script into the server's cache (EVALSHA, else EVAL).
         occupy.release(occupy.acquire("scale:load", ttl=5, timeout=0, using=self.alias))
-        return str(self.protocol.scripts.acquire.sha)
+        return str(self.link.scripts.acquire.sha)
 
     def _fill(self, count: int, tag: str) -> None:
         before = self.used_memory()
-        sha, keys = self._sha(), self.protocol.keys
+        sha, keys = self._sha(), self.link.keys
         pipe = self.client.pipeline(transaction=False)
         for i in range(count):
             key = f"{tag}:{i}"
@@ -312,7 +312,7 @@ class RedisStore(Store):
 
     def names_of(self, key: str) -> list[str]:
         """Return the Redis names of a held key's claim: its holder and its fence."""
-        rkeys = self.protocol.keys(key)
+        rkeys = self.link.keys(key)
         return [rkeys.lock, rkeys.fence]
 
     def server_pids(self) -> list[int]:

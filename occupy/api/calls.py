@@ -109,7 +109,7 @@ def acquire(
     """
     backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
     with telemetry.span("occupy.acquire", backend, key):
-        return take(
+        return _take_on(
             backend,
             key,
             owner=owner,
@@ -121,7 +121,7 @@ def acquire(
         )
 
 
-def take(
+def _take_on(
     backend: BaseBackend,
     key: str,
     *,
@@ -133,8 +133,7 @@ def take(
     reentrant: bool,
 ) -> Lease:
     """Do the work of :func:`acquire` on ``backend``, with the arguments checked and the
-    settings' defaults filled in: for a lock whose backend is not configured in
-    ``OCCUPY`` (:class:`~occupy.CacheLock` builds its own)."""
+    settings' defaults filled in."""
     if token is not None:
         presented = backend.resume(key, check_token(token), ttl, deeper=False)
         if presented is not None:
@@ -267,7 +266,7 @@ async def aacquire(
     """Async twin of :func:`acquire`; cancelling it while it waits leaves no claim."""
     backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
     with telemetry.span("occupy.acquire", backend, key):
-        return await atake(
+        return await _atake_on(
             backend,
             key,
             owner=owner,
@@ -279,7 +278,7 @@ async def aacquire(
         )
 
 
-async def atake(
+async def _atake_on(
     backend: BaseBackend,
     key: str,
     *,
@@ -290,7 +289,7 @@ async def atake(
     token: str | None,
     reentrant: bool,
 ) -> Lease:
-    """Async twin of :func:`take`."""
+    """Async twin of :func:`_take_on`."""
     if token is not None:
         presented = await backend.aresume(key, check_token(token), ttl, deeper=False)
         if presented is not None:

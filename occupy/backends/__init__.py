@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import import_string
@@ -11,6 +13,8 @@ from occupy.conf import occupy_settings
 from occupy.exceptions import InvalidBackendError
 
 if TYPE_CHECKING:
+    from django.core.checks import CheckMessage
+
     from occupy.backends.base import BaseBackend
 
 __all__ = [
@@ -20,6 +24,8 @@ __all__ = [
     "load_backend_class",
     "reset_backends",
 ]
+
+logger = logging.getLogger("occupy.backends")
 
 _backends: dict[str, BaseBackend] = {}
 _lock = threading.Lock()
@@ -47,13 +53,40 @@ def load_backend_class(path: Any, *, alias: str) -> type[BaseBackend]:
     return cls
 
 
-def get_backend(alias: str = "default") -> BaseBackend:
-    """Return the backend configured under ``alias``, building it on first use."""
+def get_backend(alias: str = "default", *, config: Mapping[str, Any] | None = None) -> BaseBackend:
+    """Return the backend configured under ``alias``, building it on first use.
+
+    With ``config``, ``alias`` is one that ``OCCUPY["BACKENDS"]`` does not name, built
+    from ``config`` instead (``CacheLock``'s backend of a cache). Such a configuration
+    meets no ``manage.py check``, so its checks run when it is built: their errors are
+    raised as ``InvalidBackendError``, their warnings logged. It is kept, and forgotten
+    on settings reload, like the others; asked for with another ``config``, it is built
+    again.
+    """
     backend = _backends.get(alias)
-    if backend is not None:
+    if backend is not None and (config is None or backend.params == config):
         return backend
     if not isinstance(alias, str):
         raise TypeError(f"using must be a backend alias (str), not {type(alias).__name__}.")
+    if config is None:
+        config = _configured(alias)
+    elif alias in occupy_settings.BACKENDS:
+        raise InvalidBackendError(
+            f"{alias!r} is configured in OCCUPY['BACKENDS']: it takes no other configuration."
+        )
+    else:
+        _check(alias, config)
+    cls = load_backend_class(config.get("BACKEND"), alias=alias)
+    with _lock:
+        backend = _backends.get(alias)
+        if backend is None or backend.params != config:
+            backend = cls(alias, config)
+            _backends[alias] = backend
+    return backend
+
+
+def _configured(alias: str) -> Mapping[str, Any]:
+    """Return the configuration of ``alias`` in ``OCCUPY["BACKENDS"]``."""
     configs = occupy_settings.BACKENDS
     if alias not in configs:
         raise InvalidBackendError(
@@ -63,13 +96,23 @@ def get_backend(alias: str = "default") -> BaseBackend:
     config = configs[alias]
     if not isinstance(config, dict):
         raise InvalidBackendError(f"OCCUPY['BACKENDS'][{alias!r}] must be a dict.")
-    cls = load_backend_class(config.get("BACKEND"), alias=alias)
-    with _lock:
-        backend = _backends.get(alias)
-        if backend is None:
-            backend = cls(alias, config)
-            _backends[alias] = backend
-    return backend
+    return config
+
+
+def _check(alias: str, config: Mapping[str, Any]) -> None:
+    """Run the system checks of a configuration given to :func:`get_backend`: raise its
+    errors, log its warnings."""
+    messages = load_backend_class(config.get("BACKEND"), alias=alias).check(alias, config)
+    errors = [m for m in messages if m.is_serious()]
+    if errors:
+        raise InvalidBackendError(" ".join(_sentence(m) for m in errors))
+    for message in messages:
+        logger.warning("%s", _sentence(message))
+
+
+def _sentence(message: CheckMessage) -> str:
+    hint = f" {message.hint}" if message.hint else ""
+    return f"{message.msg}{hint} ({message.id})"
 
 
 def reset_backends() -> None:

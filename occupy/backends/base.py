@@ -16,63 +16,51 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, ClassVar
+from datetime import datetime
+from typing import Any, ClassVar
 
 from asgiref.sync import sync_to_async
-from django.core.checks import CheckMessage, Error, Warning
+from django.core.checks import CheckMessage
 
 from occupy import telemetry
 from occupy.backends.claims import UNKNOWN_OWNER
-from occupy.backends.options import Option, raise_problems, read_options, where
-from occupy.docs import docs_url
+from occupy.backends.configuration import (
+    ConfiguredBackend,
+    store_reason,
+    unknown_claims,
+    unreachable_store,
+)
+from occupy.backends.outcomes import make_holder, occupied, takeover_refused, utc
+from occupy.backends.pacing import Pacing
+from occupy.backends.rows import Claim, OccupationRows
 from occupy.exceptions import (
     LeaseLost,
     LockTimeout,
     Occupied,
     OccupyError,
     StoreUnavailable,
-    TakeoverRefused,
 )
 from occupy.leases import Holder, Lease, new_token
 
-if TYPE_CHECKING:
-    from django.db.models import Model, QuerySet
-
-__all__ = ["STORE_GRACE", "Attempt", "BaseBackend", "Claim", "OccupationRows"]
+__all__ = [
+    "STORE_GRACE",
+    "Attempt",
+    "BaseBackend",
+    "Claim",
+    "OccupationRows",
+    "store_reason",
+]
 
 #: How far a store call may run past the caller's deadline: a ``timeout`` of 0 still
 #: allows a round trip. A grant that comes back later than this is given back.
 STORE_GRACE = 1.0
 
 
-@dataclass(frozen=True)
-class Claim:
-    """One row of ``list_locks``: a live claim on a key, without its token."""
-
-    key: str
-    owner: str
-    state: str
-    since: datetime | None
-    expires_at: datetime
-    fence: int | None
-
-
-def store_reason(error: BaseException) -> str:
-    """Return the first line of what the store's driver said (the cause of an occupy
-    error, else the error itself), without its final full stop."""
-    cause = error.__cause__ if error.__cause__ is not None else error
-    lines = str(cause).strip().splitlines()
-    return (lines[0] if lines else type(cause).__name__).rstrip(".")
-
-
-class Attempt:
+class Attempt(Pacing):
     """One caller's try to take ``key``; built by :meth:`BaseBackend.attempt`.
 
     Backends override :meth:`try_acquire` and :meth:`cancel`, and where they can do
@@ -81,15 +69,6 @@ class Attempt:
     (an async caller cancelled while its worker thread is mid-statement).
     """
 
-    #: First and largest pause between two tries while waiting (at the head of a queue,
-    #: or where there is none), in seconds.
-    first_delay = 0.002
-    max_delay = 0.05
-    #: How many claims were queued ahead of this attempt's at its last look, where a
-    #: polling backend knows (else ``None``; see :meth:`note_place`).
-    ahead: int | None = None
-    #: The longest pause of a waiter that knows its place in the queue, in seconds.
-    longest_queued_pause = 1.0
     #: Set by ``aacquire``: the attempt's calls run on pool threads between awaits, so a
     #: backend must not park per-connection state (a LISTEN) it cannot see again.
     asynchronous = False
@@ -106,9 +85,6 @@ class Attempt:
         self.ttl = ttl
         self.token = new_token()
         self.mutex = threading.Lock()
-        self._tries = 0
-        #: When this attempt first saw its place, and the place then.
-        self._first_place: tuple[float, int] | None = None
 
     def time_left(self) -> float | None:
         """Return how long the next store call may take: the time left before the
@@ -145,46 +121,6 @@ class Attempt:
         and knows no seconds left: a backend overrides it to give them."""
         return self.backend.holder(self.key), None
 
-    def note_place(self, ahead: int | None) -> None:
-        """Record how many claims are queued ahead of this attempt's (``None``: not known,
-        as when it has just queued again), for a backend whose waiters poll.
-
-        The first three in line poll at the pace of a lone waiter: the next in line
-        must be ready the moment the head is served, and it learns that it has moved
-        up only when it looks. A waiter further back (``k > 2`` ahead) pauses for half
-        the time the ``k - 2`` claims ahead of the third should take to be served,
-        at the pace the queue has moved since it first looked (one ``max_delay`` per
-        claim until it has moved; never faster than ``max_delay``), up to
-        :attr:`longest_queued_pause`. So it looks
-        about ``log2 k`` times while ``k`` are served before it, and a queue of ``n``
-        makes about ``ln n`` polls per release, not ``n``.
-        """
-        now = time.monotonic()
-        first = self._first_place
-        if ahead is None or first is None or ahead > first[1]:
-            self._first_place = None if ahead is None else (now, ahead)
-        self.ahead = ahead
-
-    def _turn(self) -> float:
-        """Return the seconds one claim ahead has taken to be served, as far as seen: at
-        least ``max_delay``, and while the queue has not moved, all the time since the
-        first look (a queue stuck behind a long hold is looked at ever less often)."""
-        first, ahead = self._first_place, self.ahead
-        if first is None or ahead is None:
-            return self.max_delay
-        moved = max(first[1] - ahead, 1)
-        return max((time.monotonic() - first[0]) / moved, self.max_delay)
-
-    def next_delay(self) -> float:
-        """Return the next pause: capped exponential backoff with jitter, or while
-        others are queued ahead, one paced by the queue (see :meth:`note_place`)."""
-        if self.ahead is not None and self.ahead > 2:
-            queued = min((self.ahead - 2) * self._turn() / 2, self.longest_queued_pause)
-            return max(queued, self.max_delay) * random.uniform(0.75, 1.0)
-        delay: float = min(self.max_delay, self.first_delay * (2 ** min(self._tries, 16)))
-        self._tries += 1
-        return delay * random.uniform(0.5, 1.0)
-
     def wait(self, seconds: float) -> None:
         """Block until the key may be free or ``seconds`` pass (default: sleep)."""
         time.sleep(seconds)
@@ -194,9 +130,9 @@ class Attempt:
         await asyncio.sleep(seconds)
 
     # --- serialized entry points used by BaseBackend ------------------------------
-    def _locked(self, method: str) -> Any:
+    def _locked(self, method: Callable[[], Any]) -> Any:
         with self.mutex:
-            result = getattr(self, method)()
+            result = method()
             if isinstance(result, Lease):
                 self.unheard = result
             return result
@@ -217,35 +153,7 @@ class Attempt:
             self.backend.release(lease)
 
 
-class OccupationRows:
-    """What the model side reads of a backend that keeps its claims as ``Occupation``
-    rows (``occupied()``, ``free()``, ``claim()``, the admin's status column).
-
-    A backend offers it through :meth:`BaseBackend.occupation_rows`; one that keeps its
-    claims elsewhere returns ``None`` there, and those features say so.
-    """
-
-    #: The database alias that holds the ``occupy_occupation`` table.
-    database: str
-
-    def live(self, model: type[Model]) -> QuerySet[Any]:
-        """Return the live granted claims on rows of ``model`` (the model the lock keys
-        name), as ``Occupation`` rows."""
-        raise NotImplementedError("subclasses of OccupationRows must provide a live() method")
-
-    def object_id_text(self) -> Any:
-        """Return an expression of a claim's ``object_id`` as text that equals
-        ``Cast(pk, TextField())`` of its row, in the claims' database."""
-        raise NotImplementedError(
-            "subclasses of OccupationRows must provide an object_id_text() method"
-        )
-
-    def lease(self, claim: Mapping[str, Any], ttl: float) -> Lease:
-        """Return the lease a live claim (a ``values()`` row of :meth:`live`) stands for."""
-        raise NotImplementedError("subclasses of OccupationRows must provide a lease() method")
-
-
-class BaseBackend:
+class BaseBackend(ConfiguredBackend):
     """Base class of the lock stores: the whole of what occupy asks of one.
 
     A backend is configured as ``OCCUPY["BACKENDS"][alias]``: ``BACKEND`` (this class's
@@ -255,10 +163,6 @@ class BaseBackend:
     :meth:`occupation_rows`) and written in the contract block.
     """
 
-    #: The ``OPTIONS`` keys this backend takes; any other key is refused (a typo).
-    options_schema: ClassVar[Mapping[str, Option]] = {}
-    #: Whether the configuration must give a ``LOCATION`` (a directory, a URL).
-    requires_location: ClassVar[bool] = False
     #: The errors by which the store's client says it cannot be reached or used
     #: (see :meth:`reaching`).
     store_errors: tuple[type[BaseException], ...] = ()
@@ -266,48 +170,6 @@ class BaseBackend:
     #: ``sweep_locks`` has nothing to do; a backend whose expired claims stay until
     #: swept sets it to False and writes :meth:`sweep`.
     expires_by_itself: ClassVar[bool] = True
-
-    def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
-        options, problems = read_options(alias, params, self.options_schema)
-        raise_problems(problems + self.config_problems(alias, params, options))
-        self.alias = alias
-        self.params = params
-        self.options: dict[str, Any] = options
-        self.location = params.get("LOCATION")
-
-    @classmethod
-    def config_problems(
-        cls, alias: str, params: Mapping[str, Any], options: Mapping[str, Any]
-    ) -> list[str]:
-        """Return what is wrong with the configuration beyond each option's own type and
-        range: ``LOCATION``, options that must agree with each other. ``options`` holds
-        every option, defaults filled in. The default checks only that a backend which
-        :attr:`requires_location` has one."""
-        if cls.requires_location and not params.get("LOCATION"):
-            return [f"{where(alias)} ({cls.__name__}) has no LOCATION."]
-        return []
-
-    @classmethod
-    def check(cls, alias: str, params: Mapping[str, Any]) -> list[CheckMessage]:
-        """Return the system check messages for this backend's configuration.
-
-        ``manage.py check`` calls it for every alias. The default reports what building
-        the backend would refuse (``occupy.E006``); a backend adds what it can only
-        check against the rest of the settings (a database or cache that is not
-        configured, a cache that cannot lock) with ``super().check(...) + [...]``.
-        """
-        options, problems = read_options(alias, params, cls.options_schema)
-        problems += cls.config_problems(alias, params, options)
-        return [
-            Error(
-                problem,
-                obj=where(alias),
-                id="occupy.E006",
-                hint=f"{cls.__name__}'s options are listed in its options_schema "
-                f"and, for occupy's backends, at {docs_url('backends/')}.",
-            )
-            for problem in problems
-        ]
 
     def check_store(self, databases: Collection[str]) -> list[CheckMessage]:
         """Return the check messages that need to read the store (``manage.py check
@@ -319,31 +181,11 @@ class BaseBackend:
             return []
         except Exception as e:  # a store that cannot be read is no reason to stop a check
             return [self.unreachable_store(e)]
-        if not found:
-            return []
-        shown = ", ".join(repr(name) for name in found[:3])
-        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
-        return [
-            Warning(
-                f"occupy backend {self.alias!r} has {len(found)} claim(s) occupy did not write: "
-                f"{shown}{more}. Each is held by an unknown holder until it expires.",
-                hint="Give occupy a store of its own (a Redis PREFIX, a LOCATION); "
-                "sweep_locks removes expired claim files, and Redis drops values when they "
-                "expire (delete those without an expiry by hand).",
-                obj=where(self.alias),
-                id="occupy.W004",
-            )
-        ]
+        return [unknown_claims(self.alias, found)] if found else []
 
     def unreachable_store(self, error: BaseException) -> CheckMessage:
         """Return ``occupy.W007``: the store could not be read (``check --database``)."""
-        return Warning(
-            f"occupy backend {self.alias!r} could not read {self.describe_store()}: "
-            f"{store_reason(error)}.",
-            hint=f"{self.store_fix()[0].upper()}{self.store_fix()[1:]}.",
-            obj=where(self.alias),
-            id="occupy.W007",
-        )
+        return unreachable_store(self.alias, self.describe_store(), self.store_fix(), error)
 
     def make_lease(
         self,
@@ -362,43 +204,15 @@ class BaseBackend:
             owner=owner,
             token=token,
             fence=int(fence),
-            expires_at=_utc(expires_at),
+            expires_at=utc(expires_at),
             ttl=ttl,
             using=self.alias,
             depth=depth,
             backend=self,
         )
 
-    @staticmethod
-    def make_holder(
-        owner: str, expires_at: datetime, fence: int, since: datetime | None = None
-    ) -> Holder:
-        """Return the :class:`~occupy.leases.Holder` for a claim read from the store."""
-        return Holder(
-            owner=owner,
-            expires_at=_utc(expires_at),
-            fence=int(fence),
-            since=None if since is None else _utc(since),
-        )
-
-    @staticmethod
-    def takeover_refused(
-        key: str, if_fence: int, holder: Holder | None, remaining: float | None
-    ) -> TakeoverRefused:
-        """Return the error for a conditional takeover of ``key`` that found another
-        holder than the grant with fence ``if_fence``: ``holder`` (``None`` when the key
-        is free), with ``remaining`` seconds left by the store's clock."""
-        now = "free" if holder is None else f"held by {holder.owner!r} (fence {holder.fence})"
-        return TakeoverRefused(
-            f"{key!r} was not taken over: its holder changed since it was read (the grant "
-            f"with fence {if_fence} no longer holds it; it is now {now}).",
-            key=key,
-            holder=holder,
-            if_fence=if_fence,
-            retry_after=(
-                None if holder is None or remaining is None else max(1, math.ceil(remaining))
-            ),
-        )
+    make_holder = staticmethod(make_holder)
+    takeover_refused = staticmethod(takeover_refused)
 
     def occupation_rows(self) -> OccupationRows | None:
         """Return how the model side reads this backend's claims as ``Occupation`` rows,
@@ -486,12 +300,6 @@ class BaseBackend:
         """Yield the live claims, for ``list_locks``."""
         raise NotImplementedError("subclasses of BaseBackend must provide a claims() method")
 
-    def drop_claim(self, key: str) -> None:
-        """Delete the granted claim on ``key`` behind its holder's back, as an operator
-        or a bug would: a test hook, so that the contract suite can check that a holder
-        finds out (``ensure_held``, the watchdog, ``release``)."""
-        raise NotImplementedError("subclasses of BaseBackend must provide a drop_claim() method")
-
     # --- what a backend may override ---------------------------------------------------
     def sweep(
         self,
@@ -562,12 +370,12 @@ class BaseBackend:
         granted = False
         run = _in_thread(attempt)
         try:
-            lease = await run("try_acquire")
+            lease = await run(attempt.try_acquire)
             if lease is None and timeout != 0:
-                lease = await run("enqueue")
+                lease = await run(attempt.enqueue)
                 while lease is None and (remaining := _left(deadline)) > 0:
                     await attempt.await_wake(_pause(attempt, remaining))
-                    lease = await run("try_acquire")
+                    lease = await run(attempt.try_acquire)
             if lease is None:
                 raise await sync_to_async(self._occupied, thread_sensitive=False)(
                     attempt, waited=timeout
@@ -580,7 +388,7 @@ class BaseBackend:
             if not granted:
                 # Shielded: a cancelled caller must still remove its claim; the mutex
                 # makes this wait for a try that is still running in its thread.
-                await asyncio.shield(run("abandon"))
+                await asyncio.shield(run(attempt.abandon))
 
     def _in_time(
         self, lease: Lease, deadline: float | None, timeout: float | None, *, give_back: bool = True
@@ -602,22 +410,7 @@ class BaseBackend:
 
     def _occupied(self, attempt: Attempt, *, waited: float | None) -> Occupied:
         holder, remaining = attempt.current_holder()
-        retry_after = None if remaining is None else max(1, math.ceil(remaining))
-        who = f" by {holder.owner!r}" if holder else ""
-        if waited:
-            return LockTimeout(
-                f"{attempt.key!r} is still held{who} after waiting {waited:g} s; "
-                "someone else is working on it, try again later.",
-                key=attempt.key,
-                holder=holder,
-                retry_after=retry_after,
-            )
-        return Occupied(
-            f"{attempt.key!r} is held{who}; someone else is working on it, try again later.",
-            key=attempt.key,
-            holder=holder,
-            retry_after=retry_after,
-        )
+        return occupied(attempt.key, holder, remaining, waited=waited)
 
     async def arelease(self, lease: Lease) -> None:
         """Async twin of :meth:`release`."""
@@ -652,13 +445,6 @@ class BaseBackend:
         return await sync_to_async(self.is_held, thread_sensitive=False)(lease)
 
 
-def _utc(moment: datetime) -> datetime:
-    """Return ``moment`` as an aware UTC ``datetime`` (a naive one is taken as UTC)."""
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc)
-
-
 def _left(deadline: float | None) -> float:
     """Return the seconds left before ``deadline`` (always infinity when ``None``)."""
     return math.inf if deadline is None else deadline - time.monotonic()
@@ -668,8 +454,11 @@ def _pause(attempt: Attempt, remaining: float) -> float:
     return min(attempt.next_delay(), remaining)
 
 
-def _in_thread(attempt: Attempt) -> Any:
-    def call(method: str) -> Any:
+def _in_thread(attempt: Attempt) -> Callable[[Callable[[], Any]], Any]:
+    """Return how ``aacquire`` runs one of ``attempt``'s methods (a bound method): in a
+    worker thread, serialized with the attempt's other calls."""
+
+    def call(method: Callable[[], Any]) -> Any:
         return sync_to_async(attempt._locked, thread_sensitive=False)(method)
 
     return call

@@ -132,8 +132,8 @@ def test_a_waiter_behind_others_paces_its_looks_by_the_queue(monkeypatch) -> Non
     queue has moved since the attempt first looked; a lone waiter's pace among the
     first three."""
     clock = [100.0]
-    monkeypatch.setattr("occupy.backends.base.time.monotonic", lambda: clock[0])
-    monkeypatch.setattr("occupy.backends.base.random.uniform", lambda low, high: high)
+    monkeypatch.setattr("occupy.backends.pacing.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("occupy.backends.pacing.random.uniform", lambda low, high: high)
     attempt = _Attempt(_Backend("stub", {}), "k", "me", 30)
     attempt.max_delay = 0.02
     attempt.note_place(11)

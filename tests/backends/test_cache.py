@@ -14,7 +14,7 @@ from django.test import override_settings
 
 import occupy
 from occupy.backends import get_backend
-from occupy.backends.cache import AddProtocol, CacheBackend, CacheStore
+from occupy.backends.cache import AddCacheBackend, CacheBackend, CacheStore
 from occupy.backends.cache.store import names
 from occupy.backends.claims import UNKNOWN_OWNER
 from occupy.checks import check_backends
@@ -51,16 +51,17 @@ REDIS_CACHES = backend_params(["cache", "cache-django"])
 def test_redis_caches_run_the_redis_backends_protocol(using: str, live_db: None) -> None:
     """One Redis lock protocol: the cache backend runs the very scripts the Redis
     backend runs (same text, so same SHA), on the cache's own client."""
-    from occupy.backends.redis.protocol import RedisAttempt, RedisProtocol
+    from occupy.backends.cache.redis_cache import RedisCacheBackend
+    from occupy.backends.redis.attempt import RedisAttempt
 
     backend, redis_backend = get_backend(using), get_backend("redis")
-    assert isinstance(backend.protocol, RedisProtocol)
+    assert isinstance(backend, RedisCacheBackend) and isinstance(backend, CacheBackend)
     assert isinstance(backend.attempt("book:1", "alice", 30), RedisAttempt)
-    ours, theirs = backend.protocol.scripts, redis_backend.protocol.scripts
+    ours, theirs = backend.link.scripts, redis_backend.link.scripts
     assert ours._fields == theirs._fields
     assert [s.text for s in ours] == [s.text for s in theirs]
     assert [s.sha for s in ours] == [s.sha for s in theirs]
-    assert backend.protocol.client is not redis_backend.protocol.client
+    assert backend.link.client is not redis_backend.link.client
     assert backend.sweep() == 0
 
 
@@ -70,11 +71,11 @@ def test_redis_cache_keys_go_through_the_caches_make_key(using: str, live_db: No
     backend = get_backend(using)
     cache = caches[backend.cache_alias]
     lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
-    keys = backend.protocol.keys("book:1")
+    keys = backend.link.keys("book:1")
     assert keys.lock == cache.make_key(names("book:1").entry)
     assert keys.fence == cache.make_key(names("book:1").fence)
     assert keys.lock.startswith(cache.make_key("occupy:"))
-    client = backend.protocol.client
+    client = backend.link.client
     assert client.exists(keys.lock, keys.fence) == 2
     occupy.release(lease)
     assert client.exists(keys.lock) == 0
@@ -86,7 +87,7 @@ def test_a_redis_cache_entry_the_scripts_did_not_write_is_held(using: str, live_
     rolling deploy) or a pickled entry under a lock's name is held by an unknown holder
     until it expires, never free."""
     backend = get_backend(using)
-    client, name = backend.protocol.client, backend.protocol.keys("book:1").lock
+    client, name = backend.link.client, backend.link.keys("book:1").lock
     client.hset(name, mapping={"token": "0" * 32, "owner": "old", "fence": 7, "depth": 1})
     client.pexpire(name, 60_000)
     with pytest.raises(occupy.Occupied) as info:
@@ -100,9 +101,17 @@ def test_a_redis_cache_entry_the_scripts_did_not_write_is_held(using: str, live_
 
 
 def test_other_caches_take_the_add_path(live_db: None) -> None:
-    protocol = get_backend("cache-locmem").protocol
-    assert isinstance(protocol, AddProtocol)
-    assert isinstance(protocol.store, CacheStore) and not protocol.store.atomic
+    backend = get_backend("cache-locmem")
+    assert isinstance(backend, AddCacheBackend) and isinstance(backend, CacheBackend)
+    assert isinstance(backend.store, CacheStore) and not backend.store.atomic
+
+
+@pytest.mark.parametrize("using", [*REDIS_CACHES, "cache-locmem"])
+def test_telemetry_calls_either_class_a_cache(using: str, live_db: None) -> None:
+    """Whichever class building ``CacheBackend`` picked, its store is a ``cache``."""
+    from occupy import telemetry
+
+    assert telemetry.store_kind(get_backend(using)) == "cache"
 
 
 @pytest.mark.parametrize("using", backend_params(["cache", "cache-django"]))

@@ -17,6 +17,7 @@ import pytest
 import occupy
 from occupy.backends import get_backend
 from tests.support.aliases import DATABASE_BACKENDS, backend_params
+from tests.support.claims import drop_claim
 
 
 @pytest.fixture(params=backend_params(DATABASE_BACKENDS))
@@ -56,7 +57,7 @@ def test_extend_is_one_statement_where_update_returning_exists(alias: str) -> No
 
 def test_extend_of_a_lost_lease_raises_lease_lost(alias: str) -> None:
     lease = occupy.acquire("trips:2", owner="alice", ttl=10, timeout=0, using=alias)
-    get_backend(alias).drop_claim("trips:2")
+    drop_claim(get_backend(alias), "trips:2")
     with statements_sent(alias) as sent, pytest.raises(occupy.LeaseLost):
         lease.extend(60)
     assert len(sent) == 1, sent  # nothing was extended: nothing to read back

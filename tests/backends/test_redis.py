@@ -51,10 +51,9 @@ def redis_backend(live_db: None):
 
 def _names(backend, pattern: str = "*") -> list[str]:
     """Return the backend's Redis keys that exist now, sorted."""
-    protocol = backend.protocol
+    link = backend.link
     return sorted(
-        name.decode()
-        for name in protocol.client.scan_iter(match=f"{protocol.prefix}{pattern}", count=1000)
+        name.decode() for name in link.client.scan_iter(match=f"{link.prefix}{pattern}", count=1000)
     )
 
 
@@ -75,10 +74,10 @@ def _brisk(**options):
 def test_every_redis_key_of_a_lock_is_in_one_slot(backend, key: str) -> None:
     from redis.crc import key_slot
 
-    names = [*backend.protocol.keys(key), backend.protocol.keys(key).wake + "0" * 32]
+    names = [*backend.link.keys(key), backend.link.keys(key).wake + "0" * 32]
     slots = {key_slot(name.encode()) for name in names}
     assert len(slots) == 1, (key, names)
-    assert backend.protocol.keys(key) != backend.protocol.keys(key + " ")
+    assert backend.link.keys(key) != backend.link.keys(key + " ")
 
 
 @pytest.mark.parametrize(
@@ -118,8 +117,8 @@ def test_a_ttl_that_is_not_positive_is_refused_in_python_and_in_lua(backend) -> 
     lease = occupy.acquire("book:1", ttl=30, using=backend.alias)
     with pytest.raises(ValueError, match="ttl"):
         backend.extend(lease, 0)
-    scripts, keys = backend.protocol.scripts, backend.protocol.keys("book:2")
-    held = backend.protocol.keys("book:1").lock
+    scripts, keys = backend.link.scripts, backend.link.keys("book:2")
+    held = backend.link.keys("book:1").lock
     # Lua's tonumber() reads all of these; none is a whole number of milliseconds.
     for ttl_ms in ("0", "-5", "soon", "nan", "inf", "-inf", "0.5", "1e300"):
         with pytest.raises(ResponseError, match="ttl must be positive"):
@@ -130,7 +129,7 @@ def test_a_ttl_that_is_not_positive_is_refused_in_python_and_in_lua(backend) -> 
             scripts.extend(held, lease.token, ttl_ms)
         with pytest.raises(ResponseError, match="ttl must be positive"):  # re-entry
             scripts.resume(held, lease.token, ttl_ms, 1)
-    assert backend.protocol.client.exists(*keys) == 0  # nothing was written for the refused ttl
+    assert backend.link.client.exists(*keys) == 0  # nothing was written for the refused ttl
     assert occupy.holder("book:1", using=backend.alias).expires_at == lease.expires_at
     occupy.release(lease)
     assert occupy.holder("book:1", using=backend.alias) is None  # no level was added
@@ -152,10 +151,10 @@ def test_reentry_with_a_longer_ttl_moves_the_expiry_in_redis_too(backend) -> Non
     outer = occupy.acquire("book:1", owner="alice", ttl=5, using=backend.alias)
     inner = occupy.acquire("book:1", owner="alice", ttl=60, using=backend.alias)
     assert inner.expires_at > outer.expires_at
-    assert backend.protocol.client.pttl(backend.protocol.keys("book:1").lock) > 50_000
+    assert backend.link.client.pttl(backend.link.keys("book:1").lock) > 50_000
     assert occupy.holder("book:1", using=backend.alias).expires_at == inner.expires_at
     occupy.release(inner)  # one level undone: the expiry stays where re-entry put it
-    assert backend.protocol.client.pttl(backend.protocol.keys("book:1").lock) > 50_000
+    assert backend.link.client.pttl(backend.link.keys("book:1").lock) > 50_000
     occupy.release(outer)
     assert occupy.holder("book:1", using=backend.alias) is None
 
@@ -228,7 +227,7 @@ def test_waiting_leaves_nothing_behind_but_the_fence(backend) -> None:
         occupy.release(leases.pop())
     for thread in waiters:
         thread.join(10)
-    assert _names(backend) == [backend.protocol.keys("book:1").fence]
+    assert _names(backend) == [backend.link.keys("book:1").fence]
     assert backend.sweep() == 0
 
 
@@ -243,15 +242,15 @@ def test_cancelling_an_async_waiter_leaves_no_trace(
             occupy.aacquire("book:1", owner="bob", timeout=30, using=backend.alias)
         )
         await waiting.await_for(1)
-        assert backend.protocol.client.zcard(backend.protocol.keys("book:1").queue) == 1
+        assert backend.link.client.zcard(backend.link.keys("book:1").queue) == 1
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
-        assert backend.protocol.client.exists(backend.protocol.keys("book:1").queue) == 0
+        assert backend.link.client.exists(backend.link.keys("book:1").queue) == 0
         await occupy.arelease(lease)
 
     asyncio.run(main())
-    assert _names(backend) == [backend.protocol.keys("book:1").fence]
+    assert _names(backend) == [backend.link.keys("book:1").fence]
 
 
 def test_a_waiter_that_gives_up_after_being_handed_the_key_passes_it_on(backend) -> None:
@@ -264,7 +263,7 @@ def test_a_waiter_that_gives_up_after_being_handed_the_key_passes_it_on(backend)
     assert occupy.holder("book:1", using=backend.alias).owner == "bob"
     bob.cancel()
     assert occupy.holder("book:1", using=backend.alias) is None
-    assert _names(backend) == [backend.protocol.keys("book:1").fence]
+    assert _names(backend) == [backend.link.keys("book:1").fence]
 
 
 def test_a_key_handed_over_and_then_reentered_survives_the_waiter_giving_up(backend) -> None:
@@ -340,7 +339,7 @@ def test_fences_rise_when_the_counter_was_set_back(backend) -> None:
     counter back; the next fence is still above every fence handed out before."""
     first = occupy.acquire("book:1", using=backend.alias)
     occupy.release(first)
-    backend.protocol.client.set(backend.protocol.keys("book:1").fence, 5)
+    backend.link.client.set(backend.link.keys("book:1").fence, 5)
     again = occupy.acquire("book:1", using=backend.alias)
     assert again.fence > first.fence
     occupy.release(again)
@@ -349,7 +348,7 @@ def test_fences_rise_when_the_counter_was_set_back(backend) -> None:
 def test_fences_never_fall_below_the_counter_when_the_clock_is_behind(backend) -> None:
     """A counter ahead of the server's clock (a clock stepped back) still rises by one."""
     ahead = (int(time.time()) + 3600) * 1_000_000
-    backend.protocol.client.set(backend.protocol.keys("book:1").fence, ahead)
+    backend.link.client.set(backend.link.keys("book:1").fence, ahead)
     lease = occupy.acquire("book:1", using=backend.alias)
     assert lease.fence == ahead + 1
     occupy.release(lease)
@@ -364,7 +363,7 @@ def test_fences_never_fall_below_the_counter_when_the_clock_is_behind(backend) -
 def test_fences_are_exact_integers_up_to_2_63(backend, start: int) -> None:
     """Before, the scripts counted in Lua doubles: a counter at 2^62 gave three grants
     the same fence, one past 2^63 a negative one."""
-    backend.protocol.client.set(backend.protocol.keys("book:1").fence, start)
+    backend.link.client.set(backend.link.keys("book:1").fence, start)
     fences = []
     for n in range(3):
         lease = occupy.acquire("book:1", owner=f"w{n}", using=backend.alias)
@@ -378,7 +377,7 @@ def test_fences_are_exact_integers_up_to_2_63(backend, start: int) -> None:
 
 
 def test_a_waiter_handed_the_key_gets_an_exact_fence(backend) -> None:
-    backend.protocol.client.set(backend.protocol.keys("book:1").fence, 2**62)
+    backend.link.client.set(backend.link.keys("book:1").fence, 2**62)
     first = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
     timer = threading.Timer(0.2, occupy.release, args=[first])
     timer.start()
@@ -405,8 +404,8 @@ def test_a_fence_counter_occupy_did_not_write_is_refused_by_name(
 ) -> None:
     """Before: "attempt to compare nil with number" from the script on every acquire,
     WRONGTYPE on every call (takeover included), or a negative fence."""
-    name = backend.protocol.keys("book:1").fence
-    plant(backend.protocol.client, name)
+    name = backend.link.keys("book:1").fence
+    plant(backend.link.client, name)
     for timeout in (0, 0.2):  # the first try, and the queueing script
         with pytest.raises(occupy.StoreUnavailable) as info:
             occupy.acquire("book:1", owner="alice", ttl=30, timeout=timeout, using=backend.alias)
@@ -417,7 +416,7 @@ def test_a_fence_counter_occupy_did_not_write_is_refused_by_name(
     if not repairable:
         with pytest.raises(occupy.StoreUnavailable, match="delete it by hand"):
             occupy.takeover("book:1", owner="bob", ttl=30, using=backend.alias)
-        backend.protocol.client.delete(name)
+        backend.link.client.delete(name)
     else:
         lease = occupy.takeover("book:1", owner="bob", ttl=30, using=backend.alias)
         assert lease.fence > 0
@@ -440,7 +439,7 @@ def test_a_release_does_not_hand_over_while_the_counter_is_refused(backend) -> N
     thread = threading.Thread(target=wait)
     thread.start()
     wait_for_waiters(backend, "book:1", 1)
-    backend.protocol.client.set(backend.protocol.keys("book:1").fence, "banana")
+    backend.link.client.set(backend.link.keys("book:1").fence, "banana")
     occupy.release(holder)  # the release itself succeeds
     thread.join(10)
     assert len(errors) == 1 and isinstance(errors[0], occupy.StoreUnavailable)
@@ -462,8 +461,8 @@ FOREIGN = {
 def test_a_foreign_value_is_held_by_an_unknown_holder(backend, plant) -> None:
     from occupy.backends.claims import UNKNOWN_OWNER
 
-    name = backend.protocol.keys("book:1").lock
-    plant(backend.protocol.client, name)
+    name = backend.link.keys("book:1").lock
+    plant(backend.link.client, name)
     holder = occupy.holder("book:1", using=backend.alias)
     assert holder.owner == UNKNOWN_OWNER and holder.fence == 0
     assert 55 < (holder.expires_at - datetime.now(timezone.utc)).total_seconds() <= 60
@@ -492,19 +491,19 @@ def test_a_foreign_value_is_held_by_an_unknown_holder(backend, plant) -> None:
     out = StringIO()
     call_command("list_locks", using=[backend.alias], stdout=out)
     assert UNKNOWN_OWNER in out.getvalue() and name in out.getvalue()
-    backend.protocol.client.delete(name)
+    backend.link.client.delete(name)
     occupy.release(occupy.acquire("book:1", timeout=0, using=backend.alias))
 
 
 def test_a_foreign_value_without_expiry_is_held_for_ever(backend) -> None:
-    backend.protocol.client.set(backend.protocol.keys("book:1").lock, "not ours")
+    backend.link.client.set(backend.link.keys("book:1").lock, "not ours")
     assert occupy.holder("book:1", using=backend.alias).expires_at.year == 9999
     with pytest.raises(occupy.Occupied):
         occupy.acquire("book:1", timeout=0, using=backend.alias)
 
 
 def test_a_foreign_value_frees_the_key_when_redis_expires_it(backend) -> None:
-    backend.protocol.client.set(backend.protocol.keys("book:1").lock, "not ours", px=300)
+    backend.link.client.set(backend.link.keys("book:1").lock, "not ours", px=300)
     started = time.monotonic()
     lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=5, using=backend.alias)
     assert 0.2 < time.monotonic() - started < 2

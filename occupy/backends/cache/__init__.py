@@ -1,7 +1,8 @@
 """The cache backend: locks on a Django cache, by occupy's Redis lock protocol on a
-Redis cache and by ``add`` elsewhere (see :mod:`.backend`; the ``add`` path is
-:mod:`.store`)."""
+Redis cache (:mod:`.redis_cache`) and by ``add`` elsewhere (:mod:`.add`, on
+:mod:`.store`); building :class:`CacheBackend` picks one (see :mod:`.backend`)."""
 
+from occupy.backends.cache.add import AddCacheBackend
 from occupy.backends.cache.backend import (
     ATOMIC,
     NO_STORE,
@@ -11,7 +12,7 @@ from occupy.backends.cache.backend import (
     CacheBackend,
     cache_safety,
 )
-from occupy.backends.cache.store import AddProtocol, CacheStore
+from occupy.backends.cache.store import CacheStore
 
 __all__ = [
     "ATOMIC",
@@ -19,7 +20,7 @@ __all__ = [
     "ONE_PROCESS",
     "RACY_ADD",
     "REDIS",
-    "AddProtocol",
+    "AddCacheBackend",
     "CacheBackend",
     "CacheStore",
     "cache_safety",

@@ -6,8 +6,9 @@ for its key, and a depth (the context holding it re-enters by its token, see
 them depends on what it can do:
 
 - **A Redis cache** (django-redis with one primary, or Django's own ``RedisCache``):
-  every operation is occupy's one Redis lock protocol,
-  :class:`~occupy.backends.redis.protocol.RedisProtocol`, the very scripts
+  every operation is occupy's one Redis lock protocol
+  (:class:`~occupy.backends.cache.redis_cache.RedisCacheBackend` is a
+  :class:`~occupy.backends.redis.protocol.RedisLockBackend`), the very scripts
   :class:`~occupy.backends.redis.RedisBackend` runs, on the cache's raw client. So it
   has the Redis backend's guarantees: one script per step, release and extend
   comparing the token on the server; fences floored by the server's ``TIME``;
@@ -22,7 +23,11 @@ them depends on what it can do:
   Django's cache API has ``add`` but no compare-and-set, so release and extend read,
   compare, then write, within a *safety margin*; fences and expiry follow this host's
   clock; waiters poll, and whoever polls first after a release wins; claims cannot be
-  listed. :mod:`occupy.backends.cache.store` states what remains of the race.
+  listed (:class:`~occupy.backends.cache.add.AddCacheBackend`).
+  :mod:`occupy.backends.cache.store` states what remains of the race.
+
+Building a ``CacheBackend`` picks one of those two classes for the cache it is given,
+as Django picks a cache class: each is a ``CacheBackend``.
 
 A cache that cannot lock across processes is refused: ``DummyCache`` (stores nothing)
 always, ``LocMemCache`` (one process's memory) unless ``OPTIONS["SINGLE_PROCESS"]`` says
@@ -38,21 +43,27 @@ OPTIONS: ``CACHE`` (the cache alias, default ``"default"``), ``SINGLE_PROCESS`` 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.cache import InvalidCacheBackendError, caches
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
-from occupy.backends.cache.store import PREFIX, AddProtocol, CacheStore, FenceUnavailable
-from occupy.backends.delegating import DelegatingBackend
+from occupy.backends.base import BaseBackend
+from occupy.backends.cache.store import FenceUnavailable
 from occupy.backends.options import Option, cache_store, missing_cache, where
 from occupy.exceptions import InvalidBackendError
 
-if TYPE_CHECKING:
-    from occupy.backends.redis.protocol import RedisProtocol
-
-__all__ = ["ATOMIC", "NO_STORE", "ONE_PROCESS", "RACY_ADD", "REDIS", "CacheBackend", "cache_safety"]
+__all__ = [
+    "ATOMIC",
+    "NO_STORE",
+    "ONE_PROCESS",
+    "RACY_ADD",
+    "REDIS",
+    "CacheBackend",
+    "cache_safety",
+    "redis_client",
+]
 
 #: What a cache class can do for a lock (see :func:`cache_safety`).
 REDIS = "redis"  # the Redis lock protocol on the cache's raw client
@@ -105,7 +116,14 @@ def cache_safety(cache_class: type | str) -> str:
     return ATOMIC
 
 
-def _redis_client(cache: Any) -> Any | None:
+#: The class that locks on each kind of cache, by dotted path (imported when picked,
+#: as Django imports a cache's ``BACKEND``): the Redis lock protocol on a cache with a
+#: raw Redis client, ``add`` on any other.
+ON_REDIS = "occupy.backends.cache.redis_cache.RedisCacheBackend"
+ON_ADD = "occupy.backends.cache.add.AddCacheBackend"
+
+
+def redis_client(cache: Any) -> Any | None:
     """Return the raw redis-py client of a Redis cache, or ``None`` for other caches."""
     try:
         from django_redis.cache import RedisCache as DjangoRedisCache
@@ -125,33 +143,17 @@ def _redis_client(cache: Any) -> Any | None:
     return None
 
 
-def _redis_protocol(backend: CacheBackend, cache: Any) -> RedisProtocol | None:
-    """Return the Redis lock protocol on ``cache``'s raw client, or ``None`` if it has
-    none (not a Redis cache, or a sharded one)."""
-    client = _redis_client(cache)
-    if client is None:
-        return None
-    from occupy.backends.redis.protocol import QUEUE_TTL, RedisProtocol
-
-    # The names are CacheStore's (the full digest, through the cache's make_key): a
-    # value found under them that the scripts did not write (a pickled entry, a hash of
-    # an older layout during a rolling deploy) is held by an unknown holder until it
-    # expires, never free, and a fence counter found there is carried on.
-    return RedisProtocol(
-        backend,
-        client,
-        prefix=str(cache.make_key(PREFIX)),
-        poll_interval=backend.poll_interval,
-        queue_ttl=max(QUEUE_TTL, 2 * backend.poll_interval),
-        digest_chars=64,
-    )
-
-
-class CacheBackend(DelegatingBackend):
+class CacheBackend(BaseBackend):
     """Locks stored in a Django cache: by the Redis lock protocol on a Redis cache, by
-    ``add`` and a safety margin on any other (see the module docstring)."""
+    ``add`` and a safety margin on any other (see the module docstring).
+
+    ``CacheBackend(alias, params)`` builds the class for the cache configured: one of
+    :data:`ON_REDIS` and :data:`ON_ADD`, both subclasses of this one.
+    """
 
     store_errors = _store_errors()
+    #: What telemetry calls the store (the class built is one of two, see ``__new__``).
+    store_kind = "cache"
     options_schema = {
         "CACHE": Option(str, "default", "the cache alias"),
         "SINGLE_PROCESS": Option(bool, False, "the deployment is one process (LocMemCache)"),
@@ -212,6 +214,13 @@ class CacheBackend(DelegatingBackend):
             )
         return messages
 
+    def __new__(cls, alias: str, params: Mapping[str, Any]) -> CacheBackend:
+        """Return a new backend of the class for the cache in ``params`` (a subclass of
+        ``CacheBackend`` is built as it is)."""
+        if cls is CacheBackend:
+            cls = import_string(ON_REDIS if _has_redis_client(params) else ON_ADD)
+        return super().__new__(cls)
+
     def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
         super().__init__(alias, params)
         self.cache_alias: str = self.options["CACHE"]
@@ -228,15 +237,6 @@ class CacheBackend(DelegatingBackend):
         kind = cache_safety(type(cache))
         if kind == NO_STORE or (kind == ONE_PROCESS and not self.single_process):
             raise InvalidBackendError(_refusal(alias, self.cache_alias, type(cache), kind))
-        self._protocol: RedisProtocol | AddProtocol = _redis_protocol(self, cache) or AddProtocol(
-            self, CacheStore(self.cache_alias, self.margin), self.poll_interval
-        )
-
-    @property
-    def protocol(self) -> RedisProtocol | AddProtocol:
-        """Return what carries out the contract: the Redis lock protocol on a Redis cache,
-        ``add`` and a safety margin on any other."""
-        return self._protocol
 
     def describe_store(self) -> str:
         """Return the cache the locks are in, and its location."""
@@ -249,10 +249,19 @@ class CacheBackend(DelegatingBackend):
             f"[{self.cache_alias!r}] points at it"
         )
 
-    def close(self) -> None:
-        """Stop the Redis protocol's async waiters' threads; the connections are the
-        cache's."""
-        self.protocol.close()
+
+def _has_redis_client(params: Mapping[str, Any]) -> bool:
+    """Return whether the cache that ``params`` names has a raw Redis client to run the
+    Redis lock protocol on (a cache that is not configured has none: building the
+    backend then says what is wrong)."""
+    options = params.get("OPTIONS") if isinstance(params, Mapping) else None
+    alias = options.get("CACHE", "default") if isinstance(options, Mapping) else "default"
+    if not isinstance(alias, str) or alias not in caches.settings:
+        return False
+    try:
+        return redis_client(caches[alias]) is not None
+    except InvalidCacheBackendError:
+        return False
 
 
 def _refusal(alias: str, cache_alias: str, cache_class: type, kind: str) -> str:

@@ -2,9 +2,8 @@
 
 :class:`CacheStore` reads and writes a key's entry through ``add``, ``get``, ``set``
 and ``delete`` (the whole of Django's cache API), with the safety margin its docstring
-explains; :class:`AddProtocol` carries out
-:class:`~occupy.backends.cache.CacheBackend`'s contract on it, and :class:`CacheAttempt`
-takes a key by polling. What this path guarantees, and what it cannot:
+explains; :class:`~occupy.backends.cache.add.AddCacheBackend` is the backend on it.
+What this path guarantees, and what it cannot:
 
 - Taking a key is one ``add``: atomic wherever the cache's ``add`` is (memcached,
   Redis), a read then a write on the file and database caches (``occupy.W002``).
@@ -28,16 +27,12 @@ from typing import Any, NamedTuple
 
 from django.core.cache import caches
 
-from occupy.backends.base import Attempt, BaseBackend, Claim
-from occupy.backends.claims import Entry, digest, from_us, now_us
-from occupy.leases import Holder, Lease, new_token
+from occupy.backends.claims import Entry, digest, now_us
 from occupy.validation import MAX_FENCE
 
 __all__ = [
     "FENCE_MEMORY_MS",
     "PREFIX",
-    "AddProtocol",
-    "CacheAttempt",
     "CacheStore",
     "FenceUnavailable",
     "Names",
@@ -292,150 +287,3 @@ class CacheStore:
             f"({type(self.cache).__name__}): Django's cache API cannot enumerate keys "
             "(only Redis caches can). Ask occupy.holder(key) about one key instead."
         )
-
-
-class AddProtocol:
-    """The lock on a cache without the Redis protocol: :class:`CacheStore`'s entries,
-    taken with ``add``; waiters poll. Carries out ``backend``'s contract (a
-    :class:`~occupy.backends.cache.CacheBackend`)."""
-
-    def __init__(self, backend: BaseBackend, store: CacheStore, poll_interval: float) -> None:
-        self.backend = backend
-        self.store = store
-        #: The longest pause between two tries while waiting.
-        self.poll_interval = poll_interval
-
-    def lease(self, key: str, owner: str, ttl: float, entry: Entry) -> Lease:
-        """Return the lease for a grant the store made."""
-        return self.backend.make_lease(
-            key,
-            owner=owner,
-            token=entry.token,
-            fence=entry.fence,
-            expires_at=from_us(entry.expires_us),
-            ttl=ttl,
-            depth=entry.depth,
-        )
-
-    def attempt(self, key: str, owner: str, ttl: float) -> CacheAttempt:
-        """Return an attempt to take ``key`` (see :class:`CacheAttempt`)."""
-        return CacheAttempt(self, key, owner, ttl)
-
-    def release(self, lease: Lease) -> None:
-        """Undo one level of the lease; raise ``LeaseLost`` if it was no longer held."""
-        with self.backend.reaching(lease.key):
-            depth = self.store.release(lease.key, lease.token, lease.ttl)
-        if depth < 0:
-            raise lease.mark_lost("it expired or was taken over before release")
-
-    def extend(self, lease: Lease, ttl: float) -> None:
-        """Move the lease's expiry to ``ttl`` seconds after this host's now."""
-        with self.backend.reaching(lease.key):
-            expires = self.store.extend(lease.key, lease.token, ttl)
-        if expires is None:
-            raise lease.mark_lost("it expired or was taken over before it was extended")
-        lease.expires_at = from_us(expires)
-
-    def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
-        """Return the lease ``token`` holds on ``key`` (a level deeper if ``deeper``,
-        kept at least ``ttl`` more), or ``None``."""
-        with self.backend.reaching(key):
-            entry = self.store.resume(key, token, ttl, int(deeper))
-        return None if entry is None else self.lease(key, entry.owner, ttl, entry)
-
-    def takeover(
-        self, key: str, owner: str, ttl: float, *, if_fence: int | None = None
-    ) -> tuple[Lease, Holder | None]:
-        """Grant ``key`` to ``owner`` now with a higher fence, whoever holds it (only the
-        entry with fence ``if_fence``, if given): a read then a write, see
-        :meth:`CacheStore.takeover`."""
-        with self.backend.reaching(key):
-            entry, previous, now = self.store.takeover(key, owner, new_token(), ttl, if_fence)
-        holder = None if previous is None else _holder(previous)
-        if entry is None:
-            assert if_fence is not None  # only a conditional takeover is refused
-            raise self.backend.takeover_refused(
-                key,
-                if_fence,
-                holder,
-                None if previous is None else (previous.expires_us - now) / 1e6,
-            )
-        return self.lease(key, owner, ttl, entry), holder
-
-    def holder(self, key: str) -> Holder | None:
-        """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""
-        with self.backend.reaching(key):
-            found = self.store.holder(key)
-        return None if found is None else _holder(found[0])
-
-    def is_held(self, lease: Lease) -> bool:
-        """Return whether the lease's token still holds its key."""
-        with self.backend.reaching(lease.key):
-            return self.store.is_held(lease.key, lease.token)
-
-    def claims(self) -> list[Claim]:
-        """Return the store's entries as claims: :meth:`CacheStore.entries` refuses
-        (``NotImplementedError``), since Django's cache API cannot enumerate keys."""
-        with self.backend.reaching(None):
-            entries = sorted(self.store.entries(), key=lambda e: e.key)
-        return [
-            Claim(e.key, e.owner, "using", from_us(e.since_us), from_us(e.expires_us), e.fence)
-            for e in entries
-        ]
-
-    def drop_claim(self, key: str) -> None:
-        """Delete the entry of ``key`` behind its holder's back (a test hook)."""
-        self.store.cache.delete(names(key).entry)
-
-    def close(self) -> None:
-        """Do nothing: the cache's connections are Django's."""
-
-
-def _holder(entry: Entry) -> Holder:
-    return BaseBackend.make_holder(
-        entry.owner, from_us(entry.expires_us), entry.fence, since=from_us(entry.since_us)
-    )
-
-
-class CacheAttempt(Attempt):
-    """One try at a key on a cache without the Redis protocol: ``add`` each time;
-    waiters poll."""
-
-    def __init__(self, protocol: AddProtocol, key: str, owner: str, ttl: float) -> None:
-        super().__init__(protocol.backend, key, owner, ttl)
-        self.protocol = protocol
-        self.max_delay = protocol.poll_interval
-        self.seen: Outcome | None = None
-        self.in_doubt = False
-
-    def try_acquire(self) -> Lease | None:
-        """Grant the key if it is free; else remember the holder."""
-        self.in_doubt = True  # until the store answers, a grant may have been made
-        with self.backend.reaching(self.key):
-            outcome = self.protocol.store.grant(self.key, self.owner, self.token, self.ttl)
-        self.in_doubt = False
-        if outcome.granted is not None:
-            return self.protocol.lease(self.key, self.owner, self.ttl, outcome.granted)
-        self.seen = outcome
-        return None
-
-    def cancel(self) -> None:
-        """Delete a grant this attempt may have made without hearing about it."""
-        if not self.in_doubt:
-            return
-        try:
-            self.protocol.store.forget(self.key, self.token, self.ttl)
-        except Exception:  # the error being raised already says what went wrong
-            logger.warning("could not clear a possible grant of %r", self.key, exc_info=True)
-
-    def current_holder(self) -> tuple[Holder | None, float | None]:
-        """Return the holder the last try saw and its seconds left, for the error."""
-        if self.seen is None or self.seen.holder is None:
-            with self.backend.reaching(self.key):
-                found = self.protocol.store.holder(self.key)
-            if found is None:
-                return None, None
-            entry, now = found
-        else:
-            entry, now = self.seen.holder, self.seen.now_us
-        return _holder(entry), max(0.0, (entry.expires_us - now) / 1e6)

@@ -44,7 +44,7 @@ from occupy.leases import Holder, Lease
 from occupy.validation import MAX_FENCE, MAX_TTL
 
 if TYPE_CHECKING:
-    from occupy.backends.db.backend import DatabaseBackend
+    from occupy.backends.db.store import DatabaseStore
 
 __all__ = ["DatabaseAttempt"]
 
@@ -52,9 +52,9 @@ __all__ = ["DatabaseAttempt"]
 class DatabaseAttempt(Attempt):
     """One try at a key: the fast path, then a pending claim that waits its turn."""
 
-    def __init__(self, backend: DatabaseBackend, key: str, owner: str, ttl: float) -> None:
+    def __init__(self, backend: DatabaseStore, key: str, owner: str, ttl: float) -> None:
         super().__init__(backend, key, owner, ttl)
-        self.backend: DatabaseBackend = backend
+        self.backend: DatabaseStore = backend
         self.max_delay = backend.poll_interval
         # A queued claim is heartbeated by the tries: pause well within its ttl.
         self.longest_queued_pause = min(self.longest_queued_pause, backend.pending_ttl / 4)

@@ -14,8 +14,6 @@ import os
 import threading
 import weakref
 from contextlib import suppress
-from dataclasses import dataclass
-from typing import Any
 
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -23,31 +21,13 @@ from django.db.backends.utils import CursorWrapper
 from django.db.utils import load_backend
 
 from occupy.backends.db.dialects import Dialect
+from occupy.backends.db.own import OwnConnection
 
 __all__ = ["OwnConnection", "OwnConnections"]
 
 #: Connections a forked child inherited: kept referenced so that garbage collection
 #: never closes (and so terminates) the parent's session from the child.
 _inherited: list[OwnConnection] = []
-
-
-@dataclass(eq=False)
-class OwnConnection:
-    """One of the backend's own connections, and what the backend keeps about it."""
-
-    #: Django's wrapper; its ``connection`` is the driver's, ``None`` while closed.
-    wrapper: BaseDatabaseWrapper
-    #: The process that made it: a forked child makes its own.
-    pid: int
-    #: Whether the server prepares its statements (see ``PREPARE``).
-    prepares: bool = False
-    #: How long a statement may wait for a lock, in milliseconds, as the database
-    #: configures it and as it is set now (SQLite's busy timeout; see Dialect.bound).
-    wait_ms: int = 0
-    wait_now: int = 0
-    #: The cursor, and the driver connection it was made on.
-    cursor: CursorWrapper | None = None
-    cursor_of: Any = None
 
 
 class OwnConnections:

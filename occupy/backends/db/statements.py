@@ -26,7 +26,10 @@ from occupy.backends.db.checks import migrate_hint, migration_recorded
 from occupy.exceptions import StoreNotMigrated, StoreUnavailable
 
 if TYPE_CHECKING:
-    from occupy.backends.db.backend import DatabaseBackend
+    from occupy.backends.base import BaseBackend
+    from occupy.backends.db.connections import OwnConnections
+    from occupy.backends.db.dialects import Dialect
+    from occupy.backends.db.own import OwnConnection
 
 __all__ = ["CUT_SLACK", "Result", "Statements"]
 
@@ -40,12 +43,16 @@ Result = tuple[int, list[Any]]
 
 
 class Statements:
-    """Run the statements of one :class:`DatabaseBackend` (see the module docstring)."""
+    """Run the statements of ``backend`` (its errors name it) on ``database`` in
+    ``dialect``, over its own ``connections`` (see the module docstring)."""
 
-    def __init__(self, backend: DatabaseBackend) -> None:
+    def __init__(
+        self, backend: BaseBackend, database: str, dialect: Dialect, connections: OwnConnections
+    ) -> None:
         self.backend = backend
-        self.dialect = backend.dialect
-        self.connections = backend.own_connections
+        self.database = database
+        self.dialect = dialect
+        self.connections = connections
 
     def execute(
         self,
@@ -72,7 +79,6 @@ class Statements:
         ``bound`` (seconds) is how long the statement may take, retries included (an
         acquire's time left).
         """
-        dialect = self.dialect
         cutoff = None if bound is None else time.monotonic() + bound
         dropped = False
         for attempt in range(6):
@@ -84,47 +90,79 @@ class Statements:
                 own = self.connections.get(cutoff)
             except DatabaseError as e:
                 raise self.failure(key, e) from e
-            sharing = dialect.caller_transaction(self.backend.database)
-            alarm: Cut | None = None
-            session = None
+            sharing = self.dialect.caller_transaction(self.database)
             try:
-                left = None if cutoff is None else max(cutoff - time.monotonic(), 0.001)
-                statement = dialect.bound(own, sql, left, sharing)
-                cursor = self.connections.cursor(own)
-                if cutoff is not None:
-                    session = dialect.server_session(own)
-                    if session is not None:
-                        alarm = cutoffs.arm(own.wrapper.connection.fileno(), cutoff + CUT_SLACK)
-                if prepare or not own.prepares:
-                    cursor.execute(statement, params)
-                else:
-                    with own.wrapper.wrap_database_errors:
-                        cursor.cursor.execute(statement, params, prepare=False)
-                raw = cursor.cursor
-                with own.wrapper.wrap_database_errors:
-                    rows = raw.fetchall() if dialect.has_rows(raw) else []
-                return raw.rowcount, rows
+                return self._run(own, sql, params, cutoff, sharing, prepare=prepare)
             except IntegrityError:
                 raise
             except DatabaseError as e:
-                if sharing and dialect.is_busy(e):
-                    raise self._locked_by_caller(key, sharing) from e
-                late = cutoff is not None and time.monotonic() >= cutoff
-                if not own.wrapper.is_usable():
-                    with suppress(DatabaseError):  # closing a dead connection may fail too
-                        own.wrapper.close()
-                    dropped = True
-                elif not dialect.is_transient(e):
-                    raise self.failure(key, e) from e
-                if attempt == 5 or late:
-                    raise self.failure(key, e) from e
-                logger.debug("retrying a statement on %r after %s", key, e)
-                time.sleep(0.01 * 2**attempt)
-            finally:
-                if alarm is not None and cutoffs.disarm(alarm):
-                    assert session is not None
-                    self.connections.cut(own, session)
+                dropped = self._retry_or_raise(own, e, key, sharing, cutoff, attempt) or dropped
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _run(
+        self,
+        own: OwnConnection,
+        sql: str,
+        params: Sequence[Any],
+        cutoff: float | None,
+        sharing: str | None,
+        *,
+        prepare: bool,
+    ) -> Result:
+        """Run the statement once on ``own``, held to ``cutoff``: the server's bound where
+        the dialect has one, and a cut of the socket past it."""
+        dialect = self.dialect
+        alarm: Cut | None = None
+        session = None
+        try:
+            left = None if cutoff is None else max(cutoff - time.monotonic(), 0.001)
+            statement = dialect.bound(own, sql, left, sharing)
+            cursor = self.connections.cursor(own)
+            if cutoff is not None:
+                session = dialect.server_session(own)
+                if session is not None:
+                    alarm = cutoffs.arm(own.wrapper.connection.fileno(), cutoff + CUT_SLACK)
+            if prepare or not own.prepares:
+                cursor.execute(statement, params)
+            else:
+                with own.wrapper.wrap_database_errors:
+                    cursor.cursor.execute(statement, params, prepare=False)
+            raw = cursor.cursor
+            with own.wrapper.wrap_database_errors:
+                rows = raw.fetchall() if dialect.has_rows(raw) else []
+            return raw.rowcount, rows
+        finally:
+            if alarm is not None and cutoffs.disarm(alarm):
+                assert session is not None
+                self.connections.cut(own, session)
+
+    def _retry_or_raise(
+        self,
+        own: OwnConnection,
+        error: DatabaseError,
+        key: str | None,
+        sharing: str | None,
+        cutoff: float | None,
+        attempt: int,
+    ) -> bool:
+        """Raise the error for a statement that failed with ``error`` on its
+        ``attempt``-th run, unless it may run again: then wait a little and return
+        whether its connection dropped (so the statement may have taken effect)."""
+        if sharing and self.dialect.is_busy(error):
+            raise self._locked_by_caller(key, sharing) from error
+        late = cutoff is not None and time.monotonic() >= cutoff
+        dropped = False
+        if not own.wrapper.is_usable():
+            with suppress(DatabaseError):  # closing a dead connection may fail too
+                own.wrapper.close()
+            dropped = True
+        elif not self.dialect.is_transient(error):
+            raise self.failure(key, error) from error
+        if attempt == 5 or late:
+            raise self.failure(key, error) from error
+        logger.debug("retrying a statement on %r after %s", key, error)
+        time.sleep(0.01 * 2**attempt)
+        return dropped
 
     def failure(self, key: str | None, error: BaseException) -> StoreUnavailable:
         """Return the error for a statement that failed with ``error``: the caller
@@ -133,7 +171,7 @@ class Statements:
         recorded as applied); anything else :class:`StoreUnavailable`."""
         if not self.dialect.is_missing_table(error):
             return self.backend.unavailable(key, error)
-        database = self.backend.database
+        database = self.database
         recorded = False
         with suppress(DatabaseError):
             recorded = migration_recorded(self.connections.get().wrapper)
@@ -152,7 +190,7 @@ class Statements:
         """Return the error for a statement that waited for SQLite's write lock until the
         caller's time was up: another writer held it all along (the caller raises it
         ``from`` the driver's error)."""
-        name = connections.settings[self.backend.database].get("NAME")
+        name = connections.settings[self.database].get("NAME")
         telemetry.store_error(self.backend, key)
         return StoreUnavailable(
             f"occupy backend {self.backend.alias!r} could not write the claim on {key!r}: "
@@ -165,7 +203,7 @@ class Statements:
         )
 
     def _locked_by_caller(self, key: str | None, alias: str) -> StoreUnavailable:
-        name = connections.settings[self.backend.database].get("NAME")
+        name = connections.settings[self.database].get("NAME")
         telemetry.store_error(self.backend, key)
         return StoreUnavailable(
             f"occupy backend {self.backend.alias!r} cannot write the claim on {key!r}: "

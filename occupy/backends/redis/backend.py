@@ -1,6 +1,6 @@
 """``RedisBackend``: locks in Redis, through the raw client of a django-redis cache.
 
-Every operation is the Redis lock protocol (:class:`.protocol.RedisProtocol`, whose
+Every operation is the Redis lock protocol (:class:`.protocol.RedisLockBackend`, whose
 module docstring states its guarantees) on the client ``get_redis_connection(CACHE)``
 gives: one Lua script per call to one Redis primary, fences floored by the server's
 ``TIME``, first-come-first-served waiting with wake-ups by ``BLPOP``, re-entry by
@@ -24,15 +24,12 @@ Redis 6.2 or later.
 from __future__ import annotations
 
 import importlib.util
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from django.core.checks import CheckMessage, Error
 
-from occupy.backends.delegating import DelegatingBackend
 from occupy.backends.options import Option, cache_store, missing_cache, where
-from occupy.backends.redis.scripts import RedisKeys
 from occupy.exceptions import InvalidBackendError
 
 _NO_DJANGO_REDIS = (
@@ -40,9 +37,8 @@ _NO_DJANGO_REDIS = (
 )
 
 try:
-    from redis.exceptions import RedisError
-
-    from occupy.backends.redis.protocol import FENCE_TTL, QUEUE_TTL, RedisProtocol
+    from occupy.backends.redis.link import FENCE_TTL, QUEUE_TTL, RedisLink
+    from occupy.backends.redis.protocol import RedisLockBackend
 except ImportError as e:  # pragma: no cover - depends on the installation
     raise InvalidBackendError(_NO_DJANGO_REDIS) from e
 
@@ -59,10 +55,8 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-class RedisBackend(DelegatingBackend):
+class RedisBackend(RedisLockBackend):
     """Locks in Redis, by the Redis lock protocol; see the module docstring."""
-
-    store_errors = (RedisError,)
 
     options_schema = {
         "CACHE": Option(
@@ -119,31 +113,11 @@ class RedisBackend(DelegatingBackend):
         self.poll_interval = float(self.options["POLL_INTERVAL"])
         self.queue_ttl = float(self.options["QUEUE_TTL"])
         self.fence_ttl = float(self.options["FENCE_TTL"])
-        self._protocol: RedisProtocol | None = None
-        self._connecting = threading.Lock()
 
     # --- connection ------------------------------------------------------------------
-    @property
-    def protocol(self) -> RedisProtocol:
-        """Return the Redis lock protocol on the django-redis cache's raw client (built on
-        first use)."""
-        protocol = self._protocol
-        if protocol is None:
-            with self._connecting:
-                if self._protocol is None:
-                    self.bind(self._connect())
-                protocol = self._protocol
-            assert protocol is not None
-        return protocol
-
-    @property
-    def client(self) -> Any:
-        """Return the raw redis-py client the locks are on."""
-        return self.protocol.client
-
-    def keys(self, key: str) -> RedisKeys:
-        """Return the Redis keys that hold lock ``key``."""
-        return self.protocol.keys(key)
+    def make_link(self) -> RedisLink:
+        """Return the protocol's link on the django-redis cache's raw client."""
+        return self._link_on(self._connect())
 
     def _connect(self) -> Any:
         from django.core.cache import InvalidCacheBackendError
@@ -167,10 +141,10 @@ class RedisBackend(DelegatingBackend):
     def bind(self, client: Any) -> None:
         """Run the protocol on the raw redis-py ``client`` (normally the cache's; tests
         bind others)."""
-        if self._protocol is not None:
-            self._protocol.close()
-        self._protocol = RedisProtocol(
-            self,
+        self.use_link(self._link_on(client))
+
+    def _link_on(self, client: Any) -> RedisLink:
+        return RedisLink(
             client,
             prefix=self.prefix,
             poll_interval=self.poll_interval,
@@ -188,12 +162,6 @@ class RedisBackend(DelegatingBackend):
             f"check that this Redis server answers and that settings.CACHES"
             f"[{self.cache_alias!r}] points at it"
         )
-
-    def close(self) -> None:
-        """Stop the async waiters' threads; the connection pool belongs to django-redis."""
-        if self._protocol is not None:
-            self._protocol.close()
-        self._protocol = None
 
 
 def _not_django_redis(alias: str, cache: Any) -> list[CheckMessage]:

@@ -14,17 +14,13 @@ are woken. Callers ask the dialect; none asks which vendor it is.
 from __future__ import annotations
 
 import functools
-import math
-import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
+from occupy.backends.db.dialects.sessions import Sessions
 from occupy.validation import MAX_FENCE, MAX_TTL
-
-if TYPE_CHECKING:
-    from occupy.backends.db.connections import OwnConnection
 
 __all__ = ["COLUMNS", "TABLE", "Dialect", "statement"]
 
@@ -56,7 +52,7 @@ def statement(build: Callable[[DialectT], str]) -> Callable[[DialectT], str]:
     return built
 
 
-class Dialect:
+class Dialect(Sessions):
     """What differs between vendors, and the statements built from it.
 
     The base class writes the statements and the behaviour of a database server reached
@@ -80,9 +76,6 @@ class Dialect:
     quote: ClassVar[str] = '"'
     #: The FROM clause of a ``SELECT`` of constants that has a ``WHERE``.
     from_nothing: ClassVar[str] = ""
-    #: Whether a queued claim is woken by the server when its turn may have come (it
-    #: listens on :meth:`channel`), rather than polling.
-    wakes_waiters: ClassVar[bool] = False
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}>"
@@ -375,11 +368,6 @@ class Dialect:
         )
 
     @statement
-    def drop_claim(self) -> str:
-        """Delete the granted claim of a digest, whoever holds it (a test hook)."""
-        return f"DELETE FROM {TABLE} WHERE slot = %s"
-
-    @statement
     def count_expired(self) -> str:
         """Count every expired claim."""
         return f"SELECT COUNT(*) FROM {TABLE} WHERE {self.expired()}"
@@ -405,101 +393,3 @@ class Dialect:
     def expired_keys(self) -> str:
         """The key of every expired claim (``sweep_locks --dry-run -v 2``)."""
         return f"SELECT {self.quote}key{self.quote} FROM {TABLE} WHERE expires_at <= {self.now}"
-
-    # --- waking waiters (where wakes_waiters) ---------------------------------------
-    def channel(self, pending_id: int) -> str:
-        """Return the channel a queued claim listens on."""
-        return f"occupy_{pending_id}"
-
-    def listen(self, channel: str) -> str:
-        """Return the statement that listens on ``channel``."""
-        raise NotImplementedError(f"{type(self).__name__} does not wake waiters")
-
-    def unlisten(self, channel: str) -> str:
-        """Return the statement that stops listening on ``channel``."""
-        raise NotImplementedError(f"{type(self).__name__} does not wake waiters")
-
-    def hears_notifications(self) -> bool:
-        """Return whether a waiter can block until it is notified, with a timeout (only
-        where :attr:`wakes_waiters`; else waiters poll)."""
-        return False
-
-    def promote_when_released(self) -> str:
-        """Return the promotion that waits for a release in flight, where
-        :attr:`wakes_waiters`."""
-        raise NotImplementedError(f"{type(self).__name__} does not wake waiters")
-
-    def wake_next(self) -> str | None:
-        """Return the statement that wakes the next claim in line on a digest (after a
-        queued claim left), or ``None`` where waiters poll."""
-        return None
-
-    def await_wake(self, own: OwnConnection, channel: str, seconds: float) -> None:
-        """Block until ``channel`` is notified on ``own`` (which listens on it) or
-        ``seconds`` pass."""
-        time.sleep(seconds)
-
-    # --- connections ------------------------------------------------------------------
-    def connection_options(
-        self, options: dict[str, Any], *, prepare: bool
-    ) -> tuple[dict[str, Any], bool]:
-        """Return the ``OPTIONS`` a new connection of the backend's own is made with,
-        and whether the server prepares its statements (asked for with ``prepare``)."""
-        return options, False
-
-    def limit_connect(self, options: dict[str, Any], configured: Any, cutoff: float) -> None:
-        """Make the driver give up connecting by ``cutoff`` (``time.monotonic()``), or
-        sooner if the database's own ``connect_timeout`` (``configured``) says so:
-        ``options`` are those of the connection about to connect.
-
-        Whole seconds, 2 at least (libpq's floor). A connection from Django's pool is
-        the pool's: its options are left alone.
-        """
-        if "pool" in options:
-            return
-        seconds = max(math.ceil(cutoff - time.monotonic()), 2)
-        options["connect_timeout"] = min(seconds, int(configured)) if configured else seconds
-
-    def on_connect(self, own: OwnConnection) -> None:
-        """Set up a new session of one of the backend's own connections."""
-
-    def has_rows(self, cursor: Any) -> bool:
-        """Return whether the statement the driver's ``cursor`` ran returned rows (none,
-        or a result set, possibly empty)."""
-        return cursor.description is not None
-
-    def bound(self, own: OwnConnection, sql: str, left: float | None, sharing: str | None) -> str:
-        """Hold the statement to ``left`` seconds on the server's side where the server
-        can (``None``: no bound); return the statement to run. ``sharing`` is the alias
-        of the caller's open transaction on the same file, if any (see
-        :meth:`caller_transaction`)."""
-        return sql
-
-    def server_session(self, own: OwnConnection) -> int | None:
-        """Return the server's id of the connection's session (no round trip), or
-        ``None`` where there is no server whose socket could be cut."""
-        return None
-
-    def end_session(self) -> str:
-        """Return the statement that ends the server session whose id is the parameter."""
-        raise NotImplementedError(f"{type(self).__name__} has no server sessions")
-
-    def caller_transaction(self, database: str) -> str | None:
-        """Return the alias of this thread's Django connection whose open transaction
-        may hold the lock the backend's statements on ``database`` need, if any."""
-        return None
-
-    # --- errors -----------------------------------------------------------------------
-    def is_transient(self, error: BaseException | None) -> bool:
-        """Return whether a statement that failed with ``error`` did nothing and may
-        simply be run again (a deadlock, a lock wait that timed out)."""
-        return False
-
-    def is_busy(self, error: BaseException | None) -> bool:
-        """Return whether ``error`` says another connection holds the database's one
-        write lock (a failure that did nothing, where the store has such a lock)."""
-        return False
-
-    def is_missing_table(self, error: BaseException | None) -> bool:
-        """Return whether ``error`` says a table the statement names does not exist."""
-        return False

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from occupy.backends.db.dialects.base import TABLE, Dialect, statement
 
 if TYPE_CHECKING:
-    from occupy.backends.db.connections import OwnConnection
+    from occupy.backends.db.own import OwnConnection
 
 __all__ = ["MySQLDialect"]
 

@@ -17,7 +17,7 @@ from django.db import DatabaseError
 from occupy.backends.db.dialects.base import TABLE, Dialect, statement
 
 if TYPE_CHECKING:
-    from occupy.backends.db.connections import OwnConnection
+    from occupy.backends.db.own import OwnConnection
 
 __all__ = [
     "PG_NEXT_IN_LINE",

@@ -20,7 +20,7 @@ from django.db import OperationalError, connections
 from occupy.backends.db.dialects.base import Dialect
 
 if TYPE_CHECKING:
-    from occupy.backends.db.connections import OwnConnection
+    from occupy.backends.db.own import OwnConnection
 
 __all__ = ["SHARED_FILE_BUSY_MS", "SQLiteDialect"]
 
