@@ -19,10 +19,6 @@ from occupy.api.calls import (
     resume,
     takeover,
 )
-
-# The lease-taking step the lock classes share, which occupy.cachelock uses too.
-from occupy.api.calls import atake as atake
-from occupy.api.calls import take as take
 from occupy.api.locks import lock, lock_many
 
 __all__ = [
