@@ -47,6 +47,7 @@ from django.utils.module_loading import import_string
 from occupy.backends.cache.store import PREFIX, AddProtocol, CacheStore, FenceUnavailable
 from occupy.backends.delegating import DelegatingBackend
 from occupy.backends.options import Option, cache_store, missing_cache, where
+from occupy.backends.replicas import REPLICA_OPTIONS, client_warnings
 from occupy.exceptions import InvalidBackendError
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ def _redis_protocol(backend: CacheBackend, cache: Any) -> RedisProtocol | None:
     if client is None:
         return None
     from occupy.backends.redis.protocol import QUEUE_TTL, RedisProtocol
+    from occupy.backends.redis.replication import Replication
 
     # The names are CacheStore's (the full digest, through the cache's make_key): a
     # value found under them that the scripts did not write (a pickled entry, a hash of
@@ -144,6 +146,7 @@ def _redis_protocol(backend: CacheBackend, cache: Any) -> RedisProtocol | None:
         poll_interval=backend.poll_interval,
         queue_ttl=max(QUEUE_TTL, 2 * backend.poll_interval),
         digest_chars=64,
+        replication=Replication(backend.options["MIN_REPLICAS"], backend.options["REPLICAS"]),
     )
 
 
@@ -164,6 +167,7 @@ class CacheBackend(DelegatingBackend):
             "non-Redis caches: how much life an entry read must have left for a write after it",
             positive=True,
         ),
+        **REPLICA_OPTIONS,
     }
 
     @classmethod
@@ -173,6 +177,7 @@ class CacheBackend(DelegatingBackend):
         options = params.get("OPTIONS") or {}
         cache = options.get("CACHE", "default")
         messages = super().check(alias, params) + missing_cache(alias, cache)
+        messages += client_warnings(alias, "CacheBackend", cache, options)
         if not isinstance(cache, str) or cache not in caches.settings:
             return messages
         path = caches.settings[cache].get("BACKEND", "")

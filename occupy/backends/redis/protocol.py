@@ -43,6 +43,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from occupy.backends.base import STORE_GRACE, Attempt, BaseBackend, Claim
 from occupy.backends.redis.calls import BoundedCalls, Scripts
+from occupy.backends.redis.replication import Replication
 from occupy.backends.redis.scripts import RedisKeys, redis_keys, scripts_for
 from occupy.backends.redis.values import (
     Held,
@@ -92,6 +93,7 @@ class RedisProtocol:
         queue_ttl: float = QUEUE_TTL,
         fence_ttl: float = FENCE_TTL,
         digest_chars: int = 32,
+        replication: Replication | None = None,
     ) -> None:
         self.backend = backend
         self.client = client
@@ -99,8 +101,15 @@ class RedisProtocol:
         self.poll_interval = poll_interval
         self.digest_chars = digest_chars
         self.bounded = BoundedCalls.of(client)
-        self.scripts = Scripts.register(
-            client, dict(scripts_for(to_ms(fence_ttl), to_ms(queue_ttl))), self.bounded
+        #: ``MIN_REPLICAS`` and ``REPLICAS`` (:mod:`.replication`).
+        self.replication = replication or Replication()
+        self.scripts = self.replication.wrap(
+            client,
+            Scripts.register(
+                client,
+                self.replication.texts(scripts_for(to_ms(fence_ttl), to_ms(queue_ttl))),
+                self.bounded,
+            ),
         )
         #: The longest ``BLPOP``: one longer than the socket timeout would end in a
         #: ``TimeoutError``.
@@ -378,6 +387,12 @@ class RedisAttempt(Attempt):
         if reply:
             fence, expires, _since = text(reply[1]).split(" ")
             self.handed = self._lease(self.token, fence, expires)
+            try:  # with REPLICAS, the handover must have reached the replicas
+                self.protocol.replication.confirm_handover(
+                    self.protocol.scripts, self.rkeys.lock, self.token, self.ttl_ms
+                )
+            except RedisError as e:
+                raise self.backend.unavailable(self.key, e) from e
 
     async def await_wake(self, seconds: float) -> None:
         """Async twin of :meth:`wait`: block in the protocol's own thread pool.
