@@ -21,6 +21,7 @@ MODULES = [
     "sessions",
     "http",
     "http_contended",
+    "failover",
 ]
 
 

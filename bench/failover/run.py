@@ -26,6 +26,7 @@ is the order the writes took effect. The tally (:func:`tally`):
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import random
@@ -70,6 +71,9 @@ class Tally:
     """What a run measured (see the module docstring)."""
 
     failovers: int = 0
+    #: How many times the sentinels named a new primary (a failover of the run, or one
+    #: more that they started on their own right after it).
+    switches: int = 0
     grants: int = 0
     writes: int = 0
     fenced_out: int = 0
@@ -81,11 +85,14 @@ class Tally:
     errors: Counter[str] = field(default_factory=Counter)
     foreign: list[str] = field(default_factory=list)
     replaced_examples: list[Any] = field(default_factory=list)
+    #: Per failover: grants in the ten seconds after it, by (worker, server port).
+    after: list[Counter[tuple[int, int | None]]] = field(default_factory=list)
 
     def row(self) -> dict[str, Any]:
         """Return the figures for a table."""
         return {
             "failovers": self.failovers,
+            "switches": self.switches,
             "grants": self.grants,
             "writes": self.writes,
             "fenced out": self.fenced_out,
@@ -137,9 +144,11 @@ def _worker(
     sentinels: list[tuple[str, int]],
     rows: dict[str, int],
     stop: Any,
+    ready: Any,
     results: Any,
 ) -> None:
-    """Take keys in a loop until ``stop`` is set; put what happened on ``results``."""
+    """Take keys in a loop until ``stop`` is set; put what happened on ``results``
+    (and ``index`` on ``ready`` after the first grant)."""
     os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     import django
 
@@ -178,12 +187,16 @@ def _worker(
             lease = backend.acquire(key, owner=owner, ttl=TTL, timeout=TIMEOUT)
         except occupy.OccupyError as e:
             errors[type(e).__name__] += 1
+            if isinstance(e, occupy.StoreUnavailable):
+                errors[f"  {str(e).partition(': ')[2][:70]}"] += 1
             time.sleep(0.01)
             continue
         except Exception as e:
             foreign.append(f"acquire: {e!r}\n{traceback.format_exc()}")
             continue
         granted = time.time()
+        if not grants:
+            ready.put(index)
         grants.append((key, lease.fence, granted, served.port, index))
         try:
             with transaction.atomic(using="postgresql"):
@@ -257,11 +270,11 @@ def run_failovers(directory: Path, options: Options) -> tuple[Tally, list[Any]]:
     with SentinelDeployment(directory) as deployment:
         initial = deployment.primary()
         stop = _ctx.Event()
-        results = _ctx.Queue()
+        ready, results = _ctx.Queue(), _ctx.Queue()
         procs = [
             _ctx.Process(
                 target=_worker,
-                args=(i, options, deployment.sentinels, rows, stop, results),
+                args=(i, options, deployment.sentinels, rows, stop, ready, results),
                 daemon=True,
             )
             for i in range(options.workers)
@@ -270,7 +283,9 @@ def run_failovers(directory: Path, options: Options) -> tuple[Tally, list[Any]]:
             proc.start()
         collected: list[dict[str, Any]] = []
         try:
-            time.sleep(options.calm + 2.0)  # the workers set Django up meanwhile
+            for _ in procs:  # every worker has been granted a key once
+                ready.get(timeout=120)
+            time.sleep(options.calm)
             for how in options.failovers:
                 old, new, named_at = deployment.fail_over(how)
                 done.append((how, old, new, named_at))
@@ -288,10 +303,11 @@ def run_failovers(directory: Path, options: Options) -> tuple[Tally, list[Any]]:
                 proc.join(timeout=5)
                 if proc.is_alive():
                     proc.kill()
+        named = [(0.0, initial), *deployment.named()]
     if len(collected) < len(procs):
         raise AssertionError(f"{len(procs) - len(collected)} workers died without a report")
     pages = _final_pages(rows)
-    return tally(collected, _audit(), initial, done, pages), done
+    return tally(collected, _audit(), named, done, pages), done
 
 
 def _final_pages(rows: dict[str, int]) -> dict[str, tuple[int, int]]:
@@ -308,14 +324,15 @@ def _final_pages(rows: dict[str, int]) -> dict[str, tuple[int, int]]:
 def tally(
     reports: list[dict[str, Any]],
     audit: list[tuple[str, int]],
-    initial: int,
+    named: list[tuple[float, int]],
     failovers: list[Any],
     pages: dict[str, tuple[int, int]],
 ) -> Tally:
     """Return the tally of a run from the workers' ``reports``, the ``audit`` rows in
-    the order they took effect, the ``initial`` primary's port, the ``failovers`` and
-    the rows' final counters and fences."""
-    result = Tally(failovers=len(failovers))
+    the order they took effect, when the sentinels ``named`` each primary
+    (``(time.time(), port)``, from the start), the ``failovers`` the run made and the
+    rows' final counters and fences."""
+    result = Tally(failovers=len(failovers), switches=len(named) - 1)
     grants = sorted((g for r in reports for g in r["grants"]), key=lambda g: g[2])
     sections = [s for r in reports for s in r["sections"]]
     for report in reports:
@@ -324,14 +341,15 @@ def tally(
         result.errors.update(report["errors"])
         result.foreign.extend(report["foreign"])
     result.grants = len(grants)
-    # Which server the sentinels named primary from when: the first announcement of
-    # each failover (a grant after it from another server is from a replaced primary).
-    named = [(0.0, initial)] + [(at, new) for _how, _old, new, at in failovers]
+    # A grant after the first announcement of a new primary, made by another server,
+    # is from a replaced primary.
     for key, fence, at, port, worker in grants:
         primary = [p for t, p in named if t <= at][-1]
         if port is not None and port != primary:
             result.replaced += 1
             result.replaced_examples.append((key, fence, at, port, primary, worker))
+    for _how, _old, _new, at in failovers:
+        result.after.append(Counter((g[4], g[3]) for g in grants if at <= g[2] < at + 10))
     highest: dict[str, int] = {}
     for key, fence, _at, _port, _worker in grants:
         if fence <= highest.get(key, -1):
@@ -356,5 +374,5 @@ def tally(
         assert fence == written.get(key, 0), (key, fence, written.get(key))
         del counter  # a lost update shows as an overlap (``lost``) already
     times = [g[2] for g in grants]
-    result.longest_gap = max((b - a for a, b in zip(times, times[1:])), default=0.0)
+    result.longest_gap = max((b - a for a, b in itertools.pairwise(times)), default=0.0)
     return result

@@ -18,9 +18,9 @@ def clean_up_after(error: BaseException, clean_up: Callable[[], object]) -> None
     """Run ``clean_up`` after ``error``; if it fails, chain its error beneath ``error``.
 
     The clean-up's error becomes the ``__context__`` of the last error in ``error``'s
-    chain of causes (the driver's error, usually), so a traceback shows the clean-up's
-    failure first, then the acquire's cause, then the acquire's error, which is the one
-    raised. The caller re-raises ``error``.
+    chain (the driver's error, usually), so a traceback shows the clean-up's failure
+    first, then the acquire's cause, then the acquire's error, which is the one raised.
+    The caller re-raises ``error``.
     """
     try:
         clean_up()
@@ -35,8 +35,10 @@ def chain_beneath(error: BaseException, failed: BaseException) -> None:
     # context. Turned round, so that the chain has no cycle.
     if failed.__context__ is error:
         failed.__context__ = None
-    last = error
-    while last.__cause__ is not None and last.__cause__ is not failed:
-        last = last.__cause__
-    if last.__context__ is None and last is not failed:
-        last.__context__ = failed
+    last, seen = error, {id(error)}
+    while (below := last.__cause__ or last.__context__) is not None:
+        if id(below) in seen or below is failed:
+            return
+        seen.add(id(below))
+        last = below
+    last.__context__ = failed

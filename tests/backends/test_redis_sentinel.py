@@ -26,6 +26,7 @@ pytestmark = [
         reason="PostgreSQL is not configured (the fenced rows live there)",
     ),
     pytest.mark.multiprocess,
+    pytest.mark.slow,
 ]
 
 
