@@ -1,0 +1,106 @@
+"""The backends' contract on a Redis Cluster of the test's own (three primaries, three
+replicas: bench/failover/cluster.py), through a django-redis client whose raw client
+is a redis-py ``RedisCluster``; and keys spread over the slots of every primary."""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+import occupy
+from bench.failover.cluster import ClusterDeployment, cluster_missing
+from tests.backends import test_contract
+from tests.support.aliases import server_skip
+
+pytestmark = [
+    pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or ""),
+    pytest.mark.skipif(bool(cluster_missing()), reason=cluster_missing() or ""),
+]
+
+ALIAS = "redis-cluster"
+
+# Every test of the contract suite, bound to the cluster through ``using`` below.
+globals().update(
+    {name: test for name, test in vars(test_contract).items() if name.startswith("test_")}
+)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ClusterDeployment]:
+    with (
+        tempfile.TemporaryDirectory(prefix="occupy-cluster-") as directory,
+        ClusterDeployment(Path(directory)) as deployment,
+    ):
+        from django.conf import settings
+
+        caches = {
+            **settings.CACHES,
+            ALIAS: {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": f"redis://127.0.0.1:{deployment.ports[0]}",
+                "OPTIONS": {
+                    "CLIENT_CLASS": "bench.failover.cluster.ClusterClient",
+                    "SOCKET_TIMEOUT": 5,
+                },
+            },
+        }
+        occupy_settings = dict(settings.OCCUPY)
+        occupy_settings["BACKENDS"] = {
+            **settings.OCCUPY["BACKENDS"],
+            ALIAS: {
+                "BACKEND": "occupy.backends.redis.RedisBackend",
+                "OPTIONS": {"CACHE": ALIAS},
+            },
+        }
+        with override_settings(CACHES=caches, OCCUPY=occupy_settings):
+            yield deployment
+            from occupy.backends import close_connections
+
+            close_connections()
+
+
+@pytest.fixture
+def using(live_db: None, cluster: ClusterDeployment) -> Iterator[str]:
+    """The contract suite's backend: the Redis backend on the cluster."""
+    cluster.flush()
+    yield ALIAS
+    cluster.flush()
+
+
+def test_the_client_is_a_cluster_client(using: str) -> None:
+    from redis.cluster import RedisCluster
+
+    from occupy.backends import get_backend
+
+    assert isinstance(get_backend(using).client, RedisCluster)
+
+
+def test_keys_over_the_slots_of_every_primary(using: str, cluster: ClusterDeployment) -> None:
+    """Two thousand keys land on about two thousand slots of all three primaries; each
+    is taken, held, and released there, with its fence."""
+    from redis.cluster import RedisCluster
+
+    from occupy.backends import get_backend
+
+    backend = get_backend(using)
+    client: Any = backend.client
+    assert isinstance(client, RedisCluster)
+    slots, nodes = set(), Counter()
+    for i in range(2000):
+        key = f"spread:{i}"
+        name = backend.keys(key).lock
+        slot = client.keyslot(name)
+        slots.add(slot)
+        nodes[client.get_node_from_key(name).port] += 1
+        lease = occupy.acquire(key, owner="o", ttl=30, timeout=0, using=using)
+        assert client.get(name) is not None  # on the slot's primary
+        occupy.release(lease)
+        assert occupy.holder(key, using=using) is None
+    assert len(nodes) == 3, nodes
+    assert len(slots) > 1500, len(slots)
