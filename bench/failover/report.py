@@ -1,7 +1,9 @@
 """``python -m bench failover [--rounds N]``: the failover run with each replica
-configuration side by side, then the latency cost of ``REPLICAS = 1``.
+configuration side by side, on Sentinel and on Redis Cluster, then the latency cost of
+``REPLICAS = 1``.
 
-Each configuration runs ``N`` cycles of the three failovers (``SENTINEL FAILOVER``,
+Each configuration runs ``N`` cycles of the three failovers (Sentinel: ``SENTINEL
+FAILOVER``, ``SIGKILL``, ``SIGSTOP``; Cluster: a replica's ``CLUSTER FAILOVER``,
 ``SIGKILL``, ``SIGSTOP``) on a fresh deployment; the table gives the sums and the
 grants lost per hundred failovers. The latency is uncontended acquire + release on
 the Sentinel client, rounds alternating between ``REPLICAS`` 0 and 1 (a ratio: the
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import alternate, occupy_cycle, print_table, setup_django
+from bench.failover.cluster import CLUSTER_FAILOVERS
 from bench.failover.deployment import FAILOVERS, SentinelDeployment, deployment_missing
 from bench.failover.run import Options, Tally, _settings, run_failovers
 
@@ -45,8 +48,9 @@ def _latency(directory: Path) -> list[Any]:
     from django.test import override_settings
 
     with SentinelDeployment(directory) as deployment:
-        off = _settings(Options(database="", min_replicas=1, replicas=0), deployment.sentinels)
-        on = _settings(Options(database="", min_replicas=1, replicas=1), deployment.sentinels)
+        where = {"sentinels": deployment.sentinels}
+        off = _settings(Options(database="", min_replicas=1, replicas=0), where)
+        on = _settings(Options(database="", min_replicas=1, replicas=1), where)
         off["OCCUPY"]["BACKENDS"]["failover-ack"] = on["OCCUPY"]["BACKENDS"]["failover"]
         with override_settings(**off):
             results = alternate(
@@ -82,18 +86,20 @@ def main(argv: list[str]) -> None:
         "foreign errors |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    print("\n## Redis Sentinel failovers (bench/failover)")
-    for name, (min_replicas, replicas) in CONFIGURATIONS.items():
-        options = Options(
-            database=database,
-            min_replicas=min_replicas,
-            replicas=replicas,
-            failovers=FAILOVERS * args.rounds,
-        )
-        with tempfile.TemporaryDirectory(prefix="occupy-failover-") as directory:
-            tally, _done = run_failovers(Path(directory), options)
-        lines.append(_line(name, tally))
-        print(lines[-1], f"errors: {dict(tally.errors)}", flush=True)
+    print("\n## Redis Sentinel and Redis Cluster failovers (bench/failover)")
+    for kind, failovers in (("sentinel", FAILOVERS), ("cluster", CLUSTER_FAILOVERS)):
+        for name, (min_replicas, replicas) in CONFIGURATIONS.items():
+            options = Options(
+                database=database,
+                min_replicas=min_replicas,
+                replicas=replicas,
+                failovers=failovers * args.rounds,
+                kind=kind,
+            )
+            with tempfile.TemporaryDirectory(prefix="occupy-failover-") as directory:
+                tally, _done = run_failovers(Path(directory), options)
+            lines.append(_line(f"{kind.capitalize()}, {name}", tally))
+            print(lines[-1], f"errors: {dict(tally.errors)}", flush=True)
     with tempfile.TemporaryDirectory(prefix="occupy-failover-") as directory:
         results = _latency(Path(directory))
     print("\n".join(lines))

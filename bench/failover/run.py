@@ -17,8 +17,8 @@ is the order the writes took effect. The tally (:func:`tally`):
   both inside their ttl (a second holder was granted the key while the first held it);
 - ``stale_accepted``: accepted writes whose fence is below one already written to the
   row (must be 0: the fence refuses them);
-- ``replaced``: grants made by a server after the sentinels had named another primary
-  (must be 0 with ``MIN_REPLICAS``);
+- ``replaced``: grants made by a server after the sentinels (or the cluster) had named
+  another primary in its place (must be 0 with ``MIN_REPLICAS``);
 - ``not_rising``: grants whose fence is not above every earlier grant's on the key;
 - ``longest_gap``: the longest time in which no one was granted any key;
 - ``foreign``: errors that are not occupy's (must be 0).
@@ -61,6 +61,8 @@ class Options:
     min_replicas: int = 1
     replicas: int = 0
     failovers: tuple[str, ...] = FAILOVERS
+    #: ``"sentinel"`` or ``"cluster"``.
+    kind: str = "sentinel"
     workers: int = 4
     #: Seconds of load before the first failover and after each.
     calm: float = 1.5
@@ -105,24 +107,31 @@ class Tally:
         }
 
 
-def _settings(options: Options, sentinels: list[tuple[str, int]]) -> dict[str, Any]:
+def _settings(options: Options, where: dict[str, Any]) -> dict[str, Any]:
+    """Return the settings of the ``failover`` cache and backend: on the sentinels
+    ``where["sentinels"]``, or on the cluster node ``where["cluster"]`` (a port)."""
     from django.conf import settings
 
-    caches = {
-        **settings.CACHES,
-        "failover": {
+    if "cluster" in where:
+        cache = {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{where['cluster']}",
+            "OPTIONS": {"CLIENT_CLASS": "bench.failover.cluster.ClusterClient"},
+        }
+    else:
+        cache = {
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": f"redis://{SERVICE}/0",
             "OPTIONS": {
                 "CLIENT_CLASS": "django_redis.client.SentinelClient",
                 "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
-                "SENTINELS": sentinels,
+                "SENTINELS": where["sentinels"],
                 "SENTINEL_KWARGS": {"socket_timeout": 1, "socket_connect_timeout": 1},
                 "SOCKET_CONNECT_TIMEOUT": 1,
                 "SOCKET_TIMEOUT": 2,
             },
-        },
-    }
+        }
+    caches = {**settings.CACHES, "failover": cache}
     occupy = dict(getattr(settings, "OCCUPY", {}))
     occupy["BACKENDS"] = {
         **occupy.get("BACKENDS", {}),
@@ -141,7 +150,7 @@ def _settings(options: Options, sentinels: list[tuple[str, int]]) -> dict[str, A
 def _worker(
     index: int,
     options: Options,
-    sentinels: list[tuple[str, int]],
+    where: dict[str, Any],
     rows: dict[str, int],
     stop: Any,
     ready: Any,
@@ -161,19 +170,26 @@ def _worker(
     from tests.testapp.models import Page
 
     connections.settings["postgresql"]["NAME"] = options.database
-    override_settings(**_settings(options, sentinels)).enable()
+    override_settings(**_settings(options, where)).enable()
     reconnect = index % 2 == 0
     backend = get_backend("failover")
     client = backend.client
-    pool = client.connection_pool
     served = threading.local()
-    release = pool.release
+    # The server of every connection given back to a pool (redis-py gives it back
+    # after each command; a cluster client's redirected command, after the last node).
+    from redis.connection import ConnectionPool
 
-    def noting_release(connection: Any) -> None:
+    release = ConnectionPool.release
+
+    def noting_release(pool: Any, connection: Any) -> None:
         served.port = connection.port
-        release(connection)
+        release(pool, connection)
 
-    pool.release = noting_release
+    ConnectionPool.release = noting_release  # type: ignore[method-assign]
+    if "cluster" in where:
+        disconnect = client.disconnect_connection_pools
+    else:
+        disconnect = client.connection_pool.disconnect
     grants, sections, errors, foreign = [], [], Counter(), []
     writes = fenced_out = 0
     owner = f"worker-{index}"
@@ -181,7 +197,7 @@ def _worker(
     while not stop.is_set():
         key = rng.choice(sorted(rows))
         if reconnect:
-            pool.disconnect()  # the next connection asks the sentinels
+            disconnect()  # the next connection asks the sentinels
         served.port = None
         try:
             lease = backend.acquire(key, owner=owner, ttl=TTL, timeout=TIMEOUT)
@@ -259,22 +275,34 @@ def _audit() -> list[tuple[str, int]]:
 
 
 def run_failovers(directory: Path, options: Options) -> tuple[Tally, list[Any]]:
-    """Start a Sentinel deployment in ``directory``, run the workers on it while the
-    primary is failed over ``options.failovers``, stop everything; return the tally
-    and the failovers (how, old port, new port, when named)."""
+    """Start a Sentinel deployment (or with ``options.kind == "cluster"``, a Redis
+    Cluster) in ``directory``, run the workers on it while the primary (of the first
+    key, on a cluster) is failed over ``options.failovers``, stop everything; return
+    the tally and the failovers (how, old port, new port, when named)."""
     from django.db import connections
+
+    from bench.failover.cluster import ClusterDeployment
+    from occupy.backends.redis.scripts import redis_keys
 
     connections["postgresql"].settings_dict["NAME"] = options.database
     rows = _prepare(options.database)
+    names = {key: redis_keys("occupy:", key).lock for key in rows}
     done: list[Any] = []
-    with SentinelDeployment(directory) as deployment:
-        initial = deployment.primary()
+    cluster = options.kind == "cluster"
+    deployment: Any = (ClusterDeployment if cluster else SentinelDeployment)(directory)
+    with deployment:
+        if cluster:
+            deployment.watch(sorted(names.values()))
+            where: dict[str, Any] = {"cluster": deployment.ports[0]}
+        else:
+            initial = deployment.primary()
+            where = {"sentinels": deployment.sentinels}
         stop = _ctx.Event()
         ready, results = _ctx.Queue(), _ctx.Queue()
         procs = [
             _ctx.Process(
                 target=_worker,
-                args=(i, options, deployment.sentinels, rows, stop, ready, results),
+                args=(i, options, where, rows, stop, ready, results),
                 daemon=True,
             )
             for i in range(options.workers)
@@ -286,8 +314,12 @@ def run_failovers(directory: Path, options: Options) -> tuple[Tally, list[Any]]:
             for _ in procs:  # every worker has been granted a key once
                 ready.get(timeout=120)
             time.sleep(options.calm)
+            first = names[min(names)]
             for how in options.failovers:
-                old, new, named_at = deployment.fail_over(how)
+                if cluster:
+                    old, new, named_at = deployment.fail_over(how, first)
+                else:
+                    old, new, named_at = deployment.fail_over(how)
                 done.append((how, old, new, named_at))
                 time.sleep(options.calm)
         finally:
@@ -303,7 +335,12 @@ def run_failovers(directory: Path, options: Options) -> tuple[Tally, list[Any]]:
                 proc.join(timeout=5)
                 if proc.is_alive():
                     proc.kill()
-        named = [(0.0, initial), *deployment.named()]
+        if cluster:
+            by_name = deployment.named()
+            named = {key: by_name[name] for key, name in names.items()}
+        else:
+            timeline = [(0.0, initial), *deployment.named()]
+            named = {key: timeline for key in rows}
     if len(collected) < len(procs):
         raise AssertionError(f"{len(procs) - len(collected)} workers died without a report")
     pages = _final_pages(rows)
@@ -324,15 +361,17 @@ def _final_pages(rows: dict[str, int]) -> dict[str, tuple[int, int]]:
 def tally(
     reports: list[dict[str, Any]],
     audit: list[tuple[str, int]],
-    named: list[tuple[float, int]],
+    named: dict[str, list[tuple[float, int]]],
     failovers: list[Any],
     pages: dict[str, tuple[int, int]],
 ) -> Tally:
     """Return the tally of a run from the workers' ``reports``, the ``audit`` rows in
-    the order they took effect, when the sentinels ``named`` each primary
-    (``(time.time(), port)``, from the start), the ``failovers`` the run made and the
-    rows' final counters and fences."""
-    result = Tally(failovers=len(failovers), switches=len(named) - 1)
+    the order they took effect, when the sentinels (or the cluster) ``named`` each
+    primary of each key (``(time.time(), port)``, from the start), the ``failovers``
+    the run made and the rows' final counters and fences."""
+    result = Tally(
+        failovers=len(failovers), switches=max((len(n) - 1 for n in named.values()), default=0)
+    )
     grants = sorted((g for r in reports for g in r["grants"]), key=lambda g: g[2])
     sections = [s for r in reports for s in r["sections"]]
     for report in reports:
@@ -341,11 +380,13 @@ def tally(
         result.errors.update(report["errors"])
         result.foreign.extend(report["foreign"])
     result.grants = len(grants)
-    # A grant after the first announcement of a new primary, made by another server,
-    # is from a replaced primary.
+    # A grant made by another server than the primary named last is from a replaced
+    # primary, unless that server is the next one named (a new primary can grant a
+    # moment before it is announced, or before the run's watcher sees it).
     for key, fence, at, port, worker in grants:
-        primary = [p for t, p in named if t <= at][-1]
-        if port is not None and port != primary:
+        primary = [p for t, p in named[key] if t <= at][-1]
+        following = [p for t, p in named[key] if t > at][:1]
+        if port is not None and port != primary and following != [port]:
             result.replaced += 1
             result.replaced_examples.append((key, fence, at, port, primary, worker))
     for _how, _old, _new, at in failovers:

@@ -1,6 +1,7 @@
 """The backends' contract on a Redis Cluster of the test's own (three primaries, three
 replicas: bench/failover/cluster.py), through a django-redis client whose raw client
-is a redis-py ``RedisCluster``; and keys spread over the slots of every primary."""
+is a redis-py ``RedisCluster``; keys spread over the slots of every primary; and a
+primary failed over under load."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connections
 from django.test import override_settings
 
 import occupy
 from bench.failover.cluster import ClusterDeployment, cluster_missing
+from bench.failover.run import Options, run_failovers
 from tests.backends import test_contract
 from tests.support.aliases import server_skip
 
@@ -104,3 +107,28 @@ def test_keys_over_the_slots_of_every_primary(using: str, cluster: ClusterDeploy
         assert occupy.holder(key, using=using) is None
     assert len(nodes) == 3, nodes
     assert len(slots) > 1500, len(slots)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.skipif("postgresql" not in connections, reason="no PostgreSQL (the fenced rows)")
+def test_a_primary_failed_over_under_load(tmp_path: Path, live_db: None) -> None:
+    """The failover run of test_redis_sentinel.py on a cluster of its own, with
+    ``MIN_REPLICAS = 1``: the primary of one key's slot is paused past the node timeout
+    until its replica took over, then resumed, while workers take the keys and write
+    fenced rows. (``make bench`` also fails primaries over with ``CLUSTER FAILOVER``
+    and ``SIGKILL``, and compares the replica options.)"""
+    options = Options(
+        database=connections["postgresql"].settings_dict["NAME"],
+        min_replicas=1,
+        kind="cluster",
+        failovers=("sigstop",),
+    )
+    result, failovers = run_failovers(tmp_path, options)
+    print(f"\nfailovers {failovers}\n{result.row()}\nerrors {dict(result.errors)}")
+    assert result.failovers == 1
+    assert result.grants > 50, result.row()
+    assert result.stale_accepted == 0, result.row()
+    assert result.replaced == 0, result.replaced_examples[:5]
+    assert result.not_rising == 0, result.row()
+    assert result.foreign == [], result.foreign[:3]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.db import connections
 
 from bench.failover.deployment import deployment_missing
@@ -22,8 +23,9 @@ pytestmark = [
     pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or ""),
     pytest.mark.skipif(bool(deployment_missing()), reason=deployment_missing() or ""),
     pytest.mark.skipif(
-        bool(server_skip("db-postgresql")) and "postgresql" not in connections,
-        reason="PostgreSQL is not configured (the fenced rows live there)",
+        "postgresql" not in connections,
+        reason=settings.SKIPS.get("postgresql", "PostgreSQL is not the 'postgresql' alias")
+        + " (the fenced rows live there)",
     ),
     pytest.mark.multiprocess,
     pytest.mark.slow,
