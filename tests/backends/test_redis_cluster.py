@@ -132,3 +132,41 @@ def test_a_primary_failed_over_under_load(tmp_path: Path, live_db: None) -> None
     assert result.replaced == 0, result.replaced_examples[:5]
     assert result.not_rising == 0, result.row()
     assert result.foreign == [], result.foreign[:3]
+
+
+def test_replicas_waits_for_the_replica_of_the_keys_primary(
+    using: str, cluster: ClusterDeployment
+) -> None:
+    """``REPLICAS = 1`` on a cluster: the WAIT goes to the primary that made the grant
+    (with its replica paused, the grant is given back; another node's WAIT would have
+    counted its own replica)."""
+    import os
+    import signal
+
+    from bench.failover.deployment import _command
+    from occupy.backends.redis import RedisBackend
+
+    backend = RedisBackend("acked", {"OPTIONS": {"CACHE": ALIAS, "REPLICAS": 1}})
+    name = backend.keys("book:1").lock
+    primary = backend.client.get_node_from_key(name).port
+    occupy.release(backend.acquire("book:1", owner="a", ttl=30, timeout=1))
+    me = next(
+        line.split()[0]
+        for line in _command(primary, "CLUSTER", "NODES").decode().splitlines()
+        if "myself" in line
+    )
+    replica = next(
+        int(line.split()[1].split("@")[0].rsplit(":", 1)[1])
+        for line in _command(primary, "CLUSTER", "NODES").decode().splitlines()
+        if line.split()[3] == me
+    )
+    pid = cluster.processes[replica].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(occupy.StoreUnavailable, match="REPLICAS"):
+            backend.acquire("book:1", owner="a", ttl=30, timeout=0.2)
+        assert backend.holder("book:1") is None  # given back
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    occupy.release(backend.acquire("book:1", owner="a", ttl=30, timeout=1))
+    backend.close()

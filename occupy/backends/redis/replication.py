@@ -134,14 +134,22 @@ class AcknowledgedScript:
         )
 
     def _run(self, command: str, script: str, key: str, args: tuple[Any, ...], ms: int) -> Any:
-        pipe = self.client.pipeline(transaction=False)
+        # WAIT counts what the replicas have of this connection's writes: both commands
+        # go down one connection to the key's primary (on a cluster, its node's own
+        # client: a cluster pipeline would send the keyless WAIT to any node).
+        client = self.client
+        nodes = getattr(client, "nodes_manager", None)
+        if nodes is not None:
+            client = client.get_node_from_key(key).redis_connection
+        pipe = client.pipeline(transaction=False)
         pipe.execute_command(command, script, 1, key, *args)
         pipe.execute_command("WAIT", self.replicas, ms)
         reply, acks = pipe.execute(raise_on_error=False)
-        if isinstance(reply, BaseException):
-            raise reply
-        if isinstance(acks, BaseException):
-            raise acks
+        for result in (reply, acks):
+            if isinstance(result, BaseException):
+                if nodes is not None and not isinstance(result, NoScriptError):
+                    nodes.initialize()  # the slot moved (a failover): learn the new map
+                raise result
         return reply, acks
 
 
