@@ -11,10 +11,10 @@ guard closes one of them (docs: ``howto/redis-deploy.md``):
   granted keys the new primary also grants. ``MIN_REPLICAS = n`` makes every script
   look at the server's replication state first, inside the script (so in the same
   atomic step as its writes): it runs only on a primary with at least ``n`` replicas
-  attached, online and heard from within the last second, else it refuses with an
+  attached, online and heard from within :data:`MAX_LAG` seconds, else it refuses with an
   error (``StoreUnavailable``). A replaced primary has lost its replicas (they follow
   the new one), so it grants nothing. This is Redis's own ``min-replicas-to-write``,
-  checked per call with a one-second lag bound instead of the ten-second default.
+  checked per call with a two-second lag bound instead of the ten-second default.
 - **A grant lost in a failover.** A grant the primary made but had not yet sent to a
   replica is gone if that replica is promoted, and another caller can then take the key.
   ``REPLICAS = n`` sends ``WAIT n`` after each grant, extend, takeover and re-entry, on
@@ -47,8 +47,10 @@ __all__ = [
 #: re-entry), in seconds.
 ACK_TIMEOUT = 1.0
 #: The longest silence of a replica that still counts as attached, in whole seconds
-#: (Redis's ``lag``: replicas acknowledge every second).
-MAX_LAG = 1
+#: (Redis's ``lag``: replicas acknowledge every second, and the server counts whole
+#: seconds of its clock, so a live replica reads 0, 1 or 2; a primary stopped for
+#: longer than this, as a failover takes, reads more).
+MAX_LAG = 2
 
 #: Prepended to every script with ``MIN_REPLICAS`` > 0: the server must be a primary
 #: with enough live replicas, or the script refuses before it reads or writes a key.
