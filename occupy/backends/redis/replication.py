@@ -54,11 +54,13 @@ MAX_LAG = 2
 
 #: Prepended to every script with ``MIN_REPLICAS`` > 0: the server must be a primary
 #: with enough live replicas, or the script refuses before it reads or writes a key.
+#: (A replica whose acknowledgement came in after the server last read its clock shows
+#: ``lag=-1``: live too.)
 _GUARD = """
 local occupy_info = redis.call('INFO', 'replication')
 local occupy_live = 0
 for occupy_state, occupy_lag in string.gmatch(occupy_info,
-    'slave%d+:[^\\r\\n]*state=(%a+)[^\\r\\n]*lag=(%d+)') do
+    'slave%d+:[^\\r\\n]*state=(%a+)[^\\r\\n]*lag=(%-?%d+)') do
   if occupy_state == 'online' and tonumber(occupy_lag) <= @MAX_LAG@ then
     occupy_live = occupy_live + 1
   end
