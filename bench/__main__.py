@@ -3,6 +3,8 @@
 ``python -m bench scale [options]`` runs the scale benchmarks (``make bench-scale``), and
 ``python -m bench faults [options]`` the fault soak (``make faults``); neither is part
 of ``make bench``: see :mod:`bench.scale` and :mod:`bench.faults` for their options.
+``python -m bench failover [--rounds N]`` runs the failover comparison alone (``make
+bench`` runs it with the default rounds).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ MODULES = [
 
 def main(argv: list[str]) -> None:
     """Run the benchmark modules named in ``argv`` (default: all)."""
-    if argv[:1] in (["scale"], ["faults"]):
+    if argv[:1] in (["scale"], ["faults"], ["failover"]):
         importlib.import_module(f"bench.{argv[0]}").main(argv[1:])
         return
     for name in argv or MODULES:

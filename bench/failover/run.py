@@ -48,6 +48,8 @@ _ctx = multiprocessing.get_context("spawn")
 #: PostgreSQL database given).
 KEYS = 3
 AUDIT = "occupy_failover_audit"
+#: How long before it is named a new primary's grant counts as its own, in seconds.
+EARLY = 1.0
 #: Each lease's ttl and each acquire's timeout, in seconds.
 TTL = 10.0
 TIMEOUT = 2.0
@@ -381,12 +383,13 @@ def tally(
         result.foreign.extend(report["foreign"])
     result.grants = len(grants)
     # A grant made by another server than the primary named last is from a replaced
-    # primary, unless that server is the next one named (a new primary can grant a
-    # moment before it is announced, or before the run's watcher sees it).
+    # primary, unless that server is named next, within EARLY seconds (a new primary
+    # can grant a moment before it is announced, or before the run's watcher sees it;
+    # primaries come round again, so a later naming says nothing).
     for key, fence, at, port, worker in grants:
         primary = [p for t, p in named[key] if t <= at][-1]
-        following = [p for t, p in named[key] if t > at][:1]
-        if port is not None and port != primary and following != [port]:
+        early = [p for t, p in named[key] if at < t <= at + EARLY][:1]
+        if port is not None and port != primary and early != [port]:
             result.replaced += 1
             result.replaced_examples.append((key, fence, at, port, primary, worker))
     for _how, _old, _new, at in failovers:
