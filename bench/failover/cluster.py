@@ -116,8 +116,15 @@ class ClusterDeployment:
         primaries = {n[0] for n in healthy if "master" in n[2] and len(n) > 8}
         served = Counter(n[3] for n in healthy if "slave" in n[2] and n[3] in primaries)
         # Every primary has its replica (a restarted node may first join another one,
-        # until Redis moves a replica to the orphaned primary).
-        return len(primaries) == 3 and all(served[p] >= 1 for p in primaries)
+        # until Redis moves a replica to the orphaned primary), and every replica's link
+        # is up: a replica that never synced refuses to take over (its data is too old).
+        if len(primaries) != 3 or not all(served[p] >= 1 for p in primaries):
+            return False
+        for port in self.ports:
+            info = _command(port, "INFO", "replication")
+            if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                return False
+        return True
 
     def owner(self, key: str) -> int:
         """Return the port of the primary that serves ``key``'s slot, as a node that is
