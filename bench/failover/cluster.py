@@ -127,13 +127,30 @@ class ClusterDeployment:
         return True
 
     def owner(self, key: str) -> int:
-        """Return the port of the primary that serves ``key``'s slot, as a node that is
-        up says."""
+        """Return the port of the primary that serves ``key``'s slot: of the nodes that
+        answer and claim it, the one with the highest config epoch (a primary that was
+        paused still claims its slots, with its old epoch, until it hears of the new)."""
         slot = int(_command(self._up(), "CLUSTER", "KEYSLOT", key))
-        for start, end, primary, *_ in _command(self._up(), "CLUSTER", "SLOTS"):
-            if start <= slot <= end:
-                return int(primary[1])
-        raise AssertionError(f"no node serves slot {slot}")
+        claims: list[tuple[int, int]] = []
+        for port in self.ports:
+            try:
+                lines = _command(port, "CLUSTER", "NODES", timeout=0.5).decode().splitlines()
+            except Exception:
+                continue
+            for line in lines:
+                fields = line.split()
+                if "master" not in fields[2] or "fail" in fields[2]:
+                    continue
+                for part in fields[8:]:
+                    if part.startswith("["):
+                        continue  # a slot being migrated
+                    start, _, end = part.partition("-")
+                    if int(start) <= slot <= int(end or start):
+                        address = fields[1].split("@")[0]
+                        claims.append((int(fields[6]), int(address.rsplit(":", 1)[1])))
+        if not claims:
+            raise AssertionError(f"no node serves slot {slot}")
+        return max(claims)[1]
 
     def _up(self) -> int:
         for port in self.ports:
