@@ -28,6 +28,7 @@ from django.core.checks import CheckMessage
 
 from occupy import telemetry
 from occupy.backends.claims import UNKNOWN_OWNER
+from occupy.backends.cleanup import chain_beneath, clean_up_after
 from occupy.backends.configuration import (
     ConfiguredBackend,
     store_reason,
@@ -344,7 +345,6 @@ class BaseBackend(ConfiguredBackend):
         attempt = self.attempt(key, owner, ttl)
         deadline = None if timeout is None else time.monotonic() + timeout
         attempt.deadline = deadline
-        granted = False
         try:
             lease = attempt.try_acquire()
             if lease is None and timeout != 0:
@@ -355,11 +355,10 @@ class BaseBackend(ConfiguredBackend):
             if lease is None:
                 raise self._occupied(attempt, waited=timeout)
             self._in_time(lease, deadline, timeout)
-            granted = True
             return lease
-        finally:
-            if not granted:
-                attempt.cancel()
+        except BaseException as error:
+            clean_up_after(error, attempt.cancel)
+            raise
 
     async def aacquire(self, key: str, *, owner: str, ttl: float, timeout: float | None) -> Lease:
         """Async twin of :meth:`acquire`; cancelling it leaves no claim behind."""
@@ -367,7 +366,6 @@ class BaseBackend(ConfiguredBackend):
         attempt.asynchronous = True
         deadline = None if timeout is None else time.monotonic() + timeout
         attempt.deadline = deadline
-        granted = False
         run = _in_thread(attempt)
         try:
             lease = await run(attempt.try_acquire)
@@ -382,13 +380,15 @@ class BaseBackend(ConfiguredBackend):
                 )
             assert isinstance(lease, Lease)  # what try_acquire and enqueue return
             self._in_time(lease, deadline, timeout, give_back=False)
-            granted = True
             return lease
-        finally:
-            if not granted:
+        except BaseException as error:
+            try:
                 # Shielded: a cancelled caller must still remove its claim; the mutex
                 # makes this wait for a try that is still running in its thread.
                 await asyncio.shield(run(attempt.abandon))
+            except Exception as failed:
+                chain_beneath(error, failed)
+            raise
 
     def _in_time(
         self, lease: Lease, deadline: float | None, timeout: float | None, *, give_back: bool = True

@@ -52,6 +52,7 @@ from django.utils.module_loading import import_string
 from occupy.backends.base import BaseBackend
 from occupy.backends.cache.store import FenceUnavailable
 from occupy.backends.options import Option, cache_store, missing_cache, where
+from occupy.backends.replicas import REPLICA_OPTIONS, client_warnings
 from occupy.exceptions import InvalidBackendError
 
 __all__ = [
@@ -166,6 +167,7 @@ class CacheBackend(BaseBackend):
             "non-Redis caches: how much life an entry read must have left for a write after it",
             positive=True,
         ),
+        **REPLICA_OPTIONS,
     }
 
     @classmethod
@@ -175,6 +177,7 @@ class CacheBackend(BaseBackend):
         options = params.get("OPTIONS") or {}
         cache = options.get("CACHE", "default")
         messages = super().check(alias, params) + missing_cache(alias, cache)
+        messages += client_warnings(alias, "CacheBackend", cache, options)
         if not isinstance(cache, str) or cache not in caches.settings:
             return messages
         path = caches.settings[cache].get("BACKEND", "")

@@ -15,6 +15,7 @@ from occupy.backends.cache.backend import CacheBackend, redis_client
 from occupy.backends.cache.store import PREFIX
 from occupy.backends.redis.link import QUEUE_TTL, RedisLink
 from occupy.backends.redis.protocol import RedisLockBackend
+from occupy.backends.redis.replication import Replication
 from occupy.exceptions import InvalidBackendError
 
 __all__ = ["RedisCacheBackend"]
@@ -47,4 +48,5 @@ class RedisCacheBackend(CacheBackend, RedisLockBackend):
             poll_interval=self.poll_interval,
             queue_ttl=max(QUEUE_TTL, 2 * self.poll_interval),
             digest_chars=64,
+            replication=Replication(self.options["MIN_REPLICAS"], self.options["REPLICAS"]),
         )

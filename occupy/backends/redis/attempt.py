@@ -110,6 +110,12 @@ class RedisAttempt(Attempt):
         if reply:
             fence, expires, _since = text(reply[1]).split(" ")
             self.handed = self._lease(self.token, fence, expires)
+            try:  # with REPLICAS, the handover must have reached the replicas
+                self.link.replication.confirm_handover(
+                    self.link.scripts, self.rkeys.lock, self.token, self.ttl_ms
+                )
+            except RedisError as e:
+                raise self.backend.unavailable(self.key, e) from e
 
     async def await_wake(self, seconds: float) -> None:
         """Async twin of :meth:`wait`: block in the link's own thread pool.

@@ -17,8 +17,9 @@ OPTIONS: ``CACHE`` (the django-redis cache alias, default ``"default"``), ``PREF
 waiter looks again and refreshes its place, default 0.25 s), ``QUEUE_TTL`` (how long a
 waiter's place outlives its last look, default 3 s), ``FENCE_TTL`` (how long a key's
 fence counter lives from its first grant, default one day; every fence is at least the
-server's clock in µs, so a new counter starts above every fence before it). Needs
-Redis 6.2 or later.
+server's clock in µs, so a new counter starts above every fence before it),
+``MIN_REPLICAS`` and ``REPLICAS`` (the guards against a failover, default 0: see
+:mod:`.replication`). Needs Redis 6.2 or later.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 from django.core.checks import CheckMessage, Error
 
 from occupy.backends.options import Option, cache_store, missing_cache, where
+from occupy.backends.replicas import REPLICA_OPTIONS, client_warnings
 from occupy.exceptions import InvalidBackendError
 
 _NO_DJANGO_REDIS = (
@@ -39,6 +41,7 @@ _NO_DJANGO_REDIS = (
 try:
     from occupy.backends.redis.link import FENCE_TTL, QUEUE_TTL, RedisLink
     from occupy.backends.redis.protocol import RedisLockBackend
+    from occupy.backends.redis.replication import Replication
 except ImportError as e:  # pragma: no cover - depends on the installation
     raise InvalidBackendError(_NO_DJANGO_REDIS) from e
 
@@ -77,6 +80,7 @@ class RedisBackend(RedisLockBackend):
         "FENCE_TTL": Option(
             float, FENCE_TTL, "how long a key's fence is remembered", positive=True
         ),
+        **REPLICA_OPTIONS,
     }
 
     @classmethod
@@ -102,6 +106,7 @@ class RedisBackend(RedisLockBackend):
             *super().check(alias, params),
             *missing_cache(alias, cache),
             *_not_django_redis(alias, cache),
+            *client_warnings(alias, "RedisBackend", cache, params.get("OPTIONS") or {}),
         ]
 
     def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
@@ -113,6 +118,7 @@ class RedisBackend(RedisLockBackend):
         self.poll_interval = float(self.options["POLL_INTERVAL"])
         self.queue_ttl = float(self.options["QUEUE_TTL"])
         self.fence_ttl = float(self.options["FENCE_TTL"])
+        self.replication = Replication(self.options["MIN_REPLICAS"], self.options["REPLICAS"])
 
     # --- connection ------------------------------------------------------------------
     def make_link(self) -> RedisLink:
@@ -150,6 +156,7 @@ class RedisBackend(RedisLockBackend):
             poll_interval=self.poll_interval,
             queue_ttl=self.queue_ttl,
             fence_ttl=self.fence_ttl,
+            replication=self.replication,
         )
 
     def describe_store(self) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from occupy.backends.redis.calls import BoundedCalls, Scripts
 from occupy.backends.redis.held import CANCEL, EXTEND, RELEASE, RESUME, TAKEOVER
 from occupy.backends.redis.keys import RedisKeys, redis_keys
+from occupy.backends.redis.replication import Replication
 from occupy.backends.redis.scripts import ACQUIRE, QUEUE
 from occupy.backends.redis.values import to_ms
 
@@ -52,14 +53,22 @@ class RedisLink:
         queue_ttl: float = QUEUE_TTL,
         fence_ttl: float = FENCE_TTL,
         digest_chars: int = 32,
+        replication: Replication | None = None,
     ) -> None:
         self.client = client
         self.prefix = prefix
         self.poll_interval = poll_interval
         self.digest_chars = digest_chars
         self.bounded = BoundedCalls.of(client)
-        self.scripts = Scripts.register(
-            client, dict(scripts_for(to_ms(fence_ttl), to_ms(queue_ttl))), self.bounded
+        #: ``MIN_REPLICAS`` and ``REPLICAS`` (:mod:`.replication`).
+        self.replication = replication or Replication()
+        self.scripts = self.replication.wrap(
+            client,
+            Scripts.register(
+                client,
+                self.replication.texts(scripts_for(to_ms(fence_ttl), to_ms(queue_ttl))),
+                self.bounded,
+            ),
         )
         #: The longest ``BLPOP``: one longer than the socket timeout would end in a
         #: ``TimeoutError``.
