@@ -60,14 +60,19 @@ mysql-driver-required: mysql-driver
 	  echo "make test-all needs mysqlclient (see above)" >&2; exit 1; }
 
 ## test-all: the suite with PostgreSQL, then MariaDB, as the default database, slow tests
-## included; fails when a server is missing. The Redis, cache and file backends, the
-## example site (its own SQLite), the user project (tests/userproject: its own databases)
-## and the browser's view of the admin (the admin's requests and queries run here too,
-## over plain requests) ran in `make test` and are skipped here.
+## included; fails when a server is missing. The Redis, cache, file and etcd backends
+## (their failover runs too), the Celery storm (its locks are in PostgreSQL or Redis
+## whatever the default database), the example site (its own SQLite), the user project
+## (tests/userproject: its own databases) and the browser's view of the admin (the admin's
+## requests and queries run here too, over plain requests) ran in `make test` and
+## `make test-slow` and are skipped here.
 STORE_TESTS := --ignore=tests/backends/test_redis.py --ignore=tests/backends/test_redis_servers.py \
 	--ignore=tests/backends/test_cache.py --ignore=tests/backends/test_file.py \
 	--ignore=tests/example --ignore=tests/admin/test_browser.py --ignore=tests/test_userproject.py \
-	--ignore=tests/admin/test_browser_leases.py
+	--ignore=tests/admin/test_browser_leases.py --ignore=tests/backends/test_etcd.py \
+	--ignore=tests/backends/test_etcd_failover.py --ignore=tests/backends/test_redis_sentinel.py \
+	--ignore=tests/backends/test_redis_cluster.py --ignore=tests/backends/test_redis_replication.py \
+	--ignore=tests/celery/test_storm.py
 test-all: mysql-driver-required
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=postgresql $(PY) -m pytest $(STORE_TESTS)
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=mysql $(PY) -m pytest $(STORE_TESTS)
