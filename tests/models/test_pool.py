@@ -89,7 +89,7 @@ def test_claim_hands_out_each_task_once(database: str) -> None:
     bob = tasks.claim(owner="bob", ttl=30, backend=backend)
     assert (alice.pk, bob.pk) == (made[0].pk, made[1].pk)
     assert alice.lease.key == f"testapp.task:{alice.pk}" and alice.lease.owner == "alice"
-    assert alice.holder_on(backend).owner == "alice"
+    assert alice.get_holder(backend=backend).owner == "alice"
     assert tasks.claim(owner="carol", backend=backend) is None  # everything is held
     occupy.release(alice.lease)
     carol = tasks.claim(owner="carol", backend=backend)
