@@ -21,6 +21,7 @@ __all__ = [
     "InvalidBackendError",
     "LeaseLost",
     "LockTimeout",
+    "MalformedPrecondition",
     "Occupied",
     "OccupyError",
     "StoreNotMigrated",
@@ -151,6 +152,10 @@ class VersionConflict(ConflictError):
 
 class FencedOut(ConflictError):
     """The row was written under a newer fence than the writer's lease."""
+
+
+class MalformedPrecondition(OccupyError, ValueError):
+    """An ``If-Match`` header that is not a list of entity tags (answered with 400)."""
 
 
 class InvalidBackendError(OccupyError, ImproperlyConfigured):

@@ -25,6 +25,7 @@ from occupy.exceptions import (
     ConflictError,
     FencedOut,
     LeaseLost,
+    MalformedPrecondition,
     Occupied,
     OccupyError,
     StoreUnavailable,
@@ -53,10 +54,6 @@ __all__ = [
 ANY = "*"
 #: The most digits a version in an entity tag may have (a 64-bit number has 20).
 MAX_VERSION_DIGITS = 20
-
-
-class MalformedPrecondition(OccupyError, ValueError):
-    """An ``If-Match`` header that is not a list of entity tags (answered with 400)."""
 
 
 @dataclass
