@@ -14,6 +14,8 @@ from django import forms
 from django.core.exceptions import FieldDoesNotExist
 from django.http import HttpRequest
 
+from occupy.admin.fields import LEASE_FIELD, TAB_FIELD
+
 __all__ = ["RENDERED_FIELD", "VERSION_FIELD", "conflict_rows", "display", "resubmitted"]
 
 #: The name of the hidden form field carrying the version.
@@ -26,8 +28,8 @@ _NOT_RESUBMITTED = {
     "csrfmiddlewaretoken",
     VERSION_FIELD,
     RENDERED_FIELD,
-    "_occupy_lease",
-    "_occupy_tab",
+    LEASE_FIELD,
+    TAB_FIELD,
     "_save",
     "_continue",
     "_addanother",

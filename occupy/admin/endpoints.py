@@ -27,6 +27,7 @@ from occupy.admin.editing import (
     EditLeaseBase,
     TakeoverDenied,
 )
+from occupy.admin.fields import LEASE_FIELD, TAB_FIELD
 from occupy.exceptions import LeaseLost, Occupied, StoreUnavailable
 from occupy.owners import owner_display
 
@@ -91,7 +92,7 @@ class LeaseEndpointsMixin(EditLeaseBase):
         return obj
 
     def _tab(self, data: Any) -> str:
-        tab = data.get("_occupy_tab", "")
+        tab = data.get(TAB_FIELD, "")
         if not TAB.match(tab):
             raise PermissionDenied("No valid tab id.")
         return str(tab)
@@ -119,7 +120,7 @@ class LeaseEndpointsMixin(EditLeaseBase):
         lost, 503 when the store is down."""
         obj = self._leased_object(request, object_id)
         state = self._state(request, obj, self._tab(request.POST))
-        tokens = request.POST.getlist("_occupy_lease")
+        tokens = request.POST.getlist(LEASE_FIELD)
         try:
             try:
                 leases = self._resume(request, state, tokens)
@@ -160,7 +161,7 @@ class LeaseEndpointsMixin(EditLeaseBase):
         else:
             keys = self._keys(request, obj)
         owner = self._owner(request, self._tab(request.POST))
-        tokens = request.POST.getlist("_occupy_lease")
+        tokens = request.POST.getlist(LEASE_FIELD)
         try:
             for key, token in zip(keys, tokens, strict=False):
                 try:
@@ -178,7 +179,7 @@ class LeaseEndpointsMixin(EditLeaseBase):
         it is that tab (``mine``) and, if not, what the tab's page should say."""
         obj = self._leased_object(request, object_id)
         keys = self._keys(request, obj)
-        tab = request.GET.get("_occupy_tab", "")
+        tab = request.GET.get(TAB_FIELD, "")
         owner = self._owner(request, tab) if TAB.match(tab) else None
         try:
             body = self._holder_body(request, keys[0], owner)
@@ -225,4 +226,4 @@ class LeaseEndpointsMixin(EditLeaseBase):
                 f"Took over the edit lease from {owner_display(holder.owner)} "
                 f"(fence {holder.fence}).",
             )
-        return HttpResponseRedirect(f"{self._change_url(obj)}?{urlencode({'_occupy_tab': tab})}")
+        return HttpResponseRedirect(f"{self._change_url(obj)}?{urlencode({TAB_FIELD: tab})}")

@@ -39,6 +39,7 @@ from occupy.admin.editing import (
     new_tab,
 )
 from occupy.admin.endpoints import LeaseEndpointsMixin
+from occupy.admin.fields import LEASE_FIELD, TAB_FIELD
 from occupy.exceptions import FencedOut, LeaseLost, Occupied, StoreUnavailable
 from occupy.leases import Holder, Lease
 from occupy.owners import owner_display
@@ -285,7 +286,7 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
         return response
 
     def _get_state(self, request: HttpRequest, obj: Any) -> EditState:
-        tab = request.GET.get("_occupy_tab", "")
+        tab = request.GET.get(TAB_FIELD, "")
         tab = tab if TAB.match(tab) else new_tab()
         state = self._state(request, obj, tab)
         try:
@@ -297,10 +298,10 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
         return state
 
     def _post_state(self, request: HttpRequest, obj: Any) -> EditState:
-        tab = request.POST.get("_occupy_tab", "")
+        tab = request.POST.get(TAB_FIELD, "")
         tab = tab if TAB.match(tab) else new_tab()
         state = self._state(request, obj, tab)
-        tokens = request.POST.getlist("_occupy_lease")
+        tokens = request.POST.getlist(LEASE_FIELD)
         try:
             state.leases = self._resume(request, state, tokens)
         except LeaseLost:

@@ -28,6 +28,7 @@ from django.utils.safestring import SafeString
 
 from occupy.admin.conflicts import RENDERED_FIELD, VERSION_FIELD, conflict_rows, resubmitted
 from occupy.admin.editing import STATE
+from occupy.admin.fields import TAB_FIELD
 from occupy.exceptions import VersionConflict
 from occupy.versions import get_version
 
@@ -336,7 +337,7 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
                 "take_current_url": (
                     change_url
                     if state is None
-                    else f"{change_url}?{urlencode({'_occupy_tab': state.tab})}"
+                    else f"{change_url}?{urlencode({TAB_FIELD: state.tab})}"
                 ),
                 "media": self.media,
                 "occupy_edit": (
