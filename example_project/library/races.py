@@ -300,11 +300,46 @@ def task_pool(claim: bool, editors: int = 4, tasks: int = 24) -> Outcome:
     return Outcome(len(edits), len(overwritten), 0, elapsed[0])
 
 
+# --- the task storm: several workers start one book's report at once -------------------
+def _run_reports(occupied: bool, pk: int, times: int, barrier: Any) -> int:
+    """Start the report of book ``pk`` ``times`` times, as a worker does (the immediate
+    backend runs each task as it is enqueued); return how many runs were skipped."""
+    from example_project.library.tasks import occupied_report, report
+
+    chosen = occupied_report if occupied else report
+    barrier.wait()
+    results = [chosen.enqueue(pk) for _ in range(times)]
+    return sum(result.return_value is None for result in results)
+
+
+def task_storm(occupied: bool, workers: int = 4, times: int = 15) -> Outcome:
+    """``workers`` processes each start the report of one book ``times`` times, as a
+    plain task of Django's tasks framework or under ``occupy.tasks``: a run the report
+    count does not show is lost; a run occupy skipped (its book's report was running)
+    is refused."""
+    from example_project.library.models import Book
+
+    book = Book.objects.create(name="reports", stock=0)
+    try:
+        with _timed() as elapsed:
+            skipped = sum(
+                _in_processes(
+                    _run_reports, [(occupied, book.pk, times, _start_barrier(workers))] * workers
+                )
+            )
+        book.refresh_from_db()
+    finally:
+        Book.objects.filter(pk=book.pk).delete()
+    runs = workers * times
+    return Outcome(runs, runs - skipped - book.stock, skipped, elapsed[0])
+
+
 #: The stories, as the table names them.
 BOOK = "student and admin edit one book"
 COUNTER = "borrow counter"
 STOCK = "stock decrement"
 POOL = "task pool"
+STORM = "task storm (one report per book)"
 
 #: The other lock backends on the counter, where the settings configure them (the Redis
 #: and cache backends only when a Redis server answers).
@@ -335,4 +370,6 @@ ROWS = [
     Row(STOCK, "Book.objects.locked()", lambda: stock_decrement(locked=True)),
     Row(POOL, "plain Django: first task not done", lambda: task_pool(claim=False)),
     Row(POOL, "Task.objects.claim()", lambda: task_pool(claim=True)),
+    Row(STORM, "plain task (Django's tasks framework)", lambda: task_storm(occupied=False)),
+    Row(STORM, "occupy.tasks.task(occupy_key=...)", lambda: task_storm(occupied=True)),
 ]
