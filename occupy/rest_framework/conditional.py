@@ -138,10 +138,15 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
             )
         return None
 
+    def check_client_version(self, instance: Any) -> int | None:
+        """Return the client's version for a write of ``instance`` (``None``: none
+        given), raising the contract's error when it is stale or malformed."""
+        _require_versioned(self, instance)
+        return self.get_client_version(self.request, instance)
+
     def expect_client_version(self, instance: Any) -> None:
         """Make the client's version the precondition of the write of ``instance``."""
-        _require_versioned(self, instance)
-        version = self.get_client_version(self.request, instance)
+        version = self.check_client_version(instance)
         if version is not None:
             instance.expect_version(version)
         self.occupy_instance = instance

@@ -18,6 +18,8 @@ One module per role: :mod:`~occupy.rest_framework.errors` (the status table on a
 
 from __future__ import annotations
 
+from typing import Any
+
 from occupy.rest_framework.conditional import ConditionalMixin
 from occupy.rest_framework.errors import OccupyErrorsMixin
 from occupy.rest_framework.leases import EditLeaseMixin
@@ -33,4 +35,20 @@ __all__ = [
 
 
 class OccupyViewMixin(EditLeaseMixin, ConditionalMixin):
-    """Conditional requests, writes outside other editors' leases, and lease endpoints."""
+    """Conditional requests, writes outside other editors' leases, and lease endpoints.
+
+    A write whose precondition is already stale is answered 412 before it queues for the
+    object's key: versions only rise, so it could never pass, and the writes queued
+    behind it need not wait for it. The comparison that decides stays the guarded
+    ``UPDATE`` (or delete) under the key.
+    """
+
+    def perform_update(self, serializer: Any) -> None:
+        """Refuse a stale precondition at once; else save under the key, guarded."""
+        self.check_client_version(serializer.instance)
+        super().perform_update(serializer)
+
+    def perform_destroy(self, instance: Any) -> None:
+        """Refuse a stale precondition at once; else delete under the key, guarded."""
+        self.check_client_version(instance)
+        super().perform_destroy(instance)
