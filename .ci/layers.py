@@ -2,7 +2,8 @@
 
 The layers are those of the import-linter contract in ``.importlinter`` (top to
 bottom); the arrows are the imports grimp (import-linter's graph builder, pinned in
-the ``dev`` extra) finds, type-only imports left out as the contract leaves them out.
+the ``dev`` extra) finds at run time: type-only imports are left out of the picture (the
+contract counts them too, so they may not go up a layer or close a circle either).
 ``--write`` (``make layers``) replaces the picture between its markers;
 ``--check`` (``make lint``) fails when the page and the imports disagree, or when a
 top-level module is in no layer.

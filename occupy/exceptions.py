@@ -13,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 if TYPE_CHECKING:
     from django.db.models import Model
 
-    from occupy.leases import Holder
+    from occupy.holders import Holder
 
 __all__ = [
     "ConflictError",

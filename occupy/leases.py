@@ -8,15 +8,13 @@ import socket
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, Protocol
 
 from occupy import signals
 from occupy.exceptions import LeaseLost
+from occupy.holders import Holder
 
-if TYPE_CHECKING:
-    from occupy.backends.base import BaseBackend
-
-__all__ = ["Holder", "Lease", "default_owner", "new_token"]
+__all__ = ["Holder", "Lease", "LeaseBackend", "default_owner", "new_token"]
 
 _HOSTNAME = socket.gethostname()
 
@@ -41,17 +39,32 @@ def new_token() -> str:
     return os.urandom(16).hex()  # what secrets.token_hex(16) does, one call shorter
 
 
-class Holder(NamedTuple):
-    """Who holds a key, as anyone may see it: never the token.
+class LeaseBackend(Protocol):
+    """What a :class:`Lease` asks of the backend that granted it (a
+    :class:`~occupy.backends.base.BaseBackend`, which this module does not import: the
+    backends stand on the leases)."""
 
-    ``since`` is when this holder was granted the key (by the store's clock), where the
-    store knows it.
-    """
+    @property
+    def alias(self) -> str:
+        """The backend's alias in ``OCCUPY["BACKENDS"]``."""
 
-    owner: str
-    expires_at: datetime
-    fence: int
-    since: datetime | None = None
+    def release(self, lease: Lease) -> None:
+        """Undo one level of ``lease``."""
+
+    async def arelease(self, lease: Lease) -> None:
+        """Async twin of :meth:`release`."""
+
+    def extend(self, lease: Lease, ttl: float) -> None:
+        """Set ``lease`` to expire ``ttl`` seconds after the store's now."""
+
+    async def aextend(self, lease: Lease, ttl: float) -> None:
+        """Async twin of :meth:`extend`."""
+
+    def is_held(self, lease: Lease) -> bool:
+        """Return whether the store still grants ``lease``."""
+
+    async def ais_held(self, lease: Lease) -> bool:
+        """Async twin of :meth:`is_held`."""
 
 
 @dataclass(eq=False)
@@ -78,11 +91,11 @@ class Lease:
     released: bool = field(default=False, compare=False)
     #: The process that took the lease: a forked child must not renew or release it.
     pid: int = field(default_factory=os.getpid, repr=False, compare=False)
-    backend: BaseBackend | None = field(default=None, repr=False, compare=False)
+    backend: LeaseBackend | None = field(default=None, repr=False, compare=False)
     #: The table of the execution context that took the lease (see ``occupy.reentry``).
     held_in: dict[Any, Any] | None = field(default=None, repr=False, compare=False)
 
-    def _backend(self) -> BaseBackend:
+    def _backend(self) -> LeaseBackend:
         if self.backend is None:
             raise TypeError(
                 f"This lease on {self.key!r} has no backend: leases are made by their "

@@ -14,7 +14,7 @@ from occupy.backends import get_backend
 from occupy.backends.base import BaseBackend
 from occupy.conf import occupy_settings
 from occupy.exceptions import LeaseLost, OccupyError
-from occupy.leases import Holder, Lease, default_owner
+from occupy.leases import Holder, Lease, LeaseBackend, default_owner
 from occupy.validation import (
     check_fence,
     check_key,
@@ -362,7 +362,7 @@ async def arelease(lease: Lease) -> None:
     _released(backend, lease)
 
 
-def _released(backend: BaseBackend, lease: Lease) -> None:
+def _released(backend: LeaseBackend, lease: Lease) -> None:
     lease.released = True
     reentry.unwind(lease)
     telemetry.released(lease)

@@ -38,6 +38,7 @@ from occupy.telemetry.instruments import (
     TAKEN_OVER,
     TIMED_OUT,
     UNKNOWN,
+    Backend,
     _attributes,
     _get,
     _Held,
@@ -53,7 +54,6 @@ from occupy.telemetry.instruments import (
 )
 
 if TYPE_CHECKING:
-    from occupy.backends.base import BaseBackend
     from occupy.exceptions import ConflictError
     from occupy.leases import Holder, Lease
 
@@ -74,7 +74,7 @@ __all__ = [
 
 
 @contextmanager
-def acquiring(backend: BaseBackend, key: str, timeout: float | None) -> Iterator[None]:
+def acquiring(backend: Backend, key: str, timeout: float | None) -> Iterator[None]:
     """Record the wait of the acquire run inside the block, with its outcome."""
     if not active():
         yield
@@ -106,7 +106,7 @@ def acquiring(backend: BaseBackend, key: str, timeout: float | None) -> Iterator
         _safely(lambda: _get().wait.record(waited, {**attributes, "occupy.outcome": outcome}))
 
 
-def granted(backend: BaseBackend, lease: Lease, *, deeper: bool, held_here: bool) -> None:
+def granted(backend: Backend, lease: Lease, *, deeper: bool, held_here: bool) -> None:
     """Note a grant: a new lease this process holds, or one level deeper of one."""
     if not held_here or not active():
         return
@@ -127,7 +127,7 @@ def released(lease: Lease) -> None:
         _end(lease, RELEASED, every_level=False)
 
 
-def taken_over(backend: BaseBackend, lease: Lease) -> None:
+def taken_over(backend: Backend, lease: Lease) -> None:
     """Note that this process took ``lease`` over from another holder."""
     if active():
         _safely(lambda: _get().takeovers.add(1, _attributes(backend, lease.key)))
@@ -213,7 +213,7 @@ def refused(error: ConflictError) -> None:
         _safely(lambda: _get().conflicts.add(1, attributes))
 
 
-def store_error(backend: BaseBackend, key: str | None) -> None:
+def store_error(backend: Backend, key: str | None) -> None:
     """Count a call that found the lock store unavailable."""
     if not active():
         return
@@ -239,7 +239,7 @@ def http_response(status: int, code: str | None) -> None:
 # --- spans ------------------------------------------------------------------------------
 
 
-def span(name: str, backend: BaseBackend | None, key: str) -> Any:
+def span(name: str, backend: Backend | None, key: str) -> Any:
     """Return a context manager around a span named ``name`` with the key's attributes
     (made current, so a slow request shows where it waited); a no-op without the API."""
     if not active():

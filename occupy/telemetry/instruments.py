@@ -11,14 +11,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.utils.module_loading import import_string
 
 from occupy.conf import occupy_settings
 
 if TYPE_CHECKING:
-    from occupy.backends.base import BaseBackend
     from occupy.leases import Lease
 
 try:
@@ -28,9 +27,20 @@ except ImportError:  # the optional extra is not installed: every call is a no-o
     otel_metrics = None  # type: ignore[assignment]
     otel_trace = None  # type: ignore[assignment]
 
-__all__ = ["ENABLED", "active", "family", "otel_metrics", "otel_trace", "store_kind"]
+__all__ = ["ENABLED", "Backend", "active", "family", "otel_metrics", "otel_trace", "store_kind"]
 
 logger = logging.getLogger("occupy.telemetry")
+
+
+class Backend(Protocol):
+    """What telemetry reads of a backend (a :class:`~occupy.backends.base.BaseBackend`,
+    which telemetry does not import: the backends report to it): its alias, and for
+    :func:`store_kind`, its class and ``store_kind`` if it has one."""
+
+    @property
+    def alias(self) -> str:
+        """The backend's alias in ``OCCUPY["BACKENDS"]``."""
+
 
 #: Whether the OpenTelemetry API is installed (else every function returns at once).
 ENABLED = otel_metrics is not None
@@ -236,7 +246,7 @@ def _forget_settings() -> None:
 occupy_settings.on_reload(_forget_settings)
 
 
-def store_kind(backend: BaseBackend) -> str:
+def store_kind(backend: Backend) -> str:
     """Return the kind of store ``backend`` keeps its locks in (``database``, ``redis``…)."""
     kind = getattr(backend, "store_kind", None)
     if isinstance(kind, str):
@@ -249,7 +259,7 @@ def store_kind(backend: BaseBackend) -> str:
 _attribute_sets: dict[tuple[str, str], dict[str, str]] = {}
 
 
-def _attributes(backend: BaseBackend, key: str) -> dict[str, str]:
+def _attributes(backend: Backend, key: str) -> dict[str, str]:
     """Return the common attributes of ``key`` on ``backend`` (a shared dict: copy it
     to add to it)."""
     name = family(key)

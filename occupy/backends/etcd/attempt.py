@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import sync_to_async
 
@@ -32,10 +32,8 @@ from occupy.backends.etcd.client import (
     prefix_end,
     put_op,
 )
+from occupy.backends.etcd.store import EtcdStore
 from occupy.leases import Holder, Lease
-
-if TYPE_CHECKING:
-    from occupy.backends.etcd.backend import EtcdBackend
 
 __all__ = ["EtcdAttempt"]
 
@@ -48,9 +46,9 @@ _REARM = 5.0
 class EtcdAttempt(Attempt):
     """A try at one key: a grant transaction, a queued key, and a watch."""
 
-    backend: EtcdBackend
+    backend: EtcdStore
 
-    def __init__(self, backend: EtcdBackend, key: str, owner: str, ttl: float) -> None:
+    def __init__(self, backend: EtcdStore, key: str, owner: str, ttl: float) -> None:
         super().__init__(backend, key, owner, ttl)
         self.grants = backend.grants(key)
         self.queue = backend.queue(key)

@@ -1,0 +1,235 @@
+"""The calls every backend writes and every caller makes: :class:`BackendContract`, the
+part of :class:`~occupy.backends.base.BaseBackend` that its attempts stand on (the
+contract, what a backend may override, their async twins, the store's errors and the
+leases and holders a backend hands out). :class:`~occupy.backends.base.BaseBackend`
+adds the :class:`~occupy.backends.base.Attempt` and the waiting done with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import ClassVar
+
+from asgiref.sync import sync_to_async
+from django.core.checks import CheckMessage
+
+from occupy import telemetry
+from occupy.backends.claims import UNKNOWN_OWNER
+from occupy.backends.configuration import ConfiguredBackend, unknown_claims, unreachable_store
+from occupy.backends.outcomes import make_holder, takeover_refused, utc
+from occupy.backends.rows import Claim, OccupationRows
+from occupy.exceptions import StoreUnavailable
+from occupy.leases import Holder, Lease
+
+__all__ = ["BackendContract"]
+
+
+class BackendContract(ConfiguredBackend):
+    """What occupy asks of a lock store besides taking a key: the contract's calls on a
+    lease or a key, which each backend writes, and what comes with them. A backend
+    subclasses :class:`~occupy.backends.base.BaseBackend`, never this class alone."""
+
+    #: The errors by which the store's client says it cannot be reached or used
+    #: (see :meth:`reaching`).
+    store_errors: tuple[type[BaseException], ...] = ()
+    #: Whether the store drops expired claims by itself (Redis, caches), so that
+    #: ``sweep_locks`` has nothing to do; a backend whose expired claims stay until
+    #: swept sets it to False and writes :meth:`sweep`.
+    expires_by_itself: ClassVar[bool] = True
+
+    def check_store(self, databases: Collection[str]) -> list[CheckMessage]:
+        """Return the check messages that need to read the store (``manage.py check
+        --database``, whose aliases are ``databases``): the default finds claims occupy
+        did not write (``occupy.W004``) where :meth:`claims` can list them."""
+        try:
+            found = [c.key for c in self.claims() if c.owner == UNKNOWN_OWNER and c.since is None]
+        except NotImplementedError:
+            return []
+        except Exception as e:  # a store that cannot be read is no reason to stop a check
+            return [self.unreachable_store(e)]
+        return [unknown_claims(self.alias, found)] if found else []
+
+    def unreachable_store(self, error: BaseException) -> CheckMessage:
+        """Return ``occupy.W007``: the store could not be read (``check --database``)."""
+        return unreachable_store(self.alias, self.describe_store(), self.store_fix(), error)
+
+    def make_lease(
+        self,
+        key: str,
+        *,
+        owner: str,
+        token: str,
+        fence: int,
+        expires_at: datetime,
+        ttl: float,
+        depth: int = 1,
+    ) -> Lease:
+        """Return the :class:`~occupy.leases.Lease` for a grant this backend made."""
+        return Lease(
+            key=key,
+            owner=owner,
+            token=token,
+            fence=int(fence),
+            expires_at=utc(expires_at),
+            ttl=ttl,
+            using=self.alias,
+            depth=depth,
+            backend=self,
+        )
+
+    make_holder = staticmethod(make_holder)
+    takeover_refused = staticmethod(takeover_refused)
+
+    def occupation_rows(self) -> OccupationRows | None:
+        """Return how the model side reads this backend's claims as ``Occupation`` rows,
+        or ``None`` (the default) when it keeps them elsewhere."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} alias={self.alias!r}>"
+
+    def unavailable(self, key: str | None, error: BaseException) -> StoreUnavailable:
+        """Return the error for a store that failed while occupy worked on ``key``; the
+        caller raises it ``from error``."""
+        on = "" if key is None else f" while working on {key!r}"
+        telemetry.store_error(self, key)
+        return StoreUnavailable(
+            f"occupy backend {self.alias!r} ({type(self).__name__}) could not use its "
+            f"store{on}: {error}",
+            key=key,
+            using=self.alias,
+        )
+
+    @contextmanager
+    def reaching(self, key: str | None) -> Iterator[None]:
+        """Raise :attr:`store_errors` from inside the block as ``StoreUnavailable``."""
+        try:
+            yield
+        except self.store_errors as e:
+            raise self.unavailable(key, e) from e
+
+    # --- the contract: each backend writes these (and BaseBackend.attempt) -------------
+    def release(self, lease: Lease) -> None:
+        """Undo one level of ``lease``; raise ``LeaseLost`` if it was no longer held.
+
+        A late release never touches another holder's claim.
+        """
+        raise NotImplementedError("subclasses of BaseBackend must provide a release() method")
+
+    def extend(self, lease: Lease, ttl: float) -> None:
+        """Set ``lease`` to expire ``ttl`` seconds after the store's now, and update
+        ``lease.expires_at``; raise ``LeaseLost`` if it was no longer held."""
+        raise NotImplementedError("subclasses of BaseBackend must provide an extend() method")
+
+    def resume(self, key: str, token: str, ttl: float, *, deeper: bool = True) -> Lease | None:
+        """Return the lease that ``token`` holds on ``key``, or ``None`` if it holds none.
+
+        The store checks the token, in the same step as the write: one level deeper if
+        ``deeper`` (re-entry by the context that holds the lease), and the expiry moved
+        to ``ttl`` seconds after the store's now unless it is later already (never
+        shortened). The lease comes back with the owner, fence and depth the store has.
+        A token that holds nothing (forged, expired, taken over) gets ``None`` and
+        changes nothing.
+        """
+        raise NotImplementedError("subclasses of BaseBackend must provide a resume() method")
+
+    def takeover(
+        self, key: str, owner: str, ttl: float, *, if_fence: int | None = None
+    ) -> tuple[Lease, Holder | None]:
+        """Grant ``key`` to ``owner`` now, whoever holds it, and return the new lease and
+        the holder it replaced (``None`` if the key was free).
+
+        One store operation replaces the holder and issues a higher fence: the old
+        lease's next extend or release finds it lost, and its fenced writes are refused.
+        Queued waiters keep their places, behind the new holder.
+
+        With ``if_fence``, the same operation first checks that the key is held, live,
+        by the grant whose fence is ``if_fence``; if not, it changes nothing and raises
+        :class:`~occupy.exceptions.TakeoverRefused` (see :meth:`takeover_refused`)
+        naming the current holder. The holder returned is then that grant.
+        """
+        raise NotImplementedError("subclasses of BaseBackend must provide a takeover() method")
+
+    def holder(self, key: str) -> Holder | None:
+        """Return who holds ``key`` now, or ``None``."""
+        raise NotImplementedError("subclasses of BaseBackend must provide a holder() method")
+
+    def is_held(self, lease: Lease) -> bool:
+        """Return whether the store still grants ``lease`` (its token, unexpired)."""
+        raise NotImplementedError("subclasses of BaseBackend must provide an is_held() method")
+
+    def claims(self) -> Iterable[Claim]:
+        """Yield the live claims, for ``list_locks``."""
+        raise NotImplementedError("subclasses of BaseBackend must provide a claims() method")
+
+    # --- what a backend may override ---------------------------------------------------
+    def sweep(
+        self,
+        *,
+        batch_size: int = 1000,
+        dry_run: bool = False,
+        removed: Callable[[str], None] | None = None,
+    ) -> int:
+        """Delete expired claims in batches and return how many (or would be, if dry).
+        ``removed``, if given, is called with the key of each claim deleted (or that
+        would be): ``sweep_locks -v 2`` lists them.
+
+        The default does nothing and returns 0: for stores that drop expired keys
+        themselves (:attr:`expires_by_itself`).
+        """
+        return 0
+
+    def describe_store(self) -> str:
+        """Return the store, as an operator finds it ("database 'default' (PostgreSQL at
+        db:5432)"): error messages of the management commands name it."""
+        return f"the store of occupy backend {self.alias!r} ({type(self).__name__})"
+
+    def store_fix(self) -> str:
+        """Return what an operator checks when the store cannot be used (a clause:
+        "check that … answers")."""
+        return "check that it answers and that the backend's OPTIONS point at it"
+
+    def close(self) -> None:
+        """Release connections and threads this backend holds, in every thread of this
+        process (on settings reload, :func:`occupy.backends.close_connections`); the
+        backend makes them again when next used."""
+
+    def close_if_unusable_or_obsolete(self) -> None:
+        """Close this thread's connections that are unusable or past their age, as
+        Django does with its own at the start and end of a request (a backend whose
+        connections are its own, not a pool's or a cache's, writes it)."""
+
+    # --- async twins -------------------------------------------------------------------
+    async def arelease(self, lease: Lease) -> None:
+        """Async twin of :meth:`release`."""
+        await sync_to_async(self.release, thread_sensitive=False)(lease)
+
+    async def aextend(self, lease: Lease, ttl: float) -> None:
+        """Async twin of :meth:`extend`."""
+        await sync_to_async(self.extend, thread_sensitive=False)(lease, ttl)
+
+    async def aresume(
+        self, key: str, token: str, ttl: float, *, deeper: bool = True
+    ) -> Lease | None:
+        """Async twin of :meth:`resume`."""
+        return await sync_to_async(self.resume, thread_sensitive=False)(
+            key, token, ttl, deeper=deeper
+        )
+
+    async def atakeover(
+        self, key: str, owner: str, ttl: float, *, if_fence: int | None = None
+    ) -> tuple[Lease, Holder | None]:
+        """Async twin of :meth:`takeover`."""
+        return await sync_to_async(self.takeover, thread_sensitive=False)(
+            key, owner, ttl, if_fence=if_fence
+        )
+
+    async def aholder(self, key: str) -> Holder | None:
+        """Async twin of :meth:`holder`."""
+        return await sync_to_async(self.holder, thread_sensitive=False)(key)
+
+    async def ais_held(self, lease: Lease) -> bool:
+        """Async twin of :meth:`is_held`."""
+        return await sync_to_async(self.is_held, thread_sensitive=False)(lease)
