@@ -310,8 +310,9 @@ def test_lock_many_takes_all_or_nothing(using: str) -> None:
 
 
 def test_renew_keeps_the_lease_alive(using: str) -> None:
-    with occupy.lock("book:1", ttl=0.6, renew=True, using=using) as lease:
-        time.sleep(1.5)
+    # A ttl with room for a renewal (every ttl / 3) late by a loaded machine's second.
+    with occupy.lock("book:1", ttl=1.5, renew=True, using=using) as lease:
+        time.sleep(3.5)  # more than twice the ttl
         lease.ensure_held()
         assert occupy.holder("book:1", using=using).owner == lease.owner
     assert occupy.holder("book:1", using=using) is None
@@ -323,7 +324,9 @@ def test_renew_marks_the_lease_lost_when_taken_behind_its_back(using: str) -> No
     backend.sweep()  # nothing expired: the lease survives a sweep
     lease.ensure_held()
     drop_claim(backend, lease.key)
-    time.sleep(0.6)  # more than one renewal period (ttl / 3)
+    deadline = time.monotonic() + 10  # the next renewal (ttl / 3), however late
+    while not lease.lost and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert lease.lost
     with pytest.raises(occupy.LeaseLost):
         lease.ensure_held()
