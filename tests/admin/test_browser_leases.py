@@ -153,9 +153,9 @@ def test_a_reload_keeps_ones_own_lease(users: StaffUsers, browser: Make) -> None
     assert holder is not None and holder.owner.endswith(f":tab:{tab}")
 
 
-def test_the_admins_own_buttons(users: StaffUsers, browser: Make) -> None:
-    """ "Take over from …" and "Take the current one" are Django admin buttons of a
-    submit row, apart from what is next to them."""
+def test_the_take_over_button(users: StaffUsers, browser: Make) -> None:
+    """ "Take over from …" is a Django admin button of a submit row, apart from the
+    banner above it."""
     doc = Document.objects.create(body="draft")
     editor, supervisor = browser(users.editor), browser(users.supervisor)
     editor.open(_change(doc))
@@ -169,9 +169,16 @@ def test_the_admins_own_buttons(users: StaffUsers, browser: Make) -> None:
     banner = supervisor.find("ul.messagelist")
     assert row.rect["y"] >= banner.rect["y"] + banner.rect["height"] + 5
     supervisor.screenshot("take-over-button")
-    # The conflict page's two buttons, side by side with a gap, of one height.
+
+
+def test_the_conflict_pages_buttons(users: StaffUsers, browser: Make) -> None:
+    """The conflict page's two buttons, side by side with a gap, of one height.
+
+    No edit lease is open meanwhile: on SQLite, a renewal committed between the save's
+    read and its write would fail the save with "database is locked" (a read snapshot
+    cannot move forward; docs/backends/database.md)."""
     book = Book.objects.create(name="Dune", status="use")
-    page = supervisor
+    page = browser(users.supervisor)
     page.open(f"/admin/testapp/book/{book.pk}/change/")
     Book.objects.filter(pk=book.pk).update_versioned(status="lost")
     _type(page, "status", "free")

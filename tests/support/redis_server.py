@@ -57,7 +57,8 @@ def _candidates() -> Iterator[int]:
     for _ in range(200):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
-            yield int(sock.getsockname()[1])
+            port = int(sock.getsockname()[1])
+        yield port  # closed first: the caller binds it to see that it is free
 
 
 def spare_port(*, cluster: bool = False) -> int:
