@@ -72,14 +72,15 @@ def main() -> None:
     from django.conf import settings
     from django.test.utils import override_settings
 
-    from tests.support.etcd_cluster import EtcdCluster, etcd_missing, spare_port_base
+    from tests.support.etcd_cluster import EtcdCluster, etcd_missing
+    from tests.support.ports import top_ports
 
     why = etcd_missing()
     if why is not None:
         print(f"\n## etcd: skipped, {why}")
         return
-    one = EtcdCluster(1, spare_port_base(2, below=12)).start()
-    three = EtcdCluster(3, spare_port_base(6, below=14)).start()
+    one = EtcdCluster(1, top_ports(2, below=12)).start()
+    three = EtcdCluster(3, top_ports(6, below=14)).start()
     etcd = "occupy.backends.etcd.EtcdBackend"
     aliases = {
         "etcd-1": {"BACKEND": etcd, "OPTIONS": {"ENDPOINTS": one.endpoints, "PREFIX": "b/"}},

@@ -79,10 +79,11 @@ SKIPS = {
 
 #: The etcd cluster the tests start (tests/conftest.py's ``etcd_cluster``): three members
 #: on the top six spare ports of ``OCCUPY_TEST_PORTS``.
-from tests.support.etcd_cluster import etcd_missing, spare_port_base  # noqa: E402
+from tests.support.etcd_cluster import etcd_missing  # noqa: E402
+from tests.support.ports import top_ports  # noqa: E402
 
 ETCD_SIZE = 3
-ETCD_BASE = spare_port_base(2 * ETCD_SIZE)
+ETCD_BASE = top_ports(2 * ETCD_SIZE)
 if (_etcd_why := etcd_missing()) is not None:
     if REQUIRE_SERVERS:
         raise ImproperlyConfigured(f"OCCUPY_REQUIRE_SERVERS=1 but {_etcd_why}.")

@@ -16,7 +16,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.failover.deployment import _command, spare_ports, start_redis, stop_process
+from bench.failover.deployment import _command, start_redis, stop_process
+from tests.support.ports import spare_ports
 
 __all__ = ["CLUSTER_FAILOVERS", "ClusterDeployment", "cluster_missing"]
 

@@ -1,6 +1,6 @@
 """A Redis Sentinel deployment of the failover run's own: a primary, two replicas and
-three sentinels (Debian's ``redis-server`` and ``redis-sentinel``) on spare ports of
-``OCCUPY_TEST_PORTS``, in a temporary directory, started and stopped by their PIDs.
+three sentinels (Debian's ``redis-server`` and ``redis-sentinel``) on spare ports
+(tests/support/ports.py), in a temporary directory, started and stopped by their PIDs.
 
 It fails its primary over three ways (:meth:`SentinelDeployment.fail_over`): the
 sentinels' own ``SENTINEL FAILOVER``, the primary killed (``SIGKILL``, then started
@@ -15,19 +15,19 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.ports import spare_ports
+
 __all__ = [
     "FAILOVERS",
     "SERVICE",
     "SentinelDeployment",
     "deployment_missing",
-    "spare_ports",
     "start_redis",
     "stop_process",
 ]
@@ -49,28 +49,6 @@ def deployment_missing() -> str | None:
         if shutil.which(program) is None:
             return f"{program} is not on PATH (apt-get install redis-server redis-sentinel)"
     return None
-
-
-def spare_ports(count: int, *, cluster: bool = False) -> list[int]:
-    """Return ``count`` free ports of ``OCCUPY_TEST_PORTS`` (``"low-high"``; default
-    17400-17599), and for a cluster node, ones whose bus port (10,000 above) is free."""
-    low, high = (int(p) for p in os.environ.get("OCCUPY_TEST_PORTS", "17400-17599").split("-"))
-    found: list[int] = []
-    for port in range(low, high + 1):
-        if all(_free(p) for p in ((port, port + 10000) if cluster else (port,))):
-            found.append(port)
-            if len(found) == count:
-                return found
-    raise AssertionError(f"fewer than {count} free ports in {low}-{high}")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def start_redis(port: int, directory: Path, *options: str) -> subprocess.Popen[bytes]:

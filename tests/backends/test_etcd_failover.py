@@ -19,8 +19,9 @@ from django.conf import settings
 from django.db import connections
 
 from tests.support import multiproc
-from tests.support.etcd_cluster import EtcdCluster, etcd_missing, spare_port_base
+from tests.support.etcd_cluster import EtcdCluster, etcd_missing
 from tests.support.etcd_failover import GUARD, LEDGER, take_and_write
+from tests.support.ports import top_ports
 
 pytestmark = [
     pytest.mark.multiprocess,
@@ -80,7 +81,7 @@ def faults(cluster: EtcdCluster, until: float) -> list[str]:
 
 
 def test_no_overlap_no_stale_write_no_lost_grant_through_failovers(ledger: None) -> None:
-    with EtcdCluster(3, spare_port_base(6, below=6)) as cluster:
+    with EtcdCluster(3, top_ports(6, below=6)) as cluster:
         until = time.monotonic() + SECONDS
         workers = multiproc.start(
             take_and_write, [(cluster.endpoints, "failover/", until, 0.02)] * WORKERS

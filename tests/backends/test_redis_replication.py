@@ -19,8 +19,9 @@ import pytest
 from django.test import override_settings
 
 import occupy
-from bench.failover.deployment import deployment_missing, spare_ports, start_redis, stop_process
+from bench.failover.deployment import deployment_missing, start_redis, stop_process
 from tests.support.aliases import server_skip
+from tests.support.ports import spare_ports
 
 pytestmark = pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or "")
 needs_servers = pytest.mark.skipif(bool(deployment_missing()), reason=deployment_missing() or "")

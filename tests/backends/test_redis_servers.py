@@ -18,7 +18,8 @@ from django.test import override_settings
 import occupy
 from occupy.backends.base import STORE_GRACE
 from tests.support.aliases import server_skip
-from tests.support.redis_server import REDIS_SERVER, RedisServer, spare_port
+from tests.support.ports import spare_port
+from tests.support.redis_server import REDIS_SERVER, RedisServer
 from tests.support.waiting import wait_for_waiters
 
 pytestmark = [

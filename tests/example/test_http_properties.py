@@ -37,7 +37,8 @@ from requests.exceptions import InvalidJSONError
 
 from tests.support.aliases import server_skip
 from tests.support.example_site import PASSWORD, Site, call, run_site
-from tests.support.redis_server import REDIS_SERVER, RedisServer, spare_port
+from tests.support.ports import spare_port
+from tests.support.redis_server import REDIS_SERVER, RedisServer
 
 pytestmark = [
     pytest.mark.slow,

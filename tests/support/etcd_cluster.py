@@ -1,7 +1,7 @@
 """Private etcd clusters for the tests, the benchmarks and the failover test.
 
 :class:`EtcdCluster` starts ``n`` members of Debian's ``etcd`` (3.4) on spare ports
-(``OCCUPY_TEST_PORTS``), each with its own data directory, and stops them again; the
+(tests/support/ports.py), each with its own data directory, and stops them again; the
 failover test kills, pauses (``SIGSTOP``) and restarts members through it.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -19,7 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-__all__ = ["ETCD", "EtcdCluster", "etcd_missing", "spare_port_base"]
+__all__ = ["ETCD", "EtcdCluster", "etcd_missing"]
 
 #: The etcd server binary (Debian's ``etcd-server``), or ``None`` if it is not installed.
 ETCD = shutil.which("etcd")
@@ -34,17 +33,6 @@ def etcd_missing() -> str | None:
     except ImportError:
         return "etcd (its client 'etcd3gw' is not installed: pip install 'django-occupy[etcd]')"
     return None
-
-
-def spare_port_base(count: int, below: int = 0) -> int:
-    """Return the first of ``count`` ports at the top of ``OCCUPY_TEST_PORTS`` (default
-    17600-17699), ``below`` ports under its top: the servers other tests start take the
-    first free ports from its bottom (tests/support/redis_server.py)."""
-    low, _, high = os.environ.get("OCCUPY_TEST_PORTS", "17600-17699").partition("-")
-    port = int(high or low) - below - count + 1
-    if port < int(low):
-        raise RuntimeError(f"OCCUPY_TEST_PORTS={low}-{high} has no {count + below} ports.")
-    return port
 
 
 def _die_with_parent() -> None:

@@ -3,8 +3,7 @@
 started again by its PID (:class:`RedisServer`), and :func:`private_redis`, such a
 server with a django-redis cache and an occupy Redis backend (``ALIAS``) on it.
 
-Ports come from ``OCCUPY_TEST_PORTS`` (``"low-high"``) when it is set, so that checkouts
-sharing a machine never take each other's.
+Its port comes from :mod:`tests.support.ports`.
 """
 
 from __future__ import annotations
@@ -21,57 +20,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.support.ports import spare_port
+
 __all__ = [
     "ALIAS",
-    "CLUSTER_BUS_OFFSET",
     "REDIS_SERVER",
     "RedisServer",
     "private_redis",
     "redis_server_missing",
-    "spare_port",
 ]
 
 REDIS_SERVER = shutil.which("redis-server")
-#: Redis Cluster talks to its peers on the port 10,000 above its own, and refuses to
-#: start on a port above 55535 (random free ports go up to 60999 on Linux).
-CLUSTER_BUS_OFFSET = 10000
 #: The occupy backend alias (and cache alias) of :func:`private_redis`'s server.
 ALIAS = "private-redis"
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def _candidates() -> Iterator[int]:
-    ports = os.environ.get("OCCUPY_TEST_PORTS")
-    if ports:
-        low, high = (int(part) for part in ports.split("-"))
-        yield from range(low, high + 1)
-        return
-    for _ in range(200):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        yield port  # closed first: the caller binds it to see that it is free
-
-
-def spare_port(*, cluster: bool = False) -> int:
-    """Return a free port: of ``OCCUPY_TEST_PORTS`` when set, else one the system
-    picks; for a cluster node, one whose bus port is valid and free too."""
-    for port in _candidates():
-        bus = port + CLUSTER_BUS_OFFSET
-        if _free(port) and (not cluster or (bus <= 65535 and _free(bus))):
-            return port
-    raise AssertionError(
-        f"no free port{' pair for a Redis Cluster node' if cluster else ''} "
-        f"(OCCUPY_TEST_PORTS={os.environ.get('OCCUPY_TEST_PORTS')!r})"
-    )
 
 
 def redis_server_missing() -> str | None:
