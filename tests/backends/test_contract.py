@@ -104,7 +104,8 @@ def test_lock_timeout_honours_the_timeout(using: str) -> None:
     with pytest.raises(occupy.LockTimeout) as info:
         occupy.acquire("book:1", owner="bob", timeout=0.5, using=using)
     waited = time.monotonic() - started
-    assert 0.5 <= waited < 0.9
+    # The timeout, then the cancellation's round trip: slow only on a loaded machine.
+    assert 0.5 <= waited < 1.5
     assert info.value.holder.owner == "alice"
     assert isinstance(info.value, occupy.Occupied)
     occupy.release(lease)

@@ -198,16 +198,24 @@ def test_a_claim_queued_while_a_release_is_in_flight_is_woken(alias: str, live_d
     left: a release whose statement began before the claim committed, but locked the
     holder's row only after the claim's first try had read it (a window of microseconds,
     unless the release's server process is descheduled in it), notifies nobody, and the
-    claim gets the key on its first fallback poll, one ``POLL_INTERVAL`` late.
+    claim gets the key on its first fallback poll, one ``POLL_INTERVAL`` late (in
+    production 20 ms). On a loaded machine (CI's two groups at once) that window widens
+    to 8 of 1,666 now and then, so a run may be repeated twice: the lost wake-ups of the
+    regression are in every run, a descheduled release is not.
     """
     database = get_backend(alias).database
-    workers = multiproc.start(
-        exclusion.hand_back_and_forth, [(database, "hand:back", 6.0, 0.5)] * 2
-    )
-    waits = [wait for worker in multiproc.collect(workers) for wait in worker]
-    lost = [round(wait, 2) for wait in waits if wait > 0.25]
-    assert len(waits) > 100, (len(waits), lost)
-    assert len(lost) <= 5, f"{len(lost)} of {len(waits)} waits ran into the fallback poll"
+    runs = []
+    for _ in range(3):
+        workers = multiproc.start(
+            exclusion.hand_back_and_forth, [(database, "hand:back", 6.0, 0.5)] * 2
+        )
+        waits = [wait for worker in multiproc.collect(workers) for wait in worker]
+        lost = [round(wait, 2) for wait in waits if wait > 0.25]
+        assert len(waits) > 100, (len(waits), lost)
+        runs.append(f"{len(lost)} of {len(waits)}")
+        if len(lost) <= 5:
+            return
+    pytest.fail(f"waits that ran into the fallback poll, in each of three runs: {runs}")
 
 
 @pytest.mark.parametrize("alias", backend_params(["default", "db-mysql"]))
