@@ -129,6 +129,15 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
             using=self.occupy_backend,
         )
 
+    @staticmethod
+    def _lease_length(lease: Lease) -> float:
+        """Return how long a write under ``lease`` keeps it from now: its own ttl, as a
+        renewal naming none does (else the ``LEASE_TTL`` setting). Never the write
+        lock's ``write_ttl``: the others are told to retry after the lease, and a client
+        that asked for seconds is not named as editing for half a minute."""
+        own = parse_owner(lease.owner).ttl
+        return own if own is not None else float(occupy_settings.REST_FRAMEWORK["LEASE_TTL"])
+
     @contextmanager
     def occupy_write(self, instance: Any) -> Iterator[Lease]:
         """Hold the object's key (or the presented lease) around a write."""
@@ -144,8 +153,10 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
                     occupy.release(lease)
             return
         try:
-            self.own_lease(key, token)
-            lease = occupy.resume(key, token, ttl=self.write_ttl, using=self.occupy_backend)
+            lease = self.own_lease(key, token)
+            lease = occupy.resume(
+                key, token, ttl=self._lease_length(lease), using=self.occupy_backend
+            )
         except LeaseLost as e:  # taken over or expired: this write is fenced out
             raise FencedOut(
                 f"The edit lease on {key!r} is no longer held; nothing was written.",

@@ -172,6 +172,30 @@ def test_a_renew_without_ttl_keeps_the_leases_own(users, client_for):
     assert 85 < _remaining(longer.json()["expires_at"]) <= 90.5
 
 
+def test_a_write_under_a_lease_keeps_it_its_own_length(users, client_for):
+    """A write renews the lease by the ttl its client asked for, never by the write
+    lock's 30 s: a writer without it is told to retry after seconds, not half a minute."""
+    book = Book.objects.create(name="Dune")
+    api = client_for(users.editor)
+    lease = api.post(_url(book, "lease/"), {"ttl": 3}, format="json").json()
+    wrote = api.patch(
+        _url(book),
+        {"name": "Dune Messiah"},
+        format="json",
+        HTTP_IF_MATCH='"1"',
+        HTTP_OCCUPY_LEASE=lease["token"],
+    )
+    assert wrote.status_code == 200, wrote.content
+    holder = occupy.holder(book.occupy_key)
+    assert holder is not None and holder.fence == lease["fence"]
+    assert 1 < _remaining(holder.expires_at.isoformat()) <= 3.5  # 3 s again, not 30
+    refused = client_for(users.other).patch(
+        _url(book), {"name": "x"}, format="json", HTTP_IF_MATCH='"2"'
+    )
+    assert refused.status_code == 423 and 1 <= int(refused["Retry-After"]) <= 3
+    assert refused.json()["holder"]["owner_display"] == "Editor"
+
+
 # --- preconditions ------------------------------------------------------------------------
 def test_if_match_and_a_body_version_that_disagree_are_400(users, client_for):
     book = Book.objects.create(name="Dune")
