@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -192,12 +193,11 @@ def _exercise(backend, key: str) -> None:
     assert backend.holder(key) is None
 
 
-def count_through_restarts(
-    port: int, prefix: str, key: str, seconds: float
-) -> tuple[list[tuple], int]:
-    """Loop over ``key`` on the Redis server at ``port`` for ``seconds``, incrementing its
-    Counter row under the lock, going on through errors while the server restarts.
-    Return the ``(entered, left, fence)`` spans and how many calls failed."""
+def count_through_restarts(port: int, prefix: str, key: str, stop: Any) -> tuple[list[tuple], int]:
+    """Loop over ``key`` on the Redis server at ``port`` until ``stop`` is set (two
+    minutes at most), incrementing its Counter row under the lock, going on through
+    errors while the server restarts. Return the ``(entered, left, fence)`` spans and
+    how many calls failed."""
     import redis
     from redis.backoff import NoBackoff
     from redis.retry import Retry
@@ -214,12 +214,12 @@ def count_through_restarts(
         )
     )
     spans, failures = [], 0
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 120
+    while not stop.is_set() and time.monotonic() < deadline:
         try:
-            # ttl 1.5 s: well above a section and a restart, and an orphan left by a
-            # release the restart cut off blocks the others for no longer than that.
-            lease = backend.acquire(key, owner=f"worker:{os.getpid()}", ttl=1.5, timeout=5)
+            # ttl 3 s: well above a section and a restart on a loaded machine, and an
+            # orphan left by a release the restart cut off blocks the others no longer.
+            lease = backend.acquire(key, owner=f"worker:{os.getpid()}", ttl=3, timeout=5)
         except occupy.OccupyError:  # the server is down (or still loading): try again
             failures += 1
             time.sleep(0.02)
@@ -252,15 +252,26 @@ def test_no_overlap_and_rising_fences_while_the_server_restarts(
     port = spare_port()
     durable = ("--appendonly", "yes", "--appendfsync", "always")
     Counter.objects.create(name="stock", value=0)
+    stop = multiproc._ctx.Event()
+
+    def moved_to(count: int) -> None:  # workers take seconds to start on a loaded machine
+        deadline = time.monotonic() + 60
+        while Counter.objects.get(name="stock").value < count:
+            assert time.monotonic() < deadline, f"the key never moved to {count}"
+            time.sleep(0.05)
+
     with RedisServer(port, tmp_path, *durable):
         workers = multiproc.start(
-            count_through_restarts, [(port, settings.REDIS_PREFIX, "stock", 9.0)] * 4
+            count_through_restarts, [(port, settings.REDIS_PREFIX, "stock", stop)] * 4
         )
-        time.sleep(2)
+        moved_to(1)  # the restarts begin with the workers inside the loop
+        time.sleep(1)
     for _ in range(3):
         with RedisServer(port, tmp_path, *durable):
             time.sleep(2)
     with RedisServer(port, tmp_path, *durable):
+        moved_to(Counter.objects.get(name="stock").value + 4)  # moving again afterwards
+        stop.set()
         results = multiproc.collect(workers, timeout=60)
     spans = [worker_spans for worker_spans, _failures in results]
     assert sum(failures for _spans, failures in results) > 0  # the restarts were felt
