@@ -301,6 +301,27 @@ def test_a_database_occupy_was_never_migrated_to_is_w006(live_db: None) -> None:
     assert warnings[0].hint == "Run 'python manage.py migrate occupy --database default'."
 
 
+def test_migrate_on_a_new_projects_database_warns_of_nothing(tmp_path) -> None:
+    """``migrate`` runs the database checks before it migrates: on a database where
+    nothing was migrated yet (a new project, ``make demo``) occupy's table is about to
+    be made, and no warning says to run the command that is running."""
+    import subprocess
+    import sys
+
+    from tests.support.example_site import ROOT, example_env
+
+    done = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--verbosity", "0"],
+        cwd=ROOT,
+        env=example_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "occupy." not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
 def test_a_store_that_cannot_be_reached_is_w007_not_w004(live_db: None) -> None:
     pytest.importorskip("django_redis")
     from django.conf import settings

@@ -50,14 +50,18 @@ def migrate_hint(database: str, *, recorded: bool) -> str:
 def occupation_table_warnings(alias: str, database: str) -> list[CheckMessage]:
     """Return ``occupy.W001`` when ``database`` has no claims table although occupy's
     migration is recorded as applied there (the table was dropped, or a router sends it
-    elsewhere), ``occupy.W006`` when occupy's migration was never applied there. A
-    database that cannot be reached raises ``DatabaseError``: the backend reports it
-    (``occupy.W007``)."""
+    elsewhere), ``occupy.W006`` when occupy's migration was never applied there, while
+    others were. A database where nothing was ever migrated gets neither: that is a new
+    project, whose ``migrate`` (which runs these checks first) is about to create the
+    table, and Django itself reports its unapplied migrations. A database that cannot be
+    reached raises ``DatabaseError``: the backend reports it (``occupy.W007``)."""
+    from django.db.migrations.recorder import MigrationRecorder
+
     if database not in connections.settings:
         return []
     with connections[database].cursor() as cursor:
         tables = connections[database].introspection.table_names(cursor)
-    if TABLE in tables:
+    if TABLE in tables or MigrationRecorder.Migration._meta.db_table not in tables:
         return []
     if not migration_recorded(connections[database]):
         return [
