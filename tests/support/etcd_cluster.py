@@ -44,14 +44,17 @@ def _die_with_parent() -> None:
 
 class EtcdCluster:
     """``size`` etcd members on ``127.0.0.1``: clients on ``base``, ``base + 1``, …,
-    peers on ``base + size``, … Tuned to elect fast (heartbeat 50 ms, election 500 ms)."""
+    peers on ``base + size``, …, with the extra command-line ``options``. Tuned to elect
+    fast (heartbeat 50 ms, election 500 ms)."""
 
     heartbeat_ms = 50
     election_ms = 500
 
-    def __init__(self, size: int, base: int) -> None:
+    def __init__(self, size: int, base: int, *options: str) -> None:
         self.size = size
         self.base = base
+        #: More command-line settings of every member (e.g. ``--auth-token-ttl=2``).
+        self.options = options
         self.dir = Path(tempfile.mkdtemp(prefix="occupy-etcd-"))
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -96,6 +99,7 @@ class EtcdCluster:
                 f"--election-timeout={self.election_ms}",
                 "--logger=zap",
                 "--log-level=error",
+                *self.options,
             ],
             stdout=log,
             stderr=log,

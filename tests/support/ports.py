@@ -7,8 +7,10 @@ checkouts sharing a machine (CI's two groups) never take each other's ports. In 
 - single servers and cluster nodes take the first free ports from its bottom
   (:func:`spare_ports`); a cluster node's bus port, ``CLUSTER_BUS_OFFSET`` above its
   own, must be free too;
-- the etcd cluster of tests/settings.py takes fixed ports at its top
-  (:func:`top_ports`), chosen before any server runs.
+- etcd members take fixed ports at its top (:func:`top_ports`), chosen before any
+  server runs: the session's cluster of tests/settings.py the top 6, the failover
+  test's the 6 below them, the authentication test's 2 below those (``make bench``'s,
+  which runs alone, reuse the same places).
 
 Unset, the system picks free ports, and etcd's are 17600-17699's top ones.
 """

@@ -51,6 +51,9 @@ class EtcdError(Exception):
 
 #: gRPC's NOT_FOUND: etcd's answer about a lease that has expired or was revoked.
 NOT_FOUND = 5
+#: gRPC's UNAUTHENTICATED: etcd's answer to a token it does not know (any more): a
+#: simple token unused for ``--auth-token-ttl`` (5 minutes by default) is forgotten.
+UNAUTHENTICATED = 16
 
 
 def lease_seconds(ttl: float) -> int:
@@ -147,9 +150,7 @@ class EtcdClient:
             index = (start + step) % len(self.clients)
             client = self.clients[index]
             try:
-                reply = client.session.post(
-                    client.get_url(path), json=body, timeout=timeout, headers=self._headers(client)
-                )
+                reply = self._send(client, path, body, timeout)
             except requests.RequestException as e:
                 problem = e
                 continue
@@ -163,20 +164,47 @@ class EtcdClient:
             raise error
         raise EtcdError(f"no etcd endpoint answered: {problem}") from problem
 
-    def _headers(self, client: Etcd3Client) -> dict[str, str]:
+    def _send(
+        self, client: Etcd3Client, path: str, body: Mapping[str, Any], timeout: float
+    ) -> requests.Response:
+        """Post ``body`` to ``path`` on ``client``'s member; with credentials, signed in
+        first, and signed in again once when the member no longer knows the token."""
+        token = self._sign_in(client, timeout)
+        reply = client.session.post(client.get_url(path), json=body, timeout=timeout)
+        forgotten = reply.status_code == 401 and _error(reply).code == UNAUTHENTICATED
+        if token is not None and forgotten:
+            self._forget(token)
+            self._sign_in(client, timeout)
+            reply = client.session.post(client.get_url(path), json=body, timeout=timeout)
+        return reply
+
+    def _sign_in(self, client: Etcd3Client, timeout: float) -> str | None:
+        """Return the token every call carries (``None`` without ``USERNAME``), asked
+        of ``client``'s member if there is none yet. It is a default header of every
+        endpoint's session, so that the watch streams etcd3gw opens carry it too."""
         if self.username is None:
-            return {}
+            return None
         with self._lock:
             if self._token is None:
                 reply = client.session.post(
                     client.get_url("auth/authenticate"),
                     json={"name": self.username, "password": self.password or ""},
-                    timeout=self.timeout,
+                    timeout=timeout,
                 )
                 if reply.status_code != 200:
                     raise _error(reply)
                 self._token = str(reply.json()["token"])
-            return {"Authorization": self._token}
+                for each in self.clients:
+                    each.session.headers["Authorization"] = self._token
+            return self._token
+
+    def _forget(self, token: str) -> None:
+        """Drop ``token`` (unless another thread has signed in again meanwhile)."""
+        with self._lock:
+            if self._token == token:
+                self._token = None
+                for each in self.clients:
+                    each.session.headers.pop("Authorization", None)
 
     # --- calls -----------------------------------------------------------------------
     def txn(
@@ -235,6 +263,7 @@ class EtcdClient:
         later (or the watch cannot be made); return the function that stops the watch."""
         client = self.clients[self._current]
         try:
+            self._sign_in(client, self.timeout)
             watcher = Watcher(
                 client,
                 key,
@@ -243,7 +272,7 @@ class EtcdClient:
                 start_revision=start_revision,
                 filters=["NOPUT"],
             )
-        except requests.RequestException:
+        except (requests.RequestException, EtcdError):
             on_delete()  # the caller looks again now
             return lambda: None
         return watcher.stop
