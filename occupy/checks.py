@@ -22,7 +22,13 @@ from occupy.conf import occupy_settings
 from occupy.docs import docs_url
 from occupy.exceptions import InvalidBackendError, OccupyError
 
-__all__ = ["check_backends", "check_settings", "check_stores"]
+__all__ = [
+    "check_backends",
+    "check_settings",
+    "check_stores",
+    "composite_pk_unsupported",
+    "unconfigured_alias",
+]
 
 SETTINGS_HINT = f"The OCCUPY setting is described at {docs_url('reference/settings')}."
 
@@ -108,6 +114,27 @@ def check_stores(
             continue  # it cannot be built: check_backends reports why
         messages += backend.check_store(databases)
     return messages
+
+
+def unconfigured_alias(
+    owner: type[Any], attribute: str, alias: str, *, check_id: str
+) -> list[CheckMessage]:
+    """Return the error for ``owner`` (a model or a model admin class) whose
+    ``attribute`` names an occupy backend alias that ``OCCUPY['BACKENDS']`` does not
+    configure; nothing while the setting itself cannot be read (``occupy.E002`` reports
+    that, once, instead of every class that reads it failing ``check``)."""
+    backends, broken = _configured()
+    if broken or alias in backends:
+        return []
+    return [
+        Error(
+            f"{owner.__name__}.{attribute} is {alias!r}, which OCCUPY['BACKENDS'] does not "
+            f"configure (configured: {sorted(backends)}).",
+            hint=f"Set {attribute} to the alias of a configured backend.",
+            obj=owner,
+            id=check_id,
+        )
+    ]
 
 
 def composite_pk_unsupported(model: type[Any], user: type[Any], by: str) -> list[CheckMessage]:

@@ -31,7 +31,7 @@ from occupy.exceptions import (
     StoreUnavailable,
 )
 from occupy.leases import Holder
-from occupy.owners import owner_display, parse_owner
+from occupy.owners import owner_display, parse_owner, same_user
 from occupy.versions import get_version_field
 
 __all__ = [
@@ -121,6 +121,29 @@ def retry_after(holder: Holder | None, seconds: float | None = None) -> int:
     return max(1, math.ceil(seconds or 0))
 
 
+def _held_by(holder: Holder | None, display: Callable[[str], str], requester: object) -> str:
+    """Return the 423's ``detail``: who edits the object, and where when it is in the
+    admin site; the requesting user's own lease elsewhere is told as theirs, with what
+    to do about it (an admin page of theirs holds it for its whole ttl)."""
+    if holder is None:
+        return "This object is being edited by someone else; try again later."
+    parsed = parse_owner(holder.owner)
+    if parsed.admin and same_user(holder.owner, requester):
+        return (
+            "You are editing this object in the admin site (an open change page); save "
+            "or leave it there, or try again later."
+        )
+    if same_user(holder.owner, requester):
+        header = occupy_settings.REST_FRAMEWORK["LEASE_HEADER"]
+        return (
+            "You hold this object's edit lease already, with another client or under a "
+            f"token this request did not send; send that token in {header}, or try "
+            "again later."
+        )
+    where = " in the admin site" if parsed.admin else ""
+    return f"This object is being edited by {display(holder.owner)}{where}; try again later."
+
+
 def holder_body(holder: Holder | None, display: Callable[[str], str]) -> dict[str, Any] | None:
     """Return what a client may see of a holder: a display name, since and until when;
     never the owner string's secrets, a token or an email."""
@@ -139,12 +162,14 @@ def problem_for(
     display: Callable[[str], str] = str,
     current_version: int | None = None,
     from_if_match: bool = False,
+    requester: object = None,
 ) -> Problem:
     """Return the :class:`Problem` for an occupy exception (see the module's table).
 
     ``current_version`` is the row's version now, for the ``ETag`` of a conflict;
     ``from_if_match`` says a version conflict came from ``If-Match`` (412) rather than
-    from the body (409).
+    from the body (409); ``requester`` is the primary key of the user asking, whose own
+    lease elsewhere is told as theirs.
     """
     if isinstance(exc, MalformedPrecondition):
         return Problem(400, "malformed_precondition", str(exc))
@@ -163,11 +188,10 @@ def problem_for(
                 extra={"holder": None, "retry_after": seconds},
                 headers={"Retry-After": str(seconds)},
             )
-        who = "someone else" if holder is None else display(holder.owner)
         return Problem(
             423,
             "locked",
-            f"This object is being edited by {who}; try again later.",
+            _held_by(holder, display, requester),
             extra={"holder": holder_body(holder, display), "retry_after": seconds},
             headers={"Retry-After": str(seconds)},
         )
@@ -235,12 +259,20 @@ def current_version(exc: OccupyError) -> int | None:
 
 
 def answer(
-    exc: OccupyError, *, display: Callable[[str], str] = owner_display, from_if_match: bool = False
+    exc: OccupyError,
+    *,
+    display: Callable[[str], str] = owner_display,
+    from_if_match: bool = False,
+    requester: object = None,
 ) -> Problem:
     """Return the :class:`Problem` for ``exc``, with the row's current version read for
     a conflict's ``ETag`` (:func:`problem_for` with what it needs looked up)."""
     return problem_for(
-        exc, display=display, current_version=current_version(exc), from_if_match=from_if_match
+        exc,
+        display=display,
+        current_version=current_version(exc),
+        from_if_match=from_if_match,
+        requester=requester,
     )
 
 

@@ -42,7 +42,8 @@ class OccupyErrorsMiddleware:
         """Return the status table's answer to an occupy exception, else ``None``."""
         if not isinstance(exception, OccupyError) or not isinstance(exception, http.ANSWERED):
             return None
-        problem = http.answer(exception)
+        user = getattr(request, "user", None)
+        problem = http.answer(exception, requester=getattr(user, "pk", None))
         telemetry.http_response(problem.status, problem.code)
         response = JsonResponse(problem.body(), status=problem.status)
         for name, value in problem.headers.items():

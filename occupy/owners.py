@@ -54,12 +54,15 @@ CLIENT_MAX = 64
 @dataclass(frozen=True)
 class Owner:
     """What an owner string says: the user (``None`` when it names none), whether it is
-    a write lock rather than an edit lease, the lease's own ttl, the client."""
+    a write lock rather than an edit lease, the lease's own ttl, the client, whether it
+    is an admin tab's."""
 
     user: str | None
     write: bool = False
     ttl: float | None = None
     client: str | None = None
+    #: An edit lease of an admin browser tab.
+    admin: bool = False
 
     @property
     def is_edit_lease(self) -> bool:
@@ -102,6 +105,7 @@ def parse_owner(owner: str) -> Owner:
         write=bool(match["write"]),
         ttl=None if match["ttl"] is None else float(match["ttl"]),
         client=match["client"],
+        admin=bool(match["admin"]),
     )
 
 

@@ -301,6 +301,33 @@ def test_a_database_occupy_was_never_migrated_to_is_w006(live_db: None) -> None:
     assert warnings[0].hint == "Run 'python manage.py migrate occupy --database default'."
 
 
+@pytest.mark.parametrize(
+    "occupy_setting",
+    [
+        {"TIMOUT": 5},
+        {"BACKENDS": {"locks": {"BACKEND": "occupy.backends.db.DatabaseBackend"}}},
+    ],
+    ids=["misspelled-key", "no-default-alias"],
+)
+def test_a_broken_setting_is_one_e002_with_every_occupy_class_in_use(occupy_setting) -> None:
+    """``check`` with the test app's occupy models and admins registered: the setting
+    is reported once, by its own check, and no model or admin check that reads the
+    aliases raises (or repeats it as E102/E203)."""
+    with override_settings(OCCUPY=occupy_setting):
+        messages = [m for m in run_checks() if m.id.startswith("occupy.")]
+    assert ids(messages) == ["occupy.E002"], messages
+
+
+def test_a_models_backend_that_is_not_configured_is_e203(monkeypatch) -> None:
+    from tests.testapp.models import Book
+
+    monkeypatch.setattr(Book, "occupy_backend", "locks")
+    errors = [m for m in Book.check() if m.id.startswith("occupy.")]
+    assert ids(errors) == ["occupy.E203"]
+    assert errors[0].obj is Book
+    assert errors[0].msg.startswith("Book.occupy_backend is 'locks', which OCCUPY['BACKENDS']")
+
+
 def test_migrate_on_a_new_projects_database_warns_of_nothing(tmp_path) -> None:
     """``migrate`` runs the database checks before it migrates: on a database where
     nothing was migrated yet (a new project, ``make demo``) occupy's table is about to

@@ -20,6 +20,7 @@ from django.utils.translation import gettext_lazy as _
 
 import occupy
 from occupy.backends import get_backend
+from occupy.checks import unconfigured_alias
 from occupy.exceptions import StoreUnavailable
 from occupy.models import object_key
 from occupy.models.keys import pk_text_expression
@@ -191,22 +192,15 @@ class OccupyStatusAdminMixin(_ModelAdmin):
         the column asks the store row by row and the filter is not offered. A
         configured backend that cannot be built is left to occupy's own checks
         (``occupy.E001``-``E006``), which name the setting to fix."""
-        from occupy.conf import occupy_settings
         from occupy.exceptions import OccupyError
 
         errors = super().check(**kwargs)
         alias = self._status_backend()
-        if alias not in occupy_settings.BACKENDS:
-            errors.append(
-                checks.Error(
-                    f"{type(self).__name__}.occupy_backend is {alias!r}, which "
-                    "OCCUPY['BACKENDS'] does not configure.",
-                    hint="Set occupy_backend to the alias of a configured backend.",
-                    obj=type(self),
-                    id="occupy.E102",
-                )
-            )
-            return errors
+        unconfigured = unconfigured_alias(
+            type(self), "occupy_backend", alias, check_id="occupy.E102"
+        )
+        if unconfigured:
+            return [*errors, *unconfigured]
         try:
             if self._status_in_query():
                 return errors

@@ -15,6 +15,7 @@ from django.core import checks
 from django.db import models
 
 from occupy.api import DEFAULT, holder, lock
+from occupy.checks import unconfigured_alias
 from occupy.leases import Holder
 from occupy.models.keys import object_key
 from occupy.models.managers import check_objects_manager
@@ -53,12 +54,14 @@ class OccupiableMixin(models.Model):
     @classmethod
     def check(cls, **kwargs: Any) -> list[checks.CheckMessage]:
         """Add ``occupy.E201``: the model's own ``objects`` has no ``occupied()``,
-        ``free()`` or ``claim()``."""
+        ``free()`` or ``claim()``; ``occupy.E203``: its ``occupy_backend`` is not a
+        configured alias."""
         return [
             *super().check(**kwargs),
             *check_objects_manager(
                 cls, OccupiableMixin, OccupiableQuerySetMixin, "occupied(), free() or claim()"
             ),
+            *unconfigured_alias(cls, "occupy_backend", cls.occupy_backend, check_id="occupy.E203"),
         ]
 
     @property

@@ -28,12 +28,24 @@ else:
 
 
 def api_exception(
-    exc: Exception, *, display: Any = owner_display, from_if_match: bool = False
+    exc: Exception,
+    *,
+    display: Any = owner_display,
+    from_if_match: bool = False,
+    request: Any = None,
 ) -> Exception:
     """Return the API exception answering ``exc`` when it is one of the occupy errors
-    of the status table, else ``exc`` itself."""
+    of the status table, else ``exc`` itself (``request``: the request answered, whose
+    user's own lease elsewhere is told as theirs)."""
     if isinstance(exc, OccupyError) and isinstance(exc, http.ANSWERED):
-        return from_problem(http.answer(exc, display=display, from_if_match=from_if_match))
+        user = getattr(request, "user", None)
+        problem = http.answer(
+            exc,
+            display=display,
+            from_if_match=from_if_match,
+            requester=getattr(user, "pk", None),
+        )
+        return from_problem(problem)
     return exc
 
 
@@ -70,5 +82,10 @@ class OccupyErrorsMixin(_APIView):
 
     def handle_exception(self, exc: Exception) -> Response:
         """Map occupy's exceptions to the contract, then let DRF answer."""
-        exc = api_exception(exc, display=self.get_owner_display, from_if_match=self.occupy_if_match)
+        exc = api_exception(
+            exc,
+            display=self.get_owner_display,
+            from_if_match=self.occupy_if_match,
+            request=getattr(self, "request", None),
+        )
         return decorate(super().handle_exception(exc), exc)

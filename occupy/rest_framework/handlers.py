@@ -53,6 +53,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse |
         exc,
         display=_display(context),
         from_if_match=getattr(context.get("view"), "occupy_if_match", False),
+        request=context.get("request"),
     )
     response = drf_exception_handler(exc, context)
     if isinstance(response, Response):
@@ -66,6 +67,7 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> HttpRe
         exc,
         display=_display(context),
         from_if_match=getattr(context.get("view"), "occupy_if_match", False),
+        request=context.get("request"),
     )
     response = drf_exception_handler(exc, context)
     problem = getattr(exc, "problem", None)

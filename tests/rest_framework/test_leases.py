@@ -14,7 +14,7 @@ from django.utils.dateparse import parse_datetime
 
 import occupy
 from occupy.exceptions import InvalidBackendError
-from occupy.owners import lease_owner, parse_owner, write_owner
+from occupy.owners import admin_owner, lease_owner, parse_owner, write_owner
 from tests.testapp.models import Book, Document
 
 pytestmark = pytest.mark.usefixtures("users")
@@ -194,6 +194,35 @@ def test_a_write_under_a_lease_keeps_it_its_own_length(users, client_for):
     )
     assert refused.status_code == 423 and 1 <= int(refused["Retry-After"]) <= 3
     assert refused.json()["holder"]["owner_display"] == "Editor"
+
+
+@pytest.mark.parametrize(
+    ("holder", "detail"),
+    [
+        ("editor-admin", "You are editing this object in the admin site (an open change page)"),
+        ("editor-api", "You hold this object's edit lease already, with another client"),
+        ("other-admin", "This object is being edited by Other in the admin site;"),
+        ("other-api", "This object is being edited by Other;"),
+    ],
+)
+def test_a_423_says_whose_lease_and_where(users, client_for, holder: str, detail: str):
+    """The editor's own change page in the admin holds the object for its whole ttl:
+    her API write is told it is hers and where, not that "Editor" edits it."""
+    book = Book.objects.create(name="Dune")
+    user = users.editor if holder.startswith("editor") else users.other
+    owner = (
+        admin_owner(user.pk, "0123456789abcdef")
+        if holder.endswith("admin")
+        else lease_owner(user.pk, ttl=60)
+    )
+    lease = occupy.acquire(book.occupy_key, owner=owner, ttl=60, reentrant=False)
+    response = client_for(users.editor).patch(
+        _url(book), {"name": "x"}, format="json", HTTP_IF_MATCH='"1"'
+    )
+    occupy.release(lease)
+    assert response.status_code == 423
+    assert response.json()["detail"].startswith(detail), response.json()["detail"]
+    assert response.json()["holder"]["owner_display"] == user.get_full_name()
 
 
 # --- preconditions ------------------------------------------------------------------------
