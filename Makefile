@@ -9,6 +9,7 @@ STAMP  := $(VENV)/.installed
 	bench-scale faults serve lint layers docs docs-screenshots clean
 
 $(STAMP): pyproject.toml
+	@echo "setting up $(VENV): occupy and its development tools (a minute or two, once)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[dev]"

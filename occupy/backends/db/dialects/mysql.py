@@ -24,19 +24,31 @@ def _errno(error: BaseException | None) -> int | None:
 
 
 class MySQLDialect(Dialect):
-    """MySQL and MariaDB: the statements' clock is ``UTC_TIMESTAMP(6)``, never the
-    session's time zone."""
+    """MySQL and MariaDB: the statements' now is ``UTC_TIMESTAMP(6)``, never the
+    session's time zone; the fence's clock is ``SYSDATE(6)`` in a session set to UTC.
+
+    ``UTC_TIMESTAMP`` (like ``NOW``) is the time the *statement began*: a grant whose
+    statement waited for a row lock while another grant of the key was made and
+    released (its rows gone) would take that earlier time as its fence's floor, below
+    the fence just handed out. ``SYSDATE`` is the time the row is written, as
+    PostgreSQL's ``clock_timestamp()`` and SQLite's function are.
+    """
 
     vendor = "mysql"
     now = "UTC_TIMESTAMP(6)"
     later = "(UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND)"
-    clock_us = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
+    clock_us = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', SYSDATE(6))"
     insert_ignore = "INSERT IGNORE INTO"
     on_conflict = ""
     from_nothing = "FROM DUAL"
     quote = "`"
     # MariaDB has RETURNING for INSERT and DELETE only.
     update_returning = False
+
+    def on_connect(self, own: OwnConnection) -> None:
+        """Put the session in UTC, the zone ``SYSDATE`` answers in (see the class)."""
+        with own.wrapper.cursor() as cursor:
+            cursor.execute("SET time_zone = '+00:00'")
 
     def seconds(self, seconds: float) -> int:
         """Return ``seconds`` in whole microseconds (:attr:`later`'s interval)."""
