@@ -7,7 +7,8 @@ each time), half keep theirs (so they stay on a primary until it refuses them): 
 window in which a replaced primary still grants cannot hide behind workers that all
 move together.
 
-Every worker writes down each grant (key, fence, the Redis server that made it, when),
+Every worker writes down each grant (key, fence, the Redis server that made it, when it
+ran by that server's clock: the lease's expiry less its ttl),
 each section it held (from the grant to the end of its write), each accepted write, and
 every error. Each accepted write also inserts a row into an audit table in the same
 transaction, after its fenced ``UPDATE`` took the row lock, so the audit's order per key
@@ -215,7 +216,11 @@ def _worker(
         granted = time.time()
         if not grants:
             ready.put(index)
-        grants.append((key, lease.fence, granted, served.port, index))
+        # When the grant ran, by the server's clock (this host's): its expiry less the
+        # ttl. The time the reply came back may be a moment after the sentinels named
+        # another primary although the grant ran before.
+        ran = lease.expires_at.timestamp() - TTL
+        grants.append((key, lease.fence, ran, served.port, index))
         try:
             with transaction.atomic(using="postgresql"):
                 page = Page.objects.using("postgresql").get(pk=rows[key])
