@@ -46,6 +46,7 @@ __all__ = [
     "lease_not_yours",
     "parse_if_match",
     "problem_for",
+    "requester_pk",
     "retry_after",
     "unlockable",
 ]
@@ -121,6 +122,12 @@ def retry_after(holder: Holder | None, seconds: float | None = None) -> int:
     return max(1, math.ceil(seconds or 0))
 
 
+def requester_pk(request: Any) -> Any:
+    """Return the primary key of the user a request is made by (``None``: anonymous,
+    or no request)."""
+    return getattr(getattr(request, "user", None), "pk", None)
+
+
 def _held_by(holder: Holder | None, display: Callable[[str], str], requester: object) -> str:
     """Return the 423's ``detail``: who edits the object, and where when it is in the
     admin site; the requesting user's own lease elsewhere is told as theirs, with what
@@ -128,12 +135,13 @@ def _held_by(holder: Holder | None, display: Callable[[str], str], requester: ob
     if holder is None:
         return "This object is being edited by someone else; try again later."
     parsed = parse_owner(holder.owner)
-    if parsed.admin and same_user(holder.owner, requester):
+    mine = same_user(holder.owner, requester)
+    if mine and parsed.admin:
         return (
             "You are editing this object in the admin site (an open change page); save "
             "or leave it there, or try again later."
         )
-    if same_user(holder.owner, requester):
+    if mine:
         header = occupy_settings.REST_FRAMEWORK["LEASE_HEADER"]
         return (
             "You hold this object's edit lease already, with another client or under a "

@@ -42,8 +42,7 @@ class OccupyErrorsMiddleware:
         """Return the status table's answer to an occupy exception, else ``None``."""
         if not isinstance(exception, OccupyError) or not isinstance(exception, http.ANSWERED):
             return None
-        user = getattr(request, "user", None)
-        problem = http.answer(exception, requester=getattr(user, "pk", None))
+        problem = http.answer(exception, requester=http.requester_pk(request))
         telemetry.http_response(problem.status, problem.code)
         response = JsonResponse(problem.body(), status=problem.status)
         for name, value in problem.headers.items():

@@ -38,12 +38,11 @@ def api_exception(
     of the status table, else ``exc`` itself (``request``: the request answered, whose
     user's own lease elsewhere is told as theirs)."""
     if isinstance(exc, OccupyError) and isinstance(exc, http.ANSWERED):
-        user = getattr(request, "user", None)
         problem = http.answer(
             exc,
             display=display,
             from_if_match=from_if_match,
-            requester=getattr(user, "pk", None),
+            requester=http.requester_pk(request),
         )
         return from_problem(problem)
     return exc

@@ -26,7 +26,7 @@ from occupy import http
 from occupy.conf import occupy_settings
 from occupy.exceptions import LeaseLost, Occupied, TakeoverRefused
 from occupy.history import log_entry
-from occupy.http import Problem
+from occupy.http import Problem, requester_pk
 from occupy.leases import Holder, Lease
 from occupy.owners import parse_owner, same_user
 from occupy.rest_framework.exceptions import from_problem
@@ -35,7 +35,7 @@ from occupy.rest_framework.serializers import (
     LeaseRequestSerializer,
     LeaseSerializer,
 )
-from occupy.rest_framework.writes import OccupiedWritesMixin, _checked_token, _user_pk
+from occupy.rest_framework.writes import OccupiedWritesMixin, _checked_token
 
 __all__ = ["EditLeaseMixin"]
 
@@ -137,7 +137,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
     def may_take_over(self, request: Request, instance: Any, holder: Holder) -> bool:
         """Return whether ``request`` may replace ``holder``: its own lease, or with the
         takeover permission."""
-        return same_user(holder.owner, _user_pk(request)) or self.has_takeover_permission(
+        return same_user(holder.owner, requester_pk(request)) or self.has_takeover_permission(
             request, instance
         )
 

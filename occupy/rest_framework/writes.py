@@ -15,7 +15,7 @@ import occupy
 from occupy import http
 from occupy.conf import occupy_settings
 from occupy.exceptions import FencedOut, LeaseLost, Occupied
-from occupy.http import Problem
+from occupy.http import Problem, requester_pk
 from occupy.leases import Lease
 from occupy.owners import lease_owner, parse_owner, same_user, write_owner
 from occupy.rest_framework.errors import OccupyErrorsMixin
@@ -80,11 +80,11 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         the lease's ``ttl``, and the client's name from ``Occupy-Client`` (see
         :mod:`occupy.owners`)."""
         client = request.headers.get(occupy_settings.REST_FRAMEWORK["CLIENT_HEADER"])
-        return lease_owner(_user_pk(request), ttl=ttl, client=client or None)
+        return lease_owner(requester_pk(request), ttl=ttl, client=client or None)
 
     def get_write_owner(self, request: Request) -> str:
         """Return the owner of the write lock a write without a lease holds."""
-        return write_owner(_user_pk(request))
+        return write_owner(requester_pk(request))
 
     def get_lease_token(self, request: Request) -> str | None:
         """Return the lease token the request presents (header), or ``None``; raise
@@ -98,7 +98,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         :class:`~occupy.LeaseLost` if it holds nothing."""
         # ttl=1 keeps the lease at least one second: never shortened, hardly extended.
         lease = occupy.resume(key, token, ttl=1, using=self.occupy_backend)
-        if not same_user(lease.owner, _user_pk(self.request)):
+        if not same_user(lease.owner, requester_pk(self.request)):
             raise from_problem(http.lease_not_yours())
         return lease
 
@@ -184,10 +184,6 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         if not parse_owner(lease.owner).write:
             with suppress(LeaseLost):
                 occupy.release(lease)
-
-
-def _user_pk(request: Request) -> Any:
-    return getattr(getattr(request, "user", None), "pk", None)
 
 
 def _checked_token(token: Any) -> str:
