@@ -41,7 +41,7 @@ def test_a_save_without_the_lease_is_refused_and_keeps_the_input(
     )
     assert response.status_code == 200
     html = response.content.decode()
-    assert "Editor took over the editing: nothing was saved" in html
+    assert "Editor is editing this now: nothing was saved" in html
     assert "mine</textarea>" in html  # the user's input is kept
     doc.refresh_from_db()
     assert doc.body == "draft"
@@ -89,7 +89,7 @@ def test_a_taken_over_tab_cannot_save(users: StaffUsers, doc: Document, pages: L
             "_occupy_lease": old["token"],
         },
     )
-    assert "Supervisor took over the editing" in response.content.decode()
+    assert "Supervisor is editing this now" in response.content.decode()
     doc.refresh_from_db()
     assert doc.body == "draft"
 
