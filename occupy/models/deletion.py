@@ -40,10 +40,10 @@ DELETED_OWNER = "occupy:row-deleted"
 def end_edit_lease(model: type[models.Model], pk: Any) -> None:
     """End the edit lease on the key of ``model``'s row ``pk``, if a person holds one,
     on the model's ``occupy_backend``; log (never raise) when the store fails."""
-    backend = getattr(model, "occupy_backend", "default")
+    alias = getattr(model, "occupy_backend", "default")
     try:
         key = object_key(model, pk)
-        current = holder(key, using=backend)
+        current = holder(key, backend=alias)
         if current is None or not parse_owner(current.owner).is_edit_lease:
             return
         ended = takeover(
@@ -52,7 +52,7 @@ def end_edit_lease(model: type[models.Model], pk: Any) -> None:
             ttl=1,
             reentrant=False,
             if_fence=current.fence,
-            using=backend,
+            backend=alias,
         )
         release(ended)
     except (TakeoverRefused, LeaseLost):

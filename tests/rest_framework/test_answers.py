@@ -179,7 +179,7 @@ def test_a_503_on_a_read_does_not_say_nothing_was_written(users, client_for, mon
     backend = get_backend("default")
 
     def down(*args, **kwargs):
-        raise occupy.StoreUnavailable("the lock store is down (test)", key="k", using="default")
+        raise occupy.StoreUnavailable("the lock store is down (test)", key="k", backend="default")
 
     monkeypatch.setattr(backend, "holder", down)
     monkeypatch.setattr(backend, "acquire", down)

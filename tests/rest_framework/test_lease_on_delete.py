@@ -54,7 +54,7 @@ def test_a_delete_with_the_store_down_deletes_and_logs(users, monkeypatch, caplo
     lease = occupy.acquire(book.occupy_key, owner=f"user:{users.editor.pk}", ttl=30)
 
     def down(*args, **kwargs):
-        raise occupy.StoreUnavailable("the lock store is down (test)", key="k", using="default")
+        raise occupy.StoreUnavailable("the lock store is down (test)", key="k", backend="default")
 
     monkeypatch.setattr(get_backend("default"), "holder", down)
     with caplog.at_level(logging.WARNING, logger="occupy.models"):
