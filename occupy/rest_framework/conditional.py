@@ -15,7 +15,7 @@ from rest_framework.response import Response
 
 from occupy import http, telemetry
 from occupy.conf import occupy_settings
-from occupy.exceptions import ConflictError
+from occupy.exceptions import ConflictError, VersionConflict
 from occupy.http import Problem
 from occupy.rest_framework.errors import OccupyErrorsMixin
 from occupy.rest_framework.exceptions import from_problem
@@ -218,7 +218,7 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
             try:
                 super().perform_update(serializer)
                 return
-            except ConflictError:
+            except VersionConflict:  # a FencedOut lease stays out however often it tries
                 if not self.occupy_any_version or attempt == ANY_VERSION_TRIES - 1:
                     raise
                 expect_current_version(serializer.instance)
