@@ -3,7 +3,8 @@
 When ``opentelemetry-sdk`` is installed, the whole test session records occupy's metrics
 and spans in memory (a provider can be set once per process, so it is set for all),
 which lets the telemetry tests read them and lets the session check, at its end, that
-no full key, owner or token reached an attribute anywhere in the suite's run.
+no full key, owner or token reached an attribute, a span status, a span event or a link
+anywhere in the suite's run.
 """
 
 from __future__ import annotations
@@ -57,20 +58,46 @@ class Recorded:
                 total += point.sum
         return count, total
 
+    def spans_of(self, family: str, name: str | None = None) -> list[Any]:
+        """Return the recent finished spans of key family ``family`` (named ``name``)."""
+        return [
+            span
+            for span in self.spans.recent
+            if (span.attributes or {}).get("occupy.key.family") == family
+            and (name is None or span.name == name)
+        ]
+
     def leaks(self) -> list[str]:
-        """Return every attribute (metric or span) that carries a full key, an owner or a
-        token seen in this run: keys and owners with a ``:`` (a key without one has no
-        family, and is recorded as ``other``), and every token."""
+        """Return every attribute (metric, span, span event or link), span name and span
+        status description that carries a full key, an owner or a token seen in this
+        run: keys and owners with a ``:`` (a key without one has no family, and is
+        recorded as ``other``), and every token. A status or an event (an exception's
+        message) leaks by containing one, an attribute also by being one."""
         secrets = (
             {k for k in self.keys if ":" in k} | {o for o in self.owners if ":" in o} | self.tokens
         )
         found: list[str] = []
 
+        def contains(text: str) -> bool:
+            return any(secret in text for secret in secrets)
+
         def look(where: str, attributes: Any) -> None:
             for name, value in (attributes or {}).items():
                 text = str(value)
-                if text in secrets or any(token in text for token in self.tokens):
+                whole = text in secrets or any(token in text for token in self.tokens)
+                if whole or (name in FREE_TEXT and contains(text)):
                     found.append(f"{where}: {name}={text!r}")
+
+        for name, description in self.spans.statuses:
+            if description and contains(description):
+                found.append(f"span {name}: status {description!r}")
+        for name, event, attributes in self.spans.events:
+            look(f"span {name}: event {event}", dict(attributes))
+        for name, attributes in self.spans.links:
+            look(f"span {name}: link", dict(attributes))
+        for name in self.spans.names:
+            if contains(name):
+                found.append(f"span name {name!r}")
 
         data = self.reader.get_metrics_data()
         for resource in data.resource_metrics if data else ():
@@ -81,6 +108,18 @@ class Recorded:
         for name, attributes in self.spans.attribute_sets:
             look(f"span {name}", dict(attributes))
         return found
+
+
+#: Attributes whose value is free text (an exception's message, a stack trace): a
+#: secret anywhere inside one is a leak.
+FREE_TEXT = frozenset({"exception.message", "exception.stacktrace"})
+
+
+def _frozen(attributes: Any) -> frozenset[tuple[str, Any]]:
+    return frozenset(
+        (name, tuple(value) if isinstance(value, list | tuple) else value)
+        for name, value in (attributes or {}).items()
+    )
 
 
 _recorded: Recorded | None = None
@@ -108,6 +147,10 @@ def install() -> Recorded | None:
         def __init__(self) -> None:
             self.recent: deque[Any] = deque(maxlen=5000)
             self.attribute_sets: set[tuple[str, frozenset[tuple[str, Any]]]] = set()
+            self.names: set[str] = set()
+            self.statuses: set[tuple[str, str | None]] = set()
+            self.events: set[tuple[str, str, frozenset[tuple[str, Any]]]] = set()
+            self.links: set[tuple[str, frozenset[tuple[str, Any]]]] = set()
 
         def on_start(self, span: Any, parent_context: Any = None) -> None:
             """Nothing to do when a span starts."""
@@ -115,7 +158,13 @@ def install() -> Recorded | None:
         def on_end(self, span: Any) -> None:
             """Keep the finished span."""
             self.recent.append(span)
-            self.attribute_sets.add((span.name, frozenset((span.attributes or {}).items())))
+            self.attribute_sets.add((span.name, _frozen(span.attributes)))
+            self.names.add(span.name)
+            self.statuses.add((span.name, span.status.description))
+            for event in span.events:
+                self.events.add((span.name, event.name, _frozen(event.attributes)))
+            for link in span.links:
+                self.links.add((span.name, _frozen(link.attributes)))
 
         def shutdown(self) -> None:
             """Nothing to flush."""
