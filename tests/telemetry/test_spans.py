@@ -180,3 +180,25 @@ def test_a_section_that_wrote_fenced_out_gets_one_span(otel: Recorded, live_db: 
         ("occupy.lock", "occupy.exceptions.FencedOut")
     ]
     assert found[0].attributes["occupy.reason"] == "taken_over"
+
+
+def test_an_async_acquire_that_waited_is_recorded_as_one_that_waited(
+    otel: Recorded, family: str, live_db: None
+) -> None:
+    import asyncio
+
+    key = f"{family}:1"
+    timer = _release_later(occupy.acquire(key, owner="ann", reentrant=False, using="memory"), 0.3)
+
+    async def wait_for_it() -> float:
+        started = time.monotonic()
+        lease = await occupy.aacquire(key, owner="bob", timeout=10, using="memory")
+        waited = time.monotonic() - started
+        await occupy.arelease(lease)
+        return waited
+
+    waited = asyncio.run(wait_for_it())
+    timer.join()
+    count, total = otel.histogram("occupy.lock.wait.duration", **{"occupy.key.family": family})
+    assert count == 1 and total == pytest.approx(waited, rel=0.05)
+    assert [span.name for span in otel.spans_of(family)] == [WAIT]
