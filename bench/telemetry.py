@@ -182,13 +182,13 @@ def _units(sdk: Any, run: Any, ops: int) -> dict[str, float]:
     }
 
 
-def _timer(variant: str, using: str, conn: Any) -> None:
+def _timer(variant: str, alias: str, conn: Any) -> None:
     """Serve ``("run", ops)`` with the time of ``ops`` acquire + release pairs, and
     ``("units", ops)`` with the SDK's unit costs here."""
     setup_django()
     sdk = _instrument(variant)
     _configure(variant)
-    run = occupy_cycle(f"bench-telemetry:{os.getpid()}", using)
+    run = occupy_cycle(f"bench-telemetry:{os.getpid()}", alias)
     run(100)  # warm-up
     while True:
         message = conn.recv()
@@ -203,13 +203,13 @@ def _timer(variant: str, using: str, conn: Any) -> None:
             conn.send(_units(sdk, run, ops))
 
 
-def uncontended(using: str, ops: int, rounds: int) -> tuple[list[Result], dict[str, Any]]:
-    """Time each variant's acquire + release on ``using``, rounds alternating; return
+def uncontended(alias: str, ops: int, rounds: int) -> tuple[list[Result], dict[str, Any]]:
+    """Time each variant's acquire + release on ``alias``, rounds alternating; return
     the results and each SDK variant's unit costs."""
     pipes, procs = {}, []
     for variant in VARIANTS:
         parent, child = _ctx.Pipe()
-        proc = _ctx.Process(target=_timer, args=(variant, using, child))
+        proc = _ctx.Process(target=_timer, args=(variant, alias, child))
         proc.start()
         pipes[variant] = parent
         procs.append(proc)
@@ -243,11 +243,11 @@ def predicted(reference: Result, cost: dict[str, float]) -> float:
     return pair / (pair + sdk)
 
 
-def report(using: str, results: list[Result], units: dict[str, Any]) -> None:
+def report(alias: str, results: list[Result], units: dict[str, Any]) -> None:
     """Print each variant's measured and predicted ratio, and occupy's own share."""
     reference = results[0]
-    targets = TARGETS[using]
-    print(f"\n## telemetry cost: acquire + release on {using}")
+    targets = TARGETS[alias]
+    print(f"\n## telemetry cost: acquire + release on {alias}")
     print(
         "target: "
         + "; ".join(f"{name} ≥ {value:.2f}×" for name, value in targets.items())
@@ -283,7 +283,7 @@ def _contender(key: str, seconds: float, conn: Any) -> None:
 
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        with occupy.lock(key, ttl=10, timeout=10, using="redis"):
+        with occupy.lock(key, ttl=10, timeout=10, backend="redis"):
             time.sleep(HOLD)
     buckets: dict[float, int] = {}
     data = reader.get_metrics_data()
@@ -364,11 +364,11 @@ def main(argv: list[str] | None = None) -> None:
         print("  not the pinned version: its unit costs, and so these figures, differ")
     if options.quick:
         print("  --quick: a few rounds, to show the bench works; its figures mean little")
-    for using, server in (("redis", "redis"), ("db-postgresql", "postgresql")):
+    for alias, server in (("redis", "redis"), ("db-postgresql", "postgresql")):
         if server in settings.SKIPS:
-            print(f"\n## telemetry on {using}: skipped, {settings.SKIPS[server]}")
+            print(f"\n## telemetry on {alias}: skipped, {settings.SKIPS[server]}")
             continue
-        report(using, *uncontended(using, ops, rounds))
+        report(alias, *uncontended(alias, ops, rounds))
     if "redis" in settings.SKIPS:
         return
     buckets = contended_histogram(seconds)

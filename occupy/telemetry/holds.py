@@ -67,7 +67,7 @@ def granted(
     ``watch`` is what :func:`acquiring` returned for it, if it was acquired."""
     if not held_here or not active():
         return
-    ident = (lease.using, lease.key, lease.token)
+    ident = (lease.alias, lease.key, lease.token)
     try:
         acquired = watch if isinstance(watch, Acquire) else None
         with held_lock:
@@ -110,7 +110,7 @@ def _end(
     lease: Lease, how: str, *, every_level: bool, error: type[BaseException] | None = None
 ) -> bool:
     """End one level (or all) of a lease held here; return whether it was held here."""
-    ident = (lease.using, lease.key, lease.token)
+    ident = (lease.alias, lease.key, lease.token)
     with held_lock:
         entry = held.get(ident)
         if entry is None:
@@ -150,7 +150,7 @@ def _lost_reason(lease: Lease, cause: str | None) -> str:
     if cause is not None:
         return cause
     with held_lock:
-        entry = held.get((lease.using, lease.key, lease.token))
+        entry = held.get((lease.alias, lease.key, lease.token))
     if entry is None:  # not held here: when it was granted is not known
         return UNKNOWN
     held_for = (perf_counter_ns() - entry.since) / 1e9
@@ -202,7 +202,7 @@ def enter_section(lease: Lease) -> Any:
         return None
     try:
         with held_lock:
-            entry = held.get((lease.using, lease.key, lease.token))
+            entry = held.get((lease.alias, lease.key, lease.token))
         return None if entry is None or entry.span is None else spans.attach(entry.span)
     except Exception:
         report_failure()
@@ -224,6 +224,6 @@ def section_raised(lease: Lease, error: type[BaseException]) -> None:
     if not active():
         return
     with held_lock:
-        entry = held.get((lease.using, lease.key, lease.token))
+        entry = held.get((lease.alias, lease.key, lease.token))
         if entry is not None:
             entry.error = error

@@ -29,7 +29,7 @@ class Recorder:
         return Recorder(self._calls, f"{self._path}{named}")
 
 
-def count_calls(using: str, every_section: bool, pairs: int) -> list[list[str]]:
+def count_calls(alias: str, every_section: bool, pairs: int) -> list[list[str]]:
     """Install the double as the SDK, then return the calls of each of ``pairs``
     uncontended acquire + release pairs, and of as many ``occupy.lock`` blocks."""
     from django.conf import settings
@@ -44,15 +44,15 @@ def count_calls(using: str, every_section: bool, pairs: int) -> list[list[str]]:
     telemetry = {"TRACE_EVERY_SECTION": every_section}
     found = []
     with override_settings(OCCUPY={**settings.OCCUPY, "TELEMETRY": telemetry}):
-        key = f"double-{using}:1"
-        occupy.release(occupy.acquire(key, using=using))  # the instruments are made once
+        key = f"double-{alias}:1"
+        occupy.release(occupy.acquire(key, backend=alias))  # the instruments are made once
         for _ in range(pairs):
             del calls[:]
-            occupy.release(occupy.acquire(key, timeout=0, using=using))
+            occupy.release(occupy.acquire(key, timeout=0, backend=alias))
             found.append(list(calls))
         for _ in range(pairs):
             del calls[:]
-            with occupy.lock(key, timeout=0, using=using):
+            with occupy.lock(key, timeout=0, backend=alias):
                 pass
             found.append(list(calls))
     return found

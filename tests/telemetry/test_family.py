@@ -59,7 +59,7 @@ def test_the_key_family_setting_names_the_function(otel: Recorded, live_db: None
     tenant = uuid.uuid4().hex[:8]
     with (
         _telemetry(KEY_FAMILY="tests.telemetry.test_family.tenant_family"),
-        occupy.lock(f"tenant-{tenant}/report:9", using="memory"),
+        occupy.lock(f"tenant-{tenant}/report:9", backend="memory"),
     ):
         pass
     assert _at_once(otel, f"report-{tenant}") == 1
@@ -78,31 +78,31 @@ def test_the_family_function_is_called_once_per_key(
     with _telemetry(KEY_FAMILY="tests.telemetry.test_family.counting_family"):
         for _ in range(5):
             for key in (first, second):
-                with occupy.lock(key, using="memory"):
+                with occupy.lock(key, backend="memory"):
                     pass
-        holder = occupy.acquire(first, owner="ann", using="memory")
+        holder = occupy.acquire(first, owner="ann", backend="memory")
         with pytest.raises(occupy.Occupied):  # a refusal reads the family too
-            occupy.acquire(first, owner="bob", timeout=0, using="memory")
+            occupy.acquire(first, owner="bob", timeout=0, backend="memory")
         occupy.release(holder)
     assert calls == {first: 1, second: 1}
     assert _at_once(otel, family) == 11
 
 
 @pytest.mark.parametrize("hook", ["failing_family", "not_a_str_family"])
-@pytest.mark.parametrize("using", backend_params(["memory", "redis"]))
+@pytest.mark.parametrize("alias", backend_params(["memory", "redis"]))
 def test_a_family_function_that_fails_never_fails_a_lock(
-    otel: Recorded, family: str, hook: str, using: str, caplog, live_db: None
+    otel: Recorded, family: str, hook: str, alias: str, caplog, live_db: None
 ) -> None:
     with (
         caplog.at_level(logging.ERROR, logger="occupy.telemetry"),
         _telemetry(KEY_FAMILY=f"tests.telemetry.test_family.{hook}"),
     ):
         for number in range(3):
-            with occupy.lock(f"{family}:{number}", using=using) as lease:
+            with occupy.lock(f"{family}:{number}", backend=alias) as lease:
                 assert lease.key == f"{family}:{number}"
-        holder = occupy.acquire(f"{family}:0", owner="ann", using=using)
+        holder = occupy.acquire(f"{family}:0", owner="ann", backend=alias)
         with pytest.raises(occupy.LockTimeout):  # a wait reads the family on its own path
-            occupy.acquire(f"{family}:0", owner="bob", timeout=0.1, using=using)
+            occupy.acquire(f"{family}:0", owner="bob", timeout=0.1, backend=alias)
         occupy.release(holder)
     failures = [r for r in caplog.records if "KEY_FAMILY" in r.getMessage()]
     assert len(failures) == 1, [r.getMessage() for r in failures]  # logged once
@@ -117,9 +117,9 @@ def test_a_key_family_that_is_not_a_function_never_fails_a_lock(
         caplog.at_level(logging.ERROR, logger="occupy.telemetry"),
         _telemetry(KEY_FAMILY="tests.telemetry.test_family.NOT_A_FUNCTION"),
     ):
-        with occupy.lock(f"{family}:1", using="memory"):
+        with occupy.lock(f"{family}:1", backend="memory"):
             pass
-        with occupy.lock(f"{family}:2", using="memory"):
+        with occupy.lock(f"{family}:2", backend="memory"):
             pass
     assert len([r for r in caplog.records if "KEY_FAMILY" in r.getMessage()]) == 1
     assert _at_once(otel, family) == 2

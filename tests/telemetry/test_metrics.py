@@ -30,28 +30,28 @@ def _acquires(otel: Recorded, family: str, outcome: str) -> float:
     )
 
 
-@pytest.mark.parametrize("using", backend_params(["default", "db-postgresql", "redis"]))
+@pytest.mark.parametrize("alias", backend_params(["default", "db-postgresql", "redis"]))
 def test_the_wait_histogram_counts_each_contended_acquire_and_its_wait(
-    otel: Recorded, family: str, using: str, live_db: None
+    otel: Recorded, family: str, alias: str, live_db: None
 ) -> None:
     rounds, key = 4, f"{family}:1"
-    workers = multiproc.start(hold_in_turns, [(using, key, rounds, 0.4)])
+    workers = multiproc.start(hold_in_turns, [(alias, key, rounds, 0.4)])
     waits = []
     for _ in range(rounds):
         wait_until(
-            lambda: getattr(occupy.holder(key, using=using), "owner", None) == "holder-process",
+            lambda: getattr(occupy.holder(key, backend=alias), "owner", None) == "holder-process",
             timeout=60,
             what="the other process holds the key",
         )
         started = time.monotonic()
-        lease = occupy.acquire(key, owner="waiter", ttl=30, timeout=30, using=using)
+        lease = occupy.acquire(key, owner="waiter", ttl=30, timeout=30, backend=alias)
         waits.append(time.monotonic() - started)
         occupy.release(lease)
     assert multiproc.collect(workers) == [rounds]
 
     count, total = otel.histogram(
         "occupy.lock.wait.duration",
-        **{"occupy.key.family": family, "occupy.backend": using, "occupy.outcome": "granted"},
+        **{"occupy.key.family": family, "occupy.backend": alias, "occupy.outcome": "granted"},
     )
     assert count == rounds
     assert sum(waits) > 0.2 * rounds  # the waits were real ones
@@ -72,12 +72,12 @@ def test_an_occupied_and_a_timed_out_acquire_are_counted_as_such(
     otel: Recorded, family: str, live_db: None
 ) -> None:
     key = f"{family}:1"
-    with occupy.lock(key, owner="ann", using="memory"):
+    with occupy.lock(key, owner="ann", backend="memory"):
 
         def other() -> None:
             for timeout in (0, 0.2):
                 with pytest.raises(occupy.Occupied):
-                    occupy.acquire(key, owner="bob", timeout=timeout, using="memory")
+                    occupy.acquire(key, owner="bob", timeout=timeout, backend="memory")
 
         thread = threading.Thread(target=other)
         thread.start()
@@ -104,7 +104,7 @@ def test_a_reentered_lease_is_held_once_until_its_last_release(
     otel: Recorded, family: str, live_db: None
 ) -> None:
     key = f"{family}:1"
-    with occupy.lock(key, using="memory"), occupy.lock(key, using="memory"):
+    with occupy.lock(key, backend="memory"), occupy.lock(key, backend="memory"):
         assert otel.total("occupy.lease.held", **{"occupy.key.family": family}) == 1
     assert otel.total("occupy.lease.held", **{"occupy.key.family": family}) == 0
     assert (
@@ -117,12 +117,12 @@ def test_a_reentered_lease_is_held_once_until_its_last_release(
     assert _acquires(otel, family, "granted_at_once") == 1  # re-entering is not an acquire
 
 
-@pytest.mark.parametrize("using", backend_params(["default", "redis", "memory"]))
+@pytest.mark.parametrize("alias", backend_params(["default", "redis", "memory"]))
 def test_a_lease_expired_while_held_is_lost_once(
-    otel: Recorded, family: str, using: str, live_db: None
+    otel: Recorded, family: str, alias: str, live_db: None
 ) -> None:
     key = f"{family}:1"
-    lease = occupy.acquire(key, ttl=0.3, using=using)
+    lease = occupy.acquire(key, ttl=0.3, backend=alias)
     time.sleep(0.6)
     with pytest.raises(occupy.LeaseLost):
         lease.ensure_held()
@@ -143,13 +143,13 @@ def test_a_lease_expired_while_held_is_lost_once(
     assert otel.total("occupy.lease.held", **{"occupy.key.family": family}) == 0
 
 
-@pytest.mark.parametrize("using", backend_params(["default", "redis", "memory"]))
+@pytest.mark.parametrize("alias", backend_params(["default", "redis", "memory"]))
 def test_a_takeover_counts_once_and_its_victim_is_lost_as_taken_over(
-    otel: Recorded, family: str, using: str, live_db: None
+    otel: Recorded, family: str, alias: str, live_db: None
 ) -> None:
     key = f"{family}:1"
-    lease = occupy.acquire(key, owner="ann", ttl=30, using=using)
-    new = occupy.takeover(key, owner="bob", ttl=30, reentrant=False, using=using)
+    lease = occupy.acquire(key, owner="ann", ttl=30, backend=alias)
+    new = occupy.takeover(key, owner="bob", ttl=30, reentrant=False, backend=alias)
     with pytest.raises(occupy.LeaseLost):
         lease.ensure_held()
     with pytest.raises(occupy.LeaseLost):
@@ -211,7 +211,7 @@ def test_a_store_error_is_counted_and_the_acquire_recorded_as_failed(
         override_settings(OCCUPY={**settings.OCCUPY, "BACKENDS": backends}),
         pytest.raises(occupy.StoreUnavailable),
     ):
-        occupy.acquire(f"{family}:1", timeout=0, using="down")
+        occupy.acquire(f"{family}:1", timeout=0, backend="down")
     assert otel.total("occupy.store.errors", **{"occupy.key.family": family}) >= 1
     assert _acquires(otel, family, "store_error") == 1
     # It failed at its first try: it never waited.
@@ -221,10 +221,10 @@ def test_a_store_error_is_counted_and_the_acquire_recorded_as_failed(
 def test_the_counts_survive_a_settings_reload(otel: Recorded, family: str, live_db: None) -> None:
     """Attribute sets are rebuilt after a reload; the counts under them go on."""
     key = f"{family}:1"
-    with occupy.lock(key, using="memory"):
+    with occupy.lock(key, backend="memory"):
         pass
-    with override_settings(OCCUPY={**settings.OCCUPY}), occupy.lock(key, using="memory"):
+    with override_settings(OCCUPY={**settings.OCCUPY}), occupy.lock(key, backend="memory"):
         pass
-    with occupy.lock(key, using="memory"):
+    with occupy.lock(key, backend="memory"):
         pass
     assert _acquires(otel, family, "granted_at_once") == 3

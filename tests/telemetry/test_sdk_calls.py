@@ -16,15 +16,15 @@ TRACER = "tracer_provider.get_tracer('occupy')"
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("using", backend_params(["default", "redis"]))
-def test_an_uncontended_pair_makes_one_sdk_call_and_no_span(using: str, live_db: None) -> None:
-    [found] = multiproc.collect(multiproc.start(count_calls, [(using, False, 3)]))
+@pytest.mark.parametrize("alias", backend_params(["default", "redis"]))
+def test_an_uncontended_pair_makes_one_sdk_call_and_no_span(alias: str, live_db: None) -> None:
+    [found] = multiproc.collect(multiproc.start(count_calls, [(alias, False, 3)]))
     assert found == [[HOLD]] * 6
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("using", backend_params(["default", "redis"]))
-def test_every_section_traced_is_one_span_per_pair(using: str, live_db: None) -> None:
-    [found] = multiproc.collect(multiproc.start(count_calls, [(using, True, 3)]))
+@pytest.mark.parametrize("alias", backend_params(["default", "redis"]))
+def test_every_section_traced_is_one_span_per_pair(alias: str, live_db: None) -> None:
+    [found] = multiproc.collect(multiproc.start(count_calls, [(alias, True, 3)]))
     section = [f"{TRACER}.start_span", HOLD, f"{TRACER}.start_span('occupy.lock').end"]
     assert found == [section] * 6

@@ -34,8 +34,8 @@ def test_a_section_is_one_span_with_the_blocks_work_inside(
     key = f"{family}:7"
     began = time.time_ns()
     with (
-        occupy.lock(key, using="memory"),
-        occupy.lock(key, using="memory"),  # re-entered: the same section
+        occupy.lock(key, backend="memory"),
+        occupy.lock(key, backend="memory"),  # re-entered: the same section
         trace.get_tracer("tests").start_as_current_span("work inside"),
     ):
         pass
@@ -60,7 +60,7 @@ def test_a_section_is_one_span_with_the_blocks_work_inside(
 def test_an_acquire_and_its_release_are_one_span_not_made_current(
     otel: Recorded, family: str, every_section: None, live_db: None
 ) -> None:
-    lease = occupy.acquire(f"{family}:1", using="memory")
+    lease = occupy.acquire(f"{family}:1", backend="memory")
     assert trace.get_current_span() is trace.INVALID_SPAN
     time.sleep(0.05)
     occupy.release(lease)
@@ -73,12 +73,12 @@ def test_a_section_that_waited_is_one_span_with_its_wait(
     otel: Recorded, family: str, every_section: None, live_db: None
 ) -> None:
     key = f"{family}:1"
-    holder = occupy.acquire(key, owner="ann", reentrant=False, using="memory")
+    holder = occupy.acquire(key, owner="ann", reentrant=False, backend="memory")
     timer = threading.Timer(0.3, occupy.release, [holder])
     timer.start()
     began = time.time_ns()
     started = time.monotonic()
-    with occupy.lock(key, owner="bob", timeout=10, using="memory"):
+    with occupy.lock(key, owner="bob", timeout=10, backend="memory"):
         waited = time.monotonic() - started
     timer.join()
     found = otel.spans_of(family)
@@ -90,7 +90,7 @@ def test_a_section_that_waited_is_one_span_with_its_wait(
 def test_a_block_that_raises_is_recorded_by_its_error_type_only(
     otel: Recorded, family: str, every_section: None, live_db: None
 ) -> None:
-    with pytest.raises(ValueError), occupy.lock(f"{family}:1", using="memory"):
+    with pytest.raises(ValueError), occupy.lock(f"{family}:1", backend="memory"):
         raise ValueError(f"{family}:1 went wrong")
     found = otel.spans_of(family)
     assert [span.name for span in found] == [SECTION]
@@ -101,7 +101,7 @@ def test_a_block_that_raises_is_recorded_by_its_error_type_only(
 def test_a_lost_section_ends_with_its_error_type(
     otel: Recorded, family: str, every_section: None, live_db: None
 ) -> None:
-    with pytest.raises(occupy.LeaseLost), occupy.lock(f"{family}:1", ttl=0.1, using="memory"):
+    with pytest.raises(occupy.LeaseLost), occupy.lock(f"{family}:1", ttl=0.1, backend="memory"):
         time.sleep(0.3)
     found = otel.spans_of(family)
     assert [span.name for span in found] == [SECTION]
@@ -116,7 +116,7 @@ def test_a_lost_section_ends_with_its_error_type(
 
 def test_a_lock_object_shared_by_threads_releases_each_threads_own_lease(live_db: None) -> None:
     key = f"shared-{uuid.uuid4().hex[:8]}:1"
-    shared = occupy.lock(key, ttl=0.3, timeout=5, using="memory")
+    shared = occupy.lock(key, ttl=0.3, timeout=5, backend="memory")
     first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
     errors: list[BaseException] = []
     owners: dict[str, str] = {}
@@ -140,7 +140,7 @@ def test_a_lock_object_shared_by_threads_releases_each_threads_own_lease(live_db
                 owners["second"] = lease.owner
                 second_in.set()
                 first_out.wait(10)
-                holder = occupy.holder(key, using="memory")
+                holder = occupy.holder(key, backend="memory")
                 assert holder is not None and holder.owner == owners["second"]
         except BaseException as e:
             errors.append(e)
@@ -151,10 +151,10 @@ def test_a_lock_object_shared_by_threads_releases_each_threads_own_lease(live_db
     for thread in threads:
         thread.join(30)
     assert errors == []
-    assert occupy.holder(key, using="memory") is None
+    assert occupy.holder(key, backend="memory") is None
 
 
 def test_leaving_a_lock_from_a_context_that_did_not_enter_it_says_so() -> None:
-    shared = occupy.lock("never-entered:1", using="memory")
+    shared = occupy.lock("never-entered:1", backend="memory")
     with pytest.raises(RuntimeError, match="did not enter it"):
         shared.__exit__(None, None, None)

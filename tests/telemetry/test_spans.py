@@ -31,30 +31,30 @@ def _release_later(lease: occupy.Lease, seconds: float) -> threading.Timer:
     return timer
 
 
-@pytest.mark.parametrize("using", backend_params(["default", "redis", "memory"]))
+@pytest.mark.parametrize("alias", backend_params(["default", "redis", "memory"]))
 def test_uncontended_acquires_releases_and_sections_make_no_span(
-    otel: Recorded, family: str, using: str, live_db: None
+    otel: Recorded, family: str, alias: str, live_db: None
 ) -> None:
     key = f"{family}:1"
-    occupy.release(occupy.acquire(key, using=using))
-    with occupy.lock(key, using=using), occupy.lock(key, using=using):
+    occupy.release(occupy.acquire(key, backend=alias))
+    with occupy.lock(key, backend=alias), occupy.lock(key, backend=alias):
         pass
-    occupy.release(occupy.takeover(key, owner="bob", using=using))
+    occupy.release(occupy.takeover(key, owner="bob", backend=alias))
     assert otel.spans_of(family) == []
     assert (
         otel.histogram("occupy.lease.hold.duration", **{"occupy.key.family": family})[0] == 3
     )  # recorded all the same, as metrics
 
 
-@pytest.mark.parametrize("using", backend_params(["redis", "memory"]))
+@pytest.mark.parametrize("alias", backend_params(["redis", "memory"]))
 def test_a_wait_over_the_threshold_makes_one_back_dated_span(
-    otel: Recorded, family: str, using: str, live_db: None
+    otel: Recorded, family: str, alias: str, live_db: None
 ) -> None:
     key = f"{family}:1"
-    timer = _release_later(occupy.acquire(key, owner="ann", reentrant=False, using=using), 0.4)
+    timer = _release_later(occupy.acquire(key, owner="ann", reentrant=False, backend=alias), 0.4)
     began = time.time_ns()
     started = time.monotonic()
-    lease = occupy.acquire(key, owner="bob", timeout=10, using=using)
+    lease = occupy.acquire(key, owner="bob", timeout=10, backend=alias)
     waited = time.monotonic() - started
     timer.join()
     occupy.release(lease)
@@ -69,7 +69,7 @@ def test_a_wait_over_the_threshold_makes_one_back_dated_span(
     assert span.kind == SpanKind.INTERNAL
     assert span.status.status_code == StatusCode.UNSET
     assert dict(span.attributes) == {
-        "occupy.backend": using,
+        "occupy.backend": alias,
         "occupy.store": span.attributes["occupy.store"],
         "occupy.key.family": family,
         "occupy.outcome": "granted_after_wait",
@@ -81,8 +81,8 @@ def test_a_wait_under_the_threshold_makes_no_span(
 ) -> None:
     key = f"{family}:1"
     with _telemetry(WAIT_SPAN_THRESHOLD=5):
-        timer = _release_later(occupy.acquire(key, reentrant=False, using="memory"), 0.2)
-        occupy.release(occupy.acquire(key, timeout=10, using="memory"))
+        timer = _release_later(occupy.acquire(key, reentrant=False, backend="memory"), 0.2)
+        occupy.release(occupy.acquire(key, timeout=10, backend="memory"))
         timer.join()
     assert otel.spans_of(family) == []
     assert otel.histogram("occupy.lock.wait.duration", **{"occupy.key.family": family})[0] == 1
@@ -92,15 +92,15 @@ def _fail_every_way(family: str, tmp_path) -> None:
     """Make every failure a span records: refused, timed out, takeover refused, lost
     (expired), store unavailable."""
     key = f"{family}:1"
-    holder = occupy.acquire(key, owner="user:42:ann", ttl=30, reentrant=False, using="memory")
+    holder = occupy.acquire(key, owner="user:42:ann", ttl=30, reentrant=False, backend="memory")
     with pytest.raises(occupy.Occupied):
-        occupy.acquire(key, owner="user:43:bob", timeout=0, using="memory")
+        occupy.acquire(key, owner="user:43:bob", timeout=0, backend="memory")
     with pytest.raises(occupy.LockTimeout):
-        occupy.acquire(key, owner="user:43:bob", timeout=0.05, using="memory")
+        occupy.acquire(key, owner="user:43:bob", timeout=0.05, backend="memory")
     with pytest.raises(occupy.TakeoverRefused):
-        occupy.takeover(key, owner="user:43:bob", if_fence=holder.fence + 1, using="memory")
+        occupy.takeover(key, owner="user:43:bob", if_fence=holder.fence + 1, backend="memory")
     occupy.release(holder)
-    with pytest.raises(occupy.LeaseLost), occupy.lock(f"{family}:2", ttl=0.1, using="memory"):
+    with pytest.raises(occupy.LeaseLost), occupy.lock(f"{family}:2", ttl=0.1, backend="memory"):
         time.sleep(0.3)
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
@@ -112,7 +112,7 @@ def _fail_every_way(family: str, tmp_path) -> None:
         override_settings(OCCUPY={**settings.OCCUPY, "BACKENDS": backends}),
         pytest.raises(occupy.StoreUnavailable),
     ):
-        occupy.acquire(f"{family}:3", owner="user:43:bob", timeout=0, using="down")
+        occupy.acquire(f"{family}:3", owner="user:43:bob", timeout=0, backend="down")
 
 
 def test_failures_on_spans_carry_no_key_or_owner(
@@ -188,11 +188,11 @@ def test_an_async_acquire_that_waited_is_recorded_as_one_that_waited(
     import asyncio
 
     key = f"{family}:1"
-    timer = _release_later(occupy.acquire(key, owner="ann", reentrant=False, using="memory"), 0.3)
+    timer = _release_later(occupy.acquire(key, owner="ann", reentrant=False, backend="memory"), 0.3)
 
     async def wait_for_it() -> float:
         started = time.monotonic()
-        lease = await occupy.aacquire(key, owner="bob", timeout=10, using="memory")
+        lease = await occupy.aacquire(key, owner="bob", timeout=10, backend="memory")
         waited = time.monotonic() - started
         await occupy.arelease(lease)
         return waited
