@@ -387,7 +387,7 @@ def explain(report: Report, stores: list[Store]) -> None:
             ("grant_if_free", grant, grant_params),
             ("release", dialect.release(), [d, "t" * 32]),
             ("queue_position", dialect.queue_position(), [d, 2**62, d]),
-            ("sweep_batch", dialect.sweep_batch(), [1000]),
+            ("sweep batch", dialect.sweep_batches()[0], [1000]),
         ]
         if store.vendor == "postgresql":
             statements[1] = ("release (and wake)", dialect.release_and_wake(), [d, "t" * 32])
