@@ -19,5 +19,5 @@ def test_the_next_releases_removals_warn_as_deprecation_warnings() -> None:
 def test_an_error_filter_on_deprecation_warnings_catches_it() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
-        with pytest.raises(RemovedInOccupy02Warning, match="gone in 0.2"):
+        with pytest.raises(RemovedInOccupy02Warning, match=r"gone in 0\.2"):
             warnings.warn("gone in 0.2", RemovedInOccupy02Warning, stacklevel=1)
