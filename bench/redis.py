@@ -122,7 +122,7 @@ def _take_and_give(candidate: str) -> tuple[Callable[[], Any], Callable[[Any], N
 
     if candidate == "occupy":
         return (
-            lambda: occupy.acquire("contended", ttl=10, timeout=10, using="redis"),
+            lambda: occupy.acquire("contended", ttl=10, timeout=10, backend="redis"),
             occupy.release,
         )
     client = _client()

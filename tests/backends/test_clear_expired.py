@@ -31,12 +31,12 @@ def sent() -> Any:
     signals.lease_expired.disconnect(dispatch_uid="test_clear_expired")
 
 
-def test_clear_expired_sweeps_and_signals_once_with_the_count(using: str, sent: list) -> None:
-    backend = get_backend(using)
+def test_clear_expired_sweeps_and_signals_once_with_the_count(alias: str, sent: list) -> None:
+    backend = get_backend(alias)
     for key in ("book:1", "book:2"):
-        occupy.acquire(key, owner="alice", ttl=0.2, using=using)
-    live = occupy.acquire("book:3", owner="alice", ttl=30, using=using)
-    pass_time(using, 0.4)
+        occupy.acquire(key, owner="alice", ttl=0.2, backend=alias)
+    live = occupy.acquire("book:3", owner="alice", ttl=30, backend=alias)
+    pass_time(alias, 0.4)
     swept = 0 if backend.expires_by_itself else 2
 
     assert backend.clear_expired(dry_run=True) == swept
@@ -45,15 +45,15 @@ def test_clear_expired_sweeps_and_signals_once_with_the_count(using: str, sent: 
     assert sent == ([{"sender": type(backend), "key": None, "count": 2}] if swept else [])
     assert backend.clear_expired() == 0
     assert len(sent) == (1 if swept else 0)  # nothing swept, nothing sent
-    assert occupy.holder("book:3", using=using).owner == "alice"
+    assert occupy.holder("book:3", backend=alias).owner == "alice"
     occupy.release(live)
 
 
 @pytest.mark.parametrize("size", [0, -1, MAX_SWEEP_BATCH + 1, 2**63, True])
-def test_clear_expired_refuses_a_batch_size_out_of_bounds(using: str, size: int) -> None:
-    backend = get_backend(using)
-    occupy.acquire("book:1", owner="alice", ttl=0.2, using=using)
-    pass_time(using, 0.4)
+def test_clear_expired_refuses_a_batch_size_out_of_bounds(alias: str, size: int) -> None:
+    backend = get_backend(alias)
+    occupy.acquire("book:1", owner="alice", ttl=0.2, backend=alias)
+    pass_time(alias, 0.4)
     with pytest.raises(ValueError, match=r"batch_size must be between 1 and 1,000,000, not "):
         backend.clear_expired(batch_size=size)
     if not backend.expires_by_itself:

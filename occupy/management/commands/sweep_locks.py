@@ -34,8 +34,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--using",
+            "--backend",
             action="append",
+            dest="aliases",
             metavar="ALIAS",
             help="Sweep only this backend alias (repeatable). Default: all.",
         )
@@ -50,13 +51,15 @@ class Command(BaseCommand):
             "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
         )
 
-    def handle(self, *args: Any, using: list[str] | None, batch_size: int, **options: Any) -> None:
+    def handle(
+        self, *args: Any, aliases: list[str] | None, batch_size: int, **options: Any
+    ) -> None:
         if not 1 <= batch_size <= MAX_SWEEP_BATCH:
             raise CommandError(
                 f"--batch-size must be between 1 and {MAX_SWEEP_BATCH:,}, not {batch_size}."
             )
         try:
-            backends = [get_backend(alias) for alias in using or occupy_settings.BACKENDS]
+            backends = [get_backend(alias) for alias in aliases or occupy_settings.BACKENDS]
         except OccupyError as e:
             raise CommandError(str(e)) from e
         failures = [
