@@ -1,4 +1,5 @@
-"""Every batch of a sweep finds its claims through the expiry index, on every database.
+"""Every batch of a sweep finds its claims through the expiry index, on every database,
+and a dry run lists every claim it counts.
 
 Before, PostgreSQL's batch asked for ``((expires_at <= now OR expires_at > farthest))
 IS TRUE``, which no index serves: each batch of 1,000 scanned the table (and, the scan
@@ -90,3 +91,20 @@ def test_every_sweep_batch_is_a_range_of_the_expiry_index(
     assert plans and all(_uses_index_ranges_only(vendor, plan, index) for plan in plans.values()), (
         plans
     )
+
+
+def test_a_dry_run_lists_every_claim_it_counts_those_beyond_the_longest_ttl_too(
+    backend: DatabaseBackend,
+) -> None:
+    # Before, the listing (-v 2) asked only for claims whose expiry had passed: a claim
+    # that says it lives beyond the longest ttl was counted and swept, never listed.
+    from tests.backends.test_db_planted import FAR, _plant
+
+    _plant(backend.alias, "planted", "pending", FAR)
+    insert_claims(backend.database, 3, tag="expired", expired=True)
+    listed: list[str] = []
+    assert backend.sweep(dry_run=True) == 4
+    assert backend.sweep(dry_run=True, removed=listed.append) == 4
+    assert sorted(listed) == ["expired:1", "expired:2", "expired:3", "planted"]
+    assert backend.sweep(removed=listed.append) == 4
+    assert count_claims(backend.database) == 0
