@@ -107,10 +107,9 @@ def _load_family() -> Callable[[str], str]:
             if not callable(hook):
                 raise TypeError(f"{path!r} is a {type(hook).__name__}, not a function")
     except Exception:  # check reports it (occupy.E007); a lock must not fail on it
-        logger.error(
+        logger.exception(
             "OCCUPY['TELEMETRY']['KEY_FAMILY'] cannot be used; keys get their default family "
-            "(the part before the first ':')",
-            exc_info=True,
+            "(the part before the first ':')"
         )
         hook = None
         path = None
@@ -133,11 +132,10 @@ def _guarded(hook: Callable[[str], Any], path: str) -> Callable[[str], str]:
         except Exception:
             if not warned:
                 warned = True
-                logger.error(
+                logger.exception(
                     "OCCUPY['TELEMETRY']['KEY_FAMILY'] (%s) failed; keys it fails on get their "
                     "default family (logged once)",
                     path,
-                    exc_info=True,
                 )
             return _default_family(key)
         return name
