@@ -530,6 +530,29 @@ def print_cells(cells: list[Cell]) -> None:
         )
 
 
+def run_cells(
+    candidates: list[Candidate], auth: dict[str, str], books: list[Any], cells: list[Cell]
+) -> None:
+    """Run every candidate with each number of clients on a gunicorn of its kind (sync
+    workers, or threaded ones for queued editors), each on a row of its own (added to
+    ``books``); add the outcomes to ``cells``. The servers are stopped afterwards."""
+    from tests.testapp.models import Book
+
+    servers: dict[int, tuple[subprocess.Popen[bytes], int]] = {}
+    try:
+        for threads in sorted({c.threads for c in candidates}):
+            servers[threads] = start_gunicorn(threads)
+        for clients in CLIENTS:
+            for candidate in candidates:
+                book = Book.objects.create(name=f"bench-contended-{candidate.route}", note="0")
+                books.append((candidate.route, book))
+                port = servers[candidate.threads][1]
+                cells.append(run_cell(port, candidate, clients, book, auth))
+    finally:
+        for server, _port in servers.values():
+            stop(server)
+
+
 def main() -> None:
     """Run every candidate with each number of clients; print the table."""
     import importlib.util
@@ -580,19 +603,9 @@ def main() -> None:
     books: list[Any] = []
     cells: list[Cell] = []
     LOAD.append(os.getloadavg()[0])
-    servers: dict[int, tuple[subprocess.Popen[bytes], int]] = {}
     try:
-        for threads in sorted({c.threads for c in candidates}):
-            servers[threads] = start_gunicorn(threads)
-        for clients in CLIENTS:
-            for candidate in candidates:
-                book = Book.objects.create(name=f"bench-contended-{candidate.route}", note="0")
-                books.append((candidate.route, book))
-                port = servers[candidate.threads][1]
-                cells.append(run_cell(port, candidate, clients, book, auth))
+        run_cells(candidates, auth, books, cells)
     finally:
-        for server, _port in servers.values():
-            stop(server)
         Book.objects.filter(pk__in=[book.pk for _, book in books]).delete()
         for user in users.values():
             user.delete()

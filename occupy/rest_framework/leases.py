@@ -8,14 +8,12 @@ on the holder the store then replaces (a conditional takeover), never on an earl
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
 from datetime import datetime, timezone
 from typing import Any
 
-from rest_framework import serializers, status
+from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import DjangoModelPermissions, IsAuthenticated
@@ -31,6 +29,7 @@ from occupy.http import Problem, requester_pk
 from occupy.leases import Holder, Lease
 from occupy.owners import parse_owner, same_user
 from occupy.rest_framework.exceptions import from_problem
+from occupy.rest_framework.requests import lease_request_body, seconds
 from occupy.rest_framework.serializers import (
     LeaseReleaseSerializer,
     LeaseRequestSerializer,
@@ -46,7 +45,6 @@ LEASE_ACTIONS = frozenset(
 )
 #: How often a takeover reads the holder again when it changed under it.
 TAKEOVER_TRIES = 5
-_NUMBER = re.compile(r"^\d{1,9}(\.\d{1,9})?$", re.ASCII)
 #: The lease actions that need the lease's token in the header.
 _TOKEN_ACTIONS = frozenset({"renew_lease", "end_lease"})
 
@@ -105,7 +103,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         value = lease_request_body(request).get("ttl")
         if value is None or value == "":
             return float(default or self.lease_ttl or conf["LEASE_TTL"])
-        ttl = _seconds(value)
+        ttl = seconds(value)
         if ttl is None or not 1 <= ttl <= longest:
             raise from_problem(
                 Problem(
@@ -363,27 +361,6 @@ class EditLeaseMixin(OccupiedWritesMixin):
                 refused = e
         assert refused is not None
         raise refused  # the holder kept changing: 423 with whoever holds it now
-
-
-def lease_request_body(request: Request) -> Mapping[str, Any]:
-    """Return the body of a lease request, an object (a JSON object or a form); 400
-    as DRF's serializers answer a body of any other kind (``[]``, ``"x"``, ``null``,
-    ``42``), never read as no body."""
-    data: Any = request.data
-    if not isinstance(data, Mapping):
-        # DRF's own refusal of a body that is no object, with its message and shape.
-        serializers.Serializer(data=data).is_valid(raise_exception=True)
-    return data  # type: ignore[no-any-return]
-
-
-def _seconds(value: Any) -> float | None:
-    """Return ``value`` as a number of seconds if it is one (a JSON number, or digits
-    from a form), else ``None``: ``true``, ``"nan"``, ``"1e-300"`` are not."""
-    if isinstance(value, str):
-        return float(value) if _NUMBER.match(value) else None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _has_model_perm(request: Request, instance: Any, verb: str) -> bool:
