@@ -36,6 +36,7 @@ from occupy.exceptions import (
     StoreNotMigrated,
     StoreUnavailable,
     TakeoverRefused,
+    TransactionLockRefused,
     VersionConflict,
 )
 from occupy.leases import Holder, Lease
@@ -58,6 +59,7 @@ __all__ = [
     "StoreNotMigrated",
     "StoreUnavailable",
     "TakeoverRefused",
+    "TransactionLockRefused",
     "VersionConflict",
     "__version__",
     "aacquire",

@@ -76,6 +76,19 @@ class Dialect(Sessions):
     quote: ClassVar[str] = '"'
     #: The FROM clause of a ``SELECT`` of constants that has a ``WHERE``.
     from_nothing: ClassVar[str] = ""
+    #: Where the key can be held for the caller's own transaction
+    #: (:mod:`occupy.backends.db.transaction`): every grant statement then takes the
+    #: key's transaction lock first, for its own short transaction (the *grant guard*:
+    #: a ``WITH occupy_guard`` the statements start with, joined by the words below),
+    #: and its parameters start with :meth:`guard_params`.
+    holds_for_transaction: ClassVar[bool] = False
+    #: The grant guard's ``WITH`` clause, its table in an ``INSERT … SELECT``'s
+    #: ``FROM`` list, in an ``UPDATE``'s ``FROM`` clause, and as the whole ``FROM`` of a
+    #: ``SELECT`` of constants.
+    guard_with: ClassVar[str] = ""
+    guard_join: ClassVar[str] = ""
+    guard_update: ClassVar[str] = ""
+    guard_from: ClassVar[str] = ""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}>"
@@ -85,6 +98,51 @@ class Dialect(Sessions):
     def columns(self) -> str:
         """Return the insert column list, quoted for the vendor."""
         return COLUMNS.format(q=self.quote)
+
+    def guard_params(self, key: str, left: float | None) -> list[Any]:
+        """Return the parameters of the grant guard, which every grant statement's
+        parameters start with: none where the dialect has no transaction locks. ``left``
+        bounds the guard's wait for a transaction that holds the key (``None``: none)."""
+        return []
+
+    def is_guard_timeout(self, error: BaseException | None) -> bool:
+        """Return whether a grant statement failed because the grant guard waited out
+        its time for a transaction that holds the key (the grant did nothing)."""
+        return False
+
+    # Transaction locks: what occupy.backends.db.transaction runs where
+    # holds_for_transaction (see the PostgreSQL dialect, the only one that has them).
+    def tx_savepoint(self) -> str:
+        """Return the name of the savepoint a transaction lock is taken in."""
+        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
+
+    def tx_id(self, key: str) -> int:
+        """Return the id of ``key``'s transaction lock."""
+        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
+
+    def tx_bound(self, seconds: float | None) -> str:
+        """Return ``seconds`` as the bound of a transaction lock's wait."""
+        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
+
+    def tx_try(self) -> str:
+        """Return the statement that takes a transaction lock at once or raises."""
+        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
+
+    def tx_wait(self) -> str:
+        """Return the statements that wait for a transaction lock up to a bound."""
+        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
+
+    def tx_no_lease(self) -> str:
+        """Return the statement that raises if a live lease holds the key."""
+        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
+
+    def tx_own_lease(self) -> str:
+        """Return the statement that raises unless the caller's lease holds the key."""
+        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
+
+    def tx_refusal(self, error: BaseException) -> str | None:
+        """Return why a transaction lock's statement failed, or ``None``."""
+        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
 
     def seconds(self, seconds: float) -> Any:
         """Return the parameter that :attr:`later` takes for ``seconds``."""
@@ -153,10 +211,10 @@ class Dialect(Sessions):
         holds the slot.
         """
         return (
-            f"{self.insert_ignore} {TABLE} ({self.columns}) "
+            f"{self.guard_with}{self.insert_ignore} {TABLE} ({self.columns}) "
             f"SELECT %s, %s, %s, %s, %s, %s, %s, 'using', "
             f"{self.greatest}({self.clock_us}, COALESCE(k.top, 0) + 1), 1, "
-            f"{self.later}, {self.now} FROM (SELECT MAX(fence) AS top, "
+            f"{self.later}, {self.now} FROM {self.guard_join}(SELECT MAX(fence) AS top, "
             f"MAX(CASE WHEN {self.live()} THEN 1 ELSE 0 END) AS live "
             f"FROM {TABLE} WHERE digest = %s) k WHERE COALESCE(k.live, 0) = 0 "
             f"AND COALESCE(k.top, 0) < {MAX_FENCE} "
@@ -171,8 +229,9 @@ class Dialect(Sessions):
         where ``UPDATE … RETURNING`` exists."""
         returning = " RETURNING fence, expires_at" if self.update_returning else ""
         return (
-            f"UPDATE {TABLE} SET owner = %s, token = %s, fence = {self.fence_expr()}, "
-            f"depth = 1, expires_at = {self.later}, created_at = {self.now} "
+            f"{self.guard_with}UPDATE {TABLE} SET owner = %s, token = %s, "
+            f"fence = {self.fence_expr()}, depth = 1, expires_at = {self.later}, "
+            f"created_at = {self.now}{self.guard_update} "
             f"WHERE slot = %s AND token = %s AND {self.live()}{returning}"
         )
 
@@ -183,9 +242,9 @@ class Dialect(Sessions):
         digest, digest (the slot), content_type_id, object_id, owner, token, digest
         (the fence), seconds. (SQLite needs the ``WHERE`` to parse ``ON CONFLICT``.)"""
         return (
-            f"{self.insert_ignore} {TABLE} ({self.columns}) "
+            f"{self.guard_with}{self.insert_ignore} {TABLE} ({self.columns}) "
             f"SELECT %s, %s, %s, %s, %s, %s, %s, 'using', {self.fence_expr()}, 1, "
-            f"{self.later}, {self.now} {self.from_nothing} WHERE 1 = 1 "
+            f"{self.later}, {self.now} {self.guard_from or self.from_nothing} WHERE 1 = 1 "
             f"{self.on_conflict} RETURNING fence, expires_at"
         )
 
@@ -218,7 +277,7 @@ class Dialect(Sessions):
         ``NOT EXISTS`` in the same statement as the write, so no other grant can come
         between the two; ties go to the lowest id (first come, first served).
         """
-        return self.promotion("(o.state = 'using' OR o.id < %s)")
+        return self.guard_with + self.promotion("(o.state = 'using' OR o.id < %s)")
 
     def promotion(self, blocked_by: str, *, free: str = "") -> str:
         """Return the ``UPDATE`` that promotes pending claim ``id`` unless a live claim
@@ -229,7 +288,8 @@ class Dialect(Sessions):
         returning = " RETURNING fence, expires_at" if self.update_returning else ""
         return (
             f"UPDATE {TABLE} SET state = 'using', slot = %s, fence = {self.fence_expr()}, "
-            f"expires_at = {self.later}, created_at = {self.now} WHERE id = %s "
+            f"expires_at = {self.later}, created_at = {self.now}{self.guard_update} "
+            f"WHERE id = %s "
             f"AND state = 'pending' "
             f"AND {self.live()}{free} AND NOT EXISTS (SELECT 1 FROM {TABLE} o "
             f"WHERE o.digest = %s AND (({self.live('o.expires_at')} AND {blocked_by}) "
