@@ -34,7 +34,7 @@ from occupy.validation import (
     check_ttl,
 )
 
-__all__ = ["lock", "lock_many"]
+__all__ = ["holds_for_transaction", "lock", "lock_many"]
 
 logger = logging.getLogger("occupy.api")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -295,6 +295,13 @@ class lock(
                 return func(*args, **kwargs)
 
         return cast(F, wrapper)
+
+
+def holds_for_transaction(using: str, database: str) -> bool:
+    """Return whether occupy backend ``using`` can hold a key for a transaction on
+    Django database ``database`` (``lock(key, scope="transaction")``): the database
+    backend on PostgreSQL whose claims live in that database."""
+    return get_backend(using).transaction_refusal(database) is None
 
 
 def _lost_on_exit(lease: Lease, exc: BaseException | None) -> None:

@@ -91,10 +91,11 @@ class BackendContract(ConfiguredBackend):
         return f"<{type(self).__name__} alias={self.alias!r}>"
 
     # --- what a backend may override ------------------------------------------------------
-    def transaction_refusal(self) -> str | None:
+    def transaction_refusal(self, database: str | None = None) -> str | None:
         """Return why this backend cannot hold a key for the caller's own transaction
-        (the default: a store that is not the database the transaction writes to), or
-        ``None`` when :meth:`hold_for_transaction` can."""
+        (on ``database``, if given: the alias the transaction writes to), or ``None``
+        when :meth:`hold_for_transaction` can. The default: a store that is not a
+        database, where no transaction of the app's can hold a key."""
         return (
             f"occupy backend {self.alias!r} ({type(self).__name__}) keeps its claims outside "
             "the database, where no transaction of the app's can hold them: a key is held "

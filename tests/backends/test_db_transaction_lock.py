@@ -104,3 +104,142 @@ class TestTransactionLock:
             with occupy.lock("tx:5", scope="transaction", timeout=5, using=BACKEND):
                 pass
         assert 0.25 < time.monotonic() - started < 3
+
+
+@pytest.mark.usefixtures("live_db")
+class TestPitfalls:
+    def test_repeatable_read_is_refused(self) -> None:
+        """Pitfall 3: the snapshot of REPEATABLE READ is fixed before the lock is
+        granted, so it would not see the previous holder's commit: refused, and the
+        transaction holds nothing and stays usable."""
+        with transaction.atomic(using=DATABASE):
+            with connections[DATABASE].cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            with pytest.raises(occupy.TransactionLockRefused, match="REPEATABLE READ"):
+                with occupy.lock("tx:rr", scope="transaction", using=BACKEND):
+                    pass
+            assert advisory_held("tx:rr") == []
+            assert backend_pid() > 0
+
+    def test_a_lock_timeout_leaves_the_outer_transaction_usable(self) -> None:
+        """Pitfall 6: a lock wait that times out must not abort the caller's
+        transaction (25P02): it runs in a savepoint, rolled back."""
+        from tests.testapp.models import Counter
+
+        other_done = threading.Event()
+        holding = threading.Event()
+
+        def other_transaction() -> None:
+            try:
+                with transaction.atomic(using=DATABASE):
+                    with occupy.lock("tx:timeout", scope="transaction", using=BACKEND):
+                        holding.set()
+                        other_done.wait(10)
+            finally:
+                connections[DATABASE].close()
+
+        thread = threading.Thread(target=other_transaction)
+        thread.start()
+        try:
+            assert holding.wait(10)
+            with transaction.atomic(using=DATABASE):
+                Counter.objects.using(DATABASE).create(name="before")
+                started = time.monotonic()
+                with pytest.raises(occupy.LockTimeout):
+                    with occupy.lock("tx:timeout", scope="transaction", timeout=0.3, using=BACKEND):
+                        pass
+                assert 0.25 < time.monotonic() - started < 2
+                # Usable: it writes and reads, and its lock_timeout is the caller's again.
+                Counter.objects.using(DATABASE).create(name="after")
+                with connections[DATABASE].cursor() as cursor:
+                    cursor.execute("SHOW lock_timeout")
+                    assert cursor.fetchone()[0] == "0"
+            names = set(Counter.objects.using(DATABASE).values_list("name", flat=True))
+            assert {"before", "after"} <= names
+        finally:
+            other_done.set()
+            thread.join()
+
+    def test_a_million_keys_map_to_distinct_ids(self) -> None:
+        """Pitfall 5: 32-bit hashes collide at about 10^5 keys; the ids are 64-bit."""
+        ids = {advisory_id(f"library.book:{n}") for n in range(10**6)}
+        assert len(ids) == 10**6
+        assert all(-(2**63) <= i < 2**63 for i in list(ids)[:1000])
+        # Not the bare SHA-256 of the key: occupy's own hash domain.
+        import hashlib
+
+        bare = int.from_bytes(hashlib.sha256(b"k").digest()[:8], "big", signed=True)
+        assert advisory_id("k") != bare
+
+    def test_lease_grants_wait_for_the_transaction(self) -> None:
+        """Every lease grant takes the key's advisory lock: one asked while a
+        transaction holds the key is granted only after its commit."""
+        granted_at: list[float] = []
+
+        def lease_taker() -> None:
+            lease = occupy.acquire("tx:grant", owner="taker", timeout=5, using=BACKEND)
+            granted_at.append(time.monotonic())
+            occupy.release(lease)
+
+        with transaction.atomic(using=DATABASE):
+            with occupy.lock("tx:grant", scope="transaction", using=BACKEND):
+                thread = threading.Thread(target=lease_taker)
+                thread.start()
+                time.sleep(0.4)
+                assert granted_at == []
+            committed_at = time.monotonic()
+        thread.join()
+        assert granted_at and granted_at[0] >= committed_at
+
+
+class ReplicaRouter:
+    """Reads to the replica alias, writes to the primary (what read/write routers do)."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        return DATABASE + "-replica"
+
+    def db_for_write(self, model: Any, **hints: Any) -> str:
+        return DATABASE
+
+
+@pytest.mark.usefixtures("live_db")
+def test_a_replica_alias_cannot_take_the_lock() -> None:
+    """Pitfall 4: lock statements routed to a read replica exclude nobody. A backend on
+    the alias routers read from is refused; the lock never follows db_for_read."""
+    from django.db import router
+    from django.test import override_settings
+
+    from occupy.backends import get_backend
+
+    replica = {
+        **connections.settings[DATABASE],
+        "TEST": {"MIRROR": DATABASE},
+    }
+    backends = {
+        **settings.OCCUPY["BACKENDS"],
+        "on-replica": {
+            "BACKEND": "occupy.backends.db.DatabaseBackend",
+            "OPTIONS": {"DATABASE": DATABASE + "-replica"},
+        },
+    }
+    databases = {**settings.DATABASES, DATABASE + "-replica": replica}
+    with override_settings(
+        DATABASES=databases,
+        DATABASE_ROUTERS=[ReplicaRouter()],
+        OCCUPY={**settings.OCCUPY, "BACKENDS": backends},
+    ):
+        connections.settings[DATABASE + "-replica"] = replica
+        router.routers = [ReplicaRouter()]
+        try:
+            with transaction.atomic(using=DATABASE + "-replica"):
+                with pytest.raises(occupy.TransactionLockRefused, match="replica"):
+                    with occupy.lock("tx:replica", scope="transaction", using="on-replica"):
+                        pass
+            # The primary's backend locks on the primary's transaction only.
+            with transaction.atomic(using=DATABASE):
+                with occupy.lock("tx:replica", scope="transaction", using=BACKEND):
+                    assert advisory_held("tx:replica") == [backend_pid(DATABASE)]
+        finally:
+            router.routers = []
+            del connections.settings[DATABASE + "-replica"]
+            get_backend("on-replica").close()

@@ -310,6 +310,17 @@ def test_an_edit_lease_is_423_at_once_with_its_remaining_time(users, client_for,
         return acquire(*args, **kwargs)
 
     monkeypatch.setattr(occupy, "acquire", recorded)
+    # Where the write lock is held by the write's transaction (PostgreSQL).
+    from occupy.backends import get_backend
+
+    backend = get_backend("default")
+    hold = backend.hold_for_transaction
+
+    def held(*args, **kwargs):
+        timeouts.append(kwargs.get("timeout"))
+        return hold(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "hold_for_transaction", held)
     response = client_for(users.editor).patch(
         _url(book), {"name": "x"}, format="json", HTTP_IF_MATCH='"1"'
     )

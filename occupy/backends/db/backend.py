@@ -218,11 +218,11 @@ class DatabaseBackend(DatabaseStore):
                 return lease, previous
         raise OccupyError(f"{key!r} changed hands ten times while it was taken over.", key=key)
 
-    def transaction_refusal(self) -> str | None:
-        """Return why this backend cannot hold a key for a transaction (not on
-        PostgreSQL, or its database is not where the routers send writes), or ``None``
-        (see :mod:`.transaction`)."""
-        return transaction.refusal(self)
+    def transaction_refusal(self, database: str | None = None) -> str | None:
+        """Return why this backend cannot hold a key for a transaction on ``database``
+        (not PostgreSQL, not the lock table's database, or not where the routers send
+        writes), or ``None`` (see :mod:`.transaction`)."""
+        return transaction.refusal(self, database)
 
     def hold_for_transaction(
         self, key: str, *, timeout: float | None, lease: Lease | None = None

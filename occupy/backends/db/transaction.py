@@ -50,8 +50,9 @@ __all__ = ["hold_for_transaction", "refusal"]
 LONGEST_PAUSE = 1.0
 
 
-def refusal(backend: DatabaseStore) -> str | None:
-    """Return why ``backend`` can never hold a key for a transaction, or ``None``."""
+def refusal(backend: DatabaseStore, database: str | None = None) -> str | None:
+    """Return why ``backend`` cannot hold a key for a transaction (on ``database``, the
+    alias the caller's writes go to, if given), or ``None``."""
     if not backend.dialect.holds_for_transaction:
         return (
             f"occupy backend {backend.alias!r} keeps its claims in {backend.describe_store()}: "
@@ -59,6 +60,12 @@ def refusal(backend: DatabaseStore) -> str | None:
             "advisory locks end with the transaction on its own connection (MariaDB's "
             "GET_LOCK belongs to the session, not the transaction; SQLite has one write "
             "lock per file). Take a lease instead: occupy.lock(key) without scope."
+        )
+    if database is not None and database != backend.database:
+        return (
+            f"occupy backend {backend.alias!r} keeps its claims in database "
+            f"{backend.database!r}, not in {database!r}: a lock held by a transaction on "
+            f"{database!r} would not exclude the leases of {backend.database!r}."
         )
     writes_to = _routed_writes()
     if writes_to is not None and writes_to != backend.database:
