@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -17,6 +19,8 @@ from django.db import connections, transaction
 import occupy
 from occupy.backends.db.dialects.postgresql import advisory_id
 from occupy.leases import TransactionHold
+from tests.support.pgbouncer import pgbouncer, pgbouncer_missing
+from tests.support.private_postgres import postgres_bin, private_postgres
 
 pytestmark = pytest.mark.skipif(
     "postgresql" in settings.SKIPS, reason=f"needs {settings.SKIPS.get('postgresql')}"
@@ -243,3 +247,168 @@ def test_a_replica_alias_cannot_take_the_lock() -> None:
             router.routers = []
             del connections.settings[DATABASE + "-replica"]
             get_backend("on-replica").close()
+
+
+@contextmanager
+def alias_through_pgbouncer(port: int) -> Iterator[tuple[str, str]]:
+    """Yield a database alias and an occupy backend alias that reach the test database
+    through PgBouncer on ``port`` (no prepared statements: PgBouncer before 1.21
+    cannot keep them in transaction pooling)."""
+    from django.test import override_settings
+
+    from occupy.backends import get_backend
+
+    alias, backend = "bouncer", "db-bouncer"
+    through = {**connections.settings[DATABASE], "PORT": port, "HOST": "127.0.0.1"}
+    backends = {
+        **settings.OCCUPY["BACKENDS"],
+        backend: {
+            "BACKEND": "occupy.backends.db.DatabaseBackend",
+            "OPTIONS": {"DATABASE": alias, "PREPARE": False},
+        },
+    }
+    connections.settings[alias] = through
+    try:
+        with override_settings(OCCUPY={**settings.OCCUPY, "BACKENDS": backends}):
+            try:
+                yield alias, backend
+            finally:
+                get_backend(backend).close()
+    finally:
+        connections[alias].close()
+        del connections.settings[alias]
+
+
+@pytest.mark.skipif(
+    pgbouncer_missing() is not None and not settings.REQUIRE_SERVERS,
+    reason=str(pgbouncer_missing()),
+)
+@pytest.mark.usefixtures("live_db")
+def test_through_pgbouncer_in_transaction_pooling_nothing_is_stranded() -> None:
+    """Pitfall 1: a session lock stays on the pooled server connection and its unlock
+    lands on another one (authentik #23876). Through PgBouncer in transaction pooling,
+    with one server connection shared by every client, the transaction lock is held for
+    its transaction, excludes leases and other transactions meanwhile, and leaves
+    nothing on the server connection after commit or rollback."""
+    with pgbouncer(pool_size=2) as port, alias_through_pgbouncer(port) as (alias, backend):
+        holding, finish = threading.Event(), threading.Event()
+
+        def holder() -> None:
+            try:
+                with transaction.atomic(using=alias):
+                    with occupy.lock("tx:bouncer", scope="transaction", using=backend):
+                        holding.set()
+                        finish.wait(10)
+            finally:
+                connections[alias].close()
+
+        thread = threading.Thread(target=holder)
+        thread.start()
+        try:
+            assert holding.wait(10)
+            assert len(advisory_held("tx:bouncer")) == 1
+            with pytest.raises(occupy.Occupied):
+                occupy.acquire("tx:bouncer", owner="lease", timeout=0, using=backend)
+            with transaction.atomic(using=alias):
+                with pytest.raises(occupy.Occupied):
+                    with occupy.lock("tx:bouncer", scope="transaction", timeout=0, using=backend):
+                        pass
+        finally:
+            finish.set()
+            thread.join()
+        assert advisory_held("tx:bouncer") == []
+        # Many short transactions from several clients over two server connections.
+        errors: list[BaseException] = []
+
+        def client(n: int) -> None:
+            try:
+                for i in range(20):
+                    with transaction.atomic(using=alias):
+                        with occupy.lock(f"tx:bouncer:{i % 3}", scope="transaction", using=backend):
+                            pass
+                        if i % 5 == 0:
+                            transaction.set_rollback(True, using=alias)
+            except BaseException as e:
+                errors.append(e)
+            finally:
+                connections[alias].close()
+
+        clients = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+        for each in clients:
+            each.start()
+        for each in clients:
+            each.join()
+        assert errors == []
+        assert [advisory_held(f"tx:bouncer:{i}") for i in range(3)] == [[], [], []]
+        lease = occupy.acquire("tx:bouncer", owner="lease", timeout=0, using=backend)
+        occupy.release(lease)
+
+
+@pytest.mark.skipif(postgres_bin() is None, reason="PostgreSQL's initdb is not installed")
+@pytest.mark.usefixtures("live_db")
+def test_max_locks_per_transaction_exhausted_is_a_clear_error() -> None:
+    """Pitfall 7: every held key takes a slot of the server's shared lock table until
+    its transaction ends; a full table is an error that names the setting, and leaves
+    the transaction usable (on a server of the test's own, whose table is tiny)."""
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    from occupy.backends import get_backend
+
+    tiny = {"max_locks_per_transaction": "10", "max_connections": "5",
+            "max_worker_processes": "0", "autovacuum": "off", "max_wal_senders": "0",
+            "wal_level": "minimal"}
+    with private_postgres(**tiny) as port:
+        alias, backend = "tiny", "db-tiny"
+        connections.settings[alias] = {
+            **connections.settings[DATABASE], "NAME": "postgres", "PORT": port,
+        }
+        backends = {
+            **settings.OCCUPY["BACKENDS"],
+            backend: {"BACKEND": "occupy.backends.db.DatabaseBackend",
+                      "OPTIONS": {"DATABASE": alias}},
+        }
+        try:
+            call_command("migrate", "occupy", database=alias, verbosity=0)
+            with override_settings(OCCUPY={**settings.OCCUPY, "BACKENDS": backends}):
+                held = 0
+                with transaction.atomic(using=alias):
+                    with pytest.raises(occupy.StoreUnavailable) as info:
+                        for n in range(100_000):
+                            with occupy.lock(f"many:{n}", scope="transaction", using=backend):
+                                held += 1
+                    with connections[alias].cursor() as cursor:
+                        cursor.execute("SELECT 1")  # the transaction is usable
+                        assert cursor.fetchone() == (1,)
+                get_backend(backend).close()
+            assert "max_locks_per_transaction" in str(info.value)
+            assert 10 < held < 100_000
+        finally:
+            connections[alias].close()
+            del connections.settings[alias]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.usefixtures("live_db")
+def test_transaction_locks_and_leases_of_a_key_never_overlap() -> None:
+    """Several OS processes, half holding the key for their transactions, half under
+    leases of the lock table, each a slow read-modify-write of one counter: no two
+    critical sections overlap, no increment is lost, and the leases' fences rise in the
+    order they were granted."""
+    from tests.support import multiproc
+    from tests.support.exclusion import count_in_either_scope
+    from tests.testapp.models import Counter
+
+    key = "tx:race"
+    Counter.objects.using(DATABASE).create(name=key)
+    scopes = ["transaction", "lease"] * 3
+    results = multiproc.run(
+        count_in_either_scope, [(BACKEND, key, 12, 0.004, scope) for scope in scopes]
+    )
+    spans = sorted(span for worker in results for span in worker)
+    for (_, left, _), (entered, _, _) in zip(spans, spans[1:]):
+        assert entered >= left, f"two holders overlapped: {spans}"
+    fences = [fence for _, _, fence in spans if fence]
+    assert fences == sorted(fences) and len(set(fences)) == len(fences)
+    assert len(fences) == 36
+    assert Counter.objects.using(DATABASE).get(name=key).value == len(spans) == 72
