@@ -305,3 +305,54 @@ def test_the_same_users_other_tab_may_edit_here_instead(
     assert lost.json()["message"].startswith(
         "You are editing this in another tab. Your changes are still in this form"
     )
+
+
+@pytest.mark.skipif(
+    __import__("django.conf").conf.settings.DEFAULT_DB != "postgresql",
+    reason="the save's transaction holds the key on PostgreSQL only",
+)
+def test_a_takeover_asked_during_a_save_is_granted_after_its_commit(
+    users: StaffUsers, monkeypatch: pytest.MonkeyPatch, doc: Document, pages: LeasePages
+) -> None:
+    """On PostgreSQL the save's own transaction holds the key while the tab's lease is
+    checked, up to its commit: a takeover asked between the check and the commit is
+    granted after the commit (before, the check was a read on occupy's connection, and
+    the takeover went through before the save committed)."""
+    import threading
+    import time
+
+    from django.db import transaction
+
+    from occupy.admin.leases import EditLeaseAdminMixin
+
+    key = object_key(Document, doc.pk)
+    saved = EditLeaseAdminMixin.save_related
+    times: dict[str, float] = {}
+    threads: list[threading.Thread] = []
+
+    def take_over() -> None:
+        occupy.takeover(key, owner="supervisor", ttl=30)
+        times["taken"] = time.monotonic()
+
+    def save_related(self, request, form, formsets, change):  # type: ignore[no-untyped-def]
+        saved(self, request, form, formsets, change)
+        transaction.on_commit(lambda: times.setdefault("committed", time.monotonic()))
+        threads.append(threading.Thread(target=take_over))
+        threads[0].start()
+        time.sleep(0.4)
+
+    monkeypatch.setattr(EditLeaseAdminMixin, "save_related", save_related)
+    editor = login(users.editor)
+    _html, page = pages.open(editor, pages.url(doc))
+    response = editor.post(
+        pages.url(doc),
+        {
+            "body": "saved",
+            "occupy_version": 1,
+            "_occupy_tab": page["tab"],
+            "_occupy_lease": page["token"],
+        },
+    )
+    threads[0].join()
+    assert response.status_code == 302
+    assert times["taken"] >= times["committed"]
