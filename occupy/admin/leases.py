@@ -41,6 +41,7 @@ from occupy.admin.editing import (
 )
 from occupy.admin.endpoints import LeaseEndpointsMixin
 from occupy.admin.fields import LEASE_FIELD, TAB_FIELD
+from occupy.admin.stale import once_more_if_stale
 from occupy.backends import get_backend
 from occupy.exceptions import FencedOut, LeaseLost, Occupied, StoreUnavailable
 from occupy.leases import Holder, Lease
@@ -275,7 +276,9 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
         )
         setattr(request, STATE, state)
         try:
-            response = parent(request, object_id, form_url, extra_context)
+            response = once_more_if_stale(
+                self.model, lambda: parent(request, object_id, form_url, extra_context)
+            )
         except (LeaseLost, FencedOut):  # the save was rolled back
             state.error = self._lost_message(request, state)
             state.leases = []

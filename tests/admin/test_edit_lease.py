@@ -356,3 +356,59 @@ def test_a_takeover_asked_during_a_save_is_granted_after_its_commit(
     threads[0].join()
     assert response.status_code == 302
     assert times["taken"] >= times["committed"]
+
+
+@pytest.mark.skipif(
+    __import__("django.conf").conf.settings.DEFAULT_DB != "sqlite",
+    reason="SQLite's one write lock per file",
+)
+def test_another_tabs_renewal_between_the_saves_read_and_write_is_no_500(
+    users: StaffUsers, monkeypatch: pytest.MonkeyPatch, doc: Document, pages: LeasePages
+) -> None:
+    """Two tabs on a SQLite file (WAL): the save's transaction reads the object, then
+    the other tab renews its lease (a commit on another connection, through the renew
+    endpoint, from another thread), then the save writes. SQLite refuses the write of a
+    transaction whose snapshot is older than the last commit ("database is locked", at
+    once, whatever the busy timeout): the change view, fully rolled back, is run again
+    once, and the save goes through instead of answering 500."""
+    import threading
+
+    from django.db import connections
+
+    from occupy.admin.leases import EditLeaseAdminMixin
+
+    other_doc = Document.objects.create(body="other")
+    editor, other_tab = login(users.editor), login(users.editor)
+    _html, page = pages.open(editor, pages.url(doc))
+    _html, other = pages.open(other_tab, pages.url(other_doc))
+    saved = EditLeaseAdminMixin.save_model
+    renewals: list[int] = []
+
+    def renew_in_another_tab() -> None:
+        try:
+            body = {"_occupy_tab": other["tab"], "_occupy_lease": other["token"]}
+            renewals.append(other_tab.post(pages.url(other_doc, "occupy/renew/"), body).status_code)
+        finally:
+            connections.close_all()
+
+    def save_model(self, request, obj, form, change):  # type: ignore[no-untyped-def]
+        if not renewals:  # the first run of the save only
+            thread = threading.Thread(target=renew_in_another_tab)
+            thread.start()
+            thread.join()
+        saved(self, request, obj, form, change)
+
+    monkeypatch.setattr(EditLeaseAdminMixin, "save_model", save_model)
+    response = editor.post(
+        pages.url(doc),
+        {
+            "body": "saved",
+            "occupy_version": 1,
+            "_occupy_tab": page["tab"],
+            "_occupy_lease": page["token"],
+        },
+    )
+    assert renewals == [200]
+    assert response.status_code == 302, response.content.decode()[:500]
+    doc.refresh_from_db()
+    assert doc.body == "saved" and doc.version == 2
