@@ -18,6 +18,7 @@ from occupy.api import (
     aresume,
     atakeover,
     holder,
+    holds_for_transaction,
     lock,
     lock_many,
     release,
@@ -39,7 +40,7 @@ from occupy.exceptions import (
     TransactionLockRefused,
     VersionConflict,
 )
-from occupy.leases import Holder, Lease
+from occupy.leases import Holder, Lease, TransactionHold
 from occupy.retry import retry_on_conflict
 
 __version__ = "0.1.0"
@@ -59,6 +60,7 @@ __all__ = [
     "StoreNotMigrated",
     "StoreUnavailable",
     "TakeoverRefused",
+    "TransactionHold",
     "TransactionLockRefused",
     "VersionConflict",
     "__version__",
@@ -69,6 +71,7 @@ __all__ = [
     "aresume",
     "atakeover",
     "holder",
+    "holds_for_transaction",
     "lock",
     "lock_many",
     "release",
