@@ -31,11 +31,7 @@ def once_more_if_stale(model: type, view: Callable[[], T]) -> T:
         return view()
     except OperationalError as e:
         connection = connections[database]
-        if (
-            connection.vendor != "sqlite"
-            or "locked" not in str(e)
-            or connection.in_atomic_block
-        ):
+        if connection.vendor != "sqlite" or "locked" not in str(e) or connection.in_atomic_block:
             raise
         logger.info("the change view met SQLite's lock (%s): run once more", e)
         return view()

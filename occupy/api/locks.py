@@ -59,7 +59,7 @@ class _Entered:
     __slots__ = ("handed_on", "lease", "left", "lock", "section", "span")
 
     def __init__(
-        self, owner: lock, lease: Lease, section: AbstractContextManager[Any], span: Any
+        self, owner: lock[Any], lease: Lease, section: AbstractContextManager[Any], span: Any
     ) -> None:
         self.lock, self.lease, self.section, self.span = owner, lease, section, span
         self.left = self.handed_on = False
@@ -218,8 +218,8 @@ class lock(
 
     def __enter__(self) -> HeldT:
         if self.scope == "transaction":
-            return cast(HeldT, self._hold())
-        return cast(HeldT, self._entered(self._take()))
+            return self._hold()  # type: ignore[return-value]
+        return self._entered(self._take())  # type: ignore[return-value]
 
     def __exit__(
         self,
@@ -245,7 +245,7 @@ class lock(
                 "e.g. in a function run by sync_to_async.",
                 key=self.key,
             )
-        return cast(HeldT, self._entered(await self._atake()))
+        return self._entered(await self._atake())  # type: ignore[return-value]
 
     async def __aexit__(
         self,

@@ -144,7 +144,9 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         holds it as a lease: another write in flight is waited for (up to
         :meth:`get_write_wait`), an edit lease raises :class:`~occupy.Occupied` at once."""
         try:
-            with occupy.lock(key, scope="transaction", timeout=0, using=self.occupy_backend) as held:
+            with occupy.lock(
+                key, scope="transaction", timeout=0, using=self.occupy_backend
+            ) as held:
                 return held
         except Occupied as e:
             wait = self.get_write_wait()

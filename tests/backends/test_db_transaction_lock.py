@@ -6,6 +6,7 @@ after the pitfalls of transaction-scoped advisory locks
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -81,17 +82,21 @@ class TestTransactionLock:
         assert advisory_held("tx:2") == []
 
     def test_refused_outside_atomic(self) -> None:
-        with pytest.raises(occupy.TransactionLockRefused, match="transaction.atomic"):
-            with occupy.lock("tx:3", scope="transaction", using=BACKEND):
-                pass
+        with (
+            pytest.raises(occupy.TransactionLockRefused, match=r"transaction\.atomic"),
+            occupy.lock("tx:3", scope="transaction", using=BACKEND),
+        ):
+            pass
 
     def test_a_live_lease_excludes_it(self) -> None:
         lease = occupy.acquire("tx:4", owner="editor", using=BACKEND)
         try:
             with transaction.atomic(using=DATABASE):
-                with pytest.raises(occupy.Occupied) as info:
-                    with occupy.lock("tx:4", scope="transaction", timeout=0, using=BACKEND):
-                        pass
+                with (
+                    pytest.raises(occupy.Occupied) as info,
+                    occupy.lock("tx:4", scope="transaction", timeout=0, using=BACKEND),
+                ):
+                    pass
                 assert info.value.holder is not None
                 assert info.value.holder.owner == "editor"
                 # Nothing held for the transaction, which stays usable.
@@ -104,9 +109,11 @@ class TestTransactionLock:
         lease = occupy.acquire("tx:5", owner="editor", using=BACKEND)
         threading.Timer(0.3, occupy.release, [lease]).start()
         started = time.monotonic()
-        with transaction.atomic(using=DATABASE):
-            with occupy.lock("tx:5", scope="transaction", timeout=5, using=BACKEND):
-                pass
+        with (
+            transaction.atomic(using=DATABASE),
+            occupy.lock("tx:5", scope="transaction", timeout=5, using=BACKEND),
+        ):
+            pass
         assert 0.25 < time.monotonic() - started < 3
 
 
@@ -119,9 +126,11 @@ class TestPitfalls:
         with transaction.atomic(using=DATABASE):
             with connections[DATABASE].cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            with pytest.raises(occupy.TransactionLockRefused, match="REPEATABLE READ"):
-                with occupy.lock("tx:rr", scope="transaction", using=BACKEND):
-                    pass
+            with (
+                pytest.raises(occupy.TransactionLockRefused, match="REPEATABLE READ"),
+                occupy.lock("tx:rr", scope="transaction", using=BACKEND),
+            ):
+                pass
             assert advisory_held("tx:rr") == []
             assert backend_pid() > 0
 
@@ -135,10 +144,12 @@ class TestPitfalls:
 
         def other_transaction() -> None:
             try:
-                with transaction.atomic(using=DATABASE):
-                    with occupy.lock("tx:timeout", scope="transaction", using=BACKEND):
-                        holding.set()
-                        other_done.wait(10)
+                with (
+                    transaction.atomic(using=DATABASE),
+                    occupy.lock("tx:timeout", scope="transaction", using=BACKEND),
+                ):
+                    holding.set()
+                    other_done.wait(10)
             finally:
                 connections[DATABASE].close()
 
@@ -149,9 +160,11 @@ class TestPitfalls:
             with transaction.atomic(using=DATABASE):
                 Counter.objects.using(DATABASE).create(name="before")
                 started = time.monotonic()
-                with pytest.raises(occupy.LockTimeout):
-                    with occupy.lock("tx:timeout", scope="transaction", timeout=0.3, using=BACKEND):
-                        pass
+                with (
+                    pytest.raises(occupy.LockTimeout),
+                    occupy.lock("tx:timeout", scope="transaction", timeout=0.3, using=BACKEND),
+                ):
+                    pass
                 assert 0.25 < time.monotonic() - started < 2
                 # Usable: it writes and reads, and its lock_timeout is the caller's again.
                 Counter.objects.using(DATABASE).create(name="after")
@@ -235,14 +248,18 @@ def test_a_replica_alias_cannot_take_the_lock() -> None:
         connections.settings[DATABASE + "-replica"] = replica
         router.routers = [ReplicaRouter()]
         try:
-            with transaction.atomic(using=DATABASE + "-replica"):
-                with pytest.raises(occupy.TransactionLockRefused, match="replica"):
-                    with occupy.lock("tx:replica", scope="transaction", using="on-replica"):
-                        pass
+            with (
+                transaction.atomic(using=DATABASE + "-replica"),
+                pytest.raises(occupy.TransactionLockRefused, match="replica"),
+                occupy.lock("tx:replica", scope="transaction", using="on-replica"),
+            ):
+                pass
             # The primary's backend locks on the primary's transaction only.
-            with transaction.atomic(using=DATABASE):
-                with occupy.lock("tx:replica", scope="transaction", using=BACKEND):
-                    assert advisory_held("tx:replica") == [backend_pid(DATABASE)]
+            with (
+                transaction.atomic(using=DATABASE),
+                occupy.lock("tx:replica", scope="transaction", using=BACKEND),
+            ):
+                assert advisory_held("tx:replica") == [backend_pid(DATABASE)]
         finally:
             router.routers = []
             del connections.settings[DATABASE + "-replica"]
@@ -295,10 +312,12 @@ def test_through_pgbouncer_in_transaction_pooling_nothing_is_stranded() -> None:
 
         def holder() -> None:
             try:
-                with transaction.atomic(using=alias):
-                    with occupy.lock("tx:bouncer", scope="transaction", using=backend):
-                        holding.set()
-                        finish.wait(10)
+                with (
+                    transaction.atomic(using=alias),
+                    occupy.lock("tx:bouncer", scope="transaction", using=backend),
+                ):
+                    holding.set()
+                    finish.wait(10)
             finally:
                 connections[alias].close()
 
@@ -309,10 +328,12 @@ def test_through_pgbouncer_in_transaction_pooling_nothing_is_stranded() -> None:
             assert len(advisory_held("tx:bouncer")) == 1
             with pytest.raises(occupy.Occupied):
                 occupy.acquire("tx:bouncer", owner="lease", timeout=0, using=backend)
-            with transaction.atomic(using=alias):
-                with pytest.raises(occupy.Occupied):
-                    with occupy.lock("tx:bouncer", scope="transaction", timeout=0, using=backend):
-                        pass
+            with (
+                transaction.atomic(using=alias),
+                pytest.raises(occupy.Occupied),
+                occupy.lock("tx:bouncer", scope="transaction", timeout=0, using=backend),
+            ):
+                pass
         finally:
             finish.set()
             thread.join()
@@ -355,18 +376,27 @@ def test_max_locks_per_transaction_exhausted_is_a_clear_error() -> None:
 
     from occupy.backends import get_backend
 
-    tiny = {"max_locks_per_transaction": "10", "max_connections": "5",
-            "max_worker_processes": "0", "autovacuum": "off", "max_wal_senders": "0",
-            "wal_level": "minimal"}
+    tiny = {
+        "max_locks_per_transaction": "10",
+        "max_connections": "5",
+        "max_worker_processes": "0",
+        "autovacuum": "off",
+        "max_wal_senders": "0",
+        "wal_level": "minimal",
+    }
     with private_postgres(**tiny) as port:
         alias, backend = "tiny", "db-tiny"
         connections.settings[alias] = {
-            **connections.settings[DATABASE], "NAME": "postgres", "PORT": port,
+            **connections.settings[DATABASE],
+            "NAME": "postgres",
+            "PORT": port,
         }
         backends = {
             **settings.OCCUPY["BACKENDS"],
-            backend: {"BACKEND": "occupy.backends.db.DatabaseBackend",
-                      "OPTIONS": {"DATABASE": alias}},
+            backend: {
+                "BACKEND": "occupy.backends.db.DatabaseBackend",
+                "OPTIONS": {"DATABASE": alias},
+            },
         }
         try:
             call_command("migrate", "occupy", database=alias, verbosity=0)
@@ -406,7 +436,7 @@ def test_transaction_locks_and_leases_of_a_key_never_overlap() -> None:
         count_in_either_scope, [(BACKEND, key, 12, 0.004, scope) for scope in scopes]
     )
     spans = sorted(span for worker in results for span in worker)
-    for (_, left, _), (entered, _, _) in zip(spans, spans[1:]):
+    for (_, left, _), (entered, _, _) in itertools.pairwise(spans):
         assert entered >= left, f"two holders overlapped: {spans}"
     fences = [fence for _, _, fence in spans if fence]
     assert fences == sorted(fences) and len(set(fences)) == len(fences)

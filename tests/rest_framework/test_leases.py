@@ -346,9 +346,7 @@ def test_write_wait_is_checked(settings, value):
     __import__("django.conf").conf.settings.DEFAULT_DB != "postgresql",
     reason="the write lock is held by the write's transaction on PostgreSQL only",
 )
-def test_a_write_lock_costs_one_statement_and_no_commit_of_its_own(
-    users, client_for, monkeypatch
-):
+def test_a_write_lock_costs_one_statement_and_no_commit_of_its_own(users, client_for, monkeypatch):
     """On PostgreSQL the write lock is held by the write's own transaction: one query of
     occupy's on the app's connection, none on occupy's own (before: a lease taken and
     released there, two statements and two commits)."""

@@ -93,9 +93,7 @@ def count_under_lock(
     return spans
 
 
-def count_in_either_scope(
-    using: str, key: str, rounds: int, hold: float, scope: str
-) -> list[Span]:
+def count_in_either_scope(using: str, key: str, rounds: int, hold: float, scope: str) -> list[Span]:
     """Increment the ``key`` Counter row ``rounds`` times under ``key``, each a slow
     read-modify-write: under a lease (``scope="lease"``: the fence is the lease's), or
     inside a transaction that holds the key (``"transaction"``: fence 0, none). A span

@@ -184,7 +184,7 @@ def _run(
     (the savepoint released), else why not (it rolled back)."""
     sql = backend.dialect
     savepoint = sql.tx_savepoint()
-    parts = [(f"SAVEPOINT {savepoint}", [])]
+    parts: list[tuple[str, list[Any]]] = [(f"SAVEPOINT {savepoint}", [])]
     parts += statements
     parts.append((f"RELEASE SAVEPOINT {savepoint}", []))
     try:

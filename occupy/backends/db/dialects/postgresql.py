@@ -23,13 +23,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PG_GUARD",
-    "TX_SAVEPOINT",
-    "TX_TRY",
-    "TX_WAIT",
     "PG_NEXT_IN_LINE",
     "PG_RELEASE_AND_WAKE",
     "PG_SESSION",
     "PG_WAKE_NEXT",
+    "TX_SAVEPOINT",
+    "TX_TRY",
+    "TX_WAIT",
     "PostgreSQLDialect",
     "advisory_id",
 ]
@@ -121,6 +121,8 @@ TX_WAIT = (
     f"SELECT pg_advisory_xact_lock(%s::bigint) FROM (SELECT {_TX_ISOLATION} OFFSET 0) i; "
     "SELECT set_config('lock_timeout', current_setting('occupy.lock_timeout'), true)"
 )
+
+
 def advisory_id(key: str) -> int:
     """Return the advisory lock id of ``key``: the first 64 bits of the SHA-256 of the
     key in occupy's own hash domain (a prefix no other key text can produce), as the
