@@ -88,7 +88,9 @@ class lock(
     instead, until it commits or rolls back (the block's end releases nothing), and
     gives a :class:`~occupy.leases.TransactionHold`: the database backend on
     PostgreSQL only (see :mod:`occupy.backends.db.transaction`); sync code only, as
-    ``atomic()`` is. Only ``timeout`` and ``using`` apply to it.
+    ``atomic()`` is. Only ``timeout`` and ``using`` apply to it, and ``lease``: a
+    lease of the key the caller holds, with which the key is held for the transaction
+    only while that lease is its live one (else :class:`~occupy.LeaseLost`).
     """
 
     @overload
@@ -114,6 +116,7 @@ class lock(
         timeout: float | None = DEFAULT,
         using: str = "default",
         scope: Literal["transaction"],
+        lease: Lease | None = None,
     ) -> None: ...
 
     def __init__(
@@ -128,12 +131,16 @@ class lock(
         reentrant: bool = True,
         using: str = "default",
         scope: str = "lease",
+        lease: Lease | None = None,
     ) -> None:
         if not isinstance(key, str):
             check_key(key)
         if scope not in SCOPES:
             raise ValueError(f"scope must be one of {SCOPES}, not {scope!r}.")
+        if lease is not None and scope != "transaction":
+            raise TypeError("lease= is for scope='transaction' (a lease held already).")
         self.scope = scope
+        self.lease = lease
         self.key = key
         self.kwargs: dict[str, Any] = {
             "owner": None if owner is None else check_owner(owner),
@@ -158,6 +165,7 @@ class lock(
         return get_backend(self.kwargs["using"]).hold_for_transaction(
             check_key(self.key),
             timeout=occupy_settings.TIMEOUT if timeout is DEFAULT else timeout,
+            lease=self.lease,
         )
 
     async def _atake(self) -> Lease:

@@ -198,9 +198,22 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         use_lease = getattr(instance, "use_lease", None)
         if use_lease is not None:
             use_lease(lease)
-        with transaction.atomic(using=instance._state.db):
+        database = router.db_for_write(type(instance), instance=instance)
+        with transaction.atomic(using=database):
             yield lease
-            lease.ensure_held()
+            if holds_for_transaction(self.occupy_backend, database):
+                # The transaction holds the key while the lease is the key's live one,
+                # up to its commit: no takeover is granted in between.
+                with occupy.lock(
+                    key,
+                    scope="transaction",
+                    lease=lease,
+                    timeout=self.get_write_wait(),
+                    using=self.occupy_backend,
+                ):
+                    pass
+            else:
+                lease.ensure_held()
 
     def perform_update(self, serializer: Any) -> None:
         """Save under the object's key or the presented lease."""

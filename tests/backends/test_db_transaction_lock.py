@@ -442,3 +442,71 @@ def test_transaction_locks_and_leases_of_a_key_never_overlap() -> None:
     assert fences == sorted(fences) and len(set(fences)) == len(fences)
     assert len(fences) == 36
     assert Counter.objects.using(DATABASE).get(name=key).value == len(spans) == 72
+
+
+@pytest.mark.usefixtures("live_db")
+def test_with_server_side_binding_the_statements_go_one_by_one() -> None:
+    """psycopg 3 with ``server_side_binding`` prepares one statement at a time: the lock
+    is taken all the same (one statement per round trip), refused all the same, and the
+    caller's transaction stays usable; a lease of the caller's own is accepted."""
+    from django.test import override_settings
+
+    from occupy.backends import get_backend
+
+    alias, backend = "bound", "db-bound"
+    connections.settings[alias] = {
+        **connections.settings[DATABASE],
+        "OPTIONS": {"server_side_binding": True},
+    }
+    backends = {
+        **settings.OCCUPY["BACKENDS"],
+        backend: {"BACKEND": "occupy.backends.db.DatabaseBackend", "OPTIONS": {"DATABASE": alias}},
+    }
+    try:
+        with override_settings(OCCUPY={**settings.OCCUPY, "BACKENDS": backends}):
+            with (
+                transaction.atomic(using=alias),
+                occupy.lock("tx:bound", scope="transaction", timeout=1, using=backend),
+            ):
+                assert len(advisory_held("tx:bound")) == 1
+            assert advisory_held("tx:bound") == []
+            lease = occupy.acquire("tx:bound", owner="editor", using=backend)
+            try:
+                with transaction.atomic(using=alias):
+                    with (
+                        pytest.raises(occupy.LockTimeout),
+                        occupy.lock("tx:bound", scope="transaction", timeout=0.2, using=backend),
+                    ):
+                        pass
+                    with connections[alias].cursor() as cursor:
+                        cursor.execute("SELECT 1")
+                    with occupy.lock(
+                        "tx:bound", scope="transaction", lease=lease, timeout=0, using=backend
+                    ):
+                        assert len(advisory_held("tx:bound")) == 1
+            finally:
+                occupy.release(lease)
+            get_backend(backend).close()
+    finally:
+        connections[alias].close()
+        del connections.settings[alias]
+
+
+@pytest.mark.usefixtures("live_db")
+def test_a_lease_of_the_callers_own_or_lost() -> None:
+    """With ``lease=``, the key is held for the transaction while that lease is the key's
+    live one; a lease taken over meanwhile is ``LeaseLost``."""
+    lease = occupy.acquire("tx:own", owner="editor", using=BACKEND)
+    with (
+        transaction.atomic(using=DATABASE),
+        occupy.lock("tx:own", scope="transaction", lease=lease, timeout=0, using=BACKEND),
+    ):
+        pass
+    occupy.takeover("tx:own", owner="supervisor", using=BACKEND)
+    with (
+        transaction.atomic(using=DATABASE),
+        pytest.raises(occupy.LeaseLost),
+        occupy.lock("tx:own", scope="transaction", lease=lease, timeout=0, using=BACKEND),
+    ):
+        pass
+    assert advisory_held("tx:own") == []

@@ -201,7 +201,8 @@ def _run(
         why = sql.tx_refusal(e)
         try:
             with connection.cursor() as cursor:
-                cursor.execute(f"ROLLBACK TO SAVEPOINT {savepoint}; RELEASE SAVEPOINT {savepoint}")
+                cursor.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
+                cursor.execute(f"RELEASE SAVEPOINT {savepoint}")
         except DatabaseError as failed:
             raise backend.statements.failure(key, failed) from e
         if why == "capacity":

@@ -113,11 +113,12 @@ TX_TRY = (
     f"THEN {_TX_RAISE.format(marker=TX_REFUSED['busy'])} END"
 )
 #: Wait for the key's advisory lock in PostgreSQL's queue, up to the ``lock_timeout``
-#: set before (the caller's is kept in ``occupy.lock_timeout`` and put back after);
+#: set before (``SET LOCAL``, as ``set_config(…, true)``, which takes a parameter; the
+#: caller's is kept in ``occupy.lock_timeout`` and put back after);
 #: parameters: the bound, the id. The isolation is checked before the wait.
 TX_WAIT = (
     "SELECT set_config('occupy.lock_timeout', current_setting('lock_timeout'), true); "
-    "SET LOCAL lock_timeout = %s; "
+    "SELECT set_config('lock_timeout', %s, true); "
     f"SELECT pg_advisory_xact_lock(%s::bigint) FROM (SELECT {_TX_ISOLATION} OFFSET 0) i; "
     "SELECT set_config('lock_timeout', current_setting('occupy.lock_timeout'), true)"
 )
