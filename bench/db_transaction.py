@@ -54,7 +54,7 @@ def _candidates() -> dict[str, Callable[[int], None]]:
     def held(ops: int) -> None:
         for _ in range(ops):
             with transaction.atomic(using=DATABASE):
-                with occupy.lock("bench:tx", scope="transaction", using=BACKEND):
+                with occupy.lock("bench:tx", scope="transaction", backend=BACKEND):
                     pass
                 with connection.cursor() as cursor:
                     cursor.execute(update)

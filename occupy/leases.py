@@ -73,7 +73,9 @@ class Lease:
 
     ``fence`` strictly increases with every grant of the key; pass it to storage that
     compares it (``save(lease=…)``) so a holder whose lease was lost cannot write.
-    ``expires_at`` comes from the lock store's clock.
+    ``expires_at`` comes from the lock store's clock. ``alias`` names the occupy backend
+    that granted it (the ``backend=`` of :func:`occupy.acquire`); ``backend`` is that
+    backend itself.
     """
 
     key: str
@@ -82,7 +84,7 @@ class Lease:
     fence: int
     expires_at: datetime
     ttl: float
-    using: str = "default"
+    alias: str = "default"
     renew: bool = False
     depth: int = 1
     lost: bool = field(default=False, compare=False)
@@ -164,9 +166,9 @@ class TransactionHold:
     storage inside the database needs no fence. Writes outside the database (files,
     another service) that must refuse a late holder need a lease (the default scope),
     whose fence they compare. ``database`` is the Django database alias whose
-    transaction holds it, ``using`` the occupy backend alias.
+    transaction holds it, ``alias`` the occupy backend alias.
     """
 
     key: str
-    using: str
+    alias: str
     database: str

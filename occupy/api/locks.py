@@ -88,7 +88,7 @@ class lock(
     instead, until it commits or rolls back (the block's end releases nothing), and
     gives a :class:`~occupy.leases.TransactionHold`: the database backend on
     PostgreSQL only (see :mod:`occupy.backends.db.transaction`); sync code only, as
-    ``atomic()`` is. Only ``timeout`` and ``using`` apply to it, and ``lease``: a
+    ``atomic()`` is. Only ``timeout`` and ``backend`` apply to it, and ``lease``: a
     lease of the key the caller holds, with which the key is held for the transaction
     only while that lease is its live one (else :class:`~occupy.LeaseLost`).
     """
@@ -104,7 +104,7 @@ class lock(
         renew: bool = False,
         token: str | None = None,
         reentrant: bool = True,
-        using: str = "default",
+        backend: str = "default",
         scope: Literal["lease"] = "lease",
     ) -> None: ...
 
@@ -114,7 +114,7 @@ class lock(
         key: str,
         *,
         timeout: float | None = DEFAULT,
-        using: str = "default",
+        backend: str = "default",
         scope: Literal["transaction"],
         lease: Lease | None = None,
     ) -> None: ...
@@ -129,7 +129,7 @@ class lock(
         renew: bool = False,
         token: str | None = None,
         reentrant: bool = True,
-        using: str = "default",
+        backend: str = "default",
         scope: str = "lease",
         lease: Lease | None = None,
     ) -> None:
@@ -149,7 +149,7 @@ class lock(
             "renew": bool(renew),
             "token": None if token is None else check_token(token),
             "reentrant": bool(reentrant),
-            "using": using,
+            "backend": backend,
         }
         #: The entries not left yet, in every context (see :meth:`_leaving`).
         self._outstanding: list[_Entered] = []
@@ -162,7 +162,7 @@ class lock(
     def _hold(self) -> TransactionHold:
         """Hold the key for the caller's transaction (``scope="transaction"``)."""
         timeout = self.kwargs["timeout"]
-        return get_backend(self.kwargs["using"]).hold_for_transaction(
+        return get_backend(self.kwargs["backend"]).hold_for_transaction(
             check_key(self.key),
             timeout=occupy_settings.TIMEOUT if timeout is DEFAULT else timeout,
             lease=self.lease,
@@ -305,11 +305,11 @@ class lock(
         return cast(F, wrapper)
 
 
-def holds_for_transaction(using: str, database: str) -> bool:
-    """Return whether occupy backend ``using`` can hold a key for a transaction on
+def holds_for_transaction(backend: str, database: str) -> bool:
+    """Return whether occupy backend ``backend`` can hold a key for a transaction on
     Django database ``database`` (``lock(key, scope="transaction")``): the database
     backend on PostgreSQL whose claims live in that database."""
-    return get_backend(using).transaction_refusal(database) is None
+    return get_backend(backend).transaction_refusal(database) is None
 
 
 def _lost_on_exit(lease: Lease, exc: BaseException | None) -> None:
@@ -336,7 +336,7 @@ class lock_many(AbstractContextManager[list[Lease], None]):
         ttl: float = DEFAULT,
         timeout: float | None = DEFAULT,
         renew: bool = False,
-        using: str = "default",
+        backend: str = "default",
     ) -> None:
         if isinstance(keys, str):
             raise TypeError("lock_many() takes an iterable of keys, not one str.")
@@ -347,7 +347,7 @@ class lock_many(AbstractContextManager[list[Lease], None]):
         self.ttl = ttl
         self.timeout = timeout if timeout is DEFAULT else check_timeout(timeout)
         self.renew = renew
-        self.using = using
+        self.backend = backend
         self.leases: list[Lease] = []
 
     def __enter__(self) -> list[Lease]:
@@ -364,7 +364,7 @@ class lock_many(AbstractContextManager[list[Lease], None]):
                         ttl=self.ttl,
                         timeout=left,
                         renew=self.renew,
-                        using=self.using,
+                        backend=self.backend,
                     )
                 )
         except BaseException:

@@ -101,7 +101,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         409 ``lease_lost`` if the token is another user's (that lease is left as it is);
         :class:`~occupy.LeaseLost` if it holds nothing."""
         # ttl=1 keeps the lease at least one second: never shortened, hardly extended.
-        lease = occupy.resume(key, token, ttl=1, using=self.occupy_backend)
+        lease = occupy.resume(key, token, ttl=1, backend=self.occupy_backend)
         if not same_user(lease.owner, requester_pk(self.request)):
             raise from_problem(http.lease_not_yours())
         return lease
@@ -118,7 +118,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
                 ttl=self.write_ttl,
                 timeout=0,
                 reentrant=False,
-                using=self.occupy_backend,
+                backend=self.occupy_backend,
             )
         except Occupied as e:
             wait = self.get_write_wait()
@@ -130,7 +130,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
             ttl=self.write_ttl,
             timeout=wait,
             reentrant=False,
-            using=self.occupy_backend,
+            backend=self.occupy_backend,
         )
 
     def write_database(self, instance: Any) -> str | None:
@@ -145,14 +145,16 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         :meth:`get_write_wait`), an edit lease raises :class:`~occupy.Occupied` at once."""
         try:
             with occupy.lock(
-                key, scope="transaction", timeout=0, using=self.occupy_backend
+                key, scope="transaction", timeout=0, backend=self.occupy_backend
             ) as held:
                 return held
         except Occupied as e:
             wait = self.get_write_wait()
             if (e.holder is not None and not parse_owner(e.holder.owner).write) or not wait:
                 raise  # somebody is editing: no use waiting for a lease of minutes
-        with occupy.lock(key, scope="transaction", timeout=wait, using=self.occupy_backend) as held:
+        with occupy.lock(
+            key, scope="transaction", timeout=wait, backend=self.occupy_backend
+        ) as held:
             return held
 
     @staticmethod
@@ -186,7 +188,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         try:
             lease = self.own_lease(key, token)
             lease = occupy.resume(
-                key, token, ttl=self._lease_length(lease), using=self.occupy_backend
+                key, token, ttl=self._lease_length(lease), backend=self.occupy_backend
             )
         except LeaseLost as e:  # taken over or expired: this write is fenced out
             raise FencedOut(
@@ -209,7 +211,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
                     scope="transaction",
                     lease=lease,
                     timeout=self.get_write_wait(),
-                    using=self.occupy_backend,
+                    backend=self.occupy_backend,
                 ):
                     pass
             else:

@@ -63,20 +63,20 @@ def backend_pid(alias: str = DATABASE) -> int:
 class TestTransactionLock:
     def test_held_until_commit_on_the_transactions_own_connection(self) -> None:
         with transaction.atomic(using=DATABASE):
-            with occupy.lock("tx:1", scope="transaction", using=BACKEND) as held:
+            with occupy.lock("tx:1", scope="transaction", backend=BACKEND) as held:
                 assert isinstance(held, TransactionHold)
                 assert held.database == DATABASE
             # The block is over, the transaction is not: still held, by this session.
             assert advisory_held("tx:1") == [backend_pid()]
             with pytest.raises(occupy.Occupied):
-                occupy.acquire("tx:1", owner="other", timeout=0, using=BACKEND)
+                occupy.acquire("tx:1", owner="other", timeout=0, backend=BACKEND)
         assert advisory_held("tx:1") == []
-        lease = occupy.acquire("tx:1", owner="other", timeout=0, using=BACKEND)
+        lease = occupy.acquire("tx:1", owner="other", timeout=0, backend=BACKEND)
         occupy.release(lease)
 
     def test_released_at_rollback(self) -> None:
         with pytest.raises(RuntimeError), transaction.atomic(using=DATABASE):
-            with occupy.lock("tx:2", scope="transaction", using=BACKEND):
+            with occupy.lock("tx:2", scope="transaction", backend=BACKEND):
                 pass
             raise RuntimeError("roll back")
         assert advisory_held("tx:2") == []
@@ -84,17 +84,17 @@ class TestTransactionLock:
     def test_refused_outside_atomic(self) -> None:
         with (
             pytest.raises(occupy.TransactionLockRefused, match=r"transaction\.atomic"),
-            occupy.lock("tx:3", scope="transaction", using=BACKEND),
+            occupy.lock("tx:3", scope="transaction", backend=BACKEND),
         ):
             pass
 
     def test_a_live_lease_excludes_it(self) -> None:
-        lease = occupy.acquire("tx:4", owner="editor", using=BACKEND)
+        lease = occupy.acquire("tx:4", owner="editor", backend=BACKEND)
         try:
             with transaction.atomic(using=DATABASE):
                 with (
                     pytest.raises(occupy.Occupied) as info,
-                    occupy.lock("tx:4", scope="transaction", timeout=0, using=BACKEND),
+                    occupy.lock("tx:4", scope="transaction", timeout=0, backend=BACKEND),
                 ):
                     pass
                 assert info.value.holder is not None
@@ -106,12 +106,12 @@ class TestTransactionLock:
             occupy.release(lease)
 
     def test_it_waits_for_a_lease_to_end(self) -> None:
-        lease = occupy.acquire("tx:5", owner="editor", using=BACKEND)
+        lease = occupy.acquire("tx:5", owner="editor", backend=BACKEND)
         threading.Timer(0.3, occupy.release, [lease]).start()
         started = time.monotonic()
         with (
             transaction.atomic(using=DATABASE),
-            occupy.lock("tx:5", scope="transaction", timeout=5, using=BACKEND),
+            occupy.lock("tx:5", scope="transaction", timeout=5, backend=BACKEND),
         ):
             pass
         assert 0.25 < time.monotonic() - started < 3
@@ -128,7 +128,7 @@ class TestPitfalls:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             with (
                 pytest.raises(occupy.TransactionLockRefused, match="REPEATABLE READ"),
-                occupy.lock("tx:rr", scope="transaction", using=BACKEND),
+                occupy.lock("tx:rr", scope="transaction", backend=BACKEND),
             ):
                 pass
             assert advisory_held("tx:rr") == []
@@ -146,7 +146,7 @@ class TestPitfalls:
             try:
                 with (
                     transaction.atomic(using=DATABASE),
-                    occupy.lock("tx:timeout", scope="transaction", using=BACKEND),
+                    occupy.lock("tx:timeout", scope="transaction", backend=BACKEND),
                 ):
                     holding.set()
                     other_done.wait(10)
@@ -162,7 +162,7 @@ class TestPitfalls:
                 started = time.monotonic()
                 with (
                     pytest.raises(occupy.LockTimeout),
-                    occupy.lock("tx:timeout", scope="transaction", timeout=0.3, using=BACKEND),
+                    occupy.lock("tx:timeout", scope="transaction", timeout=0.3, backend=BACKEND),
                 ):
                     pass
                 assert 0.25 < time.monotonic() - started < 2
@@ -194,12 +194,12 @@ class TestPitfalls:
         granted_at: list[float] = []
 
         def lease_taker() -> None:
-            lease = occupy.acquire("tx:grant", owner="taker", timeout=5, using=BACKEND)
+            lease = occupy.acquire("tx:grant", owner="taker", timeout=5, backend=BACKEND)
             granted_at.append(time.monotonic())
             occupy.release(lease)
 
         with transaction.atomic(using=DATABASE):
-            with occupy.lock("tx:grant", scope="transaction", using=BACKEND):
+            with occupy.lock("tx:grant", scope="transaction", backend=BACKEND):
                 thread = threading.Thread(target=lease_taker)
                 thread.start()
                 time.sleep(0.4)
@@ -251,13 +251,13 @@ def test_a_replica_alias_cannot_take_the_lock() -> None:
             with (
                 transaction.atomic(using=DATABASE + "-replica"),
                 pytest.raises(occupy.TransactionLockRefused, match="replica"),
-                occupy.lock("tx:replica", scope="transaction", using="on-replica"),
+                occupy.lock("tx:replica", scope="transaction", backend="on-replica"),
             ):
                 pass
             # The primary's backend locks on the primary's transaction only.
             with (
                 transaction.atomic(using=DATABASE),
-                occupy.lock("tx:replica", scope="transaction", using=BACKEND),
+                occupy.lock("tx:replica", scope="transaction", backend=BACKEND),
             ):
                 assert advisory_held("tx:replica") == [backend_pid(DATABASE)]
         finally:
@@ -314,7 +314,7 @@ def test_through_pgbouncer_in_transaction_pooling_nothing_is_stranded() -> None:
             try:
                 with (
                     transaction.atomic(using=alias),
-                    occupy.lock("tx:bouncer", scope="transaction", using=backend),
+                    occupy.lock("tx:bouncer", scope="transaction", backend=backend),
                 ):
                     holding.set()
                     finish.wait(10)
@@ -327,11 +327,11 @@ def test_through_pgbouncer_in_transaction_pooling_nothing_is_stranded() -> None:
             assert holding.wait(10)
             assert len(advisory_held("tx:bouncer")) == 1
             with pytest.raises(occupy.Occupied):
-                occupy.acquire("tx:bouncer", owner="lease", timeout=0, using=backend)
+                occupy.acquire("tx:bouncer", owner="lease", timeout=0, backend=backend)
             with (
                 transaction.atomic(using=alias),
                 pytest.raises(occupy.Occupied),
-                occupy.lock("tx:bouncer", scope="transaction", timeout=0, using=backend),
+                occupy.lock("tx:bouncer", scope="transaction", timeout=0, backend=backend),
             ):
                 pass
         finally:
@@ -345,7 +345,9 @@ def test_through_pgbouncer_in_transaction_pooling_nothing_is_stranded() -> None:
             try:
                 for i in range(20):
                     with transaction.atomic(using=alias):
-                        with occupy.lock(f"tx:bouncer:{i % 3}", scope="transaction", using=backend):
+                        with occupy.lock(
+                            f"tx:bouncer:{i % 3}", scope="transaction", backend=backend
+                        ):
                             pass
                         if i % 5 == 0:
                             transaction.set_rollback(True, using=alias)
@@ -361,7 +363,7 @@ def test_through_pgbouncer_in_transaction_pooling_nothing_is_stranded() -> None:
             each.join()
         assert errors == []
         assert [advisory_held(f"tx:bouncer:{i}") for i in range(3)] == [[], [], []]
-        lease = occupy.acquire("tx:bouncer", owner="lease", timeout=0, using=backend)
+        lease = occupy.acquire("tx:bouncer", owner="lease", timeout=0, backend=backend)
         occupy.release(lease)
 
 
@@ -405,7 +407,7 @@ def test_max_locks_per_transaction_exhausted_is_a_clear_error() -> None:
                 with transaction.atomic(using=alias):
                     with pytest.raises(occupy.StoreUnavailable) as info:
                         for n in range(100_000):
-                            with occupy.lock(f"many:{n}", scope="transaction", using=backend):
+                            with occupy.lock(f"many:{n}", scope="transaction", backend=backend):
                                 held += 1
                     with connections[alias].cursor() as cursor:
                         cursor.execute("SELECT 1")  # the transaction is usable
@@ -466,22 +468,22 @@ def test_with_server_side_binding_the_statements_go_one_by_one() -> None:
         with override_settings(OCCUPY={**settings.OCCUPY, "BACKENDS": backends}):
             with (
                 transaction.atomic(using=alias),
-                occupy.lock("tx:bound", scope="transaction", timeout=1, using=backend),
+                occupy.lock("tx:bound", scope="transaction", timeout=1, backend=backend),
             ):
                 assert len(advisory_held("tx:bound")) == 1
             assert advisory_held("tx:bound") == []
-            lease = occupy.acquire("tx:bound", owner="editor", using=backend)
+            lease = occupy.acquire("tx:bound", owner="editor", backend=backend)
             try:
                 with transaction.atomic(using=alias):
                     with (
                         pytest.raises(occupy.LockTimeout),
-                        occupy.lock("tx:bound", scope="transaction", timeout=0.2, using=backend),
+                        occupy.lock("tx:bound", scope="transaction", timeout=0.2, backend=backend),
                     ):
                         pass
                     with connections[alias].cursor() as cursor:
                         cursor.execute("SELECT 1")
                     with occupy.lock(
-                        "tx:bound", scope="transaction", lease=lease, timeout=0, using=backend
+                        "tx:bound", scope="transaction", lease=lease, timeout=0, backend=backend
                     ):
                         assert len(advisory_held("tx:bound")) == 1
             finally:
@@ -496,17 +498,17 @@ def test_with_server_side_binding_the_statements_go_one_by_one() -> None:
 def test_a_lease_of_the_callers_own_or_lost() -> None:
     """With ``lease=``, the key is held for the transaction while that lease is the key's
     live one; a lease taken over meanwhile is ``LeaseLost``."""
-    lease = occupy.acquire("tx:own", owner="editor", using=BACKEND)
+    lease = occupy.acquire("tx:own", owner="editor", backend=BACKEND)
     with (
         transaction.atomic(using=DATABASE),
-        occupy.lock("tx:own", scope="transaction", lease=lease, timeout=0, using=BACKEND),
+        occupy.lock("tx:own", scope="transaction", lease=lease, timeout=0, backend=BACKEND),
     ):
         pass
-    occupy.takeover("tx:own", owner="supervisor", using=BACKEND)
+    occupy.takeover("tx:own", owner="supervisor", backend=BACKEND)
     with (
         transaction.atomic(using=DATABASE),
         pytest.raises(occupy.LeaseLost),
-        occupy.lock("tx:own", scope="transaction", lease=lease, timeout=0, using=BACKEND),
+        occupy.lock("tx:own", scope="transaction", lease=lease, timeout=0, backend=BACKEND),
     ):
         pass
     assert advisory_held("tx:own") == []

@@ -131,7 +131,7 @@ def hold_for_transaction(
         )
         why = _run(backend, connection, key, [take, check])
         if why is None:
-            return TransactionHold(key=key, using=backend.alias, database=database)
+            return TransactionHold(key=key, alias=backend.alias, database=database)
         if why == "isolation":
             raise TransactionLockRefused(
                 f"occupy.lock({key!r}, scope='transaction') was refused: the transaction on "
@@ -214,7 +214,7 @@ def _run(
                 "max_prepared_transactions) slots in all. Hold fewer keys per transaction, "
                 "or raise max_locks_per_transaction (a server restart).",
                 key=key,
-                using=backend.alias,
+                backend=backend.alias,
             ) from e
         if why is None:
             raise backend.statements.failure(key, e) from e
