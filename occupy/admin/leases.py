@@ -28,7 +28,6 @@ from django import forms
 from django.contrib import messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import ValidationError
-from django.db import router
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from occupy.admin.editing import (
@@ -41,18 +40,13 @@ from occupy.admin.editing import (
 )
 from occupy.admin.endpoints import LeaseEndpointsMixin
 from occupy.admin.fields import LEASE_FIELD, TAB_FIELD
-from occupy.admin.stale import once_more_if_stale
-from occupy.backends import get_backend
+from occupy.admin.saving import confirm_leases, once_more_if_stale
 from occupy.exceptions import FencedOut, LeaseLost, Occupied, StoreUnavailable
 from occupy.leases import Holder, Lease
 from occupy.owners import owner_display
 from occupy.versions import get_version
 
 __all__ = ["EditLeaseAdminMixin"]
-
-#: How long a save waits for a grant of its key in flight (a takeover being decided)
-#: before it counts its lease as lost.
-SAVE_WAIT = 5.0
 
 
 class WriteRefused(Exception):
@@ -380,26 +374,12 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
         """Save the inlines, then confirm the leases are still held, inside the admin's
         transaction: a lease lost meanwhile rolls the whole save back.
 
-        Where the leases live in the database the model writes to, on PostgreSQL, the
-        save's own transaction holds each key while its lease is the tab's (see
-        :meth:`~occupy.backends.base.BaseBackend.hold_for_transaction`): no takeover
-        can be granted between that check and the commit. Elsewhere the store is asked
-        whether each lease is still held, just before the commit."""
+        On PostgreSQL the save's own transaction holds each key while its lease is the
+        tab's, up to its commit (see :func:`~occupy.admin.saving.confirm_leases`)."""
         super().save_related(request, form, formsets, change)
         state = getattr(request, STATE, None)
-        if not change or state is None:
-            return
-        backend = get_backend(self.occupy_backend)
-        database = router.db_for_write(type(form.instance), instance=form.instance)
-        if backend.transaction_refusal(database) is not None:
-            for lease in state.leases:
-                lease.ensure_held()
-            return
-        for lease in state.leases:
-            try:
-                backend.hold_for_transaction(lease.key, timeout=SAVE_WAIT, lease=lease)
-            except Occupied as e:  # a grant stayed in flight: this lease is not the holder
-                raise LeaseLost(str(e), key=lease.key) from e
+        if change and state is not None:
+            confirm_leases(self.occupy_backend, form.instance, state.leases)
 
 
 def _with_func(action: Any, wrap: Any) -> Any:

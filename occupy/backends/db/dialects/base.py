@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import Any, ClassVar, TypeVar
 
 from occupy.backends.db.dialects.sessions import Sessions
+from occupy.backends.db.dialects.transactions import TransactionLocks
 from occupy.validation import MAX_FENCE, MAX_TTL
 
 __all__ = ["COLUMNS", "TABLE", "Dialect", "statement"]
@@ -52,7 +53,7 @@ def statement(build: Callable[[DialectT], str]) -> Callable[[DialectT], str]:
     return built
 
 
-class Dialect(Sessions):
+class Dialect(Sessions, TransactionLocks):
     """What differs between vendors, and the statements built from it.
 
     The base class writes the statements and the behaviour of a database server reached
@@ -76,19 +77,6 @@ class Dialect(Sessions):
     quote: ClassVar[str] = '"'
     #: The FROM clause of a ``SELECT`` of constants that has a ``WHERE``.
     from_nothing: ClassVar[str] = ""
-    #: Where the key can be held for the caller's own transaction
-    #: (:mod:`occupy.backends.db.transaction`): every grant statement then takes the
-    #: key's transaction lock first, for its own short transaction (the *grant guard*:
-    #: a ``WITH occupy_guard`` the statements start with, joined by the words below),
-    #: and its parameters start with :meth:`guard_params`.
-    holds_for_transaction: ClassVar[bool] = False
-    #: The grant guard's ``WITH`` clause, its table in an ``INSERT … SELECT``'s
-    #: ``FROM`` list, in an ``UPDATE``'s ``FROM`` clause, and as the whole ``FROM`` of a
-    #: ``SELECT`` of constants.
-    guard_with: ClassVar[str] = ""
-    guard_join: ClassVar[str] = ""
-    guard_update: ClassVar[str] = ""
-    guard_from: ClassVar[str] = ""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}>"
@@ -98,51 +86,6 @@ class Dialect(Sessions):
     def columns(self) -> str:
         """Return the insert column list, quoted for the vendor."""
         return COLUMNS.format(q=self.quote)
-
-    def guard_params(self, key: str, left: float | None) -> list[Any]:
-        """Return the parameters of the grant guard, which every grant statement's
-        parameters start with: none where the dialect has no transaction locks. ``left``
-        bounds the guard's wait for a transaction that holds the key (``None``: none)."""
-        return []
-
-    def is_guard_timeout(self, error: BaseException | None) -> bool:
-        """Return whether a grant statement failed because the grant guard waited out
-        its time for a transaction that holds the key (the grant did nothing)."""
-        return False
-
-    # Transaction locks: what occupy.backends.db.transaction runs where
-    # holds_for_transaction (see the PostgreSQL dialect, the only one that has them).
-    def tx_savepoint(self) -> str:
-        """Return the name of the savepoint a transaction lock is taken in."""
-        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
-
-    def tx_id(self, key: str) -> int:
-        """Return the id of ``key``'s transaction lock."""
-        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
-
-    def tx_bound(self, seconds: float | None) -> str:
-        """Return ``seconds`` as the bound of a transaction lock's wait."""
-        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
-
-    def tx_try(self) -> str:
-        """Return the statement that takes a transaction lock at once or raises."""
-        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
-
-    def tx_wait(self) -> str:
-        """Return the statements that wait for a transaction lock up to a bound."""
-        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
-
-    def tx_no_lease(self) -> str:
-        """Return the statement that raises if a live lease holds the key."""
-        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
-
-    def tx_own_lease(self) -> str:
-        """Return the statement that raises unless the caller's lease holds the key."""
-        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
-
-    def tx_refusal(self, error: BaseException) -> str | None:
-        """Return why a transaction lock's statement failed, or ``None``."""
-        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
 
     def seconds(self, seconds: float) -> Any:
         """Return the parameter that :attr:`later` takes for ``seconds``."""
@@ -289,8 +232,7 @@ class Dialect(Sessions):
         return (
             f"UPDATE {TABLE} SET state = 'using', slot = %s, fence = {self.fence_expr()}, "
             f"expires_at = {self.later}, created_at = {self.now}{self.guard_update} "
-            f"WHERE id = %s "
-            f"AND state = 'pending' "
+            f"WHERE id = %s AND state = 'pending' "
             f"AND {self.live()}{free} AND NOT EXISTS (SELECT 1 FROM {TABLE} o "
             f"WHERE o.digest = %s AND (({self.live('o.expires_at')} AND {blocked_by}) "
             f"OR o.fence >= {MAX_FENCE})){returning}"
