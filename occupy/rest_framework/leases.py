@@ -12,8 +12,10 @@ import math
 import re
 from collections.abc import Sequence
 from contextlib import suppress
-from typing import Any
+from typing import Any, ClassVar
 
+from django.core.checks import CheckMessage, Error
+from django.core.exceptions import ImproperlyConfigured
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
@@ -23,6 +25,7 @@ from rest_framework.response import Response
 
 import occupy
 from occupy import http
+from occupy.checks import Rule, checked_attribute, misconfigured, optional
 from occupy.conf import occupy_settings
 from occupy.exceptions import LeaseLost, Occupied, TakeoverRefused
 from occupy.history import log_entry
@@ -36,6 +39,7 @@ from occupy.rest_framework.serializers import (
     LeaseSerializer,
 )
 from occupy.rest_framework.writes import OccupiedWritesMixin, _checked_token
+from occupy.validation import check_ttl
 
 __all__ = ["EditLeaseMixin"]
 
@@ -75,6 +79,45 @@ class EditLeaseMixin(OccupiedWritesMixin):
     lease_ttl: float | None = None
     lease_ttl_max: float | None = None
 
+    #: The durations a view reads: the writes' and the leases' (``occupy.E304``).
+    occupy_durations: ClassVar[dict[str, Rule]] = {
+        **OccupiedWritesMixin.occupy_durations,
+        "lease_ttl": optional(check_ttl),
+        "lease_ttl_max": optional(check_ttl),
+    }
+
+    @classmethod
+    def occupy_checks(cls) -> list[CheckMessage]:
+        """Add ``occupy.E304`` for a default lease longer than the longest one."""
+        messages = super().occupy_checks()
+        if any(m.id == "occupy.E304" for m in messages):
+            return messages  # a value that is no duration: said already
+        try:
+            problem = _longer_default(cls)
+        except ImproperlyConfigured:
+            return messages  # the setting itself: occupy.E007 says it
+        if problem is not None:
+            messages.append(
+                Error(
+                    problem,
+                    hint="Lower lease_ttl or raise lease_ttl_max.",
+                    obj=cls,
+                    id="occupy.E304",
+                )
+            )
+        return messages
+
+    def _lease_ttls(self) -> tuple[float, float]:
+        """Return the default and the longest lease, in seconds: the view's own, else
+        the settings'; raise :class:`~occupy.Misconfigured` when one is not a
+        duration, or the default is the longer."""
+        for name in ("lease_ttl", "lease_ttl_max"):
+            checked_attribute(self, name, self.occupy_durations[name])
+        problem = _longer_default(self)
+        if problem is not None:
+            raise misconfigured(problem)
+        return _ttls(self)
+
     def get_serializer_class(self) -> Any:
         """Return the lease endpoints' request serializers on their actions (what the
         browsable API and the schema show), else the view's own."""
@@ -88,11 +131,10 @@ class EditLeaseMixin(OccupiedWritesMixin):
     def get_lease_ttl(self, request: Request, default: float | None = None) -> float:
         """Return the ttl the client asks for (body ``ttl``: a number of seconds from 1
         to the longest lease), else ``default``, else the view's default."""
-        conf = occupy_settings.REST_FRAMEWORK
-        longest = float(self.lease_ttl_max or conf["LEASE_TTL_MAX"])
+        own, longest = self._lease_ttls()
         value = request.data.get("ttl") if hasattr(request.data, "get") else None
         if value is None or value == "":
-            return float(default or self.lease_ttl or conf["LEASE_TTL"])
+            return float(default or own)
         ttl = _seconds(value)
         if ttl is None or not 1 <= ttl <= longest:
             raise from_problem(
@@ -184,7 +226,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
             timeout=0,
             token=token,
             reentrant=False,
-            using=self.occupy_backend,
+            using=self.get_occupy_backend(),
         )
         created = lease.token != token
         return Response(
@@ -199,7 +241,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         if not self.has_holder_permission(request, instance):
             raise PermissionDenied("Seeing who edits this object needs the permission to view it.")
         key = self.get_lease_key(instance)
-        return Response(self._holder_body(occupy.holder(key, using=self.occupy_backend)))
+        return Response(self._holder_body(occupy.holder(key, using=self.get_occupy_backend())))
 
     @lease.mapping.patch
     def renew_lease(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -209,7 +251,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         token = self._required_token(request)
         lease = self.own_lease(key, token)
         ttl = self.get_lease_ttl(request, default=parse_owner(lease.owner).ttl)
-        lease = occupy.resume(key, token, ttl=ttl, using=self.occupy_backend)
+        lease = occupy.resume(key, token, ttl=ttl, using=self.get_occupy_backend())
         return Response(self._lease_body(lease, token=False))
 
     @lease.mapping.delete
@@ -225,7 +267,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         try:
             lease = self.own_lease(key, token)
         except LeaseLost:
-            if occupy.holder(key, using=self.occupy_backend) is not None:
+            if occupy.holder(key, using=self.get_occupy_backend()) is not None:
                 raise
             return Response(status=status.HTTP_204_NO_CONTENT)
         with suppress(LeaseLost):  # it expired in between: nothing is held, as asked
@@ -270,7 +312,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         says the holder changed meanwhile."""
         refused: Occupied | None = None
         for _ in range(TAKEOVER_TRIES):
-            holder = occupy.holder(key, using=self.occupy_backend)
+            holder = occupy.holder(key, using=self.get_occupy_backend())
             if holder is None:
                 try:  # free: take it only if still free
                     return occupy.acquire(
@@ -279,7 +321,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                         ttl=ttl,
                         timeout=0,
                         reentrant=False,
-                        using=self.occupy_backend,
+                        using=self.get_occupy_backend(),
                     ), None
                 except Occupied as e:
                     refused = e
@@ -292,7 +334,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                         ttl=ttl,
                         timeout=self.get_write_wait(),
                         reentrant=False,
-                        using=self.occupy_backend,
+                        using=self.get_occupy_backend(),
                     ), None
                 except Occupied as e:
                     refused = e
@@ -308,12 +350,38 @@ class EditLeaseMixin(OccupiedWritesMixin):
                     ttl=ttl,
                     reentrant=False,
                     if_fence=holder.fence,
-                    using=self.occupy_backend,
+                    using=self.get_occupy_backend(),
                 ), holder
             except TakeoverRefused as e:
                 refused = e
         assert refused is not None
         raise refused  # the holder kept changing: 423 with whoever holds it now
+
+
+def _ttls(view: Any) -> tuple[float, float]:
+    """Return the default and the longest lease of ``view`` (a view or its class, whose
+    ``lease_ttl`` and ``lease_ttl_max`` are durations or ``None``): its own, else the
+    settings'."""
+    conf = occupy_settings.REST_FRAMEWORK
+    default, longest = view.lease_ttl, view.lease_ttl_max
+    return (
+        float(conf["LEASE_TTL"] if default is None else default),
+        float(conf["LEASE_TTL_MAX"] if longest is None else longest),
+    )
+
+
+def _longer_default(view: Any) -> str | None:
+    """Return the sentence saying that ``view``'s default lease is longer than its
+    longest, or ``None``."""
+    default, longest = _ttls(view)
+    if default <= longest:
+        return None
+    name = view.__name__ if isinstance(view, type) else type(view).__name__
+    return (
+        f"{name}.lease_ttl ({default:g} s) is above the longest lease ({longest:g} s, "
+        "lease_ttl_max or LEASE_TTL_MAX): a lease asked for without a ttl would outlive "
+        "the longest one allowed."
+    )
 
 
 def _seconds(value: Any) -> float | None:

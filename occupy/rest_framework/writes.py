@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from django.core.checks import CheckMessage
 from django.db import transaction
 from rest_framework.request import Request
 
 import occupy
 from occupy import http
+from occupy.checks import Rule, attribute_errors, checked_attribute, optional
 from occupy.conf import occupy_settings
 from occupy.exceptions import FencedOut, LeaseLost, Occupied
 from occupy.http import Problem, requester_pk
@@ -20,7 +22,7 @@ from occupy.leases import Lease
 from occupy.owners import lease_owner, parse_owner, same_user, write_owner
 from occupy.rest_framework.errors import OccupyErrorsMixin
 from occupy.rest_framework.exceptions import from_problem
-from occupy.validation import check_token
+from occupy.validation import check_token, check_ttl, check_write_wait
 
 __all__ = ["OccupiedWritesMixin"]
 
@@ -51,17 +53,53 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
     Deleting an object under its edit lease releases the lease.
     """
 
-    #: The occupy backend alias the leases live in.
-    occupy_backend = "default"
+    #: The occupy backend alias of the leases and write locks; ``None`` (the default):
+    #: the model's ``occupy_backend``, the store ``obj.occupy()`` locks the object in.
+    occupy_backend: str | None = None
     #: How long a write without a lease may hold the key, in seconds.
-    write_ttl = 30
+    write_ttl: float = 30
     #: How long a write waits for another write in flight (default: the setting).
     write_wait: float | None = None
 
+    #: The durations a view reads, each with the rule its value follows
+    #: (:meth:`occupy_checks` reports a value it refuses as ``occupy.E304``).
+    occupy_durations: ClassVar[dict[str, Rule]] = {
+        "write_ttl": check_ttl,
+        "write_wait": optional(check_write_wait),
+    }
+
+    @classmethod
+    def occupy_checks(cls) -> list[CheckMessage]:
+        """Return the system check messages of the view's occupy attributes (run for
+        the views of the URLconf): ``occupy.E302``, its ``occupy_backend`` is not
+        configured; ``occupy.W303``, it names another alias than the model's;
+        ``occupy.E304``, a duration it reads is not one."""
+        from occupy.models.stores import backend_checks
+
+        model = getattr(getattr(cls, "queryset", None), "model", None)
+        return [
+            *backend_checks(cls, model, check_id="occupy.E302"),
+            *attribute_errors(cls, cls.occupy_durations),
+        ]
+
+    def get_occupy_backend(self) -> str:
+        """Return the occupy backend alias that locks the view's objects: its own
+        ``occupy_backend``, else the model's; :class:`~occupy.Misconfigured` (a 503)
+        when it is not configured."""
+        from occupy.models.stores import configured_backend
+
+        return configured_backend(self, self.get_queryset().model)
+
+    def get_write_ttl(self) -> float:
+        """Return how long a write without a lease may hold the key, in seconds."""
+        seconds: float = checked_attribute(self, "write_ttl", self.occupy_durations["write_ttl"])
+        return seconds
+
     def get_write_wait(self) -> float:
         """Return how long a write waits for another request's write, in seconds."""
-        if self.write_wait is not None:
-            return float(self.write_wait)
+        wait = checked_attribute(self, "write_wait", self.occupy_durations["write_wait"])
+        if wait is not None:
+            return float(wait)
         return float(occupy_settings.REST_FRAMEWORK["WRITE_WAIT"])
 
     def get_lease_key(self, instance: Any) -> str:
@@ -97,7 +135,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         409 ``lease_lost`` if the token is another user's (that lease is left as it is);
         :class:`~occupy.LeaseLost` if it holds nothing."""
         # ttl=1 keeps the lease at least one second: never shortened, hardly extended.
-        lease = occupy.resume(key, token, ttl=1, using=self.occupy_backend)
+        lease = occupy.resume(key, token, ttl=1, using=self.get_occupy_backend())
         if not same_user(lease.owner, requester_pk(self.request)):
             raise from_problem(http.lease_not_yours())
         return lease
@@ -107,14 +145,16 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         flight (up to :meth:`get_write_wait`), else raise
         :class:`~occupy.Occupied` (an edit lease, or a write held past the wait)."""
         owner = self.get_write_owner(self.request)
+        backend = self.get_occupy_backend()
+        ttl = self.get_write_ttl()
         try:
             return occupy.acquire(
                 key,
                 owner=owner,
-                ttl=self.write_ttl,
+                ttl=ttl,
                 timeout=0,
                 reentrant=False,
-                using=self.occupy_backend,
+                using=backend,
             )
         except Occupied as e:
             wait = self.get_write_wait()
@@ -123,10 +163,10 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         return occupy.acquire(
             key,
             owner=owner,
-            ttl=self.write_ttl,
+            ttl=ttl,
             timeout=wait,
             reentrant=False,
-            using=self.occupy_backend,
+            using=backend,
         )
 
     @staticmethod
@@ -155,7 +195,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         try:
             lease = self.own_lease(key, token)
             lease = occupy.resume(
-                key, token, ttl=self._lease_length(lease), using=self.occupy_backend
+                key, token, ttl=self._lease_length(lease), using=self.get_occupy_backend()
             )
         except LeaseLost as e:  # taken over or expired: this write is fenced out
             raise FencedOut(
