@@ -191,7 +191,7 @@ class EditLeaseBase(AdminBackendMixin):
         return admin_owner(request.user.pk, tab)
 
     def _holder(self, key: str) -> Holder | None:
-        return occupy.holder(key, using=self.get_occupy_backend())
+        return occupy.holder(key, backend=self.get_occupy_backend())
 
     def _is_users(self, request: HttpRequest, holder: Holder | None) -> bool:
         """Return whether ``holder`` is one of the requesting user's tabs."""
@@ -235,7 +235,7 @@ class EditLeaseBase(AdminBackendMixin):
         decided on the holder the store replaces (``if_fence``). Raise
         :class:`~occupy.Occupied` when a holder is not allowed (or the key keeps
         changing hands); note the holders replaced in ``replaced``."""
-        using = self.get_occupy_backend()
+        alias = self.get_occupy_backend()
         ttl = self._duration("edit_lease_ttl")
         for _attempt in range(TAKEOVER_ATTEMPTS):
             current = self._holder(key)
@@ -247,7 +247,7 @@ class EditLeaseBase(AdminBackendMixin):
                         ttl=ttl,
                         timeout=0,
                         reentrant=False,
-                        using=using,
+                        backend=alias,
                     )
                 except Occupied:
                     continue  # taken in between: decide on the new holder
@@ -260,7 +260,7 @@ class EditLeaseBase(AdminBackendMixin):
                     ttl=ttl,
                     reentrant=False,
                     if_fence=current.fence,
-                    using=using,
+                    backend=alias,
                 )
             except TakeoverRefused:
                 continue  # it changed hands since it was read: decide again
@@ -307,13 +307,13 @@ class EditLeaseBase(AdminBackendMixin):
         keys = state.keys
         if len(tokens) != len(keys):
             raise LeaseLost("The form carries no edit lease for these objects.", key=keys[0])
-        using = self.get_occupy_backend()
+        alias = self.get_occupy_backend()
         ttl = self._duration("edit_lease_ttl")
         try:
             # A store that holds the token extends it at least 1 s: no renewal of a
             # lease that turns out to be someone else's.
             found = [
-                occupy.resume(key, token, ttl=1, using=using)
+                occupy.resume(key, token, ttl=1, backend=alias)
                 for key, token in zip(keys, tokens, strict=True)
             ]
         except (TypeError, ValueError) as e:  # a token that cannot be one
@@ -321,7 +321,7 @@ class EditLeaseBase(AdminBackendMixin):
         for lease in found:
             if lease.owner != state.owner:
                 raise LeaseLost("This edit lease is not this tab's.", key=lease.key)
-        return [occupy.resume(lease.key, lease.token, ttl=ttl, using=using) for lease in found]
+        return [occupy.resume(lease.key, lease.token, ttl=ttl, backend=alias) for lease in found]
 
     def _release_all(self, leases: list[Lease]) -> None:
         for lease in leases:

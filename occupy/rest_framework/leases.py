@@ -226,7 +226,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
             timeout=0,
             token=token,
             reentrant=False,
-            using=self.get_occupy_backend(),
+            backend=self.get_occupy_backend(),
         )
         created = lease.token != token
         return Response(
@@ -241,7 +241,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         if not self.has_holder_permission(request, instance):
             raise PermissionDenied("Seeing who edits this object needs the permission to view it.")
         key = self.get_lease_key(instance)
-        return Response(self._holder_body(occupy.holder(key, using=self.get_occupy_backend())))
+        return Response(self._holder_body(occupy.holder(key, backend=self.get_occupy_backend())))
 
     @lease.mapping.patch
     def renew_lease(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -251,7 +251,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         token = self._required_token(request)
         lease = self.own_lease(key, token)
         ttl = self.get_lease_ttl(request, default=parse_owner(lease.owner).ttl)
-        lease = occupy.resume(key, token, ttl=ttl, using=self.get_occupy_backend())
+        lease = occupy.resume(key, token, ttl=ttl, backend=self.get_occupy_backend())
         return Response(self._lease_body(lease, token=False))
 
     @lease.mapping.delete
@@ -267,7 +267,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         try:
             lease = self.own_lease(key, token)
         except LeaseLost:
-            if occupy.holder(key, using=self.get_occupy_backend()) is not None:
+            if occupy.holder(key, backend=self.get_occupy_backend()) is not None:
                 raise
             return Response(status=status.HTTP_204_NO_CONTENT)
         with suppress(LeaseLost):  # it expired in between: nothing is held, as asked
@@ -312,7 +312,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         says the holder changed meanwhile."""
         refused: Occupied | None = None
         for _ in range(TAKEOVER_TRIES):
-            holder = occupy.holder(key, using=self.get_occupy_backend())
+            holder = occupy.holder(key, backend=self.get_occupy_backend())
             if holder is None:
                 try:  # free: take it only if still free
                     return occupy.acquire(
@@ -321,7 +321,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                         ttl=ttl,
                         timeout=0,
                         reentrant=False,
-                        using=self.get_occupy_backend(),
+                        backend=self.get_occupy_backend(),
                     ), None
                 except Occupied as e:
                     refused = e
@@ -334,7 +334,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                         ttl=ttl,
                         timeout=self.get_write_wait(),
                         reentrant=False,
-                        using=self.get_occupy_backend(),
+                        backend=self.get_occupy_backend(),
                     ), None
                 except Occupied as e:
                     refused = e
@@ -350,7 +350,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                     ttl=ttl,
                     reentrant=False,
                     if_fence=holder.fence,
-                    using=self.get_occupy_backend(),
+                    backend=self.get_occupy_backend(),
                 ), holder
             except TakeoverRefused as e:
                 refused = e

@@ -135,7 +135,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         409 ``lease_lost`` if the token is another user's (that lease is left as it is);
         :class:`~occupy.LeaseLost` if it holds nothing."""
         # ttl=1 keeps the lease at least one second: never shortened, hardly extended.
-        lease = occupy.resume(key, token, ttl=1, using=self.get_occupy_backend())
+        lease = occupy.resume(key, token, ttl=1, backend=self.get_occupy_backend())
         if not same_user(lease.owner, requester_pk(self.request)):
             raise from_problem(http.lease_not_yours())
         return lease
@@ -145,7 +145,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         flight (up to :meth:`get_write_wait`), else raise
         :class:`~occupy.Occupied` (an edit lease, or a write held past the wait)."""
         owner = self.get_write_owner(self.request)
-        backend = self.get_occupy_backend()
+        alias = self.get_occupy_backend()
         ttl = self.get_write_ttl()
         try:
             return occupy.acquire(
@@ -154,7 +154,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
                 ttl=ttl,
                 timeout=0,
                 reentrant=False,
-                using=backend,
+                backend=alias,
             )
         except Occupied as e:
             wait = self.get_write_wait()
@@ -166,7 +166,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
             ttl=ttl,
             timeout=wait,
             reentrant=False,
-            using=backend,
+            backend=alias,
         )
 
     @staticmethod
@@ -195,7 +195,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         try:
             lease = self.own_lease(key, token)
             lease = occupy.resume(
-                key, token, ttl=self._lease_length(lease), using=self.get_occupy_backend()
+                key, token, ttl=self._lease_length(lease), backend=self.get_occupy_backend()
             )
         except LeaseLost as e:  # taken over or expired: this write is fenced out
             raise FencedOut(
