@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any, ClassVar
 
-from django.core.checks import CheckMessage, Error
-from django.core.exceptions import ImproperlyConfigured
+from django.core.checks import CheckMessage
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
@@ -25,7 +24,7 @@ from rest_framework.response import Response
 
 import occupy
 from occupy import http
-from occupy.checks import Rule, checked_attribute, misconfigured, optional
+from occupy.checks import Rule
 from occupy.conf import occupy_settings
 from occupy.exceptions import LeaseLost, Occupied, TakeoverRefused
 from occupy.history import log_entry
@@ -33,13 +32,13 @@ from occupy.http import Problem, requester_pk
 from occupy.leases import Holder, Lease
 from occupy.owners import parse_owner, same_user
 from occupy.rest_framework.exceptions import from_problem
+from occupy.rest_framework.lease_ttls import LEASE_DURATIONS, lease_ttl_errors, lease_ttls
 from occupy.rest_framework.serializers import (
     LeaseReleaseSerializer,
     LeaseRequestSerializer,
     LeaseSerializer,
 )
 from occupy.rest_framework.writes import OccupiedWritesMixin, _checked_token
-from occupy.validation import check_ttl
 
 __all__ = ["EditLeaseMixin"]
 
@@ -82,41 +81,13 @@ class EditLeaseMixin(OccupiedWritesMixin):
     #: The durations a view reads: the writes' and the leases' (``occupy.E304``).
     occupy_durations: ClassVar[dict[str, Rule]] = {
         **OccupiedWritesMixin.occupy_durations,
-        "lease_ttl": optional(check_ttl),
-        "lease_ttl_max": optional(check_ttl),
+        **LEASE_DURATIONS,
     }
 
     @classmethod
     def occupy_checks(cls) -> list[CheckMessage]:
         """Add ``occupy.E304`` for a default lease longer than the longest one."""
-        messages = super().occupy_checks()
-        if any(m.id == "occupy.E304" for m in messages):
-            return messages  # a value that is no duration: said already
-        try:
-            problem = _longer_default(cls)
-        except ImproperlyConfigured:
-            return messages  # the setting itself: occupy.E007 says it
-        if problem is not None:
-            messages.append(
-                Error(
-                    problem,
-                    hint="Lower lease_ttl or raise lease_ttl_max.",
-                    obj=cls,
-                    id="occupy.E304",
-                )
-            )
-        return messages
-
-    def _lease_ttls(self) -> tuple[float, float]:
-        """Return the default and the longest lease, in seconds: the view's own, else
-        the settings'; raise :class:`~occupy.Misconfigured` when one is not a
-        duration, or the default is the longer."""
-        for name in ("lease_ttl", "lease_ttl_max"):
-            checked_attribute(self, name, self.occupy_durations[name])
-        problem = _longer_default(self)
-        if problem is not None:
-            raise misconfigured(problem)
-        return _ttls(self)
+        return lease_ttl_errors(cls, super().occupy_checks())
 
     def get_serializer_class(self) -> Any:
         """Return the lease endpoints' request serializers on their actions (what the
@@ -131,7 +102,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
     def get_lease_ttl(self, request: Request, default: float | None = None) -> float:
         """Return the ttl the client asks for (body ``ttl``: a number of seconds from 1
         to the longest lease), else ``default``, else the view's default."""
-        own, longest = self._lease_ttls()
+        own, longest = lease_ttls(self)
         value = request.data.get("ttl") if hasattr(request.data, "get") else None
         if value is None or value == "":
             return float(default or own)
@@ -356,32 +327,6 @@ class EditLeaseMixin(OccupiedWritesMixin):
                 refused = e
         assert refused is not None
         raise refused  # the holder kept changing: 423 with whoever holds it now
-
-
-def _ttls(view: Any) -> tuple[float, float]:
-    """Return the default and the longest lease of ``view`` (a view or its class, whose
-    ``lease_ttl`` and ``lease_ttl_max`` are durations or ``None``): its own, else the
-    settings'."""
-    conf = occupy_settings.REST_FRAMEWORK
-    default, longest = view.lease_ttl, view.lease_ttl_max
-    return (
-        float(conf["LEASE_TTL"] if default is None else default),
-        float(conf["LEASE_TTL_MAX"] if longest is None else longest),
-    )
-
-
-def _longer_default(view: Any) -> str | None:
-    """Return the sentence saying that ``view``'s default lease is longer than its
-    longest, or ``None``."""
-    default, longest = _ttls(view)
-    if default <= longest:
-        return None
-    name = view.__name__ if isinstance(view, type) else type(view).__name__
-    return (
-        f"{name}.lease_ttl ({default:g} s) is above the longest lease ({longest:g} s, "
-        "lease_ttl_max or LEASE_TTL_MAX): a lease asked for without a ttl would outlive "
-        "the longest one allowed."
-    )
 
 
 def _seconds(value: Any) -> float | None:

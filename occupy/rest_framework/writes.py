@@ -13,7 +13,7 @@ from django.db import transaction
 from rest_framework.request import Request
 
 import occupy
-from occupy import http
+from occupy import http, telemetry
 from occupy.checks import Rule, attribute_errors, checked_attribute, optional
 from occupy.conf import occupy_settings
 from occupy.exceptions import FencedOut, LeaseLost, Occupied
@@ -184,7 +184,8 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         key = self.get_lease_key(instance)
         token = self.get_lease_token(self.request)
         if token is None:
-            lease = self.take_write_lock(key)
+            with telemetry.write_lock():  # an event on the request's span, not spans
+                lease = self.take_write_lock(key)
             try:
                 yield lease
             finally:
