@@ -4,15 +4,18 @@ id and what it means: docs/reference/checks.md.
 
 Invariant: a check reports, in the same words, the problem that building the backend
 would raise (``InvalidBackendError``), or that reading the setting would raise
-(``ImproperlyConfigured``).
+(``ImproperlyConfigured``), or that a view or model admin of occupy's meets when it
+reads the attribute to lock (:class:`~occupy.Misconfigured`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import Warning as CheckWarning
 from django.core.exceptions import ImproperlyConfigured
 
 from occupy.backends import get_backend, load_backend_class
@@ -20,15 +23,32 @@ from occupy.backends.base import BaseBackend
 from occupy.backends.options import where
 from occupy.conf import occupy_settings
 from occupy.docs import docs_url
-from occupy.exceptions import InvalidBackendError, OccupyError
+from occupy.exceptions import InvalidBackendError, Misconfigured, OccupyError
 
 __all__ = [
+    "Rule",
+    "alias_problem",
+    "attribute_errors",
+    "backend_mismatch",
     "check_backends",
     "check_settings",
     "check_stores",
+    "checked_attribute",
     "composite_pk_unsupported",
+    "misconfigured",
+    "optional",
     "unconfigured_alias",
 ]
+
+logger = logging.getLogger("occupy.checks")
+
+#: The rule an attribute's value follows: called with the value and ``name=``, it
+#: returns the value (in seconds) or raises ``TypeError``/``ValueError`` naming it, as
+#: :func:`occupy.validation.check_ttl` does.
+Rule = Callable[..., Any]
+
+#: The problems :func:`misconfigured` has logged in this process (each is logged once).
+_logged: set[str] = set()
 
 SETTINGS_HINT = f"The OCCUPY setting is described at {docs_url('reference/settings')}."
 
@@ -116,25 +136,118 @@ def check_stores(
     return messages
 
 
-def unconfigured_alias(
-    owner: type[Any], attribute: str, alias: str, *, check_id: str
-) -> list[CheckMessage]:
-    """Return the error for ``owner`` (a model or a model admin class) whose
-    ``attribute`` names an occupy backend alias that ``OCCUPY['BACKENDS']`` does not
-    configure; nothing while the setting itself cannot be read (``occupy.E002`` reports
-    that, once, instead of every class that reads it failing ``check``)."""
+def _name(owner: Any) -> str:
+    """Return the name of ``owner``, a class or an instance of one."""
+    return owner.__name__ if isinstance(owner, type) else type(owner).__name__
+
+
+def alias_problem(owner: Any, attribute: str, alias: str) -> str | None:
+    """Return the sentence saying that ``owner`` (a model, view or model admin, or its
+    class) names with ``attribute`` an occupy backend alias that ``OCCUPY['BACKENDS']``
+    does not configure, or ``None``; ``None`` too while the setting itself cannot be
+    read (``occupy.E002`` reports that, once, instead of every class that reads it)."""
     backends, broken = _configured()
     if broken or alias in backends:
+        return None
+    return (
+        f"{_name(owner)}.{attribute} is {alias!r}, which OCCUPY['BACKENDS'] does not "
+        f"configure (configured: {sorted(backends)})."
+    )
+
+
+def unconfigured_alias(
+    owner: Any, attribute: str, alias: str, *, check_id: str
+) -> list[CheckMessage]:
+    """Return the error ``check_id`` for ``owner`` (a model or view class, or a model
+    admin) whose ``attribute`` names an occupy backend alias that
+    ``OCCUPY['BACKENDS']`` does not configure (see :func:`alias_problem`)."""
+    problem = alias_problem(owner, attribute, alias)
+    if problem is None:
         return []
     return [
         Error(
-            f"{owner.__name__}.{attribute} is {alias!r}, which OCCUPY['BACKENDS'] does not "
-            f"configure (configured: {sorted(backends)}).",
+            problem,
             hint=f"Set {attribute} to the alias of a configured backend.",
-            obj=owner,
+            obj=owner if isinstance(owner, type) else type(owner),
             id=check_id,
         )
     ]
+
+
+def backend_mismatch(
+    owner: Any, alias: str | None, model: type[Any] | None, model_alias: str
+) -> list[CheckMessage]:
+    """Return ``occupy.W303`` when ``owner`` (a view class or a model admin of
+    occupy's) names an ``occupy_backend``, ``alias``, other than ``model_alias``, the
+    one that locks ``model``'s objects everywhere else: one object's key held in two
+    stores, where a lock in one excludes nothing in the other. Nothing while the
+    setting itself cannot be read (``occupy.E002`` says that)."""
+    if alias is None or model is None or alias == model_alias or _configured()[1]:
+        return []
+    name, label = _name(owner), model._meta.label
+    return [
+        CheckWarning(
+            f"{name}.occupy_backend is {alias!r}, but {label}'s objects are locked in "
+            f"{model_alias!r} (the model's occupy_backend, else 'default': obj.occupy(), "
+            "claim(), occupy's other views and admins): the same key would be held in two "
+            "stores, and a lock in one excludes nothing in the other.",
+            hint=f"Remove occupy_backend from {name}, which then follows the model, or "
+            f"set occupy_backend = {alias!r} on {model.__name__} instead.",
+            obj=owner if isinstance(owner, type) else type(owner),
+            id="occupy.W303",
+        )
+    ]
+
+
+def optional(rule: Rule) -> Rule:
+    """Return ``rule`` that also accepts ``None`` (an attribute left to its setting)."""
+
+    def check(value: Any, *, name: str) -> Any:
+        return None if value is None else rule(value, name=name)
+
+    return check
+
+
+def _problem(owner: Any, attribute: str, rule: Rule) -> tuple[Any, str | None]:
+    try:
+        return rule(getattr(owner, attribute), name=f"{_name(owner)}.{attribute}"), None
+    except (TypeError, ValueError) as e:
+        return None, str(e)
+
+
+def attribute_errors(owner: Any, rules: Mapping[str, Rule]) -> list[CheckMessage]:
+    """Return ``occupy.E304`` for each attribute of ``owner`` (a view class or a model
+    admin of occupy's) whose value its rule in ``rules`` refuses."""
+    return [
+        Error(
+            problem,
+            hint=f"Set {attribute} to a number of seconds in range, or leave it out for "
+            "the default.",
+            obj=owner if isinstance(owner, type) else type(owner),
+            id="occupy.E304",
+        )
+        for attribute, rule in rules.items()
+        if (problem := _problem(owner, attribute, rule)[1]) is not None
+    ]
+
+
+def checked_attribute(owner: Any, attribute: str, rule: Rule) -> Any:
+    """Return ``owner``'s ``attribute`` as ``rule`` reads it; raise
+    :class:`~occupy.Misconfigured` with the words of :func:`attribute_errors`."""
+    value, problem = _problem(owner, attribute, rule)
+    if problem is not None:
+        raise misconfigured(problem)
+    return value
+
+
+def misconfigured(problem: str) -> Misconfigured:
+    """Return the :class:`~occupy.Misconfigured` error saying ``problem``, logged once
+    per process: a request answers it as the store being unavailable, so the log (and
+    ``manage.py check``) is where an operator reads why."""
+    if problem not in _logged:
+        _logged.add(problem)
+        logger.error("%s Run manage.py check for every such problem.", problem)
+    return Misconfigured(problem)
 
 
 def composite_pk_unsupported(model: type[Any], user: type[Any], by: str) -> list[CheckMessage]:

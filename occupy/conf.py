@@ -26,7 +26,7 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from occupy.exceptions import InvalidBackendError
-from occupy.validation import check_timeout, check_ttl
+from occupy.validation import check_timeout, check_ttl, check_write_wait
 
 __all__ = ["DEFAULTS", "occupy_settings"]
 
@@ -164,19 +164,9 @@ class OccupySettings:
             merged["PRECONDITION_REQUIRED"] = tuple(m.upper() for m in methods)
             for name in ("LEASE_TTL", "LEASE_TTL_MAX"):
                 _seconds(check_ttl, f"OCCUPY['REST_FRAMEWORK'][{name!r}]", merged[name])
-            wait = merged["WRITE_WAIT"]
-            seconds = (
-                None
-                if wait is None
-                else _seconds(check_timeout, "OCCUPY['REST_FRAMEWORK']['WRITE_WAIT']", wait)
+            merged["WRITE_WAIT"] = _seconds(
+                check_write_wait, "OCCUPY['REST_FRAMEWORK']['WRITE_WAIT']", merged["WRITE_WAIT"]
             )
-            if seconds is None or seconds > 60:
-                raise ImproperlyConfigured(
-                    "settings.OCCUPY['REST_FRAMEWORK']['WRITE_WAIT'] is how long a write waits "
-                    "for another write in flight: a few seconds at most, not "
-                    f"{wait!r} (a request would hang for that long)."
-                )
-            merged["WRITE_WAIT"] = seconds
             cap = merged["LEASE_WAIT_MAX"]
             if (
                 isinstance(cap, bool)

@@ -22,6 +22,7 @@ __all__ = [
     "LeaseLost",
     "LockTimeout",
     "MalformedPrecondition",
+    "Misconfigured",
     "Occupied",
     "OccupyError",
     "StoreNotMigrated",
@@ -131,6 +132,18 @@ class StoreNotMigrated(StoreUnavailable):
     """The backend's store lacks what occupy's migration creates (the database backend's
     claims table): ``migrate`` has not run on it, or the table was dropped. The message
     says what to run."""
+
+
+class Misconfigured(StoreUnavailable, ImproperlyConfigured):
+    """A view or model admin of occupy's cannot lock as configured: its
+    ``occupy_backend`` (or its model's) names no alias of ``OCCUPY["BACKENDS"]``, or a
+    ttl, wait or interval it reads is not one. ``manage.py check`` reports the same
+    problem in the same words.
+
+    A :class:`StoreUnavailable`, so that a request meets it as it meets a store that
+    cannot be used (HTTP 503, the admin's read-only page), never as a server error;
+    the message names the class, the attribute and the value.
+    """
 
 
 class ConflictError(OccupyError):

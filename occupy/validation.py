@@ -13,7 +13,10 @@ Durations follow one rule, whatever they time (a ``ttl``, ``extend``'s ttl, a
 - a wait (``timeout``) is 0 or more; ``None``, infinity and anything longer than
   :data:`MAX_TTL` mean *wait forever*. So no finite number reaches a socket, a thread
   or a statement timeout that could overflow: a wait of ten years and more is
-  forever, and is bounded by nothing, as ``None`` is.
+  forever, and is bounded by nothing, as ``None`` is;
+- a request's wait for another write in flight (``WRITE_WAIT``, a view's
+  ``write_wait``) is a wait of at most :data:`MAX_WRITE_WAIT`: a request hangs that
+  long at most.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ __all__ = [
     "MAX_FENCE",
     "MAX_KEY_LENGTH",
     "MAX_TTL",
+    "MAX_WRITE_WAIT",
     "MIN_TTL",
     "check_fence",
     "check_key",
@@ -33,6 +37,7 @@ __all__ = [
     "check_timeout",
     "check_token",
     "check_ttl",
+    "check_write_wait",
     "duration_problem",
 ]
 
@@ -43,6 +48,9 @@ MAX_TTL = 10 * 365 * 24 * 3600
 #: Shortest lease or interval, in seconds: one millisecond, the coarsest resolution of
 #: any store (Redis keeps expiries in whole milliseconds).
 MIN_TTL = 0.001
+
+#: Longest a request waits for another write in flight, in seconds.
+MAX_WRITE_WAIT = 60
 
 #: Largest fence a store keeps (a signed 64-bit column).
 MAX_FENCE = 2**63 - 1
@@ -145,6 +153,18 @@ def check_timeout(timeout: Any, *, name: str = "timeout") -> float | None:
     if seconds < 0:
         raise ValueError(f"{name} must be 0 or more (or None to wait forever), not {timeout!r}.")
     return None  # longer than ten years: forever, as the module docstring says
+
+
+def check_write_wait(wait: Any, *, name: str = "write_wait") -> float:
+    """Return ``wait`` as seconds if it is a wait of 0 to :data:`MAX_WRITE_WAIT`
+    seconds, else raise naming ``name``."""
+    seconds = None if wait is None else check_timeout(wait, name=name)
+    if seconds is None or seconds > MAX_WRITE_WAIT:
+        raise ValueError(
+            f"{name} is how long a write waits for another write in flight: a few "
+            f"seconds at most, not {wait!r} (a request would hang for that long)."
+        )
+    return seconds
 
 
 def duration_problem(value: Any) -> str | None:

@@ -117,6 +117,16 @@ def alias(request: pytest.FixtureRequest, live_db: None) -> str:
     return request.param
 
 
+@pytest.fixture(params=backend_params([a for a in CONTRACT_BACKENDS if a != "default"]))
+def model_store(request: pytest.FixtureRequest, live_db: None) -> str:
+    """A backend alias other than ``default``, for a model's ``occupy_backend``; the test
+    runs once per backend (``etcd`` starts its cluster)."""
+    if request.param == "etcd":
+        request.getfixturevalue("etcd_cluster")
+        cleanup.wipe_etcd()
+    return request.param
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter: Any) -> Iterator[None]:
     """Name each server whose tests skipped, why, and how many, one line each, under the

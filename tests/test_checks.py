@@ -22,7 +22,17 @@ def ids(messages) -> list[str]:
 
 
 def test_the_test_settings_pass_every_check(live_db: None) -> None:
-    assert [m for m in run_checks(databases=["default"]) if m.id.startswith("occupy")] == []
+    """Every check passes, but for the W303 of each document API that races writers
+    on one server's store (``DOCUMENT_BACKENDS``): it locks Document's keys outside
+    the model's store on purpose, and the check says so."""
+    from tests.testapp.api import DOCUMENT_BACKENDS
+
+    messages = [m for m in run_checks(databases=["default"]) if m.id.startswith("occupy")]
+    racing = [m for m in messages if m.id == "occupy.W303"]
+    assert [m for m in messages if m not in racing] == []
+    assert sorted(m.obj.__name__ for m in racing) == sorted(
+        f"DocumentViewSet_{alias.replace('-', '_')}" for alias in DOCUMENT_BACKENDS
+    )
 
 
 @override_settings(OCCUPY={"BACKENDS": {"default": {"BACKEND": "occupy.backends.nope.Gone"}}})

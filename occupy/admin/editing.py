@@ -22,15 +22,18 @@ import re
 import secrets
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from django.contrib import admin
+from django.core import checks
 from django.http import HttpRequest
 
 import occupy
+from occupy.admin.stores import AdminBackendMixin
+from occupy.checks import Rule, attribute_errors, checked_attribute
 from occupy.exceptions import LeaseLost, Occupied, StoreUnavailable, TakeoverRefused
 from occupy.leases import Holder, Lease
 from occupy.owners import admin_owner, owner_display, owner_user_pk, parse_owner
+from occupy.validation import check_ttl
 
 __all__ = [
     "STORE_UNAVAILABLE",
@@ -40,11 +43,6 @@ __all__ = [
     "EditState",
     "TakeoverDenied",
 ]
-
-if TYPE_CHECKING:
-    _ModelAdmin = admin.ModelAdmin[Any]
-else:
-    _ModelAdmin = object
 
 #: A tab id as the page carries it.
 TAB = re.compile(r"^[0-9a-f]{16}$")
@@ -117,19 +115,39 @@ def new_tab() -> str:
     return secrets.token_hex(8)
 
 
-class EditLeaseBase(_ModelAdmin):
+#: The edit lease's durations, each with the rule its value follows (``manage.py
+#: check`` reports a value it refuses as ``occupy.E304``; a page meeting one is the
+#: store being unavailable, never a server error).
+DURATIONS: dict[str, Rule] = {
+    "edit_lease_ttl": check_ttl,
+    "edit_lease_poll": check_ttl,
+    "edit_lease_check": check_ttl,
+}
+
+
+class EditLeaseBase(AdminBackendMixin):
     """The hooks and lease handling of :class:`~occupy.admin.EditLeaseAdminMixin`."""
 
     #: Lease length in seconds; the page renews it every third of it. Chrome wakes the
     #: timers of a tab hidden for 5 minutes only once a minute, so keep it >= 120 s.
     edit_lease_ttl: float = 120
-    #: The occupy backend alias the leases live in (the name every occupy mixin uses).
-    occupy_backend: str = "default"
     #: How often, in seconds, a read-only page asks whether the lease is free.
     edit_lease_poll: float = 2
     #: How often, in seconds, an editing page asks whether it still holds the lease (a
     #: read, no write): a takeover or a force release shows within this time.
     edit_lease_check: float = 3
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """Add ``occupy.E304`` for each of ``edit_lease_ttl``, ``edit_lease_poll`` and
+        ``edit_lease_check`` that is not a number of seconds in range."""
+        return [*super().check(**kwargs), *attribute_errors(self, DURATIONS)]
+
+    def _duration(self, attribute: str) -> float:
+        """Return the edit lease's ``attribute`` in seconds; raise
+        :class:`~occupy.Misconfigured` (met as the store being unavailable) when it is
+        not one."""
+        seconds: float = checked_attribute(self, attribute, DURATIONS[attribute])
+        return seconds
 
     # --- hooks ---------------------------------------------------------------------
     def get_occupy_key(self, obj: Any) -> str:
@@ -173,7 +191,7 @@ class EditLeaseBase(_ModelAdmin):
         return admin_owner(request.user.pk, tab)
 
     def _holder(self, key: str) -> Holder | None:
-        return occupy.holder(key, backend=self.occupy_backend)
+        return occupy.holder(key, backend=self.get_occupy_backend())
 
     def _is_users(self, request: HttpRequest, holder: Holder | None) -> bool:
         """Return whether ``holder`` is one of the requesting user's tabs."""
@@ -217,7 +235,8 @@ class EditLeaseBase(_ModelAdmin):
         decided on the holder the store replaces (``if_fence``). Raise
         :class:`~occupy.Occupied` when a holder is not allowed (or the key keeps
         changing hands); note the holders replaced in ``replaced``."""
-        alias = self.occupy_backend
+        alias = self.get_occupy_backend()
+        ttl = self._duration("edit_lease_ttl")
         for _attempt in range(TAKEOVER_ATTEMPTS):
             current = self._holder(key)
             if current is None:
@@ -225,7 +244,7 @@ class EditLeaseBase(_ModelAdmin):
                     return occupy.acquire(
                         key,
                         owner=owner,
-                        ttl=self.edit_lease_ttl,
+                        ttl=ttl,
                         timeout=0,
                         reentrant=False,
                         backend=alias,
@@ -238,7 +257,7 @@ class EditLeaseBase(_ModelAdmin):
                 lease = occupy.takeover(
                     key,
                     owner=owner,
-                    ttl=self.edit_lease_ttl,
+                    ttl=ttl,
                     reentrant=False,
                     if_fence=current.fence,
                     backend=alias,
@@ -288,7 +307,8 @@ class EditLeaseBase(_ModelAdmin):
         keys = state.keys
         if len(tokens) != len(keys):
             raise LeaseLost("The form carries no edit lease for these objects.", key=keys[0])
-        alias = self.occupy_backend
+        alias = self.get_occupy_backend()
+        ttl = self._duration("edit_lease_ttl")
         try:
             # A store that holds the token extends it at least 1 s: no renewal of a
             # lease that turns out to be someone else's.
@@ -301,10 +321,7 @@ class EditLeaseBase(_ModelAdmin):
         for lease in found:
             if lease.owner != state.owner:
                 raise LeaseLost("This edit lease is not this tab's.", key=lease.key)
-        return [
-            occupy.resume(lease.key, lease.token, ttl=self.edit_lease_ttl, backend=alias)
-            for lease in found
-        ]
+        return [occupy.resume(lease.key, lease.token, ttl=ttl, backend=alias) for lease in found]
 
     def _release_all(self, leases: list[Lease]) -> None:
         for lease in leases:

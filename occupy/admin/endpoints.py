@@ -144,7 +144,7 @@ class LeaseEndpointsMixin(EditLeaseBase):
             {
                 "tokens": [lease.token for lease in leases],
                 "until": leases[0].expires_at.isoformat(),
-                "ttl": self.edit_lease_ttl,
+                "ttl": self._duration("edit_lease_ttl"),
             }
         )
 
@@ -165,7 +165,7 @@ class LeaseEndpointsMixin(EditLeaseBase):
         try:
             for key, token in zip(keys, tokens, strict=False):
                 try:
-                    lease = occupy.resume(key, token, ttl=1, backend=self.occupy_backend)
+                    lease = occupy.resume(key, token, ttl=1, backend=self.get_occupy_backend())
                 except (LeaseLost, TypeError, ValueError):
                     continue
                 if lease.owner == owner:

@@ -41,7 +41,7 @@ from occupy.admin.editing import (
 from occupy.admin.endpoints import LeaseEndpointsMixin
 from occupy.admin.fields import LEASE_FIELD, TAB_FIELD
 from occupy.admin.saving import confirm_leases, once_more_if_stale
-from occupy.exceptions import FencedOut, LeaseLost, Occupied, StoreUnavailable
+from occupy.exceptions import FencedOut, LeaseLost, Misconfigured, Occupied, StoreUnavailable
 from occupy.leases import Holder, Lease
 from occupy.owners import owner_display
 from occupy.versions import get_version
@@ -56,10 +56,14 @@ class WriteRefused(Exception):
 class EditLeaseAdminMixin(LeaseEndpointsMixin):
     """Give a ``ModelAdmin``'s change form an edit lease per browser tab.
 
-    Attributes: ``occupy_backend`` (the occupy backend alias of the leases),
+    Attributes: ``occupy_backend`` (the occupy backend alias of the leases; by default
+    the model's ``occupy_backend``, the store ``obj.occupy()`` locks the object in),
     ``edit_lease_ttl`` (seconds; renewed every third of it), ``edit_lease_poll`` (how
     often a read-only page asks whether it may edit) and ``edit_lease_check`` (how
-    often an editing page asks whether it still holds the lease).
+    often an editing page asks whether it still holds the lease). ``manage.py check``
+    reports a value that cannot be used (``occupy.E102``, ``occupy.E304``), and an
+    ``occupy_backend`` other than the model's (``occupy.W303``); a page that meets one
+    says the store is unavailable, read-only, never a server error.
 
     Hooks: :meth:`get_occupy_keys` (lock related objects too: all or nothing, in
     sorted order, like :class:`~occupy.lock_many`), :meth:`has_takeover_permission`.
@@ -342,9 +346,9 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             "tab": state.tab,
             "tokens": state.tokens,
             "until": state.leases[0].expires_at if state.leases else None,
-            "ttl": f"{self.edit_lease_ttl:g}",
-            "poll": f"{self.edit_lease_poll:g}",
-            "check": f"{self.edit_lease_check:g}",
+            "ttl": self._seconds_text("edit_lease_ttl"),
+            "poll": self._seconds_text("edit_lease_poll"),
+            "check": self._seconds_text("edit_lease_check"),
             "holder": None if holder is None else owner_display(holder.owner),
             "since": None if holder is None else holder.since,
             "holder_until": None if holder is None else holder.expires_at,
@@ -358,6 +362,15 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
                 for name in ("renew", "release", "status", "takeover")
             },
         }
+
+    def _seconds_text(self, attribute: str) -> str:
+        """Return a duration as the page's script reads it; empty when it is
+        misconfigured (the page then says the store is unavailable, and the script
+        keeps its own default)."""
+        try:
+            return f"{self._duration(attribute):g}"
+        except Misconfigured:
+            return ""
 
     # --- the save ------------------------------------------------------------------------
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
@@ -379,7 +392,7 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
         super().save_related(request, form, formsets, change)
         state = getattr(request, STATE, None)
         if change and state is not None:
-            confirm_leases(self.occupy_backend, form.instance, state.leases)
+            confirm_leases(self.get_occupy_backend(), form.instance, state.leases)
 
 
 def _with_func(action: Any, wrap: Any) -> Any:

@@ -5,7 +5,7 @@ row on the page."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth import get_user_model
@@ -19,20 +19,17 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 import occupy
+from occupy.admin.stores import AdminBackendMixin
 from occupy.backends import get_backend
-from occupy.checks import unconfigured_alias
-from occupy.exceptions import StoreUnavailable
+from occupy.checks import alias_problem
+from occupy.exceptions import Misconfigured, StoreUnavailable
 from occupy.models import object_key
 from occupy.models.keys import pk_text_expression
 from occupy.models.pool import live_claims, occupation_filter, occupation_rows
+from occupy.models.stores import model_backend
 from occupy.owners import owner_user_pk
 
 __all__ = ["OccupiedListFilter", "OccupyStatusAdminMixin"]
-
-if TYPE_CHECKING:
-    _ModelAdmin = admin.ModelAdmin[Any]
-else:
-    _ModelAdmin = object
 
 _ADMIN_PREFIX = "admin:user:"
 
@@ -163,44 +160,45 @@ class OccupiedListFilter(admin.SimpleListFilter):
         return queryset
 
 
-class OccupyStatusAdminMixin(_ModelAdmin):
+class OccupyStatusAdminMixin(AdminBackendMixin):
     """Add a changelist column "being edited by … until …" and a list filter.
 
     Put ``"occupy_status"`` in ``list_display`` yourself to place it; otherwise it is
-    appended. The claims are those of ``occupy_backend`` (the alias every occupy mixin
-    of the admin uses, so the edit leases' too). On a database backend in the model's
-    database, the column and the "being edited" filter come from the changelist's own
-    query; on any other backend the column asks the store for the holder of each row
-    on the page, and the filter is not offered (the check ``occupy.W102`` says so).
+    appended. The claims are those of ``occupy_backend``: by default the model's
+    (the store ``obj.occupy()`` locks it in), the alias every occupy mixin of the admin
+    uses, so the edit leases' too. On a database backend in the model's database, the
+    column and the "being edited" filter come from the changelist's own query; on any
+    other backend the column asks the store for the holder of each row on the page, and
+    the filter is not offered (the check ``occupy.W102`` says so).
     """
 
-    #: The occupy backend alias whose claims are shown.
-    occupy_backend: str = "default"
-
     def _status_backend(self) -> str:
-        return self.occupy_backend
+        return self.get_occupy_backend()
 
     def _status_in_query(self) -> bool:
         """Return whether the backend's claims can be read in the changelist's query:
-        they are rows of the database the model is read from."""
-        rows = get_backend(self._status_backend()).occupation_rows()
+        they are rows of the database the model is read from (not when the alias is
+        misconfigured: the column then says the store is unavailable)."""
+        try:
+            alias = self._status_backend()
+        except Misconfigured:
+            return False
+        rows = get_backend(alias).occupation_rows()
         return rows is not None and rows.database == router.db_for_read(self.model)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """Add ``occupy.E102``: ``occupy_backend`` is not configured, and
-        ``occupy.W102``: the backend keeps its claims outside the database, so
-        the column asks the store row by row and the filter is not offered. A
-        configured backend that cannot be built is left to occupy's own checks
-        (``occupy.E001``-``E006``), which name the setting to fix."""
+        """Add ``occupy.W102``: the backend keeps its claims outside the database, so
+        the column asks the store row by row and the filter is not offered. An alias
+        that is not configured is ``occupy.E102``
+        (:class:`~occupy.admin.stores.AdminBackendMixin`); a configured backend that
+        cannot be built is left to occupy's own checks (``occupy.E001``-``E006``),
+        which name the setting to fix."""
         from occupy.exceptions import OccupyError
 
         errors = super().check(**kwargs)
-        alias = self._status_backend()
-        unconfigured = unconfigured_alias(
-            type(self), "occupy_backend", alias, check_id="occupy.E102"
-        )
-        if unconfigured:
-            return [*errors, *unconfigured]
+        alias = model_backend(self.model, self.occupy_backend)
+        if alias_problem(self, "occupy_backend", alias) is not None:
+            return errors  # E102 (the admin's alias) or E203 (the model's) says it
         try:
             if self._status_in_query():
                 return errors

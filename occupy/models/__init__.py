@@ -8,6 +8,9 @@
   ``occupied()``, ``free()`` and ``claim()``;
 - :class:`RowLockManager`: ``locked()`` alone, for any model.
 
+Whatever locks an object (``occupy()``, ``claim()``, occupy's admin and DRF views)
+uses the store :func:`model_backend` names: the model's ``occupy_backend``.
+
 Each manager is a queryset mixin plus thin concrete classes, to mix into your own
 querysets: see :mod:`occupy.models.querysets`.
 """
@@ -31,6 +34,7 @@ from occupy.models.querysets import (
     VersionedQuerySet,
     VersionedQuerySetMixin,
 )
+from occupy.models.stores import model_backend
 from occupy.models.versioned import VersionedMixin
 
 __all__ = [
@@ -51,5 +55,6 @@ __all__ = [
     "VersionedMixin",
     "VersionedQuerySet",
     "VersionedQuerySetMixin",
+    "model_backend",
     "object_key",
 ]

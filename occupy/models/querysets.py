@@ -26,6 +26,7 @@ from occupy.exceptions import VersionConflict
 from occupy.models.keys import lock_model
 from occupy.models.pool import Pool, occupation_filter, occupation_rows
 from occupy.models.rowlocks import locked_rows
+from occupy.models.stores import model_backend
 
 __all__ = [
     "ModelT",
@@ -144,12 +145,12 @@ class OccupiableQuerySetMixin(_QuerySet[ModelT]):
     def occupied(self, *, backend: str | None = None) -> Self:
         """Return the rows whose lock key is held now on the occupy backend ``backend``
         (expired claims count as free)."""
-        return self.filter(occupation_filter(self, _backend_of(self.model, backend)))
+        return self.filter(occupation_filter(self, model_backend(self.model, backend)))
 
     def free(self, *, backend: str | None = None) -> Self:
         """Return the rows whose lock key nobody holds now (the complement of
         :meth:`occupied`)."""
-        return self.exclude(occupation_filter(self, _backend_of(self.model, backend)))
+        return self.exclude(occupation_filter(self, model_backend(self.model, backend)))
 
     def claim(
         self,
@@ -172,7 +173,7 @@ class OccupiableQuerySetMixin(_QuerySet[ModelT]):
         claimers skip the rows others are claiming (``SKIP LOCKED``) instead of
         queueing behind them. Needs the database backend.
         """
-        alias = _backend_of(self.model, backend)
+        alias = model_backend(self.model, backend)
         rows = occupation_rows(alias, "claim()")
         pool = Pool(self, alias, rows, owner=owner, ttl=ttl, order_by=order_by)
         if owner is None:
@@ -233,12 +234,6 @@ class OccupyManager(_OccupyManagerBase[ModelT]):
     """The manager every occupy model mixin installs as ``objects``: every occupy
     queryset method (``locked()``, ``update_versioned()``, ``occupied()``, ``free()``,
     ``claim()``), each also on the querysets it returns."""
-
-
-def _backend_of(model: type[models.Model], backend: str | None) -> str:
-    if backend is not None:
-        return backend
-    return str(getattr(model, "occupy_backend", "default"))
 
 
 def _claim_key(model: type[models.Model], owner: str) -> str:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import suppress
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar
 
+from django.core.checks import CheckMessage
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
@@ -22,6 +23,7 @@ from rest_framework.response import Response
 
 import occupy
 from occupy import http
+from occupy.checks import Rule
 from occupy.conf import occupy_settings
 from occupy.exceptions import LeaseLost, Occupied, TakeoverRefused
 from occupy.history import log_entry
@@ -29,6 +31,7 @@ from occupy.http import Problem, requester_pk
 from occupy.leases import Holder, Lease
 from occupy.owners import parse_owner, same_user
 from occupy.rest_framework.exceptions import from_problem
+from occupy.rest_framework.lease_ttls import LEASE_DURATIONS, lease_ttl_errors, lease_ttls
 from occupy.rest_framework.requests import lease_request_body, seconds
 from occupy.rest_framework.serializers import (
     LeaseReleaseSerializer,
@@ -85,6 +88,17 @@ class EditLeaseMixin(OccupiedWritesMixin):
     #: The ``Preference-Applied`` value of the answer being made, if any.
     occupy_preference_applied: str | None = None
 
+    #: The durations a view reads: the writes' and the leases' (``occupy.E304``).
+    occupy_durations: ClassVar[dict[str, Rule]] = {
+        **OccupiedWritesMixin.occupy_durations,
+        **LEASE_DURATIONS,
+    }
+
+    @classmethod
+    def occupy_checks(cls) -> list[CheckMessage]:
+        """Add ``occupy.E304`` for a default lease longer than the longest one."""
+        return lease_ttl_errors(cls, super().occupy_checks())
+
     def get_serializer_class(self) -> Any:
         """Return the lease endpoints' request serializers on their actions (what the
         browsable API and the schema show), else the view's own."""
@@ -98,11 +112,10 @@ class EditLeaseMixin(OccupiedWritesMixin):
     def get_lease_ttl(self, request: Request, default: float | None = None) -> float:
         """Return the ttl the client asks for (body ``ttl``: a number of seconds from 1
         to the longest lease), else ``default``, else the view's default."""
-        conf = occupy_settings.REST_FRAMEWORK
-        longest = float(self.lease_ttl_max or conf["LEASE_TTL_MAX"])
+        own, longest = lease_ttls(self)
         value = lease_request_body(request).get("ttl")
         if value is None or value == "":
-            return float(default or self.lease_ttl or conf["LEASE_TTL"])
+            return float(default or own)
         ttl = seconds(value)
         if ttl is None or not 1 <= ttl <= longest:
             raise from_problem(
@@ -226,7 +239,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
             timeout=wait or 0,
             token=token,
             reentrant=False,
-            backend=self.occupy_backend,
+            backend=self.get_occupy_backend(),
         )
         created = lease.token != token
         return Response(
@@ -241,7 +254,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         if not self.has_holder_permission(request, instance):
             raise PermissionDenied("Seeing who edits this object needs the permission to view it.")
         key = self.get_lease_key(instance)
-        return Response(self._holder_body(occupy.holder(key, backend=self.occupy_backend)))
+        return Response(self._holder_body(occupy.holder(key, backend=self.get_occupy_backend())))
 
     @lease.mapping.patch
     def renew_lease(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -251,7 +264,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         token = self._required_token(request)
         lease = self.own_lease(key, token)
         ttl = self.get_lease_ttl(request, default=parse_owner(lease.owner).ttl)
-        lease = occupy.resume(key, token, ttl=ttl, backend=self.occupy_backend)
+        lease = occupy.resume(key, token, ttl=ttl, backend=self.get_occupy_backend())
         body = self._lease_body(lease, token=False)
         # A renew never shortens a lease (the store keeps the later expiry): answer
         # what the lease now has left, not a ttl asked for and not applied.
@@ -272,7 +285,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         try:
             lease = self.own_lease(key, token)
         except LeaseLost:
-            if occupy.holder(key, backend=self.occupy_backend) is not None:
+            if occupy.holder(key, backend=self.get_occupy_backend()) is not None:
                 raise
             return Response(status=status.HTTP_204_NO_CONTENT)
         with suppress(LeaseLost):  # it expired in between: nothing is held, as asked
@@ -317,7 +330,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         says the holder changed meanwhile."""
         refused: Occupied | None = None
         for _ in range(TAKEOVER_TRIES):
-            holder = occupy.holder(key, backend=self.occupy_backend)
+            holder = occupy.holder(key, backend=self.get_occupy_backend())
             if holder is None:
                 try:  # free: take it only if still free
                     return occupy.acquire(
@@ -326,7 +339,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                         ttl=ttl,
                         timeout=0,
                         reentrant=False,
-                        backend=self.occupy_backend,
+                        backend=self.get_occupy_backend(),
                     ), None
                 except Occupied as e:
                     refused = e
@@ -339,7 +352,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                         ttl=ttl,
                         timeout=self.get_write_wait(),
                         reentrant=False,
-                        backend=self.occupy_backend,
+                        backend=self.get_occupy_backend(),
                     ), None
                 except Occupied as e:
                     refused = e
@@ -355,7 +368,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                     ttl=ttl,
                     reentrant=False,
                     if_fence=holder.fence,
-                    backend=self.occupy_backend,
+                    backend=self.get_occupy_backend(),
                 ), holder
             except TakeoverRefused as e:
                 refused = e

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from django.core.checks import CheckMessage
 from django.db import router, transaction
 from rest_framework.request import Request
 
 import occupy
 from occupy import http, telemetry
 from occupy.api import holds_for_transaction
+from occupy.checks import Rule, attribute_errors, checked_attribute, optional
 from occupy.conf import occupy_settings
 from occupy.exceptions import FencedOut, LeaseLost, Occupied
 from occupy.http import Problem, requester_pk
@@ -21,7 +23,7 @@ from occupy.leases import Lease, TransactionHold
 from occupy.owners import lease_owner, parse_owner, same_user, write_owner
 from occupy.rest_framework.errors import OccupyErrorsMixin
 from occupy.rest_framework.exceptions import from_problem
-from occupy.validation import check_token
+from occupy.validation import check_token, check_ttl, check_write_wait
 
 __all__ = ["OccupiedWritesMixin"]
 
@@ -55,17 +57,53 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
     Deleting an object under its edit lease releases the lease.
     """
 
-    #: The occupy backend alias the leases live in.
-    occupy_backend = "default"
+    #: The occupy backend alias of the leases and write locks; ``None`` (the default):
+    #: the model's ``occupy_backend``, the store ``obj.occupy()`` locks the object in.
+    occupy_backend: str | None = None
     #: How long a write without a lease may hold the key, in seconds.
-    write_ttl = 30
+    write_ttl: float = 30
     #: How long a write waits for another write in flight (default: the setting).
     write_wait: float | None = None
 
+    #: The durations a view reads, each with the rule its value follows
+    #: (:meth:`occupy_checks` reports a value it refuses as ``occupy.E304``).
+    occupy_durations: ClassVar[dict[str, Rule]] = {
+        "write_ttl": check_ttl,
+        "write_wait": optional(check_write_wait),
+    }
+
+    @classmethod
+    def occupy_checks(cls) -> list[CheckMessage]:
+        """Return the system check messages of the view's occupy attributes (run for
+        the views of the URLconf): ``occupy.E302``, its ``occupy_backend`` is not
+        configured; ``occupy.W303``, it names another alias than the model's;
+        ``occupy.E304``, a duration it reads is not one."""
+        from occupy.models.stores import backend_checks
+
+        model = getattr(getattr(cls, "queryset", None), "model", None)
+        return [
+            *backend_checks(cls, model, check_id="occupy.E302"),
+            *attribute_errors(cls, cls.occupy_durations),
+        ]
+
+    def get_occupy_backend(self) -> str:
+        """Return the occupy backend alias that locks the view's objects: its own
+        ``occupy_backend``, else the model's; :class:`~occupy.Misconfigured` (a 503)
+        when it is not configured."""
+        from occupy.models.stores import configured_backend
+
+        return configured_backend(self, self.get_queryset().model)
+
+    def get_write_ttl(self) -> float:
+        """Return how long a write without a lease may hold the key, in seconds."""
+        seconds: float = checked_attribute(self, "write_ttl", self.occupy_durations["write_ttl"])
+        return seconds
+
     def get_write_wait(self) -> float:
         """Return how long a write waits for another request's write, in seconds."""
-        if self.write_wait is not None:
-            return float(self.write_wait)
+        wait = checked_attribute(self, "write_wait", self.occupy_durations["write_wait"])
+        if wait is not None:
+            return float(wait)
         return float(occupy_settings.REST_FRAMEWORK["WRITE_WAIT"])
 
     def get_lease_key(self, instance: Any) -> str:
@@ -101,7 +139,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         409 ``lease_lost`` if the token is another user's (that lease is left as it is);
         :class:`~occupy.LeaseLost` if it holds nothing."""
         # ttl=1 keeps the lease at least one second: never shortened, hardly extended.
-        lease = occupy.resume(key, token, ttl=1, backend=self.occupy_backend)
+        lease = occupy.resume(key, token, ttl=1, backend=self.get_occupy_backend())
         if not same_user(lease.owner, requester_pk(self.request)):
             raise from_problem(http.lease_not_yours())
         return lease
@@ -111,14 +149,16 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         flight (up to :meth:`get_write_wait`), else raise
         :class:`~occupy.Occupied` (an edit lease, or a write held past the wait)."""
         owner = self.get_write_owner(self.request)
+        alias = self.get_occupy_backend()
+        ttl = self.get_write_ttl()
         try:
             return occupy.acquire(
                 key,
                 owner=owner,
-                ttl=self.write_ttl,
+                ttl=ttl,
                 timeout=0,
                 reentrant=False,
-                backend=self.occupy_backend,
+                backend=alias,
             )
         except Occupied as e:
             wait = self.get_write_wait()
@@ -127,17 +167,17 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         return occupy.acquire(
             key,
             owner=owner,
-            ttl=self.write_ttl,
+            ttl=ttl,
             timeout=wait,
             reentrant=False,
-            backend=self.occupy_backend,
+            backend=alias,
         )
 
     def write_database(self, instance: Any) -> str | None:
         """Return the database alias a write of ``instance`` goes to when the write
         lock can be held by the write's own transaction there, else ``None``."""
         database = router.db_for_write(type(instance), instance=instance)
-        return database if holds_for_transaction(self.occupy_backend, database) else None
+        return database if holds_for_transaction(self.get_occupy_backend(), database) else None
 
     def hold_write_lock(self, key: str) -> TransactionHold:
         """Hold ``key`` for the open transaction of the write, as :meth:`take_write_lock`
@@ -145,7 +185,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         :meth:`get_write_wait`), an edit lease raises :class:`~occupy.Occupied` at once."""
         try:
             with occupy.lock(
-                key, scope="transaction", timeout=0, backend=self.occupy_backend
+                key, scope="transaction", timeout=0, backend=self.get_occupy_backend()
             ) as held:
                 return held
         except Occupied as e:
@@ -153,7 +193,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
             if (e.holder is not None and not parse_owner(e.holder.owner).write) or not wait:
                 raise  # somebody is editing: no use waiting for a lease of minutes
         with occupy.lock(
-            key, scope="transaction", timeout=wait, backend=self.occupy_backend
+            key, scope="transaction", timeout=wait, backend=self.get_occupy_backend()
         ) as held:
             return held
 
@@ -189,7 +229,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         try:
             lease = self.own_lease(key, token)
             lease = occupy.resume(
-                key, token, ttl=self._lease_length(lease), backend=self.occupy_backend
+                key, token, ttl=self._lease_length(lease), backend=self.get_occupy_backend()
             )
         except LeaseLost as e:  # taken over or expired: this write is fenced out
             raise FencedOut(
@@ -204,7 +244,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         database = router.db_for_write(type(instance), instance=instance)
         with transaction.atomic(using=database):
             yield lease
-            if holds_for_transaction(self.occupy_backend, database):
+            if holds_for_transaction(self.get_occupy_backend(), database):
                 # The transaction holds the key while the lease is the key's live one,
                 # up to its commit: no takeover is granted in between.
                 with occupy.lock(
@@ -212,7 +252,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
                     scope="transaction",
                     lease=lease,
                     timeout=self.get_write_wait(),
-                    backend=self.occupy_backend,
+                    backend=self.get_occupy_backend(),
                 ):
                     pass
             else:
