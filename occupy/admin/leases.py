@@ -40,17 +40,13 @@ from occupy.admin.editing import (
 )
 from occupy.admin.endpoints import LeaseEndpointsMixin
 from occupy.admin.fields import LEASE_FIELD, TAB_FIELD
-from occupy.admin.saving import confirm_leases, once_more_if_stale
+from occupy.admin.saving import WriteRefused, confirm_leases, once_more_if_stale
 from occupy.exceptions import FencedOut, LeaseLost, Misconfigured, Occupied, StoreUnavailable
 from occupy.leases import Holder, Lease
 from occupy.owners import owner_display
 from occupy.versions import get_version
 
 __all__ = ["EditLeaseAdminMixin"]
-
-
-class WriteRefused(Exception):
-    """A changelist write met an object someone edits (or a store that is down)."""
 
 
 class EditLeaseAdminMixin(LeaseEndpointsMixin):

@@ -29,7 +29,7 @@ from occupy.backends import get_backend
 from occupy.exceptions import LeaseLost, Occupied
 from occupy.leases import Lease
 
-__all__ = ["SAVE_WAIT", "confirm_leases", "once_more_if_stale"]
+__all__ = ["SAVE_WAIT", "WriteRefused", "confirm_leases", "once_more_if_stale"]
 
 #: How long a save waits for a grant of its key in flight (a takeover being decided)
 #: before it counts its lease as lost.
@@ -37,6 +37,10 @@ SAVE_WAIT = 5.0
 
 logger = logging.getLogger("occupy.admin")
 T = TypeVar("T")
+
+
+class WriteRefused(Exception):
+    """A changelist write met an object someone edits (or a store that is down)."""
 
 
 def once_more_if_stale(model: type, view: Callable[[], T]) -> T:
