@@ -104,9 +104,9 @@ return fence .. ' ' .. expires .. ' ' .. depth .. ' ' .. tail
 #: Grant the key to a new token now, whoever holds it, with a higher fence (takeover).
 #: ARGV: token, ``"<owner>\\0<key>"``, ttl ms, and the fence the holder must have (a
 #: conditional takeover) or ``""``. Queued waiters keep their places (the flag stays
-#: ``q``; a queue occupy did not write, of another type, is deleted); the old holder's pending wake-up, if a release had just handed the key to
-#: it, is dropped, so that it queues again instead of taking a lease that is no longer
-#: its own. Returns ``{"<fence> <expires ms> <since ms>", old value without its token
+#: ``q``; a queue occupy did not write, of another type, is deleted); the old holder's
+#: pending wake-up, if a release had just handed the key to it, is dropped, so that it
+#: queues again instead of taking a lease that is no longer its own. Returns ``{"<fence> <expires ms> <since ms>", old value without its token
 #: or false}`` (false too for a value occupy did not write, which is replaced). A
 #: conditional takeover whose holder has another fence (a value occupy did not write
 #: has fence 0, as ``holder()`` reports it) or that finds the key free changes nothing
