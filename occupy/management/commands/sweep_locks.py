@@ -18,6 +18,7 @@ from occupy.backends import get_backend
 from occupy.conf import occupy_settings
 from occupy.exceptions import OccupyError
 from occupy.management.trouble import trouble
+from occupy.validation import printable
 
 
 class Command(BaseCommand):
@@ -98,4 +99,4 @@ class Command(BaseCommand):
     def _list(self, alias: str, keys: list[str], dry_run: bool) -> None:
         verb = "would remove" if dry_run else "removed"
         for key in keys:
-            self.stdout.write(f"{alias}: {verb} {key}")
+            self.stdout.write(f"{alias}: {verb} {printable(key)}")
