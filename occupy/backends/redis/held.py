@@ -106,12 +106,13 @@ return fence .. ' ' .. expires .. ' ' .. depth .. ' ' .. tail
 #: conditional takeover) or ``""``. Queued waiters keep their places (the flag stays
 #: ``q``; a queue occupy did not write, of another type, is deleted); the old holder's
 #: pending wake-up, if a release had just handed the key to it, is dropped, so that it
-#: queues again instead of taking a lease that is no longer its own. Returns ``{"<fence> <expires ms> <since ms>", old value without its token
-#: or false}`` (false too for a value occupy did not write, which is replaced). A
-#: conditional takeover whose holder has another fence (a value occupy did not write
-#: has fence 0, as ``holder()`` reports it) or that finds the key free changes nothing
-#: and returns ``{false, old value without its token, or false if free, or "?" and
-#: the value's PTTL for a value occupy did not write, the server's now in ms}``.
+#: queues again instead of taking a lease that is no longer its own. Returns ``{"<fence>
+#: <expires ms> <since ms>", old value without its token or false}`` (false too for a
+#: value occupy did not write, which is replaced). A conditional takeover whose holder
+#: has another fence (a value occupy did not write has fence 0, as ``holder()`` reports
+#: it) or that finds the key free changes nothing and returns ``{false, old value
+#: without its token, or false if free, or "?" and the value's PTTL for a value occupy
+#: did not write, the server's now in ms}``.
 TAKEOVER = (
     PRELUDE
     + QUEUE_STEPS
