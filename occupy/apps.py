@@ -15,12 +15,15 @@ class OccupyConfig(AppConfig):
     def ready(self) -> None:
         """Register the system checks (those of the DRF views where DRF is installed),
         close occupy's connections where Django closes its own
-        (:mod:`occupy.backends.lifecycle`), and register the OpenAPI extension where
+        (:mod:`occupy.backends.lifecycle`), end a deleted row's edit lease
+        (:mod:`occupy.models.deletion`), and register the OpenAPI extension where
         drf-spectacular is installed."""
         from occupy import checks  # noqa: F401 - registers on import
         from occupy.backends.lifecycle import connect_receivers
+        from occupy.models.deletion import connect_lease_endings
 
         connect_receivers()
+        connect_lease_endings()
 
         if not apps.is_installed("rest_framework"):
             return

@@ -14,7 +14,9 @@ No ``OCCUPY`` at all means the database backend on the ``default`` database.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, TypeVar
 
 from django.conf import settings as django_settings
@@ -42,14 +44,26 @@ REST_FRAMEWORK_DEFAULTS: dict[str, Any] = {
     # How long a write without an edit lease waits for another request's write in
     # flight (first come, first served) before answering 423.
     "WRITE_WAIT": 2,
+    # The longest wait a lease request's `Prefer: wait=N` is granted, in whole seconds
+    # (a waiting request holds a worker for that long).
+    "LEASE_WAIT_MAX": 10,
     "PROBLEM_TYPE_BASE": "about:blank",
 }
+#: The longest ``LEASE_WAIT_MAX`` accepted: beyond it, workers' own timeouts (30 s in
+#: gunicorn) would end the request first.
+LEASE_WAIT_LIMIT = 30
 
 #: What the OpenTelemetry instrumentation records (``OCCUPY["TELEMETRY"]``).
 TELEMETRY_DEFAULTS: dict[str, Any] = {
     # A dotted path to a function key -> family (the only part of a key that reaches a
     # metric or span attribute); None: the part before the first ":".
     "KEY_FAMILY": None,
+    # An acquire that waited at least this long (seconds) gets a span of its own; a
+    # shorter wait is in the wait histogram only.
+    "WAIT_SPAN_THRESHOLD": 0.001,
+    # One span per section (acquire to release) of every lease this process holds,
+    # besides the spans of waits and failures.
+    "TRACE_EVERY_SECTION": False,
 }
 
 DEFAULTS: dict[str, Any] = {
@@ -163,6 +177,17 @@ class OccupySettings:
                     f"{wait!r} (a request would hang for that long)."
                 )
             merged["WRITE_WAIT"] = seconds
+            cap = merged["LEASE_WAIT_MAX"]
+            if (
+                isinstance(cap, bool)
+                or not isinstance(cap, int)
+                or not 0 <= cap <= LEASE_WAIT_LIMIT
+            ):
+                raise ImproperlyConfigured(
+                    "settings.OCCUPY['REST_FRAMEWORK']['LEASE_WAIT_MAX'] is the longest a lease "
+                    "request may wait with 'Prefer: wait=N', in whole seconds from 0 (no "
+                    f"waiting) to {LEASE_WAIT_LIMIT}, not {cap!r}."
+                )
             if merged["LEASE_TTL"] > merged["LEASE_TTL_MAX"]:
                 raise ImproperlyConfigured(
                     "settings.OCCUPY['REST_FRAMEWORK']['LEASE_TTL'] "
@@ -176,24 +201,64 @@ class OccupySettings:
     @property
     def TELEMETRY(self) -> dict[str, Any]:
         """Return the telemetry settings, the project's over the defaults."""
-        if "TELEMETRY" not in self._cache:
+        # Not under "TELEMETRY", where _get caches the project's own value.
+        if "TELEMETRY merged" not in self._cache:
             merged = self._section("TELEMETRY", TELEMETRY_DEFAULTS)
-            family = merged["KEY_FAMILY"]
-            if family is not None and not isinstance(family, str):
+            _key_family(merged["KEY_FAMILY"])
+            threshold = merged["WAIT_SPAN_THRESHOLD"]
+            if (
+                isinstance(threshold, bool)
+                or not isinstance(threshold, int | float)
+                or not threshold >= 0
+            ):
                 raise ImproperlyConfigured(
-                    "settings.OCCUPY['TELEMETRY']['KEY_FAMILY'] must be the dotted path of "
-                    f"a function (key -> family) or None, not {family!r}."
+                    "settings.OCCUPY['TELEMETRY']['WAIT_SPAN_THRESHOLD'] must be a number of "
+                    "seconds, 0 or more (0: a span for every acquire that waited; infinity: "
+                    f"none), not {threshold!r}."
                 )
-            if family is not None:
-                try:
-                    import_string(family)
-                except ImportError as e:
-                    raise ImproperlyConfigured(
-                        f"settings.OCCUPY['TELEMETRY']['KEY_FAMILY'] = {family!r} cannot be "
-                        f"imported: {e}"
-                    ) from e
-            self._cache["TELEMETRY"] = merged
-        return self._cache["TELEMETRY"]  # type: ignore[no-any-return]
+            if not isinstance(merged["TRACE_EVERY_SECTION"], bool):
+                raise ImproperlyConfigured(
+                    "settings.OCCUPY['TELEMETRY']['TRACE_EVERY_SECTION'] must be True or False, "
+                    f"not {merged['TRACE_EVERY_SECTION']!r}."
+                )
+            self._cache["TELEMETRY merged"] = merged
+        return self._cache["TELEMETRY merged"]  # type: ignore[no-any-return]
+
+
+def _key_family(path: Any) -> None:
+    """Raise ``ImproperlyConfigured`` unless ``path`` is ``None`` or the dotted path of a
+    callable (``OCCUPY["TELEMETRY"]["KEY_FAMILY"]``)."""
+    name = "settings.OCCUPY['TELEMETRY']['KEY_FAMILY']"
+    if path is None:
+        return
+    if not isinstance(path, str):
+        raise ImproperlyConfigured(
+            f"{name} must be the dotted path of a function (key -> family) or None, not {path!r}."
+        )
+    try:
+        found = import_string(path)
+    except ImportError as e:
+        if not _is_module(path):
+            raise ImproperlyConfigured(f"{name} = {path!r} cannot be imported: {e}") from e
+        found = None  # a module its package does not import: not "does not define" it
+    if found is None or isinstance(found, ModuleType):
+        raise ImproperlyConfigured(
+            f"{name} = {path!r} is a module: name a function in it (key -> family), "
+            f"such as '{path}.<function>'."
+        )
+    if not callable(found):
+        raise ImproperlyConfigured(
+            f"{name} = {path!r} is a {type(found).__name__}, not a function: it must name a "
+            "function that takes a key and returns its family."
+        )
+
+
+def _is_module(path: str) -> bool:
+    """Return whether ``path`` names an importable module."""
+    try:
+        return importlib.util.find_spec(path) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _seconds(check: Callable[..., _T], name: str, value: Any) -> _T:

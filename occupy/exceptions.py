@@ -27,6 +27,7 @@ __all__ = [
     "StoreNotMigrated",
     "StoreUnavailable",
     "TakeoverRefused",
+    "TransactionLockRefused",
     "VersionConflict",
 ]
 
@@ -105,17 +106,25 @@ class LeaseLost(OccupyError):
     """A lease is no longer held: it expired, was swept, or was taken over."""
 
 
+class TransactionLockRefused(OccupyError):
+    """A key cannot be held for this transaction (``occupy.lock(key,
+    scope="transaction")``): no ``transaction.atomic()`` is open on the lock table's
+    database, that database is not where writes go, the transaction runs under
+    REPEATABLE READ or SERIALIZABLE, or the backend's store has no transaction locks.
+    The message names which, and what to do instead."""
+
+
 class StoreUnavailable(OccupyError):
     """The backend's store cannot be reached or used (a server down or stalled, a lost
     connection, an unusable directory); raised ``from`` the driver's error.
 
-    ``using`` is the backend alias. An acquire that raises it has handed out no lease;
+    ``backend`` is the backend alias. An acquire that raises it has handed out no lease;
     a claim it could not clear up expires by its ttl.
     """
 
-    def __init__(self, message: str, *, key: str | None = None, using: str | None = None) -> None:
+    def __init__(self, message: str, *, key: str | None = None, backend: str | None = None) -> None:
         super().__init__(message, key=key)
-        self.using = using
+        self.backend = backend
 
 
 class StoreNotMigrated(StoreUnavailable):

@@ -14,7 +14,7 @@ from occupy import signals
 from occupy.exceptions import LeaseLost
 from occupy.holders import Holder
 
-__all__ = ["Holder", "Lease", "LeaseBackend", "default_owner", "new_token"]
+__all__ = ["Holder", "Lease", "LeaseBackend", "TransactionHold", "default_owner", "new_token"]
 
 _HOSTNAME = socket.gethostname()
 
@@ -73,7 +73,9 @@ class Lease:
 
     ``fence`` strictly increases with every grant of the key; pass it to storage that
     compares it (``save(lease=…)``) so a holder whose lease was lost cannot write.
-    ``expires_at`` comes from the lock store's clock.
+    ``expires_at`` comes from the lock store's clock. ``alias`` names the occupy backend
+    that granted it (the ``backend=`` of :func:`occupy.acquire`); ``backend`` is that
+    backend itself.
     """
 
     key: str
@@ -82,7 +84,7 @@ class Lease:
     fence: int
     expires_at: datetime
     ttl: float
-    using: str = "default"
+    alias: str = "default"
     renew: bool = False
     depth: int = 1
     lost: bool = field(default=False, compare=False)
@@ -152,3 +154,21 @@ class Lease:
             raise LeaseLost(f"The lease on {self.key!r} was lost.", key=self.key)
         if not await self._backend().ais_held(self):
             raise self.mark_lost("it expired or was taken over")
+
+
+@dataclass(frozen=True)
+class TransactionHold:
+    """A key held for the caller's own transaction (``occupy.lock(key,
+    scope="transaction")``), until that transaction commits or rolls back.
+
+    It has no token, no expiry and no fence: nothing can take it away while the
+    transaction lives, and the writes it guards commit or roll back with it, so
+    storage inside the database needs no fence. Writes outside the database (files,
+    another service) that must refuse a late holder need a lease (the default scope),
+    whose fence they compare. ``database`` is the Django database alias whose
+    transaction holds it, ``alias`` the occupy backend alias.
+    """
+
+    key: str
+    alias: str
+    database: str

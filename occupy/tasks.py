@@ -162,14 +162,14 @@ class OccupyTask(_FrameworkTask[P, T], Generic[P, T]):
     ``occupy_ttl``: the lease's seconds (default: the ``TTL`` setting);
     ``occupy_on_busy``: ``"retry"``, ``"skip"`` or ``"raise"`` when the key is held;
     ``occupy_once``: ``True`` or the seconds a queued task's claim lives (enqueue-once);
-    ``occupy_using``: the occupy backend alias.
+    ``occupy_backend``: the occupy backend alias.
     """
 
     occupy_key: str = ""
     occupy_ttl: float | None = None
     occupy_on_busy: OnBusy = "retry"
     occupy_once: bool | float = False
-    occupy_using: str = "default"
+    occupy_backend: str = "default"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -273,7 +273,7 @@ class OccupyTask(_FrameworkTask[P, T], Generic[P, T]):
                     ttl=ENQUEUING_TTL,
                     timeout=0,
                     reentrant=False,
-                    using=self.occupy_using,
+                    backend=self.occupy_backend,
                 )
             except Occupied as busy:
                 current = busy.holder
@@ -296,7 +296,7 @@ class OccupyTask(_FrameworkTask[P, T], Generic[P, T]):
                         owner=owner,
                         ttl=ENQUEUING_TTL,
                         reentrant=False,
-                        using=self.occupy_using,
+                        backend=self.occupy_backend,
                         if_fence=current.fence,
                     )
                 except TakeoverRefused:
@@ -327,7 +327,7 @@ class OccupyTask(_FrameworkTask[P, T], Generic[P, T]):
                 owner=task_owner(self.module_path, result_id),
                 ttl=ttl,
                 reentrant=False,
-                using=self.occupy_using,
+                backend=self.occupy_backend,
                 if_fence=fence,
             )
         except TakeoverRefused:
@@ -338,7 +338,7 @@ class OccupyTask(_FrameworkTask[P, T], Generic[P, T]):
 
     def _mine(self, once_key: str, result_id: str) -> Holder | None:
         """Return the claim on ``once_key`` if it names ``result_id``."""
-        current = holder(once_key, using=self.occupy_using)
+        current = holder(once_key, backend=self.occupy_backend)
         if current is None:
             return None
         named = parse_task_owner(current.owner)
@@ -357,7 +357,7 @@ class OccupyTask(_FrameworkTask[P, T], Generic[P, T]):
                     owner=current.owner,
                     ttl=self.ttl,
                     reentrant=False,
-                    using=self.occupy_using,
+                    backend=self.occupy_backend,
                     if_fence=current.fence,
                 )
             )
@@ -380,7 +380,7 @@ class OccupyTask(_FrameworkTask[P, T], Generic[P, T]):
         owner = task_owner(self.module_path, result_id)
         try:
             lease = _acquire(
-                key, owner=owner, ttl=self.ttl, timeout=0, renew=True, using=self.occupy_using
+                key, owner=owner, ttl=self.ttl, timeout=0, renew=True, backend=self.occupy_backend
             )
         except Occupied as busy:
             self._busy(busy, key, result_id, plain, kwargs)
@@ -432,7 +432,7 @@ class OccupyTask(_FrameworkTask[P, T], Generic[P, T]):
                 ttl=self.ttl,
                 renew=True,
                 reentrant=False,
-                using=self.occupy_using,
+                backend=self.occupy_backend,
                 if_fence=current.fence,
             )
         except TakeoverRefused:
@@ -478,7 +478,7 @@ def task(
     occupy_ttl: float | None = None,
     occupy_on_busy: OnBusy = "retry",
     occupy_once: bool | float = False,
-    occupy_using: str = "default",
+    occupy_backend: str = "default",
     **task_options: Any,
 ) -> Any:
     """Return the framework's ``@task`` decorator making an :class:`OccupyTask`.
@@ -505,7 +505,7 @@ def task(
             occupy_ttl=occupy_ttl,
             occupy_on_busy=occupy_on_busy,
             occupy_once=occupy_once,
-            occupy_using=occupy_using,
+            occupy_backend=occupy_backend,
             **options,
         )
 

@@ -30,7 +30,7 @@ from django.http import HttpRequest
 import occupy
 from occupy.exceptions import LeaseLost, Occupied, StoreUnavailable, TakeoverRefused
 from occupy.leases import Holder, Lease
-from occupy.owners import admin_owner, owner_display, owner_user_pk
+from occupy.owners import admin_owner, owner_display, owner_user_pk, parse_owner
 
 __all__ = [
     "STORE_UNAVAILABLE",
@@ -173,7 +173,7 @@ class EditLeaseBase(_ModelAdmin):
         return admin_owner(request.user.pk, tab)
 
     def _holder(self, key: str) -> Holder | None:
-        return occupy.holder(key, using=self.occupy_backend)
+        return occupy.holder(key, backend=self.occupy_backend)
 
     def _is_users(self, request: HttpRequest, holder: Holder | None) -> bool:
         """Return whether ``holder`` is one of the requesting user's tabs."""
@@ -217,7 +217,7 @@ class EditLeaseBase(_ModelAdmin):
         decided on the holder the store replaces (``if_fence``). Raise
         :class:`~occupy.Occupied` when a holder is not allowed (or the key keeps
         changing hands); note the holders replaced in ``replaced``."""
-        using = self.occupy_backend
+        alias = self.occupy_backend
         for _attempt in range(TAKEOVER_ATTEMPTS):
             current = self._holder(key)
             if current is None:
@@ -228,7 +228,7 @@ class EditLeaseBase(_ModelAdmin):
                         ttl=self.edit_lease_ttl,
                         timeout=0,
                         reentrant=False,
-                        using=using,
+                        backend=alias,
                     )
                 except Occupied:
                     continue  # taken in between: decide on the new holder
@@ -241,7 +241,7 @@ class EditLeaseBase(_ModelAdmin):
                     ttl=self.edit_lease_ttl,
                     reentrant=False,
                     if_fence=current.fence,
-                    using=using,
+                    backend=alias,
                 )
             except TakeoverRefused:
                 continue  # it changed hands since it was read: decide again
@@ -288,12 +288,12 @@ class EditLeaseBase(_ModelAdmin):
         keys = state.keys
         if len(tokens) != len(keys):
             raise LeaseLost("The form carries no edit lease for these objects.", key=keys[0])
-        using = self.occupy_backend
+        alias = self.occupy_backend
         try:
             # A store that holds the token extends it at least 1 s: no renewal of a
             # lease that turns out to be someone else's.
             found = [
-                occupy.resume(key, token, ttl=1, using=using)
+                occupy.resume(key, token, ttl=1, backend=alias)
                 for key, token in zip(keys, tokens, strict=True)
             ]
         except (TypeError, ValueError) as e:  # a token that cannot be one
@@ -302,7 +302,7 @@ class EditLeaseBase(_ModelAdmin):
             if lease.owner != state.owner:
                 raise LeaseLost("This edit lease is not this tab's.", key=lease.key)
         return [
-            occupy.resume(lease.key, lease.token, ttl=self.edit_lease_ttl, using=using)
+            occupy.resume(lease.key, lease.token, ttl=self.edit_lease_ttl, backend=alias)
             for lease in found
         ]
 
@@ -319,12 +319,15 @@ class EditLeaseBase(_ModelAdmin):
         except StoreUnavailable:
             return STORE_UNAVAILABLE + " Your changes are still in this form."
         state.holder = holder
-        if holder is None:
+        # Whether the lease was taken over, or expired before someone took the free
+        # object, or was never this page's (a replayed form), the store cannot tell:
+        # say who edits now, never that someone took over.
+        if holder is None or not parse_owner(holder.owner).is_edit_lease:
             who = "Your edit lease ended (it expired or was released)"
         elif self._is_users(request, holder):
             who = "You are editing this in another tab"
         else:
-            who = f"{owner_display(holder.owner)} took over the editing"
+            who = f"{owner_display(holder.owner)} is editing this now"
         if saving:
             return (
                 f"{who}: nothing was saved. Your changes are still in this form; "

@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 from occupy import telemetry
 from occupy.api.calls import DEFAULT, aacquire, acquire, arelease, release
+from occupy.backends import get_backend
 from occupy.conf import occupy_settings
-from occupy.exceptions import LeaseLost
-from occupy.leases import Lease, default_owner
+from occupy.exceptions import LeaseLost, TransactionLockRefused
+from occupy.leases import Lease, TransactionHold, default_owner
 from occupy.validation import (
     check_key,
     check_owner,
@@ -33,29 +34,33 @@ from occupy.validation import (
     check_ttl,
 )
 
-__all__ = ["lock", "lock_many"]
+__all__ = ["holds_for_transaction", "lock", "lock_many"]
 
 logger = logging.getLogger("occupy.api")
 F = TypeVar("F", bound=Callable[..., Any])
+#: What entering a ``lock`` gives: a :class:`Lease`, or for ``scope="transaction"`` a
+#: :class:`TransactionHold`.
+HeldT = TypeVar("HeldT", Lease, TransactionHold)
+#: The scopes of ``lock``.
+SCOPES = ("lease", "transaction")
 
 
 #: What each execution context (thread, or asyncio task) holds through ``lock`` objects,
-#: newest last: (lock, lease, span). Kept per context, so that one ``lock`` object shared
+#: newest last, one :class:`_Entered` each. Kept per context, so that one ``lock`` object shared
 #: by threads or tasks releases, on each exit, the lease that this context took; a tuple,
 #: so that a task started inside a block sees the stack but never changes its parent's.
 _held_by_locks: ContextVar[tuple[_Entered, ...]] = ContextVar("occupy_held_by_locks", default=())
 
 
 class _Entered:
-    """One entry into a ``lock``: the lock, the lease it took, and the span of the
-    section; ``left`` once it was left (from its own context or handed on)."""
+    """One entry into a ``lock``: the lock, the lease it took, and what made its
+    section's span current (``None`` when nothing did); ``left`` once it was left (from
+    its own context or handed on)."""
 
-    __slots__ = ("handed_on", "lease", "left", "lock", "section", "span")
+    __slots__ = ("context", "handed_on", "lease", "left", "lock")
 
-    def __init__(
-        self, owner: lock, lease: Lease, section: AbstractContextManager[Any], span: Any
-    ) -> None:
-        self.lock, self.lease, self.section, self.span = owner, lease, section, span
+    def __init__(self, owner: lock[Any], lease: Lease, context: Any) -> None:
+        self.lock, self.lease, self.context = owner, lease, context
         self.left = self.handed_on = False
 
 
@@ -67,7 +72,9 @@ def _template_fields(template: str) -> set[str]:
     return names
 
 
-class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Lease, None]):
+class lock(
+    Generic[HeldT], AbstractContextManager[HeldT, None], AbstractAsyncContextManager[HeldT, None]
+):
     """Hold ``key`` for the duration of a ``with`` / ``async with`` block, or of every
     call of a decorated function (sync or async).
 
@@ -75,7 +82,41 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
     formatted with the call's arguments: ``@lock("config:{config_id}")``. Leaving the
     block releases the lease and raises :class:`~occupy.LeaseLost` if it was lost
     meanwhile (unless the block is already raising).
+
+    ``scope="transaction"`` holds the key for the caller's ``transaction.atomic()``
+    instead, until it commits or rolls back (the block's end releases nothing), and
+    gives a :class:`~occupy.leases.TransactionHold`: the database backend on
+    PostgreSQL only (see :mod:`occupy.backends.db.transaction`); sync code only, as
+    ``atomic()`` is. Only ``timeout`` and ``backend`` apply to it, and ``lease``: a
+    lease of the key the caller holds, with which the key is held for the transaction
+    only while that lease is its live one (else :class:`~occupy.LeaseLost`).
     """
+
+    @overload
+    def __init__(
+        self: lock[Lease],
+        key: str,
+        *,
+        owner: str | None = None,
+        ttl: float = DEFAULT,
+        timeout: float | None = DEFAULT,
+        renew: bool = False,
+        token: str | None = None,
+        reentrant: bool = True,
+        backend: str = "default",
+        scope: Literal["lease"] = "lease",
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: lock[TransactionHold],
+        key: str,
+        *,
+        timeout: float | None = DEFAULT,
+        backend: str = "default",
+        scope: Literal["transaction"],
+        lease: Lease | None = None,
+    ) -> None: ...
 
     def __init__(
         self,
@@ -87,10 +128,18 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         renew: bool = False,
         token: str | None = None,
         reentrant: bool = True,
-        using: str = "default",
+        backend: str = "default",
+        scope: str = "lease",
+        lease: Lease | None = None,
     ) -> None:
         if not isinstance(key, str):
             check_key(key)
+        if scope not in SCOPES:
+            raise ValueError(f"scope must be one of {SCOPES}, not {scope!r}.")
+        if lease is not None and scope != "transaction":
+            raise TypeError("lease= is for scope='transaction' (a lease held already).")
+        self.scope = scope
+        self.lease = lease
         self.key = key
         self.kwargs: dict[str, Any] = {
             "owner": None if owner is None else check_owner(owner),
@@ -99,7 +148,7 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
             "renew": bool(renew),
             "token": None if token is None else check_token(token),
             "reentrant": bool(reentrant),
-            "using": using,
+            "backend": backend,
         }
         #: The entries not left yet, in every context (see :meth:`_leaving`).
         self._outstanding: list[_Entered] = []
@@ -109,11 +158,20 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         of its own overrides this and :meth:`_atake`)."""
         return acquire(self.key, **self.kwargs)
 
+    def _hold(self) -> TransactionHold:
+        """Hold the key for the caller's transaction (``scope="transaction"``)."""
+        timeout = self.kwargs["timeout"]
+        return get_backend(self.kwargs["backend"]).hold_for_transaction(
+            check_key(self.key),
+            timeout=occupy_settings.TIMEOUT if timeout is DEFAULT else timeout,
+            lease=self.lease,
+        )
+
     async def _atake(self) -> Lease:
         """Async twin of :meth:`_take`."""
         return await aacquire(self.key, **self.kwargs)
 
-    def _on(self, key: str) -> lock:
+    def _on(self, key: str) -> lock[HeldT]:
         """Return a copy of this lock on ``key`` (one per call of a decorated function)."""
         bound = copy.copy(self)
         bound.key = key
@@ -121,9 +179,9 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         return bound
 
     def _entered(self, lease: Lease) -> Lease:
-        """Note that this context holds ``lease`` through this lock, in a span."""
-        section = telemetry.span("occupy.lock", lease.backend, lease.key)
-        entry = _Entered(self, lease, section, section.__enter__())
+        """Note that this context holds ``lease`` through this lock (its section's span
+        made current, when every section is traced)."""
+        entry = _Entered(self, lease, telemetry.enter_section(lease))
         _held_by_locks.set((*_held_by_locks.get(), entry))
         self._outstanding.append(entry)
         return lease
@@ -151,22 +209,20 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         _held_by_locks.set(tuple(e for e in live if e is not entry))
         return entry
 
-    def _end_section(
-        self,
-        entry: _Entered,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """End the section's span: as the current span in the context that entered it,
-        else (handed on) just the span, whose context belongs to the other thread."""
+    @staticmethod
+    def _end_section(entry: _Entered, exc_type: type[BaseException] | None) -> None:
+        """Note the block's exception, if any, before the release ends the section's
+        span; make the span no longer current in the context that entered it (a block
+        handed on left it in the other thread's context, which it does not touch)."""
+        if exc_type is not None:
+            telemetry.section_raised(entry.lease, exc_type)
         if not entry.handed_on:
-            entry.section.__exit__(exc_type, exc, tb)
-        elif entry.span is not None:
-            entry.span.end()
+            telemetry.leave_section(entry.context)
 
-    def __enter__(self) -> Lease:
-        return self._entered(self._take())
+    def __enter__(self) -> HeldT:
+        if self.scope == "transaction":
+            return self._hold()  # type: ignore[return-value]
+        return self._entered(self._take())  # type: ignore[return-value]
 
     def __exit__(
         self,
@@ -174,16 +230,24 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self.scope == "transaction":
+            return  # held until the transaction ends
         entry = self._leaving()
+        self._end_section(entry, exc_type)
         try:
             release(entry.lease)
         except LeaseLost:
             _lost_on_exit(entry.lease, exc)
-        finally:
-            self._end_section(entry, exc_type, exc, tb)
 
-    async def __aenter__(self) -> Lease:
-        return self._entered(await self._atake())
+    async def __aenter__(self) -> HeldT:
+        if self.scope == "transaction":
+            raise TransactionLockRefused(
+                f"occupy.lock({self.key!r}, scope='transaction') is for the sync code that "
+                "runs transaction.atomic() (which async code cannot open): call it there, "
+                "e.g. in a function run by sync_to_async.",
+                key=self.key,
+            )
+        return self._entered(await self._atake())  # type: ignore[return-value]
 
     async def __aexit__(
         self,
@@ -192,12 +256,11 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         tb: TracebackType | None,
     ) -> None:
         entry = self._leaving()
+        self._end_section(entry, exc_type)
         try:
             await arelease(entry.lease)
         except LeaseLost:
             _lost_on_exit(entry.lease, exc)
-        finally:
-            self._end_section(entry, exc_type, exc, tb)
 
     def __call__(self, func: F) -> F:
         """Decorate ``func`` so that each call holds the (formatted) key."""
@@ -210,7 +273,7 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
                 f"{func.__qualname__}() has no parameter for."
             )
 
-        def bound_lock(args: tuple[Any, ...], kwargs: dict[str, Any]) -> lock:
+        def bound_lock(args: tuple[Any, ...], kwargs: dict[str, Any]) -> lock[HeldT]:
             key = self.key
             if fields:
                 bound = signature.bind(*args, **kwargs)
@@ -233,6 +296,13 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
                 return func(*args, **kwargs)
 
         return cast(F, wrapper)
+
+
+def holds_for_transaction(backend: str, database: str) -> bool:
+    """Return whether occupy backend ``backend`` can hold a key for a transaction on
+    Django database ``database`` (``lock(key, scope="transaction")``): the database
+    backend on PostgreSQL whose claims live in that database."""
+    return get_backend(backend).transaction_refusal(database) is None
 
 
 def _lost_on_exit(lease: Lease, exc: BaseException | None) -> None:
@@ -259,7 +329,7 @@ class lock_many(AbstractContextManager[list[Lease], None]):
         ttl: float = DEFAULT,
         timeout: float | None = DEFAULT,
         renew: bool = False,
-        using: str = "default",
+        backend: str = "default",
     ) -> None:
         if isinstance(keys, str):
             raise TypeError("lock_many() takes an iterable of keys, not one str.")
@@ -270,7 +340,7 @@ class lock_many(AbstractContextManager[list[Lease], None]):
         self.ttl = ttl
         self.timeout = timeout if timeout is DEFAULT else check_timeout(timeout)
         self.renew = renew
-        self.using = using
+        self.backend = backend
         self.leases: list[Lease] = []
 
     def __enter__(self) -> list[Lease]:
@@ -287,7 +357,7 @@ class lock_many(AbstractContextManager[list[Lease], None]):
                         ttl=self.ttl,
                         timeout=left,
                         renew=self.renew,
-                        using=self.using,
+                        backend=self.backend,
                     )
                 )
         except BaseException:

@@ -15,15 +15,19 @@ from typing import ClassVar
 from asgiref.sync import sync_to_async
 from django.core.checks import CheckMessage
 
-from occupy import telemetry
+from occupy import signals, telemetry
 from occupy.backends.claims import UNKNOWN_OWNER
 from occupy.backends.configuration import ConfiguredBackend, unknown_claims, unreachable_store
 from occupy.backends.outcomes import make_holder, takeover_refused, utc
 from occupy.backends.rows import Claim, OccupationRows
-from occupy.exceptions import StoreUnavailable
-from occupy.leases import Holder, Lease
+from occupy.exceptions import StoreUnavailable, TransactionLockRefused
+from occupy.leases import Holder, Lease, TransactionHold
 
-__all__ = ["BackendContract"]
+__all__ = ["MAX_SWEEP_BATCH", "BackendContract"]
+
+#: The most claims one statement of a sweep may delete (``sweep_locks --batch-size``):
+#: every store's integers hold it, and a larger batch only holds its locks longer.
+MAX_SWEEP_BATCH = 1_000_000
 
 
 class BackendContract(ConfiguredBackend):
@@ -74,7 +78,7 @@ class BackendContract(ConfiguredBackend):
             fence=int(fence),
             expires_at=utc(expires_at),
             ttl=ttl,
-            using=self.alias,
+            alias=self.alias,
             depth=depth,
             backend=self,
         )
@@ -90,6 +94,29 @@ class BackendContract(ConfiguredBackend):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} alias={self.alias!r}>"
 
+    # --- what a backend may override ------------------------------------------------------
+    def transaction_refusal(self, database: str | None = None) -> str | None:
+        """Return why this backend cannot hold a key for the caller's own transaction
+        (on ``database``, if given: the alias the transaction writes to), or ``None``
+        when :meth:`hold_for_transaction` can. The default: a store that is not a
+        database, where no transaction of the app's can hold a key."""
+        return (
+            f"occupy backend {self.alias!r} ({type(self).__name__}) keeps its claims outside "
+            "the database, where no transaction of the app's can hold them: a key is held "
+            "for a transaction only by the database backend on PostgreSQL. Take a lease "
+            "instead: occupy.lock(key) without scope."
+        )
+
+    def hold_for_transaction(
+        self, key: str, *, timeout: float | None, lease: Lease | None = None
+    ) -> TransactionHold:
+        """Hold ``key`` for the caller's open transaction until it commits or rolls back
+        (``occupy.lock(key, scope="transaction")``); with ``lease``, only while that
+        lease of the caller's holds the key. Raise
+        :class:`~occupy.exceptions.TransactionLockRefused` where the backend cannot
+        (see :meth:`transaction_refusal`)."""
+        raise TransactionLockRefused(self.transaction_refusal() or "", key=key)
+
     def unavailable(self, key: str | None, error: BaseException) -> StoreUnavailable:
         """Return the error for a store that failed while occupy worked on ``key``; the
         caller raises it ``from error``."""
@@ -99,7 +126,7 @@ class BackendContract(ConfiguredBackend):
             f"occupy backend {self.alias!r} ({type(self).__name__}) could not use its "
             f"store{on}: {error}",
             key=key,
-            using=self.alias,
+            backend=self.alias,
         )
 
     @contextmanager
@@ -180,6 +207,30 @@ class BackendContract(ConfiguredBackend):
         themselves (:attr:`expires_by_itself`).
         """
         return 0
+
+    def clear_expired(
+        self,
+        *,
+        batch_size: int = 1000,
+        dry_run: bool = False,
+        removed: Callable[[str], None] | None = None,
+    ) -> int:
+        """Remove expired claims (:meth:`sweep`) and send
+        :data:`~occupy.signals.lease_expired` with how many; return that number.
+        ``sweep_locks`` calls it, as Django's ``clearsessions`` calls
+        ``SessionStore.clear_expired()``.
+
+        Raises ``ValueError`` for a ``batch_size`` outside 1 to
+        :data:`MAX_SWEEP_BATCH`, before the store is asked anything.
+        """
+        if isinstance(batch_size, bool) or not 1 <= batch_size <= MAX_SWEEP_BATCH:
+            raise ValueError(
+                f"batch_size must be between 1 and {MAX_SWEEP_BATCH:,}, not {batch_size!r}."
+            )
+        count = self.sweep(batch_size=batch_size, dry_run=dry_run, removed=removed)
+        if count and not dry_run:
+            signals.lease_expired.send(sender=type(self), key=None, count=count)
+        return count
 
     def describe_store(self) -> str:
         """Return the store, as an operator finds it ("database 'default' (PostgreSQL at

@@ -177,7 +177,7 @@ class OccupyTask(Task):  # type: ignore[misc]  # Celery ships no type hints
                     ttl=self.occupy_once_ttl,
                     timeout=0,
                     reentrant=False,
-                    using=self.occupy_backend,
+                    backend=self.occupy_backend,
                 )
                 break
             except Occupied as e:
@@ -237,7 +237,7 @@ class OccupyTask(Task):  # type: ignore[misc]  # Celery ships no type hints
                 timeout=api.DEFAULT if waits else 0,
                 renew=True,
                 reentrant=False,
-                using=self.occupy_backend,
+                backend=self.occupy_backend,
             )
         except Occupied as e:
             return self._busy(key, owner, e)
@@ -299,7 +299,7 @@ class OccupyTask(Task):  # type: ignore[misc]  # Celery ships no type hints
         """Take over this task's enqueue claim (or the free key) with ``ttl``; ``None``
         when another task's claim holds it (sent after this one's claim had ended)."""
         claim_key = once_key(key)
-        current = api.holder(claim_key, using=self.occupy_backend)
+        current = api.holder(claim_key, backend=self.occupy_backend)
         try:
             if current is None:
                 return api.acquire(
@@ -309,7 +309,7 @@ class OccupyTask(Task):  # type: ignore[misc]  # Celery ships no type hints
                     timeout=0,
                     renew=renew,
                     reentrant=False,
-                    using=self.occupy_backend,
+                    backend=self.occupy_backend,
                 )
             if current.owner != owner:
                 return None
@@ -320,7 +320,7 @@ class OccupyTask(Task):  # type: ignore[misc]  # Celery ships no type hints
                 ttl=ttl,
                 renew=renew,
                 reentrant=False,
-                using=self.occupy_backend,
+                backend=self.occupy_backend,
                 if_fence=current.fence,
             )
         except (Occupied, TakeoverRefused):

@@ -49,7 +49,7 @@ def alias(request: pytest.FixtureRequest, live_db: None) -> Iterator[str]:
 
 def _session_of_this_thread(alias: str) -> int:
     """Take and release a lock, and return the server session it ran on."""
-    occupy.release(occupy.acquire("lifecycle", ttl=30, using=alias))
+    occupy.release(occupy.acquire("lifecycle", ttl=30, backend=alias))
     return int(get_backend(alias).execute("SELECT pg_backend_pid()", [])[1][0][0])
 
 
@@ -88,7 +88,7 @@ def test_sync_to_async_threads_close_their_connections(alias: str) -> None:
         found = set()
         for _ in range(4):
             found.add(await sync_to_async(_session_of_this_thread, thread_sensitive=False)(alias))
-            lease = await occupy.aacquire("lifecycle-async", ttl=30, using=alias)
+            lease = await occupy.aacquire("lifecycle-async", ttl=30, backend=alias)
             await occupy.arelease(lease)
         return found
 
@@ -186,7 +186,9 @@ def _take_and_renew(alias: str, worker: int, start: threading.Barrier | None = N
     for i in range(6):
         key = f"testapp.book:{i % 2}" if i % 3 else f"plain:{i % 2}"
         try:
-            with occupy.lock(key, owner=f"w{worker}", ttl=0.3, timeout=2, renew=True, using=alias):
+            with occupy.lock(
+                key, owner=f"w{worker}", ttl=0.3, timeout=2, renew=True, backend=alias
+            ):
                 time.sleep(0.15)  # long enough for a renewal (every ttl / 3)
                 taken += 1
         except occupy.LockTimeout:

@@ -74,7 +74,7 @@ def _kill_sessions_through(alias: str, proxy: TcpProxy) -> int:
 
 def test_a_waiter_whose_database_restarted_leaves_no_claim(alias: str, proxied) -> None:
     backend, proxy = proxied
-    holder = occupy.acquire(KEY, owner="holder", ttl=60, using=alias)
+    holder = occupy.acquire(KEY, owner="holder", ttl=60, backend=alias)
     outcome: list[object] = []
 
     def wait_for_it() -> None:
@@ -94,7 +94,7 @@ def test_a_waiter_whose_database_restarted_leaves_no_claim(alias: str, proxied) 
     assert [c.owner for c in get_backend(alias).claims() if c.state == "pending"] == ["waiter"]
     proxy.open = True  # the server is back
     occupy.release(holder)
-    assert occupy.holder(KEY, using=alias) is None
+    assert occupy.holder(KEY, backend=alias) is None
     # The backend's next statement runs the clean-up first: the key is free at once,
     # not after the waiter's PENDING_TTL (60 s).
     lease = backend.acquire(KEY, owner="newcomer", ttl=60, timeout=0)

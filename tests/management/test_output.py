@@ -36,7 +36,7 @@ def _plant(alias: str, key: str, owner: str, ttl: float) -> None:
 def test_list_locks_escapes_control_characters(live_db: None, alias: str) -> None:
     _plant(alias, KEY, OWNER, 60)
     out = io.StringIO()
-    call_command("list_locks", using=[alias], stdout=out)
+    call_command("list_locks", backend=[alias], stdout=out)
     lines = out.getvalue().splitlines()
     assert len(lines) == 2, lines  # the header and one row: nothing forged
     assert not CONTROL_CHARACTERS.search(out.getvalue().replace("\n", ""))
@@ -49,7 +49,7 @@ def test_sweep_locks_escapes_the_keys_it_lists(live_db: None, alias: str) -> Non
     _plant(alias, KEY, OWNER, 0.05)
     time.sleep(0.2)
     out = io.StringIO()
-    call_command("sweep_locks", using=[alias], verbosity=2, stdout=out)
+    call_command("sweep_locks", backend=[alias], verbosity=2, stdout=out)
     assert "removed book:1\\nforged:2  mallory  using" in out.getvalue()
     assert not CONTROL_CHARACTERS.search(out.getvalue().replace("\n", ""))
 

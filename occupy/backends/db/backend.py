@@ -56,12 +56,13 @@ from django.db import DatabaseError
 
 from occupy.backends.base import Claim
 from occupy.backends.claims import digest
+from occupy.backends.db import transaction
 from occupy.backends.db.attempt import DatabaseAttempt
 from occupy.backends.db.rows import DatabaseOccupationRows
 from occupy.backends.db.statements import Result
 from occupy.backends.db.store import DatabaseStore
 from occupy.exceptions import OccupyError
-from occupy.leases import Holder, Lease, new_token
+from occupy.leases import Holder, Lease, TransactionHold, new_token
 
 __all__ = ["DatabaseBackend"]
 
@@ -174,7 +175,10 @@ class DatabaseBackend(DatabaseStore):
                     remaining = (previous.expires_at - sql.to_datetime(now)).total_seconds()
                     raise self.takeover_refused(key, if_fence, previous, remaining)
                 count, granted = self.execute(
-                    sql.seize(), [owner, token, d, seconds, d, old_token], key=key, settled=settled
+                    sql.seize(),
+                    [*sql.guard_params(key, None), owner, token, d, seconds, d, old_token],
+                    key=key,
+                    settled=settled,
                 )
                 if count and not sql.update_returning:
                     granted = self.execute(sql.granted(), [d, token], key=key)[1]
@@ -187,6 +191,7 @@ class DatabaseBackend(DatabaseStore):
                 granted = self.execute(
                     sql.grant_over_queue(),
                     [
+                        *sql.guard_params(key, None),
                         key,
                         d,
                         d,
@@ -213,6 +218,19 @@ class DatabaseBackend(DatabaseStore):
                 return lease, previous
         raise OccupyError(f"{key!r} changed hands ten times while it was taken over.", key=key)
 
+    def transaction_refusal(self, database: str | None = None) -> str | None:
+        """Return why this backend cannot hold a key for a transaction on ``database``
+        (not PostgreSQL, not the lock table's database, or not where the routers send
+        writes), or ``None`` (see :mod:`.transaction`)."""
+        return transaction.refusal(self, database)
+
+    def hold_for_transaction(
+        self, key: str, *, timeout: float | None, lease: Lease | None = None
+    ) -> TransactionHold:
+        """Hold ``key`` for the transaction open on the backend's database until it
+        ends (see :mod:`.transaction`)."""
+        return transaction.hold_for_transaction(self, key, timeout=timeout, lease=lease)
+
     def holder(self, key: str) -> Holder | None:
         """Return the live ``using`` claim's owner, expiry and fence, or ``None``."""
         found = self.holder_and_remaining(key)
@@ -234,8 +252,9 @@ class DatabaseBackend(DatabaseStore):
         """Delete expired claims ``batch_size`` at a time; return how many; tell
         ``removed`` the key of each (the batches then return their keys).
 
-        Only a batch that deletes nothing ends the sweep: a short batch may just have
-        met claims renewed while it ran (kept, so not counted), with more expired after.
+        Each of the dialect's :meth:`~occupy.backends.db.dialects.Dialect.sweep_batches`
+        runs until it deletes nothing: a short batch may just have met claims renewed
+        while it ran (kept, so not counted), with more expired after.
         """
         sql = self.dialect
         if dry_run:
@@ -245,17 +264,18 @@ class DatabaseBackend(DatabaseStore):
             for (key,) in keys:
                 removed(key)
             return len(keys)
-        statement = sql.sweep_batch() if removed is None else sql.sweep_batch_returning()
         total = 0
-        while True:
-            deleted, rows = self.execute(statement, [batch_size], prepare=False)
-            if removed is not None:
-                deleted = len(rows)
-                for (key,) in rows:
-                    removed(key)
-            total += deleted
-            if not deleted:
-                return total
+        for statement in sql.sweep_batches(returning=removed is not None):
+            while True:
+                deleted, rows = self.execute(statement, [batch_size], prepare=False)
+                if removed is not None:
+                    deleted = len(rows)
+                    for (key,) in rows:
+                        removed(key)
+                total += deleted
+                if not deleted:
+                    break
+        return total
 
     def claims(self) -> Iterator[Claim]:
         """Yield every live claim, granted and queued, ordered by key."""

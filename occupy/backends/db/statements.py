@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from occupy.backends.db.dialects import Dialect
     from occupy.backends.db.own import OwnConnection
 
-__all__ = ["CUT_SLACK", "Result", "Statements"]
+__all__ = ["CUT_SLACK", "GuardTimedOut", "Result", "Statements"]
 
 logger = logging.getLogger("occupy.backends.db")
 
@@ -45,6 +45,12 @@ logger = logging.getLogger("occupy.backends.db")
 CUT_SLACK = 0.25
 #: A statement's rowcount and the rows it returned.
 Result = tuple[int, list[Any]]
+
+
+class GuardTimedOut(Exception):
+    """A grant statement's guard waited out its bound for a transaction that holds the
+    key (see :attr:`Dialect.holds_for_transaction`): the grant did nothing. Its caller
+    takes it as a try that did not get the key."""
 
 
 class Statements:
@@ -182,6 +188,8 @@ class Statements:
         whether its connection dropped (so the statement may have taken effect)."""
         if sharing and self.dialect.is_busy(error):
             raise self._locked_by_caller(key, sharing) from error
+        if self.dialect.is_guard_timeout(error):
+            raise GuardTimedOut(key) from error
         late = cutoff is not None and time.monotonic() >= cutoff
         dropped = False
         if not own.wrapper.is_usable():
@@ -215,7 +223,7 @@ class Statements:
             f"{database!r} lacks the tables occupy's migration creates ({reason}). "
             f"{migrate_hint(database, recorded=recorded)}",
             key=key,
-            using=self.backend.alias,
+            backend=self.backend.alias,
         )
 
     def stayed_locked(self, key: str | None) -> StoreUnavailable:
@@ -231,7 +239,7 @@ class Statements:
             "has one write lock per file, which a transaction that has written holds until "
             "it commits: keep other writers' transactions short, or wait longer.",
             key=key,
-            using=self.backend.alias,
+            backend=self.backend.alias,
         )
 
     def _locked_by_caller(self, key: str | None, alias: str) -> StoreUnavailable:
@@ -245,5 +253,5 @@ class Statements:
             "commit on a connection of their own, which would wait for it for ever. Take "
             "the lock before the transaction writes, or outside transaction.atomic().",
             key=key,
-            using=self.backend.alias,
+            backend=self.backend.alias,
         )

@@ -30,20 +30,21 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--using",
+            "--backend",
             action="append",
+            dest="aliases",
             metavar="ALIAS",
             help="List only this backend alias (repeatable). Default: all.",
         )
 
-    def handle(self, *args: Any, using: list[str] | None, **options: Any) -> None:
+    def handle(self, *args: Any, aliases: list[str] | None, **options: Any) -> None:
         try:
-            backends = [get_backend(alias) for alias in using or occupy_settings.BACKENDS]
+            backends = [get_backend(alias) for alias in aliases or occupy_settings.BACKENDS]
         except OccupyError as e:
             raise CommandError(str(e)) from e
         rows = []
         failures: list[str] = []
-        read = 0
+        read: list[str] = []
         for backend in backends:
             try:
                 claims = list(backend.claims())
@@ -53,7 +54,7 @@ class Command(BaseCommand):
             except OccupyError as e:
                 failures.append(trouble(backend, e))
                 continue
-            read += 1
+            read.append(backend.alias)
             rows += [
                 (
                     backend.alias,
@@ -67,13 +68,15 @@ class Command(BaseCommand):
                 for c in claims
             ]
         if rows or read:
-            self._print(rows)
+            # "No live claims." alone would deny claims on a store it could not read.
+            where = f" on {', '.join(map(repr, read))}" if failures else ""
+            self._print(rows, f"No live claims{where}.")
         if failures:
             raise CommandError("\n".join(failures))
 
-    def _print(self, rows: Sequence[tuple[str, ...]]) -> None:
+    def _print(self, rows: Sequence[tuple[str, ...]], empty: str) -> None:
         if not rows:
-            self.stdout.write("No live claims.")
+            self.stdout.write(empty)
             return
         widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
         for row in [COLUMNS, *rows]:
