@@ -43,6 +43,7 @@ __all__ = [
     "current_version",
     "etag_for",
     "holder_body",
+    "invalid_client",
     "lease_not_yours",
     "parse_if_match",
     "preferred_wait",
@@ -362,6 +363,12 @@ def lease_not_yours() -> Problem:
 def unlockable(error: ValueError) -> Problem:
     """Return the 400 for an object whose lock key cannot be built (its primary key)."""
     return Problem(400, "invalid_key", f"This object cannot be locked: {error}")
+
+
+def invalid_client(header: str, error: ValueError) -> Problem:
+    """Return the 400 for a client label (``header``) that cannot be kept with a lease's
+    owner: it holds control characters (see :func:`occupy.validation.check_client`)."""
+    return Problem(400, "invalid_client", f"The {header} header is not usable: {error}")
 
 
 def lease_token_required(header: str) -> Problem:

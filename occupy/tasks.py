@@ -401,7 +401,7 @@ class OccupyTask(_FrameworkTask[P, T], Generic[P, T]):
             except LeaseLost:
                 if finished:
                     raise
-                logger.warning("task %s lost its lease on %r while it raised", owner, key)
+                logger.warning("task %r lost its lease on %r while it raised", owner, key)
 
     async def acall(self, *args: Any, **kwargs: Any) -> T:
         """Async twin of :meth:`call` (the lease is taken and renewed in a thread)."""
@@ -454,7 +454,7 @@ class OccupyTask(_FrameworkTask[P, T], Generic[P, T]):
             later = self.using(run_after=timezone.now() + timedelta(seconds=delay))
             again = _FrameworkTask.enqueue(later, *args, **kwargs)
             logger.info(
-                "task %s: %r is held by %s; enqueued again as %s in %.1f s",
+                "task %s: %r is held by %r; enqueued again as %s in %.1f s",
                 self.module_path, key, held_by, again.id, delay,
             )  # fmt: skip
             if self.occupy_once is not False:
@@ -466,7 +466,7 @@ class OccupyTask(_FrameworkTask[P, T], Generic[P, T]):
         if self.occupy_once is not False:
             self._drop(once_key, result_id)
         if self.occupy_on_busy == "skip":
-            logger.info("task %s skipped: %r is held by %s", self.module_path, key, held_by)
+            logger.info("task %s skipped: %r is held by %r", self.module_path, key, held_by)
             return None
         raise busy
 

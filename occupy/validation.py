@@ -3,6 +3,13 @@
 Each raises ``TypeError`` for a wrong type and ``ValueError`` for a wrong value, with a
 message that names the argument and the value.
 
+Keys, owners and client labels carry no **control characters** (one rule,
+:data:`CONTROL_CHARACTERS`): what an operator's terminal or a log would act on instead
+of showing (ESC, BEL, a newline that forges a row, U+202E that reverses what follows).
+Everything occupy prints for an operator passes through :func:`printable`, which
+escapes them as ``repr`` would, for values written before the rule or by another
+program.
+
 Durations follow one rule, whatever they time (a ``ttl``, ``extend``'s ttl, a
 ``timeout``, a backend's ``POLL_INTERVAL``, the ``OCCUPY`` settings):
 
@@ -26,11 +33,13 @@ import re
 from typing import Any
 
 __all__ = [
+    "CONTROL_CHARACTERS",
     "MAX_FENCE",
     "MAX_KEY_LENGTH",
     "MAX_TTL",
     "MAX_WRITE_WAIT",
     "MIN_TTL",
+    "check_client",
     "check_fence",
     "check_key",
     "check_owner",
@@ -39,6 +48,7 @@ __all__ = [
     "check_ttl",
     "check_write_wait",
     "duration_problem",
+    "printable",
 ]
 
 #: Longest key, in characters; every backend stores keys of this length.
@@ -58,16 +68,36 @@ MAX_FENCE = 2**63 - 1
 
 _REALS = (int, float)
 
+#: The control characters, refused in keys, owners and client labels and escaped in
+#: whatever occupy prints: the C0 and C1 controls and DEL (Unicode category Cc: NUL,
+#: BEL, ESC, newline, tab…), the line and paragraph separators U+2028 and U+2029, and
+#: the bidirectional formatting characters (U+061C, U+200E, U+200F, U+202A to U+202E,
+#: U+2066 to U+2069), which reorder the text shown after them. A fixed set, so the rule
+#: does not change with the Unicode version of the Python that runs it.
+CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """Return ``text`` with its control characters (:data:`CONTROL_CHARACTERS`) escaped
+    as ``repr`` escapes them (``\\n``, ``\\x1b``, ``\\u202e``), for a terminal or a log."""
+    if text.isascii() and text.isprintable():
+        return text
+    return CONTROL_CHARACTERS.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def _controls(name: str, value: str) -> ValueError:
+    """Return the error for ``value``, which holds control characters."""
+    found = sorted(set(CONTROL_CHARACTERS.findall(value)))
+    shown = ", ".join(repr(c)[1:-1] for c in found[:5])
+    cut = f"{value!r}" if len(value) <= 80 else f"{value[:80]!r}…"
+    return ValueError(f"{name} must not contain control characters ({shown}): {cut}.")
+
 
 def check_key(key: Any, *, name: str = "key") -> str:
     """Return ``key`` if it is a usable lock key, else raise naming the problem."""
-    # The usual key first, in one test: ASCII text cannot hold a lone surrogate.
-    if (
-        type(key) is str
-        and 0 < len(key) <= MAX_KEY_LENGTH
-        and key.isascii()
-        and ("\x00" not in key)
-    ):
+    # The usual key first, in one test: printable ASCII holds no control character and
+    # no lone surrogate.
+    if type(key) is str and 0 < len(key) <= MAX_KEY_LENGTH and key.isascii() and key.isprintable():
         return key
     if not isinstance(key, str):
         raise TypeError(f"{name} must be a str, not {type(key).__name__} ({key!r}).")
@@ -80,6 +110,8 @@ def check_key(key: Any, *, name: str = "key") -> str:
         )
     if "\x00" in key:
         raise ValueError(f"{name} must not contain NUL characters ({key!r}).")
+    if CONTROL_CHARACTERS.search(key):
+        raise _controls(name, key)
     try:
         key.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -90,6 +122,14 @@ def check_key(key: Any, *, name: str = "key") -> str:
 def check_owner(owner: Any) -> str:
     """Return ``owner`` if it is a usable owner name, else raise naming the problem."""
     return check_key(owner, name="owner")
+
+
+def check_client(client: str, *, name: str = "client") -> str:
+    """Return ``client`` (a client's label, as the ``Occupy-Client`` header gives it) if
+    it holds no control characters, else raise ``ValueError`` naming ``name``."""
+    if CONTROL_CHARACTERS.search(client):
+        raise _controls(name, client)
+    return client
 
 
 #: What a lease token may look like: occupy's are 32 hex digits (``new_token()``).

@@ -91,7 +91,8 @@ def test_release_takes_a_lease(live_db: None) -> None:
         "spaces: a b ",
         "back\\slash",
         "k" * 255,
-        "newline:\n",
+        "joiner:👩\u200d💻",
+        "nbsp:\u00a0",
     ],
 )
 def test_odd_but_valid_keys_work(alias: str, key: str) -> None:
@@ -101,6 +102,53 @@ def test_odd_but_valid_keys_work(alias: str, key: str) -> None:
         occupy.acquire(key, owner="bob", timeout=0, backend=alias)
     occupy.release(lease)
     assert occupy.holder(key, backend=alias) is None
+
+
+#: Control characters, each refused in a key, an owner and a client label.
+CONTROLS = {
+    "newline": "\n",
+    "carriage return": "\r",
+    "tab": "\t",
+    "BEL": "\x07",
+    "ESC": "\x1b",
+    "DEL": "\x7f",
+    "C1 NEL": "\x85",
+    "C1 CSI": "\x9b",
+    "RLO": "\u202e",
+    "RLI": "\u2067",
+    "LRM": "\u200e",
+    "ALM": "\u061c",
+    "line separator": "\u2028",
+}
+
+
+@pytest.mark.parametrize("char", CONTROLS.values(), ids=CONTROLS.keys())
+def test_control_characters_are_refused_in_keys_owners_and_clients(
+    live_db: None, char: str
+) -> None:
+    """Before, ``acquire`` took a key or an owner holding any of them but NUL: a newline
+    forged an extra row in ``list_locks``, ESC drove the operator's terminal."""
+    from occupy.validation import check_client
+
+    escaped = repr(char)[1:-1]
+    for arguments in ({"key": f"book:{char}1"}, {"key": "book:1", "owner": f"ali{char}ce"}):
+        with pytest.raises(ValueError, match="control characters") as info:
+            occupy.acquire(**arguments)
+        assert escaped in str(info.value) and char not in str(info.value)
+    with pytest.raises(ValueError, match="control characters"):
+        occupy.holder(f"book:{char}1")
+    with pytest.raises(ValueError, match="Occupy-Client must not contain control"):
+        check_client(f"tab{char}", name="Occupy-Client")
+    assert claims_in_store() == 0
+
+
+def test_printable_escapes_control_characters_as_repr_does() -> None:
+    from occupy.validation import printable
+
+    for char in CONTROLS.values():
+        assert printable(f"a{char}b") == "a" + repr(char)[1:-1] + "b"
+    for text in ("book:1", "книга:1", "back\\slash", "joiner:👩\u200d💻", "nbsp:\u00a0"):
+        assert printable(text) == text
 
 
 @pytest.mark.parametrize(

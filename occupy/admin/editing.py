@@ -67,7 +67,7 @@ class TakeoverDenied(Exception):
     """The user may not take the object over from ``holder`` (another user's lease)."""
 
     def __init__(self, holder: Holder) -> None:
-        super().__init__(f"{holder.owner} holds it")
+        super().__init__(f"{holder.owner!r} holds it")
         self.holder = holder
 
 

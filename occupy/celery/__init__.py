@@ -286,7 +286,7 @@ class OccupyTask(Task):  # type: ignore[misc]  # Celery ships no type hints
                 _release_quietly(claim)
         if self.occupy_on_busy == "skip":
             logger.info(
-                "skipped %s[%s]: %r is held by %s",
+                "skipped %s[%s]: %r is held by %r",
                 self.name,
                 self.request.id,
                 key,

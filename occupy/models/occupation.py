@@ -9,6 +9,7 @@ from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
 from occupy.models.keys import parse_pk_text
+from occupy.validation import printable
 
 __all__ = ["Occupation"]
 
@@ -67,7 +68,7 @@ class Occupation(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.key} ({self.state} by {self.owner})"
+        return f"{printable(self.key)} ({self.state} by {printable(self.owner)})"
 
     @property
     def target(self) -> models.Model | None:

@@ -17,6 +17,7 @@ from occupy.http import Problem
 
 __all__ = [
     "FencedOutError",
+    "InvalidClient",
     "InvalidKey",
     "InvalidTTL",
     "LeaseLostError",
@@ -124,6 +125,14 @@ class InvalidKey(OccupyAPIException):
     default_code = "invalid_key"
 
 
+class InvalidClient(OccupyAPIException):
+    """A lease request named its client (``Occupy-Client``) with control characters."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_detail = "Invalid client name."
+    default_code = "invalid_client"
+
+
 class InvalidTTL(OccupyAPIException):
     """A lease request asked for a ttl that is no number of seconds within bounds."""
 
@@ -146,6 +155,7 @@ _BY_CODE: dict[str, type[OccupyAPIException]] = {
         StoreUnavailableError,
         InvalidKey,
         InvalidTTL,
+        InvalidClient,
     )
 }
 

@@ -63,7 +63,7 @@ _DESCRIPTIONS = {
     "400": "Bad request: a malformed If-Match or lease token, or If-Match and the body's "
     "version naming different versions (malformed_precondition); a ttl that is no "
     "number of seconds in range (invalid_ttl); an object that cannot be locked "
-    "(invalid_key).",
+    "(invalid_key); a client name with control characters (invalid_client).",
     "403": "Forbidden: taking over another user's edit lease needs the takeover permission.",
     "503": "Service unavailable: the lock store cannot be reached; nothing was written. "
     "See Retry-After.",
@@ -165,7 +165,8 @@ class OccupyAutoSchemaMixin(_AutoSchema):
                         str,
                         header,
                         description="Names your client (a tab, a device), up to 64 "
-                        "characters: kept with the lease's owner.",
+                        "characters without control characters: kept with the lease's "
+                        "owner.",
                     )
                 )
             params.append(

@@ -23,7 +23,7 @@ from occupy.leases import Lease, TransactionHold
 from occupy.owners import lease_owner, parse_owner, same_user, write_owner
 from occupy.rest_framework.errors import OccupyErrorsMixin
 from occupy.rest_framework.exceptions import from_problem
-from occupy.validation import check_token, check_ttl, check_write_wait
+from occupy.validation import check_client, check_token, check_ttl, check_write_wait
 
 __all__ = ["OccupiedWritesMixin"]
 
@@ -120,8 +120,15 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
     def get_lease_owner(self, request: Request, ttl: float | None = None) -> str:
         """Return the owner of an edit lease taken for ``request``: ``user:<pk>``, with
         the lease's ``ttl``, and the client's name from ``Occupy-Client`` (see
-        :mod:`occupy.owners`)."""
-        client = request.headers.get(occupy_settings.REST_FRAMEWORK["CLIENT_HEADER"])
+        :mod:`occupy.owners`); 400 ``invalid_client`` for a name with control
+        characters."""
+        header = occupy_settings.REST_FRAMEWORK["CLIENT_HEADER"]
+        client = request.headers.get(header)
+        if client:
+            try:
+                check_client(client, name=header)
+            except ValueError as e:
+                raise from_problem(http.invalid_client(header, e)) from e
         return lease_owner(requester_pk(request), ttl=ttl, client=client or None)
 
     def get_write_owner(self, request: Request) -> str:

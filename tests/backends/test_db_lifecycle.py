@@ -26,6 +26,7 @@ from django.test import Client, override_settings
 
 import occupy
 from occupy.backends import close_connections, get_backend
+from tests.support import multiproc
 from tests.support.aliases import backend_params
 
 ALIAS = "db-postgresql"
@@ -174,3 +175,70 @@ def test_a_request_through_django_leaves_no_session(alias: str, client: Client) 
         assert response.status_code == 200, response.content
         sessions.add(int(response.content))
     assert _wait_gone(sessions) == set()
+
+
+def _take_and_renew(alias: str, worker: int, start: threading.Barrier | None = None) -> int:
+    """Take, renew (the watchdog) and release locks on rows' keys and plain keys, some
+    waited for and some given up; return how many were taken."""
+    if start is not None:
+        start.wait(30)
+    taken = 0
+    for i in range(6):
+        key = f"testapp.book:{i % 2}" if i % 3 else f"plain:{i % 2}"
+        try:
+            with occupy.lock(
+                key, owner=f"w{worker}", ttl=0.3, timeout=2, renew=True, backend=alias
+            ):
+                time.sleep(0.15)  # long enough for a renewal (every ttl / 3)
+                taken += 1
+        except occupy.LockTimeout:
+            pass
+    return taken
+
+
+def _sessions_on_the_test_database() -> set[int]:
+    """Return the server sessions on the PostgreSQL test database but this one."""
+    with connections["postgresql"].cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def test_threads_and_processes_leave_no_session_for_the_drop(alias: str) -> None:
+    """What a user's suite of lock tests does (threads and processes taking and renewing
+    locks on rows' keys), then what Django does before it drops the test database:
+    nothing of theirs may be left on it. Before, each thread whose first lock on a
+    model's key looked its content type up left Django's connection of that thread open
+    (Django closes connections at the end of requests only, and a dead thread's at the
+    garbage collector's whim): ``DROP DATABASE`` failed with "There is 1 other session
+    using the database"."""
+    from django.contrib.contenttypes.models import ContentType
+
+    before = _sessions_on_the_test_database()
+    ContentType.objects.clear_cache()  # as after a test database's flush
+    start = threading.Barrier(4)
+    with ThreadPoolExecutor(4) as pool:
+        taken = list(pool.map(lambda n: _take_and_renew(alias, n, start), range(4)))
+    taken += multiproc.run(_take_and_renew, [(alias, 10 + n) for n in range(2)])
+    assert sum(taken) > 0
+    # What Django does before it drops a (test) database.
+    with connections["postgresql"]._nodb_cursor() as cursor:
+        cursor.execute("SELECT 1")
+    left = _sessions_on_the_test_database() - before
+    deadline = time.monotonic() + GONE_WITHIN
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = _sessions_on_the_test_database() - before
+    assert left == set(), _describe(left)
+
+
+def _describe(sessions: set[int]) -> list[tuple[object, ...]]:
+    with connections["postgresql"].cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, backend_type, state, left(query, 100) FROM pg_stat_activity "
+            "WHERE pid = ANY(%s)",
+            [list(sessions)],
+        )
+        return cursor.fetchall()

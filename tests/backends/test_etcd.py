@@ -187,3 +187,48 @@ def test_a_holder_cut_off_from_the_cluster_loses_its_grant_to_a_higher_fence(
     finally:
         cut_off.close()
         proxy.close()
+
+
+def test_a_release_whose_reply_was_lost_is_a_release(etcd: Any, etcd_cluster: EtcdCluster) -> None:
+    """The member that applied the release's transaction fails before it answers; the
+    call goes on to the next member, where the grant is already gone. Before, that was
+    reported as ``LeaseLost`` although the key had been released."""
+    from occupy.backends.etcd import EtcdBackend
+    from occupy.backends.etcd.client import prefix_end
+
+    proxy = TcpProxy(("127.0.0.1", etcd_cluster.client_port(0)))
+    others = [f"http://127.0.0.1:{etcd_cluster.client_port(i)}" for i in (1, 2)]
+    backend = EtcdBackend(
+        "lossy",
+        {
+            "BACKEND": ETCD,
+            "OPTIONS": {
+                "ENDPOINTS": [f"http://127.0.0.1:{proxy.port}", *others],
+                "PREFIX": etcd.prefix,
+            },
+        },
+    )
+    try:
+        for depth in (1, 2):
+            lease = backend.acquire("book:r", owner="alice", ttl=30, timeout=0)
+            if depth == 2:  # re-entered: the first release only rewrites the grant
+                backend.resume("book:r", lease.token, 30)
+                backend.release(lease)
+            backend.client._current = 0  # the next call goes to the failing member first
+            proxy.lose_reply_to(b"POST /v3/kv/txn")
+            backend.release(lease)
+            assert proxy.lost == depth
+            assert occupy.holder("book:r", backend="etcd") is None
+            marks = backend.released("book:r")
+            assert backend.client.range(marks, prefix_end(marks))[0] == []  # revoked
+            with pytest.raises(occupy.LeaseLost):  # released once, and only once
+                backend.release(lease)
+        # A grant that was taken over is still lost, mark or none.
+        lease = backend.acquire("book:r", owner="alice", ttl=30, timeout=0)
+        other = occupy.takeover("book:r", owner="bob", ttl=30, backend="etcd")
+        with pytest.raises(occupy.LeaseLost):
+            backend.release(lease)
+        occupy.release(other)
+    finally:
+        backend.close()
+        proxy.close()

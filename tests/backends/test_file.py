@@ -417,3 +417,54 @@ def test_a_queued_claim_beyond_the_longest_ttl_blocks_nothing(live_db: None) -> 
     occupy.release(lease)
     backend.sweep()  # the grant removed it already, as an expired ticket
     assert backend.directory.tickets(attempt.digest) == []
+
+
+@pytest.mark.parametrize("place", ["using", "fences"])
+@pytest.mark.parametrize("age", [0, 3600])
+def test_a_directory_where_a_keys_file_belongs_is_refused_and_never_moved(
+    live_db: None, place: str, age: int, capsys
+) -> None:
+    """Before, a takeover (or a grant once the directory's mtime was FOREIGN_TTL old)
+    moved ``using/<digest>`` to ``fences/<digest>``: holder() said free from then on,
+    while every acquire and takeover raised StoreUnavailable for good and sweep_locks
+    left it."""
+    from occupy.backends.claims import digest
+    from occupy.checks import check_stores
+
+    backend = get_backend(ALIAS)
+    d = digest("book:1")
+    path = os.path.join(backend.root, place, d)
+    os.makedirs(os.path.join(path, "inside"))
+    then = time.time_ns() - age * 1_000_000_000
+    os.utime(path, ns=(then, then))
+    calls = {
+        "holder": lambda: occupy.holder("book:1", backend=ALIAS),
+        "acquire": lambda: occupy.acquire("book:1", owner="alice", timeout=0, backend=ALIAS),
+        "wait": lambda: occupy.acquire("book:1", owner="alice", timeout=0.2, backend=ALIAS),
+        "takeover": lambda: occupy.takeover("book:1", owner="bob", ttl=30, backend=ALIAS),
+    }
+    for name, call in calls.items():
+        with pytest.raises(occupy.StoreUnavailable) as info:
+            call()
+        assert path in str(info.value) and "removed by hand" in str(info.value), name
+        assert info.value.key == "book:1"
+    call_command("sweep_locks", backend=[ALIAS])
+    # Nothing moved, nothing left behind: no claim, fence or queued claim was written.
+    other = "fences" if place == "using" else "using"
+    assert os.path.isdir(os.path.join(path, "inside"))
+    assert not os.path.exists(os.path.join(backend.root, other, d))
+    assert backend.directory.tickets(d) == []
+    warnings = [
+        w
+        for w in check_stores(databases=["default"])
+        if w.id == "occupy.W004" and w.obj.endswith("['files']")
+    ]
+    assert len(warnings) == 1 and repr(path) in warnings[0].msg
+    assert f"{place}/<digest>" in warnings[0].msg
+    # Removed by hand, the key works again.
+    os.rmdir(os.path.join(path, "inside"))
+    os.rmdir(path)
+    assert occupy.holder("book:1", backend=ALIAS) is None
+    lease = occupy.acquire("book:1", owner="alice", timeout=0, backend=ALIAS)
+    occupy.release(occupy.takeover("book:1", owner="bob", ttl=30, backend=ALIAS))
+    assert lease.fence > 0

@@ -426,6 +426,51 @@ def test_a_fence_counter_occupy_did_not_write_is_refused_by_name(
     occupy.release(again)
 
 
+#: Queue keys occupy did not write: the Redis key's suffix and how to plant it.
+BAD_QUEUES = {
+    "queue string": ("queue", lambda client, name: client.set(name, "junk")),
+    "queue hash": ("queue", lambda client, name: client.hset(name, "a", "b")),
+    "waiters string": ("waiters", lambda client, name: client.set(name, "junk")),
+    "waiters set": ("waiters", lambda client, name: client.sadd(name, "x")),
+}
+
+
+@pytest.mark.parametrize(("suffix", "plant"), BAD_QUEUES.values(), ids=BAD_QUEUES.keys())
+def test_a_queue_occupy_did_not_write_is_refused_by_name_and_repaired_by_takeover(
+    backend, suffix: str, plant
+) -> None:
+    """Before, WRONGTYPE from the script on every try that met the queue, and a takeover
+    left the queue as it was, so its own release failed too: the key was blocked for
+    good."""
+    keys = backend.link.keys("book:1")
+    name = getattr(keys, suffix)
+    plant(backend.link.client, name)
+    holder = None
+    if suffix == "waiters":  # only a waiter reads it: somebody must hold the key
+        holder = occupy.acquire("book:1", owner="alice", ttl=30, backend=backend.alias)
+    for timeout in (0, 0.2):  # the first try, and the queueing script
+        if holder is not None and timeout == 0:
+            continue  # refused as Occupied, before any queue is read
+        with pytest.raises(occupy.StoreUnavailable) as info:
+            occupy.acquire("book:1", owner="bob", ttl=30, timeout=timeout, backend=backend.alias)
+        message = str(info.value)
+        assert name in message and "takeover" in message and "delete it by hand" in message
+        assert "WRONGTYPE" not in message and info.value.key == "book:1"
+    if holder is not None:
+        occupy.release(holder)  # a release hands nothing over, and succeeds
+    assert occupy.holder("book:1", backend=backend.alias) is None
+    lease = occupy.takeover("book:1", owner="carol", ttl=30, backend=backend.alias)
+    assert backend.link.client.type(name) in (b"none", "none")
+    # Repaired: the queue works again, a waiter included.
+    timer = threading.Timer(0.2, occupy.release, args=[lease])
+    timer.start()
+    waited = occupy.acquire("book:1", owner="dave", ttl=30, timeout=10, backend=backend.alias)
+    timer.join()
+    assert waited.fence > lease.fence
+    occupy.release(waited)
+    assert occupy.holder("book:1", backend=backend.alias) is None
+
+
 def test_a_release_does_not_hand_over_while_the_counter_is_refused(backend) -> None:
     holder = occupy.acquire("book:1", owner="alice", ttl=30, backend=backend.alias)
     errors: list[BaseException] = []

@@ -165,6 +165,54 @@ def test_replicas_confirms_a_key_handed_over_by_a_release(tmp_path: Path) -> Non
         backend.client.connection_pool.disconnect()
 
 
+@needs_servers
+@pytest.mark.parametrize("min_replicas", [0, 1])
+def test_replicas_answers_at_once_on_a_primary_without_replicas(
+    tmp_path: Path, min_replicas: int
+) -> None:
+    """Before, ``acquire(timeout=0)`` with REPLICAS on a Redis without replicas took 1 to
+    2 s (a grant, a WAIT of a second, its give-back), and with MIN_REPLICAS too the
+    script's own refusal still waited out the whole WAIT (2 s for ``timeout=2``)."""
+    import redis
+
+    port = spare_ports(1)[0]
+    server = start_redis(port, tmp_path)
+    try:
+        backend = _backend(port, REPLICAS=1, MIN_REPLICAS=min_replicas)
+        for timeout in (0, 2):
+            started = time.monotonic()
+            with pytest.raises(occupy.StoreUnavailable, match="REPLICAS") as info:
+                backend.acquire("book:1", owner="alice", ttl=30, timeout=timeout)
+            assert time.monotonic() - started < 0.5, timeout
+            assert info.value.key == "book:1"
+        client = redis.Redis(port=port)
+        assert client.keys("*") == []  # refused before anything was written
+        client.close()
+        backend.close()
+    finally:
+        stop_process(server)
+
+
+@needs_servers
+def test_replicas_refuses_a_held_key_at_once(tmp_path: Path) -> None:
+    """A refusal (the key is held) does not wait for replicas: nothing was written. Before,
+    a refusal's pipelined WAIT waited out the whole bound when the replica had stopped
+    acknowledging."""
+    with _primary_and_replica(tmp_path) as (port, replica):
+        backend = _backend(port, REPLICAS=1)
+        lease = backend.acquire("book:1", owner="alice", ttl=30, timeout=1)
+        os.kill(replica.pid, signal.SIGSTOP)  # it acknowledges nothing now
+        try:
+            started = time.monotonic()
+            with pytest.raises(occupy.Occupied):
+                backend.acquire("book:1", owner="bob", ttl=30, timeout=0)
+            assert time.monotonic() - started < 0.5
+        finally:
+            os.kill(replica.pid, signal.SIGCONT)
+        occupy.release(lease)
+        backend.client.connection_pool.disconnect()
+
+
 def test_an_acquire_raises_its_own_error_with_the_clean_up_beneath(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

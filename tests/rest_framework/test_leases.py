@@ -342,6 +342,31 @@ def test_write_wait_is_checked(settings, value):
     assert any("WRITE_WAIT" in m.msg for m in run_checks() if m.id.startswith("occupy."))
 
 
+@pytest.mark.parametrize("client", ["tab\n2", "\x1b[31mred", "evil\u202etxt", "nel\x85"])
+def test_a_client_name_with_control_characters_is_400(users, client_for, client):
+    """Before, the lease was taken (201), and with a newline in its owner string its own
+    user then got 409 ``lease_lost`` on renew and release."""
+    book = Book.objects.create(name="Dune")
+    api = client_for(users.editor)
+    refused = api.post(_url(book, "lease/"), {"ttl": 60}, format="json", HTTP_OCCUPY_CLIENT=client)
+    assert refused.status_code == 400, refused.content
+    body = refused.json()
+    assert body["code"] == "invalid_client" and "Occupy-Client" in body["detail"]
+    assert "control characters" in body["detail"]
+    taken = api.post(_url(book, "lease/takeover/"), {}, format="json", HTTP_OCCUPY_CLIENT=client)
+    assert taken.status_code == 400 and taken.json()["code"] == "invalid_client"
+    assert occupy.holder(book.occupy_key) is None
+    # A name without them is kept, and its user renews and releases the lease.
+    lease = api.post(
+        _url(book, "lease/"), {"ttl": 60}, format="json", HTTP_OCCUPY_CLIENT="tab 2"
+    ).json()
+    assert parse_owner(occupy.holder(book.occupy_key).owner).client == "tab 2"
+    token = lease["token"]
+    renewed = api.patch(_url(book, "lease/"), {}, format="json", HTTP_OCCUPY_LEASE=token)
+    assert renewed.status_code == 200
+    assert api.delete(_url(book, "lease/"), HTTP_OCCUPY_LEASE=token).status_code == 204
+
+
 @pytest.mark.skipif(
     __import__("django.conf").conf.settings.DEFAULT_DB != "postgresql",
     reason="the write lock is held by the write's transaction on PostgreSQL only",

@@ -2,6 +2,9 @@
 
 :meth:`TcpProxy.cut` closes every connection and refuses new ones (the client sees its
 calls fail, as across a partition); :meth:`TcpProxy.heal` lets connections through again.
+:meth:`TcpProxy.lose_reply_to` delivers the next request that holds some bytes and drops
+its connection when the reply comes back: the server did the request, the client never
+hears (a member that fails between applying a write and answering it).
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ class TcpProxy:
         self.open = True
         self.sockets: list[socket.socket] = []
         self.lock = threading.Lock()
+        #: The bytes of the request whose reply is to be lost, until it has been.
+        self.losing: bytes | None = None
+        #: How many replies were lost so far.
+        self.lost = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -41,13 +48,27 @@ class TcpProxy:
                 continue
             with self.lock:
                 self.sockets += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            doomed = threading.Event()  # this connection's next reply is to be lost
+            for a, b, request in ((client, server, True), (server, client, False)):
+                threading.Thread(
+                    target=self._pipe, args=(a, b, request, doomed), daemon=True
+                ).start()
 
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    def lose_reply_to(self, request: bytes) -> None:
+        """Lose the reply to the next request that holds ``request`` (see the module)."""
+        self.losing = request
+
+    def _pipe(
+        self, source: socket.socket, sink: socket.socket, request: bool, doomed: threading.Event
+    ) -> None:
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
+                if request and self.losing is not None and self.losing in data:
+                    self.losing = None
+                    doomed.set()
+                elif not request and doomed.is_set():
+                    self.lost += 1
+                    break  # the reply is dropped with the connection
                 sink.sendall(data)
         for sock in (source, sink):
             with contextlib.suppress(OSError):

@@ -354,12 +354,25 @@ class DatabaseAttempt(Attempt):
         return super().next_delay()
 
     def cancel(self) -> None:
-        """Delete this attempt's claim, queued or granted, and wake the next waiter."""
+        """Delete this attempt's claim, queued or granted, and wake the next waiter. If
+        the store cannot be reached, the clean-up is left to run before the backend's
+        next statement that can (see :meth:`Statements.defer`), and the error raised."""
+        steps: list[tuple[str, list[Any]]] = []
         if self.claimed:
-            self.run(self.sql.forget(), [self.digest, self.token])
+            steps.append((self.sql.forget(), [self.digest, self.token]))
         wake = self.sql.wake_next()
         if self.pending_id is not None and wake is not None:
-            self.run(wake, [self.digest])
+            steps.append((wake, [self.digest]))
+        for i, (statement, params) in enumerate(steps):
+            try:
+                self.run(statement, params)
+            except StoreUnavailable:
+                # Moot once the claim has expired by itself: a pending claim after its
+                # heartbeat's PENDING_TTL, a grant in doubt after its ttl.
+                until = time.monotonic() + max(self.backend.pending_ttl, self.ttl)
+                self.backend.statements.defer(steps[i:], until)
+                self.listening = None  # its session is gone, and what it listened to
+                raise
         self._unlisten()
 
     def _unlisten(self) -> None:

@@ -6,6 +6,13 @@ claim is committed the moment it is made, even inside the caller's
 nothing for the app. A connection is made as its database is configured (a copy of the
 settings), then as the dialect says (:meth:`Dialect.connection_options`,
 :meth:`Dialect.on_connect`).
+
+The backend also reads a few rows through Django's own connections (the content type of
+a row's key): :func:`borrowing` closes again a Django connection such a read opened in
+the caller's thread. Django closes its connections only at the end of a request, and a
+worker thread's are left to the garbage collector (its wrappers hold reference cycles),
+so a lock taken in a thread would otherwise leave a session on the server that a test
+database's ``DROP DATABASE`` finds in its way.
 """
 
 from __future__ import annotations
@@ -13,7 +20,8 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from contextlib import suppress
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -23,7 +31,7 @@ from django.db.utils import load_backend
 from occupy.backends.db.dialects import Dialect
 from occupy.backends.db.own import OwnConnection
 
-__all__ = ["OwnConnection", "OwnConnections"]
+__all__ = ["OwnConnection", "OwnConnections", "borrowing"]
 
 #: Connections a forked child inherited: kept referenced so that garbage collection
 #: never closes (and so terminates) the parent's session from the child.
@@ -122,6 +130,23 @@ class OwnConnections:
             _close_raw(own.wrapper, own.pid)
         self._opened = weakref.WeakSet()
         self._local = threading.local()
+
+
+@contextmanager
+def borrowing(databases: Iterable[str]) -> Iterator[None]:
+    """Run the block, then close this thread's Django connections to ``databases`` that
+    the block opened (one that was open before is the caller's, and stays)."""
+    unopened = [
+        alias for alias in dict.fromkeys(databases) if connections[alias].connection is None
+    ]
+    try:
+        yield
+    finally:
+        for alias in unopened:
+            connection = connections[alias]
+            if connection.connection is not None and not connection.in_atomic_block:
+                with suppress(DatabaseError):
+                    connection.close()
 
 
 def _close_raw(wrapper: BaseDatabaseWrapper, pid: int) -> None:

@@ -2,7 +2,11 @@
 retried when that is safe, held to the caller's time, and failing as an ``OccupyError``.
 
 A dropped connection is retried on a new one, and a statement whose reply was lost with
-it is found by the attempt's token instead of being run again (``settled``). A statement
+it is found by the attempt's token instead of being run again (``settled``). A clean-up
+that could not run because the store was away (an attempt's cancel: its pending claim
+and a grant it may have made) is kept (:meth:`Statements.defer`) and run before the
+next statement that gets a connection, in any thread, so that a waiter whose database
+restarted under it does not block the key until its claim expires. A statement
 is held to its time left: connecting, the server's own statement bound where the dialect
 has one (:meth:`Dialect.bound`), and a cut of the socket for a server that does not
 answer (:mod:`occupy.backends.cutoff`). A store that cannot be reached or used raises
@@ -13,6 +17,7 @@ answer (:mod:`occupy.backends.cutoff`). A store that cannot be reached or used r
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -59,6 +64,17 @@ class Statements:
         self.database = database
         self.dialect = dialect
         self.connections = connections
+        #: Clean-ups the store could not run: ``(until, sql, params)``, each moot once
+        #: ``time.monotonic()`` passes ``until`` (the claim it removes has expired).
+        self.deferred: list[tuple[float, str, Sequence[Any]]] = []
+        self._deferred_lock = threading.Lock()
+
+    def defer(self, steps: Sequence[tuple[str, Sequence[Any]]], until: float) -> None:
+        """Keep the clean-up ``steps`` (statements and their parameters, run in order)
+        that failed because the store was away, to run before the next statement that
+        gets a connection; they are dropped once ``time.monotonic()`` passes ``until``."""
+        with self._deferred_lock:
+            self.deferred.extend((until, sql, params) for sql, params in steps)
 
     def execute(
         self,
@@ -97,6 +113,8 @@ class Statements:
             except DatabaseError as e:
                 raise self.failure(key, e) from e
             sharing = self.dialect.caller_transaction(self.database)
+            if self.deferred:
+                self._clean_up(own, cutoff, sharing)
             try:
                 return self._run(own, sql, params, cutoff, sharing, prepare=prepare)
             except IntegrityError:
@@ -141,6 +159,20 @@ class Statements:
             if alarm is not None and cutoffs.disarm(alarm):
                 assert session is not None
                 self.connections.cut(own, session)
+
+    def _clean_up(self, own: OwnConnection, cutoff: float | None, sharing: str | None) -> None:
+        """Run the deferred clean-ups on ``own``; keep those that fail again."""
+        with self._deferred_lock:
+            now = time.monotonic()
+            steps, self.deferred = [step for step in self.deferred if step[0] > now], []
+        for i, (_until, sql, params) in enumerate(steps):
+            try:
+                self._run(own, sql, params, cutoff, sharing, prepare=True)
+            except DatabaseError as e:
+                logger.debug("a deferred clean-up failed again (%s); kept", e)
+                with self._deferred_lock:
+                    self.deferred[:0] = steps[i:]
+                return
 
     def _retry_or_raise(
         self,

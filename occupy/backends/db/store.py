@@ -20,7 +20,7 @@ from django.db.models.expressions import RawSQL
 from occupy.backends.base import BaseBackend
 from occupy.backends.claims import digest
 from occupy.backends.db.checks import no_database, occupation_table_warnings
-from occupy.backends.db.connections import OwnConnections
+from occupy.backends.db.connections import OwnConnections, borrowing
 from occupy.backends.db.dialects import TABLE, Dialect, dialect_for
 from occupy.backends.db.rows import farthest_expiry, store_now
 from occupy.backends.db.statements import Result, Statements
@@ -228,6 +228,9 @@ class DatabaseStore(BaseBackend):
         only). A row that cannot be found (deleted, a composite primary key) leaves the
         claim unlinked: it locks all the same, but ``occupied()``, ``free()`` and the
         admin's status column do not see it.
+
+        These reads go through Django's connections of the caller's thread; one they
+        open is closed again (see :func:`.connections.borrowing`).
         """
         parsed = parse_object_key(key)
         if parsed is None or not apps.is_installed("django.contrib.contenttypes"):
@@ -237,14 +240,16 @@ class DatabaseStore(BaseBackend):
         except LookupError:
             return None, None
         object_id: str | None = parsed.pk_text
-        if parsed.digest is not None:
-            object_id = self._shortened_object_id(model, parsed)
         from django.contrib.contenttypes.models import ContentType
 
-        try:
-            content_type = ContentType.objects.db_manager(self.database).get_for_model(model)
-        except DatabaseError as e:
-            raise self.statements.failure(key, e) from e
+        shortened = parsed.digest is not None
+        with borrowing([self.database, *([router.db_for_read(model)] if shortened else [])]):
+            if shortened:
+                object_id = self._shortened_object_id(model, parsed)
+            try:
+                content_type = ContentType.objects.db_manager(self.database).get_for_model(model)
+            except DatabaseError as e:
+                raise self.statements.failure(key, e) from e
         return content_type.pk, object_id
 
     def _shortened_object_id(self, model: Any, parsed: ObjectKey) -> str | None:

@@ -14,6 +14,12 @@ lock key:
   it keeps alive while it waits. Waiters are served by ``create_revision`` (first come,
   first served); each watches only the key before it (the head watches the grant), so a
   release wakes one waiter, and nobody polls.
+- ``<prefix>r/<d>/<token>``: the mark of a release, written by the transaction that
+  deletes the grant, on the grant's own etcd lease, and gone with it when the release
+  revokes that lease a moment later. A release whose reply was lost (the member that
+  applied it failed before answering) reads it back: the grant is gone *and* its mark is
+  there, so the release took effect and is reported as done, not as ``LeaseLost`` (an
+  expiry or a takeover deletes the grant without a mark).
 
 Release, extend, re-entry and takeover compare revisions in the transaction that writes,
 so a late call never touches a later grant. A grant ends at its ttl by the clock of the
@@ -72,10 +78,19 @@ class EtcdBackend(EtcdStore):
         """Undo one level of ``lease``; the last deletes the grant (if its token still
         holds it, in the transaction that deletes) and revokes its lease."""
         name = self.grants(lease.key) + lease.token
+        mark = self.released(lease.key) + lease.token
         with self.reaching(lease.key):
             for _ in range(_RETRIES):
                 kv = self._read(name)
-                if kv is None or self.expirer.passed(lease.token):
+                if kv is None:
+                    done = self._read(mark)  # released, but the reply was lost?
+                    if done is None:
+                        break
+                    self.expirer.forget(lease.token)
+                    with suppress(EtcdError):
+                        self.client.revoke(done.lease)
+                    return
+                if self.expirer.passed(lease.token):
                     break
                 depth = int(kv.value.get("d", 1))
                 if depth > 1:
@@ -89,7 +104,7 @@ class EtcdBackend(EtcdStore):
                     continue
                 ok, _rev, _ = self.client.txn(
                     [mod_is(name, kv.mod_revision)],
-                    [{"request_delete_range": {"key": encode(name)}}],
+                    [{"request_delete_range": {"key": encode(name)}}, put_op(mark, "", kv.lease)],
                 )
                 if ok:
                     self.expirer.forget(lease.token)

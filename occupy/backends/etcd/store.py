@@ -116,6 +116,11 @@ class EtcdStore(BaseBackend):
         """Return the prefix of ``key``'s waiters."""
         return f"{self.prefix}w/{digest(key)}/"
 
+    def released(self, key: str) -> str:
+        """Return the prefix of the marks a release of ``key`` leaves until it revokes
+        the grant's lease (see :meth:`EtcdBackend.release`)."""
+        return f"{self.prefix}r/{digest(key)}/"
+
     @staticmethod
     def value(**fields: Any) -> str:
         """Return a grant's or waiter's value as the gateway carries it."""

@@ -21,7 +21,10 @@ older version or another program) is held by an unknown holder
 ``FOREIGN_TTL`` after it was last written (its mtime), since nothing in it says when
 its holder's lease ends. Then it counts as expired like any claim: the next grant
 replaces it (its fence comes from the clock floor) and ``sweep_locks`` removes it.
-``list_locks`` shows it under its path.
+``list_locks`` shows it under its path. A *directory* there (or in ``fences/``) is
+another matter: no grant can replace it, so every call on its key, ``holder()``
+included, raises :class:`~occupy.exceptions.StoreUnavailable` naming the path, and
+nothing (a takeover, an expiry, ``sweep_locks``) moves it; ``occupy.W004`` names it.
 
 Every time is this host's clock (there is no server clock): hosts sharing the
 directory over a network filesystem must keep their clocks in step. The fence is
@@ -160,6 +163,8 @@ class FileBackend(FileStore):
         d = digest(key)
         with self.reaching(key), self.locks.hold(d):
             claim = self._claim(d)
+            if claim is None:  # free, unless its fence file cannot be written
+                self.directory.check_fence_file(d)
         if claim is None or not claim.live(now_us()):
             return None
         return self._holder(claim)
@@ -308,7 +313,9 @@ class FileBackend(FileStore):
             messages.append(
                 Warning(
                     f"occupy backend {self.alias!r} has {len(strays)} entries in its LOCATION "
-                    f"that occupy did not write: {shown}{more}. They are skipped.",
+                    f"that occupy did not write: {shown}{more}. They are skipped, but a "
+                    "directory where a key's claim or fence file belongs (using/<digest>, "
+                    "fences/<digest>) makes every call on that key fail until it is removed.",
                     hint="Remove them: only occupy's claim files belong under using/, "
                     "pending/ and fences/ (give other files a directory of their own).",
                     obj=where(self.alias),

@@ -11,7 +11,11 @@ Keys are stored under their SHA-256 digest (``d`` below), which is a safe file n
 whatever the key. An entry that is not of this layout (a ``junk.txt``, a directory
 where a claim file belongs, a file where a queue directory belongs) is not occupy's:
 listing skips it and collects it in ``strays`` for the caller to report, and nothing
-here removes it. Nothing here takes a key's lock: the backend calls these under it.
+here removes or moves it. A directory at ``using/<d>`` or ``fences/<d>`` sits where
+the key's own file must go, so every step on that key raises :class:`NotAClaimFile`
+(naming the path) until somebody removes it: a grant can neither replace it nor move
+it aside without leaving the key unusable. Nothing here takes a key's lock: the
+backend calls these under it.
 A directory that is missing (never made, or removed by a cleaner) is made and the call
 tried once more; any other ``OSError`` is the caller's (an unusable ``LOCATION``).
 Nothing is fsynced.
@@ -19,6 +23,7 @@ Nothing is fsynced.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import threading
@@ -32,7 +37,7 @@ from occupy.backends.file import records
 from occupy.backends.file.records import Queued
 from occupy.validation import MAX_TTL
 
-__all__ = ["ClaimDirectory"]
+__all__ = ["ClaimDirectory", "NotAClaimFile"]
 
 _MAX_TTL_NS = MAX_TTL * 1_000_000_000
 
@@ -41,6 +46,25 @@ _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+
+
+class NotAClaimFile(IsADirectoryError):
+    """A directory sits where a key's claim or fence file belongs: the key cannot be
+    used until it is removed (an ``OSError``, so the backend reports it as
+    :class:`~occupy.exceptions.StoreUnavailable`)."""
+
+    def __init__(self, path: str) -> None:
+        kind = "fence" if os.path.basename(os.path.dirname(path)) == "fences" else "claim"
+        super().__init__(
+            errno.EISDIR,
+            f"is a directory where the key's {kind} file belongs; occupy did not make it "
+            "and neither moves nor removes it, so the key cannot be used until it is "
+            "removed by hand (occupy.W004 lists such entries)",
+            path,
+        )
+
+    def __str__(self) -> str:
+        return f"{self.filename} {self.strerror}"
 
 
 class ClaimDirectory:
@@ -80,7 +104,7 @@ class ClaimDirectory:
     def claim(self, d: str) -> Entry | None:
         """Return the key's granted claim, ``None`` if it has none, or
         :data:`~.records.DEAD` if its file is not a claim."""
-        data = _read(f"{self._using}/{d}")
+        data = _record(f"{self._using}/{d}")
         return None if data is None else records.load_claim(data)
 
     def written_us(self, d: str) -> int | None:
@@ -102,6 +126,8 @@ class ClaimDirectory:
         fences, using = f"{self._fences}/{d}", f"{self._using}/{d}"
         try:
             fd = os.open(fences, os.O_RDWR)
+        except IsADirectoryError:
+            raise NotAClaimFile(fences) from None
         except FileNotFoundError:
             entry = claim(0)
             data = records.dump_claim(entry)
@@ -120,11 +146,15 @@ class ClaimDirectory:
         self._made(self._layout, _replace, tmp, f"{self._using}/{d}", records.dump_claim(entry))
 
     def retire(self, d: str) -> None:
-        """Move the key's granted claim to ``fences/``, where its fence outlives it."""
+        """Move the key's granted claim to ``fences/``, where its fence outlives it
+        (callers read it with :meth:`claim` first, which refuses a directory)."""
+        fences = f"{self._fences}/{d}"
         try:
-            self._made(self._layout, os.replace, f"{self._using}/{d}", f"{self._fences}/{d}")
+            self._made(self._layout, os.replace, f"{self._using}/{d}", fences)
         except FileNotFoundError:
             return  # it has none
+        except IsADirectoryError:
+            raise NotAClaimFile(fences) from None
 
     def remove(self, d: str) -> None:
         """Delete the key's granted claim, fence and all."""
@@ -132,8 +162,15 @@ class ClaimDirectory:
 
     def last_fence(self, d: str) -> int:
         """Return the fence of the key's retired claim (0 if it has none)."""
-        data = _read(f"{self._fences}/{d}")
+        data = _record(f"{self._fences}/{d}")
         return 0 if data is None else records.load_claim(data).fence
+
+    def check_fence_file(self, d: str) -> None:
+        """Raise :class:`NotAClaimFile` if a directory sits where the key's fence file
+        belongs (no grant of the key could be made)."""
+        fences = f"{self._fences}/{d}"
+        if os.path.isdir(fences):
+            raise NotAClaimFile(fences)
 
     def forget_fence(self, d: str) -> None:
         """Delete the key's retired claim."""
@@ -183,7 +220,10 @@ class ClaimDirectory:
 
     def read_ticket(self, d: str, ticket: str) -> Queued | None:
         """Return the queued claim ``ticket``, or ``None`` if it is gone or not one."""
-        data = _read(f"{self._pending}/{d}/{ticket}")
+        try:
+            data = _read(f"{self._pending}/{d}/{ticket}")
+        except IsADirectoryError:
+            return None  # not a ticket; tickets() reports it
         return None if data is None else records.load_queued(data)
 
     def ticket_expires_ns(self, d: str, ticket: str) -> int:
@@ -228,17 +268,25 @@ class ClaimDirectory:
 
 
 def _read(path: str) -> bytes | None:
-    """Return the bytes of ``path`` (a record), or ``None`` if it is absent."""
+    """Return the bytes of ``path`` (a record), or ``None`` if it is absent; raise
+    ``IsADirectoryError`` for a directory."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
     try:
         return os.read(fd, records.MAX_SIZE)
-    except IsADirectoryError:
-        return b""  # not a record occupy wrote
     finally:
         os.close(fd)
+
+
+def _record(path: str) -> bytes | None:
+    """Return the bytes of a key's claim or fence file at ``path`` (see :func:`_read`);
+    raise :class:`NotAClaimFile` for a directory there."""
+    try:
+        return _read(path)
+    except IsADirectoryError:
+        raise NotAClaimFile(path) from None
 
 
 def _create(path: str, data: bytes) -> bool:

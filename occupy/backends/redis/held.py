@@ -104,16 +104,18 @@ return fence .. ' ' .. expires .. ' ' .. depth .. ' ' .. tail
 #: Grant the key to a new token now, whoever holds it, with a higher fence (takeover).
 #: ARGV: token, ``"<owner>\\0<key>"``, ttl ms, and the fence the holder must have (a
 #: conditional takeover) or ``""``. Queued waiters keep their places (the flag stays
-#: ``q``); the old holder's pending wake-up, if a release had just handed the key to
-#: it, is dropped, so that it queues again instead of taking a lease that is no longer
-#: its own. Returns ``{"<fence> <expires ms> <since ms>", old value without its token
-#: or false}`` (false too for a value occupy did not write, which is replaced). A
-#: conditional takeover whose holder has another fence (a value occupy did not write
-#: has fence 0, as ``holder()`` reports it) or that finds the key free changes nothing
-#: and returns ``{false, old value without its token, or false if free, or "?" and
-#: the value's PTTL for a value occupy did not write, the server's now in ms}``.
+#: ``q``; a queue occupy did not write, of another type, is deleted); the old holder's
+#: pending wake-up, if a release had just handed the key to it, is dropped, so that it
+#: queues again instead of taking a lease that is no longer its own. Returns ``{"<fence>
+#: <expires ms> <since ms>", old value without its token or false}`` (false too for a
+#: value occupy did not write, which is replaced). A conditional takeover whose holder
+#: has another fence (a value occupy did not write has fence 0, as ``holder()`` reports
+#: it) or that finds the key free changes nothing and returns ``{false, old value
+#: without its token, or false if free, or "?" and the value's PTTL for a value occupy
+#: did not write, the server's now in ms}``.
 TAKEOVER = (
     PRELUDE
+    + QUEUE_STEPS
     + """
 local token, tail, ttl, if_fence = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 if bad_ttl(ttl) then return redis.error_reply('occupy: ttl must be positive ms') end
@@ -138,8 +140,10 @@ if old_token then
   previous = string.sub(held, #old_token + 2)
   redis.call('DEL', base .. 'wake:' .. old_token)
 end
+-- A queue occupy did not write is deleted here (its waiters, if any, queue again).
+if queue_trouble() then redis.call('DEL', queue, waiters) end
 local flag = '-'
-if redis.call('EXISTS', base .. 'queue') == 1 then flag = 'q' end
+if redis.call('EXISTS', queue) == 1 then flag = 'q' end
 -- The new fence is above the replaced holder's too, whatever the counter says (a
 -- counter occupy did not write is rewritten here, not refused).
 local floor = false

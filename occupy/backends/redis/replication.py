@@ -21,10 +21,12 @@ guard closes one of them (docs: ``howto/redis-deploy.md``):
   the same connection, bounded by the acquire's time left (at least
   :data:`~occupy.backends.base.STORE_GRACE`; :data:`ACK_TIMEOUT` for calls without a
   deadline); a grant that fewer than ``n`` replicas acknowledged is given back and the
-  call fails with ``StoreUnavailable``. A key handed to a waiter by a release is
-  confirmed the same way before the waiter has it. This narrows the window, it does
-  not close it: Sentinel may promote a replica that had not acknowledged. Fences close
-  it for storage that compares them.
+  call fails with ``StoreUnavailable``. A server with fewer than ``n`` replicas online
+  grants nothing (the script refuses at once: no ``WAIT`` could be satisfied), and a
+  refusal is answered without a ``WAIT``: a call that wrote nothing does not wait. A
+  key handed to a waiter by a release is confirmed the same way before the waiter has
+  it. This narrows the window, it does not close it: Sentinel may promote a replica
+  that had not acknowledged. Fences close it for storage that compares them.
 """
 
 from __future__ import annotations
@@ -52,19 +54,25 @@ ACK_TIMEOUT = 1.0
 #: longer than this, as a failover takes, reads more).
 MAX_LAG = 2
 
-#: Prepended to every script with ``MIN_REPLICAS`` > 0: the server must be a primary
-#: with enough live replicas, or the script refuses before it reads or writes a key.
-#: (A replica whose acknowledgement came in after the server last read its clock shows
-#: ``lag=-1``: live too.)
-_GUARD = """
+#: Counts the server's replicas online (``occupy_online``) and those of them heard from
+#: within :data:`MAX_LAG` (``occupy_live``), for the guards below. (A replica whose
+#: acknowledgement came in after the server last read its clock shows ``lag=-1``: live
+#: too.)
+_COUNT = """
 local occupy_info = redis.call('INFO', 'replication')
-local occupy_live = 0
+local occupy_live, occupy_online = 0, 0
 for occupy_state, occupy_lag in string.gmatch(occupy_info,
     'slave%d+:[^\\r\\n]*state=(%a+)[^\\r\\n]*lag=(%-?%d+)') do
-  if occupy_state == 'online' and tonumber(occupy_lag) <= @MAX_LAG@ then
-    occupy_live = occupy_live + 1
+  if occupy_state == 'online' then
+    occupy_online = occupy_online + 1
+    if tonumber(occupy_lag) <= @MAX_LAG@ then occupy_live = occupy_live + 1 end
   end
 end
+"""
+
+#: With ``MIN_REPLICAS`` > 0, on every script: the server must be a primary with enough
+#: live replicas, or the script refuses before it reads or writes a key.
+_MIN_GUARD = """
 if not string.find(occupy_info, 'role:master', 1, true) or occupy_live < @MIN_REPLICAS@ then
   return redis.error_reply('NOREPLICAS occupy: this Redis server is not a primary with ' ..
     '@MIN_REPLICAS@ live replicas (MIN_REPLICAS; ' .. occupy_live .. ' online and heard ' ..
@@ -72,16 +80,38 @@ if not string.find(occupy_info, 'role:master', 1, true) or occupy_live < @MIN_RE
 end
 """
 
+#: With ``REPLICAS`` > 0, on the scripts whose writes are waited for: a server with
+#: fewer replicas online than must acknowledge refuses before it writes, since no
+#: ``WAIT`` could be satisfied (a grant would only be given back after the whole wait).
+_ACK_GUARD = """
+if occupy_online < @REPLICAS@ then
+  return redis.error_reply('NOREPLICAS occupy: this Redis server has ' .. occupy_online ..
+    ' replicas online, fewer than the @REPLICAS@ that REPLICAS asks to acknowledge ' ..
+    'each grant, so it grants nothing')
+end
+"""
 
-def guard_texts(texts: Mapping[str, str], min_replicas: int) -> dict[str, str]:
-    """Return the scripts ``texts`` (by name), each starting with the replica guard
-    when ``min_replicas`` > 0 (else unchanged)."""
-    if min_replicas <= 0:
-        return dict(texts)
-    guard = _GUARD.replace("@MIN_REPLICAS@", str(int(min_replicas))).replace(
-        "@MAX_LAG@", str(MAX_LAG)
-    )
-    return {name: guard + text for name, text in texts.items()}
+#: The scripts whose writes ``REPLICAS`` waits for (release and cancel only remove).
+_ACKNOWLEDGED = ("acquire", "queue", "takeover", "resume", "extend")
+
+
+def guard_texts(texts: Mapping[str, str], min_replicas: int, replicas: int = 0) -> dict[str, str]:
+    """Return the scripts ``texts`` (by name), each starting with the guards that
+    ``min_replicas`` (every script) and ``replicas`` (those whose writes are waited
+    for) ask for (unchanged when both are 0)."""
+    guarded = {}
+    for name, text in texts.items():
+        guards = [_MIN_GUARD] if min_replicas > 0 else []
+        if replicas > 0 and name in _ACKNOWLEDGED:
+            guards.append(_ACK_GUARD)
+        if guards:
+            text = "".join([_COUNT, *guards]) + text
+        guarded[name] = (
+            text.replace("@MIN_REPLICAS@", str(int(min_replicas)))
+            .replace("@REPLICAS@", str(int(replicas)))
+            .replace("@MAX_LAG@", str(MAX_LAG))
+        )
+    return guarded
 
 
 class NotAcknowledged(RedisError):
@@ -107,8 +137,8 @@ def _gives_back(name: str, args: tuple[Any, ...]) -> bool:
 
 
 class AcknowledgedScript:
-    """A protocol script followed by ``WAIT`` on the same connection (a pipeline), for
-    ``REPLICAS``; called like :class:`~occupy.backends.redis.calls.Script`."""
+    """A protocol script followed, when it wrote, by ``WAIT`` on the same connection,
+    for ``REPLICAS``; called like :class:`~occupy.backends.redis.calls.Script`."""
 
     def __init__(
         self, client: Any, name: str, script: Any, replicas: int, give_back: Callable[..., Any]
@@ -127,7 +157,7 @@ class AcknowledgedScript:
             reply, acks = self._run("EVALSHA", self.script.sha, key, args, wait_ms)
         except NoScriptError:
             reply, acks = self._run("EVAL", self.script.text, key, args, wait_ms)
-        if not _granted(self.name, args, reply) or int(acks) >= self.replicas:
+        if acks is None or acks >= self.replicas:
             return reply
         if _gives_back(self.name, args):
             self.give_back(key, args[0], bound=bound)
@@ -137,28 +167,43 @@ class AcknowledgedScript:
             "lose it)"
         )
 
-    def _run(self, command: str, script: str, key: str, args: tuple[Any, ...], ms: int) -> Any:
+    def _run(
+        self, command: str, script: str, key: str, args: tuple[Any, ...], ms: int
+    ) -> tuple[Any, int | None]:
         # WAIT counts what the replicas have of this connection's writes: both commands
         # go down one connection to the key's primary (on a cluster, its node's own
-        # client: a cluster pipeline would send the keyless WAIT to any node).
+        # client), and WAIT only after a grant, so that a refusal returns at once. The
+        # script is retried on a connection made anew as redis-py retries any command;
+        # WAIT never is: on a new connection it would count none of our writes.
         client = self.client
         nodes = getattr(client, "nodes_manager", None)
         if nodes is not None:
             client = client.get_node_from_key(key).redis_connection
-        pipe = client.pipeline(transaction=False)
-        pipe.execute_command(command, script, 1, key, *args)
-        pipe.execute_command("WAIT", self.replicas, ms)
-        reply, acks = pipe.execute(raise_on_error=False)
-        for result in (reply, acks):
-            if isinstance(result, BaseException):
-                if nodes is not None and not isinstance(result, NoScriptError):
-                    nodes.initialize()  # the slot moved (a failover): learn the new map
-                raise result
+        pool = client.connection_pool
+        conn = pool.get_connection()
+        try:
+            reply = conn.retry.call_with_retry(
+                lambda: _send(conn, command, script, 1, key, *args),
+                lambda _error: conn.disconnect(),
+            )
+            acks = None
+            if _granted(self.name, args, reply):
+                acks = int(_send(conn, "WAIT", self.replicas, ms))
+        except BaseException as e:
+            if not isinstance(e, ResponseError):
+                conn.disconnect()  # a reply may be left half read on it
+            if nodes is not None and not isinstance(e, NoScriptError):
+                nodes.initialize()  # the slot moved (a failover): learn the new map
+            raise
+        finally:
+            pool.release(conn)
         return reply, acks
 
 
-#: The scripts whose writes ``REPLICAS`` waits for (release and cancel only remove).
-_ACKNOWLEDGED = ("acquire", "queue", "takeover", "resume", "extend")
+def _send(conn: Any, *command: Any) -> Any:
+    """Send ``command`` down redis-py connection ``conn`` and return its reply."""
+    conn.send_command(*command)
+    return conn.read_response()
 
 
 @dataclass(frozen=True)
@@ -169,8 +214,9 @@ class Replication:
     replicas: int = 0
 
     def texts(self, texts: Mapping[str, str]) -> dict[str, str]:
-        """Return the scripts to register: guarded when ``min_replicas`` > 0."""
-        return guard_texts(texts, self.min_replicas)
+        """Return the scripts to register: guarded when ``min_replicas`` or ``replicas``
+        is above 0."""
+        return guard_texts(texts, self.min_replicas, self.replicas)
 
     def wrap(self, client: Any, scripts: Any) -> Any:
         """Return ``scripts`` (a ``Scripts`` tuple) with the grants acknowledged by

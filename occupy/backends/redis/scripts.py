@@ -29,6 +29,9 @@ tag (so one Redis Cluster slot): ``<prefix>{<digest>}:`` followed by
 4. ``waiters``: a hash ``token -> "<deadline ms>|<ttl ms>|<owner>\\0<key>"``. A
    waiter refreshes its deadline every time it polls; one that died is dropped when
    its deadline passes, so it never blocks the key for longer than ``QUEUE_TTL``.
+   A ``queue`` or ``waiters`` of another type (occupy did not write it) refuses every
+   try that would queue, with an error naming the Redis key and the repair, releases
+   hand nothing over, and a takeover deletes both (as it rewrites a bad fence counter).
 5. ``wake:<token>``: each waiter's wake-up list, on which the waiter blocks with
    ``BLPOP``. Releasing hands the key straight to the oldest live waiter and pushes
    its fence, expiry and start there: the waiter needs no further round trip, and a
@@ -168,17 +171,40 @@ end
 QUEUE_STEPS = """
 local queue, waiters, wake = base .. 'queue', base .. 'waiters', base .. 'wake:'
 
+-- The name and type of a queue key that holds what occupy did not write there (another
+-- type: an older layout, a prefix shared with another app), or nil. No waiter can queue
+-- while one does: the first try and a waiter refuse with queue_error, releases hand
+-- nothing over, and a takeover deletes both keys (their waiters queue again).
+local function queue_trouble()
+  local kind = redis.call('TYPE', queue).ok
+  if kind ~= 'zset' and kind ~= 'none' then return queue, kind, 'sorted set' end
+  kind = redis.call('TYPE', waiters).ok
+  if kind ~= 'hash' and kind ~= 'none' then return waiters, kind, 'hash' end
+  return nil
+end
+
+local function check_queue()
+  local name, kind, ours = queue_trouble()
+  if name then
+    error({err = 'occupy: queue key ' .. name .. ' is a ' .. kind .. ', not the ' .. ours ..
+      ' of waiters occupy writes: nobody can wait for the key until it is repaired ' ..
+      '(occupy.takeover() on the key deletes it, or delete it by hand)'})
+  end
+end
+
+-- Tolerant of a queue of another type: nothing of ours is in it.
 local function leave_queue(token)
-  redis.call('ZREM', queue, token)
-  redis.call('HDEL', waiters, token)
+  redis.pcall('ZREM', queue, token)
+  redis.pcall('HDEL', waiters, token)
   if redis.call('EXISTS', queue) == 0 then redis.call('DEL', waiters) end
 end
 
 -- The key is free: hand it to the oldest waiter whose deadline has not passed, and
 -- push the grant to its wake-up list. Dead waiters met on the way are dropped.
 local function grant_next(t)
-  -- A counter that cannot give a fence: no hand-over (each waiter's own try reports it).
-  if last_fence(base .. 'fence') == nil then return nil end
+  -- A counter that cannot give a fence, or a queue occupy did not write: no hand-over
+  -- (each waiter's own try reports it).
+  if last_fence(base .. 'fence') == nil or queue_trouble() then return nil end
   local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
@@ -229,6 +255,7 @@ if not held then
   end
   -- Free, but others queued first (the holder expired, or a waiter gave up).
   @QUEUE@
+  check_queue()
   if grant_next(t) == token then
     redis.call('DEL', wake .. token)
     return string.match(redis.call('GET', lock), '^%S+ %S+ (%d+ %d+ %d+)') .. ' 1 ' .. token
@@ -260,6 +287,7 @@ return {string.sub(held, #owner_token + 2), string.format('%d', now_ms)}
 
 _ENQUEUE = """
 @QUEUE@
+check_queue()
 redis.call('ZADD', queue, 'NX', string.format('%d', t[1] * 1000000 + t[2]), token)
 redis.call('HSET', waiters, token, string.format('%d', now_ms + QUEUE_TTL) .. '|' ..
            string.format('%d', ttl) .. '|' .. tail)

@@ -1,5 +1,9 @@
 """``manage.py list_locks``: show who holds and who waits for which key (never tokens).
 
+Keys and owners are printed with their control characters escaped
+(:func:`occupy.validation.printable`): a value written before occupy refused them, or
+by another program, can neither drive the terminal nor forge a row.
+
 A backend whose store cannot be read is reported after the claims of the others were
 printed, as a ``CommandError`` that names the store and the fix: the command exits
 non-zero, without a traceback.
@@ -16,6 +20,7 @@ from occupy.backends import get_backend
 from occupy.conf import occupy_settings
 from occupy.exceptions import OccupyError
 from occupy.management.trouble import trouble
+from occupy.validation import printable
 
 COLUMNS = ("backend", "key", "owner", "state", "since", "expires", "fence")
 
@@ -53,8 +58,8 @@ class Command(BaseCommand):
             rows += [
                 (
                     backend.alias,
-                    c.key,
-                    c.owner,
+                    printable(c.key),
+                    printable(c.owner),
                     c.state,
                     c.since.isoformat(timespec="seconds") if c.since else "-",
                     c.expires_at.isoformat(timespec="seconds"),

@@ -22,6 +22,7 @@ from occupy.backends.base import MAX_SWEEP_BATCH, BaseBackend
 from occupy.conf import occupy_settings
 from occupy.exceptions import OccupyError
 from occupy.management.trouble import trouble
+from occupy.validation import printable
 
 
 class Command(BaseCommand):
@@ -88,7 +89,7 @@ class Command(BaseCommand):
             return trouble(backend, e)
         finally:
             for key in removed:
-                self.stdout.write(f"{backend.alias}: {verb} {key}")
+                self.stdout.write(f"{backend.alias}: {verb} {printable(key)}")
         if verbosity >= 1:
             verb = "would delete" if dry_run else "deleted"
             self.stdout.write(
