@@ -117,18 +117,20 @@ def check_stores(
 
 
 def unconfigured_alias(
-    owner: type[Any], attribute: str, alias: str, *, check_id: str
+    owner: type[Any] | str, attribute: str, alias: str, *, check_id: str
 ) -> list[CheckMessage]:
-    """Return the error for ``owner`` (a model or a model admin class) whose
-    ``attribute`` names an occupy backend alias that ``OCCUPY['BACKENDS']`` does not
-    configure; nothing while the setting itself cannot be read (``occupy.E002`` reports
-    that, once, instead of every class that reads it failing ``check``)."""
+    """Return the error for ``owner`` (a model or a model admin class, or the name of a
+    task) whose ``attribute`` names an occupy backend alias that ``OCCUPY['BACKENDS']``
+    does not configure; nothing while the setting itself cannot be read
+    (``occupy.E002`` reports that, once, instead of every class that reads it failing
+    ``check``)."""
     backends, broken = _configured()
     if broken or alias in backends:
         return []
+    name = f"{owner}'s " if isinstance(owner, str) else f"{owner.__name__}."
     return [
         Error(
-            f"{owner.__name__}.{attribute} is {alias!r}, which OCCUPY['BACKENDS'] does not "
+            f"{name}{attribute} is {alias!r}, which OCCUPY['BACKENDS'] does not "
             f"configure (configured: {sorted(backends)}).",
             hint=f"Set {attribute} to the alias of a configured backend.",
             obj=owner,
