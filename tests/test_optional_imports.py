@@ -52,9 +52,7 @@ def test_every_module_imports_or_names_the_extra_without(extra: str) -> None:
     assert not [f for f in failures if f[0] == "celery autodiscovery"], failures
 
 
-def test_the_django_tasks_integration_imports_without_the_framework_and_says_so_when_used() -> (
-    None
-):
+def test_the_django_tasks_integration_imports_without_the_framework_and_says_so_when_used() -> None:
     code = (
         "import sys\n"
         "from tests.support.import_probe import Hide\n"

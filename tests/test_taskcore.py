@@ -179,9 +179,7 @@ def test_check_reports_a_celery_tasks_bad_backend_ttl_and_on_busy(
 def test_check_reports_a_django_tasks_backend_that_is_not_configured(declared: None) -> None:
     from occupy.django_tasks import task
 
-    report = task(occupy_key="k:{account_id}", occupy_on_busy="skip", occupy_backend="nope")(
-        body
-    )
+    report = task(occupy_key="k:{account_id}", occupy_on_busy="skip", occupy_backend="nope")(body)
     [e401] = _task_errors()["occupy.E401"]
     assert report.module_path in e401 and "'nope'" in e401
     assert "Set occupy_backend to the alias of a configured backend" in e401
