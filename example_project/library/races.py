@@ -376,5 +376,5 @@ ROWS = [
     Row(POOL, "plain Django: first task not done", lambda: task_pool(claim=False)),
     Row(POOL, "Task.objects.claim()", lambda: task_pool(claim=True)),
     Row(STORM, "plain task (Django's tasks framework)", lambda: task_storm(occupied=False)),
-    Row(STORM, "occupy.django_tasks.task(occupy_key=...)", lambda: task_storm(occupied=True)),
+    Row(STORM, "occupy.django_tasks.task(occupy_key)", lambda: task_storm(occupied=True)),
 ]
