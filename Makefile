@@ -140,8 +140,8 @@ dist: venv
 ## layers picture of docs/development.md (drawn from the imports: `make layers` redraws it)
 lint: venv
 	$(PY) -m ruff format --check occupy tests bench example_project noxfile.py docs/conf.py \
-	  manage.py .ci/check_dist.py .ci/layers.py
-	$(PY) -m ruff check occupy tests bench example_project
+	  manage.py .ci/check_dist.py .ci/layers.py .ci/clean_install.py .ci/clean_install_cell.py
+	$(PY) -m ruff check occupy tests bench example_project .ci/clean_install.py .ci/clean_install_cell.py
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	$(PY) .ci/layers.py --check

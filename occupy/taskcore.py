@@ -123,7 +123,7 @@ class TaskOptions:
     def problems(self) -> list[CheckMessage]:
         """Return the check errors of the options whose value is wrong, whatever the
         settings (the backend alias is :func:`check_tasks`'s)."""
-        out = []
+        out: list[CheckMessage] = []
         if self.ttl is not None and (why := duration_problem(self.ttl)) is not None:
             out.append(
                 Error(
