@@ -13,9 +13,9 @@ import pytest
 from django.core import checks
 
 import occupy
-from occupy import taskcore
 from occupy.keys import fit
 from occupy.owners import celery_task_owner
+from occupy.taskcore import checks as task_checks
 from occupy.taskcore import once_key
 from occupy.validation import MAX_KEY_LENGTH, check_key
 
@@ -38,9 +38,9 @@ def celery_app() -> Any:
 @pytest.fixture
 def declared() -> Iterator[None]:
     """Forget, after the test, the tasks it declared (the checks would report them)."""
-    before = list(taskcore._declared)
+    before = list(task_checks._declared)
     yield
-    taskcore._declared[:] = before
+    task_checks._declared[:] = before
     gc.collect()
 
 
