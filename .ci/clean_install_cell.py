@@ -245,10 +245,10 @@ def _lock(extra: str) -> None:
     import occupy
 
     alias = {"redis": "redis"}.get(extra, "default")
-    with occupy.lock(f"clean:{CELL}", ttl=30, timeout=5, using=alias) as lease:
-        holder = occupy.holder(lease.key, using=alias)
+    with occupy.lock(f"clean:{CELL}", ttl=30, timeout=5, backend=alias) as lease:
+        holder = occupy.holder(lease.key, backend=alias)
         assert holder is not None and holder.owner == lease.owner and lease.fence > 0
-    assert occupy.holder(f"clean:{CELL}", using=alias) is None
+    assert occupy.holder(f"clean:{CELL}", backend=alias) is None
 
 
 def _drf(extra: str) -> None:

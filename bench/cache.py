@@ -76,8 +76,8 @@ def main() -> None:
     try:
         results = alternate(candidates, ops=1500, rounds=11)
     finally:
-        for using in ("cache", "cache-django"):  # the fence counters outlive the locks
-            link = get_backend(using).link
+        for alias in ("cache", "cache-django"):  # the fence counters outlive the locks
+            link = get_backend(alias).link
             link.client.delete(*link.keys("bench:cache"))
     print_table(
         "Uncontended acquire + release on a Redis cache (one process)",

@@ -32,15 +32,15 @@ def setup_django(database: str = "postgresql") -> None:
         call_command("migrate", database=alias, verbosity=0)
 
 
-def occupy_cycle(key: str, using: str, ttl: float = 60) -> Callable[[int], None]:
+def occupy_cycle(key: str, alias: str, ttl: float = 60) -> Callable[[int], None]:
     """Return ``fn(n)``: ``occupy.acquire`` then ``occupy.release`` of ``key`` on the
-    backend ``using``, ``n`` times, uncontended, through the public API."""
+    backend ``alias``, ``n`` times, uncontended, through the public API."""
     import occupy
 
     def run(n: int) -> None:
         acquire, release = occupy.acquire, occupy.release
         for _ in range(n):
-            release(acquire(key, owner="bench", ttl=ttl, timeout=0, using=using))
+            release(acquire(key, owner="bench", ttl=ttl, timeout=0, backend=alias))
 
     return run
 

@@ -72,7 +72,7 @@ class OccupyLock:
     def take(self, key: str) -> Any:
         import occupy
 
-        return occupy.acquire(key, ttl=30, timeout=30, using=BACKEND)
+        return occupy.acquire(key, ttl=30, timeout=30, backend=BACKEND)
 
     def give(self, lease: Any) -> None:
         import occupy
@@ -371,7 +371,7 @@ def sweep(database: str) -> None:
         rss = status_kib("VmRSS")
         reset = reset_peak_rss()
         started = time.perf_counter()
-        call_command("sweep_locks", using=[backend], stdout=io.StringIO())
+        call_command("sweep_locks", backend=[backend], stdout=io.StringIO())
         elapsed = time.perf_counter() - started
         if reset:
             rss_growth.append(status_kib("VmHWM") - rss)
@@ -392,7 +392,7 @@ def sweep(database: str) -> None:
         rates["one DELETE"].append(floor())
     fill()
     tracemalloc.start()
-    call_command("sweep_locks", using=[backend], stdout=io.StringIO())
+    call_command("sweep_locks", backend=[backend], stdout=io.StringIO())
     traced_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     _check(database, live)

@@ -27,7 +27,7 @@ HOLD = 0.001
 SECONDS = 3.0
 
 
-def handoffs(using: str, key: str, waiters: int) -> list[float]:
+def handoffs(alias: str, key: str, waiters: int) -> list[float]:
     """Return the hand-off times (seconds) of ``waiters + 1`` threads passing ``key``."""
     import occupy
 
@@ -38,7 +38,7 @@ def handoffs(using: str, key: str, waiters: int) -> list[float]:
 
     def worker() -> None:
         while time.monotonic() < stop:
-            lease = occupy.acquire(key, ttl=60, timeout=60, using=using)
+            lease = occupy.acquire(key, ttl=60, timeout=60, backend=alias)
             granted = time.monotonic()
             time.sleep(HOLD)
             released = time.monotonic()
@@ -56,7 +56,7 @@ def handoffs(using: str, key: str, waiters: int) -> list[float]:
         thread.join()
     grants.sort()
     if lost:
-        print(f"  ({len(lost)} of {len(grants)} leases were lost before their release on {using})")
+        print(f"  ({len(lost)} of {len(grants)} leases were lost before their release on {alias})")
     return [b[1] - a[2] for a, b in itertools.pairwise(grants)]
 
 
@@ -95,7 +95,7 @@ def main() -> None:
     try:
         with override_settings(OCCUPY=config):
             results = alternate(
-                {name: occupy_cycle("bench:etcd", using) for using, name in names.items()},
+                {name: occupy_cycle("bench:etcd", alias) for alias, name in names.items()},
                 ops=OPS,
                 rounds=ROUNDS,
                 warmup=10,
@@ -107,8 +107,8 @@ def main() -> None:
             )
             print("\n## Hand-off of one key among threads of one process (release to next grant)")
             for waiters in (1, 64):
-                for using, name in names.items():
-                    times = handoffs(using, f"bench:handoff:{waiters}", waiters)
+                for alias, name in names.items():
+                    times = handoffs(alias, f"bench:handoff:{waiters}", waiters)
                     print(
                         f"  {waiters:>2} waiter(s)  {name.ljust(16)}  {len(times):>5} hand-offs  "
                         f"p50 {_ms(times, 50):7.2f} ms  p99 {_ms(times, 99):7.2f} ms"

@@ -61,7 +61,9 @@ def _naive_claim(pool: Any, me: str, backend: str) -> Any:
 
     for task in pool.free(backend=backend).order_by("pk")[:50]:
         try:
-            task.lease = occupy.acquire(task.occupy_key, owner=me, ttl=30, timeout=0, using=backend)
+            task.lease = occupy.acquire(
+                task.occupy_key, owner=me, ttl=30, timeout=0, backend=backend
+            )
         except occupy.Occupied:
             continue
         return task

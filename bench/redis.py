@@ -122,7 +122,7 @@ def _section_loop(candidate: str, seconds: float) -> tuple[int, float, float]:
     if candidate == "occupy":
 
         def take() -> Any:
-            return occupy.acquire("contended", ttl=10, timeout=10, using="redis")
+            return occupy.acquire("contended", ttl=10, timeout=10, backend="redis")
 
         give = occupy.release
     elif candidate == "python-redis-lock":

@@ -52,7 +52,7 @@ def _clear_peer_locks(url: str) -> None:
 
     for key in KEYS:
         for name in (f"bench:{key}", once_key("bench.occupy", f"bench:{key}")):
-            occupy.release(occupy.takeover(name, owner="bench", ttl=1, using="redis"))
+            occupy.release(occupy.takeover(name, owner="bench", ttl=1, backend="redis"))
 
     client = redis.Redis.from_url(url)
     for pattern in ("qo_*", "SINGLETONLOCK_*"):

@@ -51,11 +51,11 @@ def _instrument(variant: str) -> Any:
     return reader
 
 
-def _timer(variant: str, using: str, conn: Any) -> None:
+def _timer(variant: str, alias: str, conn: Any) -> None:
     """Serve ``("run", ops)`` requests with the time of ``ops`` acquire + release pairs."""
     setup_django()
     _instrument(variant)
-    run = occupy_cycle(f"bench-telemetry:{os.getpid()}", using)
+    run = occupy_cycle(f"bench-telemetry:{os.getpid()}", alias)
     run(100)  # warm-up
     while True:
         message = conn.recv()
@@ -66,12 +66,12 @@ def _timer(variant: str, using: str, conn: Any) -> None:
         conn.send(time.perf_counter() - started)
 
 
-def uncontended(using: str) -> list[Result]:
-    """Time each variant's acquire + release on ``using``, rounds alternating."""
+def uncontended(alias: str) -> list[Result]:
+    """Time each variant's acquire + release on ``alias``, rounds alternating."""
     pipes, procs = {}, []
     for variant in VARIANTS:
         parent, child = _ctx.Pipe()
-        proc = _ctx.Process(target=_timer, args=(variant, using, child))
+        proc = _ctx.Process(target=_timer, args=(variant, alias, child))
         proc.start()
         pipes[variant] = parent
         procs.append(proc)
@@ -99,7 +99,7 @@ def _contender(key: str, seconds: float, conn: Any) -> None:
 
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        with occupy.lock(key, ttl=10, timeout=10, using="redis"):
+        with occupy.lock(key, ttl=10, timeout=10, backend="redis"):
             time.sleep(HOLD)
     buckets: dict[float, int] = {}
     data = reader.get_metrics_data()
@@ -170,13 +170,13 @@ def main() -> None:
     setup_django()
     from django.conf import settings
 
-    for using, server in (("redis", "redis"), ("db-postgresql", "postgresql")):
+    for alias, server in (("redis", "redis"), ("db-postgresql", "postgresql")):
         if server in settings.SKIPS:
-            print(f"\n## telemetry on {using}: skipped, {settings.SKIPS[server]}")
+            print(f"\n## telemetry on {alias}: skipped, {settings.SKIPS[server]}")
             continue
         print_table(
-            f"telemetry cost: acquire + release on {using}",
-            uncontended(using),
+            f"telemetry cost: acquire + release on {alias}",
+            uncontended(alias),
             reference="no instrumentation",
             target="API, no SDK ≥ 0.98×; SDK, in-memory reader ≥ 0.9×",
         )

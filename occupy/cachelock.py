@@ -74,7 +74,7 @@ class CacheLock(lock):
     memory, so the deployment must be one process).
 
     No ``OCCUPY`` setting is needed: the backend is built for the cache alias (see
-    :func:`cache_backend`), so the lease's ``using`` is ``"CacheLock:<cache>"``, which
+    :func:`cache_backend`), so the lease's ``alias`` is ``"CacheLock:<cache>"``, which
     ``occupy.holder`` and the other functions reach once a ``CacheLock`` has built it.
     """
 
@@ -104,7 +104,7 @@ class CacheLock(lock):
             timeout=check_timeout(timeout),
             renew=renew,
             reentrant=reentrant,
-            using=_alias(cache),
+            backend=_alias(cache),
         )
         self.cache = cache
         self.single_process = bool(single_process)

@@ -109,13 +109,13 @@ class StoreUnavailable(OccupyError):
     """The backend's store cannot be reached or used (a server down or stalled, a lost
     connection, an unusable directory); raised ``from`` the driver's error.
 
-    ``using`` is the backend alias. An acquire that raises it has handed out no lease;
+    ``backend`` is the backend alias. An acquire that raises it has handed out no lease;
     a claim it could not clear up expires by its ttl.
     """
 
-    def __init__(self, message: str, *, key: str | None = None, using: str | None = None) -> None:
+    def __init__(self, message: str, *, key: str | None = None, backend: str | None = None) -> None:
         super().__init__(message, key=key)
-        self.using = using
+        self.backend = backend
 
 
 class StoreNotMigrated(StoreUnavailable):

@@ -73,7 +73,9 @@ class Lease:
 
     ``fence`` strictly increases with every grant of the key; pass it to storage that
     compares it (``save(lease=…)``) so a holder whose lease was lost cannot write.
-    ``expires_at`` comes from the lock store's clock.
+    ``expires_at`` comes from the lock store's clock. ``alias`` names the occupy backend
+    that granted it (the ``backend=`` of :func:`occupy.acquire`); ``backend`` is that
+    backend itself.
     """
 
     key: str
@@ -82,7 +84,7 @@ class Lease:
     fence: int
     expires_at: datetime
     ttl: float
-    using: str = "default"
+    alias: str = "default"
     renew: bool = False
     depth: int = 1
     lost: bool = field(default=False, compare=False)

@@ -75,21 +75,21 @@ def _context() -> Held:
     return table
 
 
-def held(using: str, key: str, owner: str) -> Lease | None:
+def held(alias: str, key: str, owner: str) -> Lease | None:
     """Return the lease this context holds on ``key`` for ``owner``, if any.
 
     The store has not been asked: the caller re-enters through ``resume()``, which
     checks the token, and calls :func:`forget` if the store no longer grants it.
     """
     table = _context()
-    entry = table.get((using, key))
+    entry = table.get((alias, key))
     if entry is None:
         return None
     lease = entry.lease()
     if lease is None:  # dropped without a release: nothing to re-enter by
         with _mutex:
-            if table.get((using, key)) is entry:
-                del table[(using, key)]
+            if table.get((alias, key)) is entry:
+                del table[(alias, key)]
         return None
     if lease.owner != owner or lease.lost or lease.pid != os.getpid():
         return None
@@ -100,11 +100,11 @@ def record(lease: Lease, *, deeper: bool) -> None:
     """Note that this context took ``lease``: a new grant, or one level deeper."""
     table = _context()
     with _mutex:
-        entry = table.get((lease.using, lease.key))
+        entry = table.get((lease.alias, lease.key))
         if deeper and entry is not None and entry.token == lease.token:
             entry.levels += 1
         else:
-            table[(lease.using, lease.key)] = _Entry(weakref.ref(lease), lease.token, 1)
+            table[(lease.alias, lease.key)] = _Entry(weakref.ref(lease), lease.token, 1)
         lease.held_in = table
 
 
@@ -124,8 +124,8 @@ def _drop(lease: Lease, *, every_level: bool) -> None:
     if table is None:
         return
     with _mutex:
-        entry = table.get((lease.using, lease.key))
+        entry = table.get((lease.alias, lease.key))
         if entry is not None and entry.token == lease.token:
             entry.levels -= 1
             if every_level or entry.levels <= 0:
-                del table[(lease.using, lease.key)]
+                del table[(lease.alias, lease.key)]

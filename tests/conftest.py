@@ -110,7 +110,7 @@ def etcd_cluster() -> Iterator[EtcdCluster]:
 
 
 @pytest.fixture(params=backend_params(CONTRACT_BACKENDS))
-def using(request: pytest.FixtureRequest, live_db: None) -> str:
+def alias(request: pytest.FixtureRequest, live_db: None) -> str:
     """A backend alias; the test runs once per backend (``etcd`` starts its cluster)."""
     if request.param == "etcd":
         request.getfixturevalue("etcd_cluster")

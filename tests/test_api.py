@@ -88,7 +88,7 @@ def test_errors_cross_a_process_boundary_whole() -> None:
         occupy.Occupied("'k' is held", key="k", holder=holder, retry_after=3),
         occupy.LockTimeout("'k' is still held", key="k", holder=holder),
         occupy.TakeoverRefused("'k' changed", key="k", holder=holder, retry_after=3, if_fence=6),
-        occupy.StoreUnavailable("down", key="k", using="redis"),
+        occupy.StoreUnavailable("down", key="k", backend="redis"),
         occupy.LeaseLost("lost", key="k"),
     ):
         copy = pickle.loads(pickle.dumps(error))

@@ -144,7 +144,7 @@ def test_no_occupy_setting_is_needed(cache: str, key: str) -> None:
     with override_settings(OCCUPY={}), cache_lock(key, cache) as lease:
         backend = lease.backend
         assert isinstance(backend, CacheBackend) and backend.cache_alias == cache
-        assert lease.using == f"CacheLock:{cache}"
+        assert lease.alias == f"CacheLock:{cache}"
     assert cache_backend(cache, single_process=cache == "locmem") is cache_backend(
         cache, single_process=cache == "locmem"
     )
@@ -226,13 +226,13 @@ def test_processes_exclude_each_other(cache: str, key: str) -> None:
 
 # --- one registry: get_backend builds and keeps CacheLock's backends ---------------------
 def test_its_backend_is_get_backends_and_reload_forgets_it(cache: str, key: str) -> None:
-    """The backend lives in get_backend's registry under the lease's ``using``: the other
+    """The backend lives in get_backend's registry under the lease's ``alias``: the other
     functions reach it there, and a settings reload forgets it as it forgets the rest."""
     with cache_lock(key, cache, owner="alice") as lease:
-        assert get_backend(lease.using) is lease.backend
-        assert occupy.holder(key, using=lease.using).owner == "alice"
-        with override_settings(OCCUPY={}), pytest.raises(InvalidBackendError, match=lease.using):
-            get_backend(lease.using)
+        assert get_backend(lease.alias) is lease.backend
+        assert occupy.holder(key, backend=lease.alias).owner == "alice"
+        with override_settings(OCCUPY={}), pytest.raises(InvalidBackendError, match=lease.alias):
+            get_backend(lease.alias)
     assert cache_backend(cache, single_process=cache == "locmem") is not lease.backend
 
 

@@ -15,12 +15,12 @@ def test_opposite_orders_both_finish(live_db: None, server: str) -> None:
     """Two processes lock the same two keys, named in opposite orders, 25 times each:
     both finish, and the counter they update inside shows no overlap."""
     Counter.objects.using(server).create(name="many")
-    using = BACKEND_OF[server]
+    alias = BACKEND_OF[server]
     done = multiproc.run(
         model_workers.lock_many_loop,
         [
-            (using, ["k:a", "k:b"], 25, server),
-            (using, ["k:b", "k:a"], 25, server),
+            (alias, ["k:a", "k:b"], 25, server),
+            (alias, ["k:b", "k:a"], 25, server),
         ],
         timeout=120,
     )

@@ -21,22 +21,22 @@ from tests.testapp.models import Counter
 SHARED_BACKENDS = [alias for alias in CONTRACT_BACKENDS if alias not in ONE_PROCESS_BACKENDS]
 
 
-def test_the_holding_thread_reenters_by_token(using: str) -> None:
-    outer = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
-    inner = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=using)
+def test_the_holding_thread_reenters_by_token(alias: str) -> None:
+    outer = occupy.acquire("book:1", owner="alice", ttl=30, backend=alias)
+    inner = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, backend=alias)
     assert (inner.token, inner.fence, inner.depth) == (outer.token, outer.fence, 2)
     occupy.release(inner)
     occupy.release(outer)
-    assert occupy.holder("book:1", using=using) is None
+    assert occupy.holder("book:1", backend=alias) is None
 
 
-def test_the_same_owner_in_another_thread_competes(using: str) -> None:
-    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+def test_the_same_owner_in_another_thread_competes(alias: str) -> None:
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, backend=alias)
     outcome = []
 
     def other() -> None:
         try:
-            outcome.append(occupy.acquire("book:1", owner="alice", timeout=0, using=using))
+            outcome.append(occupy.acquire("book:1", owner="alice", timeout=0, backend=alias))
         except occupy.Occupied as e:
             outcome.append(e)
 
@@ -46,22 +46,22 @@ def test_the_same_owner_in_another_thread_competes(using: str) -> None:
     assert isinstance(outcome[0], occupy.Occupied), outcome
     assert outcome[0].holder.owner == "alice"
     occupy.release(lease)  # one level was all there was
-    assert occupy.holder("book:1", using=using) is None
+    assert occupy.holder("book:1", backend=alias) is None
 
 
-def test_the_same_owner_in_another_task_competes(using: str) -> None:
+def test_the_same_owner_in_another_task_competes(alias: str) -> None:
     async def main() -> None:
-        async with occupy.lock("book:1", owner="alice", ttl=30, using=using) as outer:
-            inner = await occupy.aacquire("book:1", owner="alice", timeout=0, using=using)
+        async with occupy.lock("book:1", owner="alice", ttl=30, backend=alias) as outer:
+            inner = await occupy.aacquire("book:1", owner="alice", timeout=0, backend=alias)
             assert (inner.token, inner.depth) == (outer.token, 2)
             await occupy.arelease(inner)
 
             async def other() -> None:
-                await occupy.aacquire("book:1", owner="alice", timeout=0, using=using)
+                await occupy.aacquire("book:1", owner="alice", timeout=0, backend=alias)
 
             with pytest.raises(occupy.Occupied):
                 await asyncio.create_task(other())
-        assert await occupy.aholder("book:1", using=using) is None
+        assert await occupy.aholder("book:1", backend=alias) is None
 
     asyncio.run(main())
 
@@ -69,15 +69,15 @@ def test_the_same_owner_in_another_task_competes(using: str) -> None:
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("alias", backend_params(SHARED_BACKENDS))
 def test_the_same_owner_in_another_process_competes(alias: str, live_db: None) -> None:
-    lease = occupy.acquire("k", owner="alice", ttl=30, using=alias)
+    lease = occupy.acquire("k", owner="alice", ttl=30, backend=alias)
     assert multiproc.run(try_acquire, [(alias, "k", "alice")]) == ["occupied"]
     occupy.release(lease)
-    assert occupy.holder("k", using=alias) is None
+    assert occupy.holder("k", backend=alias) is None
 
 
-def test_resume_checks_the_token_and_never_shortens(using: str) -> None:
-    backend = get_backend(using)
-    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+def test_resume_checks_the_token_and_never_shortens(alias: str) -> None:
+    backend = get_backend(alias)
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, backend=alias)
     assert backend.resume("book:1", "0" * 32, 60) is None  # a forged token gets nothing
     assert backend.resume("book:2", lease.token, 60) is None  # nor does another key
     same = backend.resume("book:1", lease.token, 1, deeper=False)
@@ -94,7 +94,7 @@ def test_resume_checks_the_token_and_never_shortens(using: str) -> None:
     assert deeper.depth == 2
     occupy.release(deeper)
     occupy.release(lease)
-    assert occupy.holder("book:1", using=using) is None
+    assert occupy.holder("book:1", backend=alias) is None
 
 
 def _fail_next_release(monkeypatch: pytest.MonkeyPatch, backend: object) -> None:
@@ -109,36 +109,36 @@ def _fail_next_release(monkeypatch: pytest.MonkeyPatch, backend: object) -> None
 
 
 def test_a_failed_release_leaves_nothing_held_in_process(
-    using: str, monkeypatch: pytest.MonkeyPatch
+    alias: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    backend = get_backend(using)
+    backend = get_backend(alias)
     _fail_next_release(monkeypatch, backend)
     with (
         pytest.raises(occupy.OccupyError, match="went away"),
-        occupy.lock("book:1", owner="worker", ttl=1, timeout=0, using=using) as orphan,
+        occupy.lock("book:1", owner="worker", ttl=1, timeout=0, backend=alias) as orphan,
     ):
         pass
     # The orphaned claim is not this thread's any more: no re-entry, no shared token.
     with pytest.raises(occupy.Occupied):
-        occupy.acquire("book:1", owner="worker", timeout=0, using=using)
+        occupy.acquire("book:1", owner="worker", timeout=0, backend=alias)
     started = time.monotonic()
-    lease = occupy.acquire("book:1", owner="worker", ttl=30, timeout=10, using=using)
+    lease = occupy.acquire("book:1", owner="worker", ttl=30, timeout=10, backend=alias)
     assert time.monotonic() - started < 5  # the orphan expired by its ttl
     assert lease.token != orphan.token and lease.fence > orphan.fence
     assert lease.depth == 1
     occupy.release(lease)
-    assert occupy.holder("book:1", using=using) is None
+    assert occupy.holder("book:1", backend=alias) is None
 
 
-def test_a_lost_lease_is_not_reentered(using: str) -> None:
-    lease = occupy.acquire("book:1", owner="alice", ttl=0.3, using=using)
+def test_a_lost_lease_is_not_reentered(alias: str) -> None:
+    lease = occupy.acquire("book:1", owner="alice", ttl=0.3, backend=alias)
     time.sleep(0.5)
-    fresh = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=using)
+    fresh = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, backend=alias)
     assert fresh.token != lease.token and fresh.fence > lease.fence and fresh.depth == 1
     with pytest.raises(occupy.LeaseLost):
         occupy.release(lease)
     occupy.release(fresh)  # the lost lease's release did not touch the new one's level
-    assert occupy.holder("book:1", using=using) is None
+    assert occupy.holder("book:1", backend=alias) is None
 
 
 @pytest.mark.multiprocess
@@ -162,11 +162,11 @@ def test_a_worker_whose_release_failed_does_not_starve_the_others(
     assert_exclusive(sections, "stock")
 
 
-def test_a_lease_handed_to_a_client_is_not_held_by_the_thread(using: str) -> None:
+def test_a_lease_handed_to_a_client_is_not_held_by_the_thread(alias: str) -> None:
     """``reentrant=False`` (an HTTP lease whose token the client keeps): the server
     thread that took it neither re-enters it for the next request nor is it held."""
-    lease = occupy.acquire("book:1", owner="user:7", ttl=30, reentrant=False, using=using)
+    lease = occupy.acquire("book:1", owner="user:7", ttl=30, reentrant=False, backend=alias)
     with pytest.raises(occupy.Occupied):
-        occupy.acquire("book:1", owner="user:7", timeout=0, using=using)
+        occupy.acquire("book:1", owner="user:7", timeout=0, backend=alias)
     occupy.release(lease)
-    assert occupy.holder("book:1", using=using) is None
+    assert occupy.holder("book:1", backend=alias) is None

@@ -16,7 +16,7 @@ from tests.support.takeover_race import OWNER_B, race_worker
 from tests.support.waiting import watch_waiters
 
 
-def test_takeover_replaces_the_holder_with_a_higher_fence(using: str) -> None:
+def test_takeover_replaces_the_holder_with_a_higher_fence(alias: str) -> None:
     seen = []
 
     def receiver(
@@ -24,14 +24,14 @@ def test_takeover_replaces_the_holder_with_a_higher_fence(using: str) -> None:
     ) -> None:
         seen.append((lease.owner, previous))
 
-    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, backend=alias)
     signals.lease_taken_over.connect(receiver)
     try:
-        bob = occupy.takeover("book:1", owner="bob", ttl=30, using=using)
+        bob = occupy.takeover("book:1", owner="bob", ttl=30, backend=alias)
     finally:
         signals.lease_taken_over.disconnect(receiver)
     assert bob.fence > alice.fence and bob.token != alice.token and bob.depth == 1
-    holder = occupy.holder("book:1", using=using)
+    holder = occupy.holder("book:1", backend=alias)
     assert (holder.owner, holder.fence) == ("bob", bob.fence)
     assert [(owner, previous.owner, previous.fence) for owner, previous in seen] == [
         ("bob", "alice", alice.fence)
@@ -40,62 +40,62 @@ def test_takeover_replaces_the_holder_with_a_higher_fence(using: str) -> None:
         alice.extend(30)
     with pytest.raises(occupy.LeaseLost):
         occupy.release(alice)
-    assert occupy.holder("book:1", using=using).owner == "bob"  # alice touched nothing
+    assert occupy.holder("book:1", backend=alias).owner == "bob"  # alice touched nothing
     occupy.release(bob)
-    assert occupy.holder("book:1", using=using) is None
+    assert occupy.holder("book:1", backend=alias) is None
 
 
-def test_takeover_of_a_free_key_is_a_grant(using: str) -> None:
-    first = occupy.acquire("book:1", owner="alice", using=using)
+def test_takeover_of_a_free_key_is_a_grant(alias: str) -> None:
+    first = occupy.acquire("book:1", owner="alice", backend=alias)
     occupy.release(first)
-    lease = occupy.takeover("book:1", owner="bob", ttl=30, using=using)
+    lease = occupy.takeover("book:1", owner="bob", ttl=30, backend=alias)
     assert lease.fence > first.fence
-    assert occupy.holder("book:1", using=using).owner == "bob"
+    assert occupy.holder("book:1", backend=alias).owner == "bob"
     occupy.release(lease)
-    assert occupy.holder("book:1", using=using) is None
+    assert occupy.holder("book:1", backend=alias) is None
 
 
 def test_a_waiter_keeps_waiting_through_a_takeover(
-    using: str, monkeypatch: pytest.MonkeyPatch
+    alias: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
-    waiting = watch_waiters(using, monkeypatch)
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, backend=alias)
+    waiting = watch_waiters(alias, monkeypatch)
     got = []
     waiter = threading.Thread(
         target=lambda: got.append(
-            occupy.acquire("book:1", owner="carol", ttl=30, timeout=10, using=using)
+            occupy.acquire("book:1", owner="carol", ttl=30, timeout=10, backend=alias)
         )
     )
     waiter.start()
     waiting.wait_for(1)
-    bob = occupy.takeover("book:1", owner="bob", ttl=30, using=using)
+    bob = occupy.takeover("book:1", owner="bob", ttl=30, backend=alias)
     time.sleep(0.3)  # a waiter that the takeover let in would hold the key by now
-    assert not got and occupy.holder("book:1", using=using).owner == "bob"
+    assert not got and occupy.holder("book:1", backend=alias).owner == "bob"
     occupy.release(bob)
     waiter.join(10)
     assert got and got[0].owner == "carol" and got[0].fence > bob.fence > alice.fence
     occupy.release(got[0])
 
 
-def test_an_acquire_that_presents_its_token_adds_no_level(using: str) -> None:
-    lease = occupy.acquire("book:1", owner="user:7", ttl=5, using=using)
+def test_an_acquire_that_presents_its_token_adds_no_level(alias: str) -> None:
+    lease = occupy.acquire("book:1", owner="user:7", ttl=5, backend=alias)
     again = occupy.acquire(
-        "book:1", owner="user:7", ttl=60, timeout=0, token=lease.token, using=using
+        "book:1", owner="user:7", ttl=60, timeout=0, token=lease.token, backend=alias
     )
     assert (again.token, again.fence, again.depth) == (lease.token, lease.fence, 1)
     assert (again.expires_at - lease.expires_at).total_seconds() > 50
     occupy.release(again)  # one release frees it: the retry leaked no level
-    assert occupy.holder("book:1", using=using) is None
+    assert occupy.holder("book:1", backend=alias) is None
     fresh = occupy.acquire(
-        "book:1", owner="user:7", timeout=0, token=lease.token, using=using
+        "book:1", owner="user:7", timeout=0, token=lease.token, backend=alias
     )  # a stale token: the key is taken afresh
     assert fresh.token != lease.token and fresh.fence > lease.fence
     occupy.release(fresh)
 
 
-def test_a_lease_rebuilt_from_its_token(using: str) -> None:
-    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=using)
-    rebuilt = occupy.resume("book:1", lease.token, using=using)
+def test_a_lease_rebuilt_from_its_token(alias: str) -> None:
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, backend=alias)
+    rebuilt = occupy.resume("book:1", lease.token, backend=alias)
     assert (rebuilt.key, rebuilt.owner, rebuilt.token, rebuilt.fence, rebuilt.depth) == (
         "book:1",
         "alice",
@@ -104,29 +104,29 @@ def test_a_lease_rebuilt_from_its_token(using: str) -> None:
         1,
     )
     with pytest.raises(occupy.LeaseLost):
-        occupy.resume("book:1", "f" * 32, using=using)  # a forged token gets nothing
+        occupy.resume("book:1", "f" * 32, backend=alias)  # a forged token gets nothing
     with pytest.raises(ValueError, match="token"):
-        occupy.resume("book:1", "not a token", using=using)
+        occupy.resume("book:1", "not a token", backend=alias)
     with pytest.raises(TypeError, match="token"):
-        occupy.resume("book:1", None, using=using)
-    assert occupy.holder("book:1", using=using).fence == lease.fence
+        occupy.resume("book:1", None, backend=alias)
+    assert occupy.holder("book:1", backend=alias).fence == lease.fence
     occupy.release(rebuilt)
-    assert occupy.holder("book:1", using=using) is None
+    assert occupy.holder("book:1", backend=alias) is None
     with pytest.raises(occupy.LeaseLost):
-        occupy.resume("book:1", lease.token, using=using)
+        occupy.resume("book:1", lease.token, backend=alias)
 
 
-def test_async_takeover_and_resume(using: str) -> None:
+def test_async_takeover_and_resume(alias: str) -> None:
     import asyncio
 
     async def main() -> None:
-        alice = await occupy.aacquire("book:1", owner="alice", ttl=30, using=using)
-        bob = await occupy.atakeover("book:1", owner="bob", ttl=30, using=using)
+        alice = await occupy.aacquire("book:1", owner="alice", ttl=30, backend=alias)
+        bob = await occupy.atakeover("book:1", owner="bob", ttl=30, backend=alias)
         assert bob.fence > alice.fence
-        rebuilt = await occupy.aresume("book:1", bob.token, using=using)
+        rebuilt = await occupy.aresume("book:1", bob.token, backend=alias)
         assert rebuilt.owner == "bob"
         await occupy.arelease(rebuilt)
-        assert await occupy.aholder("book:1", using=using) is None
+        assert await occupy.aholder("book:1", backend=alias) is None
 
     asyncio.run(main())
 

@@ -123,7 +123,7 @@ def listed(n: int, staff_pk: int) -> list[str]:
     client.force_login(User.objects.get(pk=staff_pk))
     page = client.get("/admin/occupy/occupation/").content.decode()
     out = io.StringIO()
-    call_command("list_locks", "--using", "default", stdout=out)
+    call_command("list_locks", "--backend", "default", stdout=out)
     return [page, out.getvalue()]
 
 

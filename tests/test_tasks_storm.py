@@ -136,12 +136,12 @@ def _kill_one_mid_task(
     fence = _killed_fence(pg, pid, key)
 
     def held() -> bool:  # by the killed worker's run
-        current = occupy.holder(key, using=djtasks.USING)
+        current = occupy.holder(key, backend=djtasks.ALIAS)
         if current is not None and current.fence <= fence:
             return True
         if not claim:
             return False
-        once = occupy.holder(once_key(djtasks.once.module_path, key), using=djtasks.USING)
+        once = occupy.holder(once_key(djtasks.once.module_path, key), backend=djtasks.ALIAS)
         return once is not None and once.owner == task_owner(djtasks.once.module_path, result_id)
 
     return pid, key, killed_at, _free_after(dead, held)

@@ -41,28 +41,28 @@ def family() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
 
 
-@pytest.mark.parametrize("using", backend_params(["default", "db-postgresql", "redis"]))
+@pytest.mark.parametrize("alias", backend_params(["default", "db-postgresql", "redis"]))
 def test_the_wait_histogram_counts_each_contended_acquire_and_its_wait(
-    otel: Recorded, family: str, using: str, live_db: None
+    otel: Recorded, family: str, alias: str, live_db: None
 ) -> None:
     rounds, key = 4, f"{family}:1"
-    workers = multiproc.start(hold_in_turns, [(using, key, rounds, 0.4)])
+    workers = multiproc.start(hold_in_turns, [(alias, key, rounds, 0.4)])
     waits = []
     for _ in range(rounds):
         wait_until(
-            lambda: getattr(occupy.holder(key, using=using), "owner", None) == "holder-process",
+            lambda: getattr(occupy.holder(key, backend=alias), "owner", None) == "holder-process",
             timeout=60,
             what="the other process holds the key",
         )
         started = time.monotonic()
-        lease = occupy.acquire(key, owner="waiter", ttl=30, timeout=30, using=using)
+        lease = occupy.acquire(key, owner="waiter", ttl=30, timeout=30, backend=alias)
         waits.append(time.monotonic() - started)
         occupy.release(lease)
     assert multiproc.collect(workers) == [rounds]
 
     count, total = otel.histogram(
         "occupy.lock.wait.duration",
-        **{"occupy.key.family": family, "occupy.backend": using, "occupy.outcome": "granted"},
+        **{"occupy.key.family": family, "occupy.backend": alias, "occupy.outcome": "granted"},
     )
     assert count == rounds
     assert sum(waits) > 0.2 * rounds  # the waits were real ones
@@ -77,12 +77,12 @@ def test_an_occupied_and_a_timed_out_acquire_are_recorded_as_such(
     otel: Recorded, family: str, live_db: None
 ) -> None:
     key = f"{family}:1"
-    with occupy.lock(key, owner="ann", using="memory"):
+    with occupy.lock(key, owner="ann", backend="memory"):
 
         def other() -> None:
             for timeout in (0, 0.2):
                 with pytest.raises(occupy.Occupied):
-                    occupy.acquire(key, owner="bob", timeout=timeout, using="memory")
+                    occupy.acquire(key, owner="bob", timeout=timeout, backend="memory")
 
         thread = threading.Thread(target=other)
         thread.start()
@@ -104,7 +104,7 @@ def test_a_reentered_lease_is_held_once_until_its_last_release(
     otel: Recorded, family: str, live_db: None
 ) -> None:
     key = f"{family}:1"
-    with occupy.lock(key, using="memory"), occupy.lock(key, using="memory"):
+    with occupy.lock(key, backend="memory"), occupy.lock(key, backend="memory"):
         assert otel.total("occupy.lease.held", **{"occupy.key.family": family}) == 1
     assert otel.total("occupy.lease.held", **{"occupy.key.family": family}) == 0
     assert (
@@ -116,12 +116,12 @@ def test_a_reentered_lease_is_held_once_until_its_last_release(
     )
 
 
-@pytest.mark.parametrize("using", backend_params(["default", "redis", "memory"]))
+@pytest.mark.parametrize("alias", backend_params(["default", "redis", "memory"]))
 def test_a_lease_expired_while_held_is_lost_once(
-    otel: Recorded, family: str, using: str, live_db: None
+    otel: Recorded, family: str, alias: str, live_db: None
 ) -> None:
     key = f"{family}:1"
-    lease = occupy.acquire(key, ttl=0.3, using=using)
+    lease = occupy.acquire(key, ttl=0.3, backend=alias)
     time.sleep(0.6)
     with pytest.raises(occupy.LeaseLost):
         lease.ensure_held()
@@ -142,13 +142,13 @@ def test_a_lease_expired_while_held_is_lost_once(
     assert otel.total("occupy.lease.held", **{"occupy.key.family": family}) == 0
 
 
-@pytest.mark.parametrize("using", backend_params(["default", "redis", "memory"]))
+@pytest.mark.parametrize("alias", backend_params(["default", "redis", "memory"]))
 def test_a_takeover_counts_once_and_its_victim_is_lost_as_taken_over(
-    otel: Recorded, family: str, using: str, live_db: None
+    otel: Recorded, family: str, alias: str, live_db: None
 ) -> None:
     key = f"{family}:1"
-    lease = occupy.acquire(key, owner="ann", ttl=30, using=using)
-    new = occupy.takeover(key, owner="bob", ttl=30, reentrant=False, using=using)
+    lease = occupy.acquire(key, owner="ann", ttl=30, backend=alias)
+    new = occupy.takeover(key, owner="bob", ttl=30, reentrant=False, backend=alias)
     with pytest.raises(occupy.LeaseLost):
         lease.ensure_held()
     with pytest.raises(occupy.LeaseLost):
@@ -210,7 +210,7 @@ def test_a_store_error_is_counted_and_the_acquire_recorded_as_failed(
         override_settings(OCCUPY={**settings.OCCUPY, "BACKENDS": backends}),
         pytest.raises(occupy.StoreUnavailable),
     ):
-        occupy.acquire(f"{family}:1", timeout=0, using="down")
+        occupy.acquire(f"{family}:1", timeout=0, backend="down")
     assert otel.total("occupy.store.errors", **{"occupy.key.family": family}) >= 1
     assert (
         otel.histogram(
@@ -228,7 +228,7 @@ def test_spans_show_the_wait_and_the_critical_section(
 
     key = f"{family}:7"
     with (
-        occupy.lock(key, using="memory"),
+        occupy.lock(key, backend="memory"),
         trace.get_tracer("tests").start_as_current_span("work inside"),
     ):
         pass
@@ -258,7 +258,7 @@ def test_the_key_family_setting_names_the_function(otel: Recorded, live_db: None
     telemetry_settings = {"KEY_FAMILY": "tests.test_telemetry.tenant_family"}
     with (
         override_settings(OCCUPY={**settings.OCCUPY, "TELEMETRY": telemetry_settings}),
-        occupy.lock(f"tenant-{tenant}/report:9", using="memory"),
+        occupy.lock(f"tenant-{tenant}/report:9", backend="memory"),
     ):
         pass
     assert (
@@ -283,7 +283,7 @@ def test_a_key_without_a_colon_is_family_other(otel: Recorded, live_db: None) ->
 
 def test_a_lock_object_shared_by_threads_releases_each_threads_own_lease(live_db: None) -> None:
     key = f"shared-{uuid.uuid4().hex[:8]}:1"
-    shared = occupy.lock(key, ttl=0.3, timeout=5, using="memory")
+    shared = occupy.lock(key, ttl=0.3, timeout=5, backend="memory")
     first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
     errors: list[BaseException] = []
     owners: dict[str, str] = {}
@@ -307,7 +307,7 @@ def test_a_lock_object_shared_by_threads_releases_each_threads_own_lease(live_db
                 owners["second"] = lease.owner
                 second_in.set()
                 first_out.wait(10)
-                holder = occupy.holder(key, using="memory")
+                holder = occupy.holder(key, backend="memory")
                 assert holder is not None and holder.owner == owners["second"]
         except BaseException as e:
             errors.append(e)
@@ -318,10 +318,10 @@ def test_a_lock_object_shared_by_threads_releases_each_threads_own_lease(live_db
     for thread in threads:
         thread.join(30)
     assert errors == []
-    assert occupy.holder(key, using="memory") is None
+    assert occupy.holder(key, backend="memory") is None
 
 
 def test_leaving_a_lock_from_a_context_that_did_not_enter_it_says_so() -> None:
-    shared = occupy.lock("never-entered:1", using="memory")
+    shared = occupy.lock("never-entered:1", backend="memory")
     with pytest.raises(RuntimeError, match="did not enter it"):
         shared.__exit__(None, None, None)

@@ -44,8 +44,8 @@ def claims_in_store() -> int:
         ({"timeout": "5"}, TypeError, "timeout must be a number of seconds, not str"),
         ({"owner": ""}, ValueError, "owner must not be empty"),
         ({"owner": 7}, TypeError, "owner must be a str"),
-        ({"using": "nope"}, occupy.InvalidBackendError, "'nope'"),
-        ({"using": None}, TypeError, "using must be a backend alias"),
+        ({"backend": "nope"}, occupy.InvalidBackendError, "'nope'"),
+        ({"backend": None}, TypeError, "backend must be a backend alias"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_is_written(
@@ -94,13 +94,13 @@ def test_release_takes_a_lease(live_db: None) -> None:
         "newline:\n",
     ],
 )
-def test_odd_but_valid_keys_work(using: str, key: str) -> None:
-    lease = occupy.acquire(key, owner="alice", using=using)
-    assert occupy.holder(key, using=using).owner == "alice"
+def test_odd_but_valid_keys_work(alias: str, key: str) -> None:
+    lease = occupy.acquire(key, owner="alice", backend=alias)
+    assert occupy.holder(key, backend=alias).owner == "alice"
     with pytest.raises(occupy.Occupied):
-        occupy.acquire(key, owner="bob", timeout=0, using=using)
+        occupy.acquire(key, owner="bob", timeout=0, backend=alias)
     occupy.release(lease)
-    assert occupy.holder(key, using=using) is None
+    assert occupy.holder(key, backend=alias) is None
 
 
 @pytest.mark.parametrize(

@@ -15,13 +15,13 @@ from occupy import signals
 from occupy.backends import get_backend
 
 
-def test_a_dropped_lease_is_no_longer_renewed(using: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_dropped_lease_is_no_longer_renewed(alias: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="occupy.watchdog")
-    lease = occupy.acquire("book:1", owner="alice", ttl=0.6, renew=True, using=using)
+    lease = occupy.acquire("book:1", owner="alice", ttl=0.6, renew=True, backend=alias)
     del lease  # dropped without a release: nobody can release it any more
     gc.collect()
     time.sleep(1.5)  # several renewal periods (ttl / 3), and more than the ttl
-    assert occupy.holder("book:1", using=using) is None
+    assert occupy.holder("book:1", backend=alias) is None
     assert any(
         r.name == "occupy.watchdog" and "'book:1'" in r.getMessage() and "dropped" in r.getMessage()
         for r in caplog.records
@@ -33,9 +33,9 @@ class _StoreDown(ConnectionError):
 
 
 def test_a_store_failure_marks_the_renewed_lease_lost(
-    using: str, monkeypatch: pytest.MonkeyPatch
+    alias: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    backend = get_backend(using)
+    backend = get_backend(alias)
     lost: list = []
     signals.lease_lost.connect(
         lambda **kw: lost.append(kw["lease"]), weak=False, dispatch_uid="test-watchdog-store-down"
@@ -43,7 +43,7 @@ def test_a_store_failure_marks_the_renewed_lease_lost(
     try:
         with (
             pytest.raises(occupy.LeaseLost),
-            occupy.lock("book:1", owner="alice", ttl=0.6, renew=True, using=using) as lease,
+            occupy.lock("book:1", owner="alice", ttl=0.6, renew=True, backend=alias) as lease,
         ):
 
             def store_down(lease, ttl):
@@ -61,13 +61,13 @@ def test_a_store_failure_marks_the_renewed_lease_lost(
 
 
 def test_a_release_during_a_renewal_is_not_a_lost_lease(
-    using: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    alias: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The lease is released while the watchdog's extend is on its way to the store: the
     extend then fails (nothing is held any more), which is the release's doing, not a
     lost lease: no ``lease_lost``, no warning, the lease not marked lost."""
     caplog.set_level(logging.WARNING, logger="occupy.watchdog")
-    backend = get_backend(using)
+    backend = get_backend(alias)
     extend = backend.extend
     in_flight, released = threading.Event(), threading.Event()
 
@@ -81,7 +81,7 @@ def test_a_release_during_a_renewal_is_not_a_lost_lease(
         lambda **kw: lost.append(kw["lease"]), weak=False, dispatch_uid="test-watchdog-release"
     )
     try:
-        lease = occupy.acquire("book:1", owner="alice", ttl=0.6, renew=True, using=using)
+        lease = occupy.acquire("book:1", owner="alice", ttl=0.6, renew=True, backend=alias)
         monkeypatch.setattr(backend, "extend", extend_after_the_release)
         assert in_flight.wait(5)
         occupy.release(lease)

@@ -107,7 +107,7 @@ class Worker:
                     ttl=self.ttl,
                     timeout=self.timeout,
                     reentrant=False,
-                    using=self.alias,
+                    backend=self.alias,
                 )
             except Exception as e:
                 self.failed("acquire", e)

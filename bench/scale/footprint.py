@@ -66,14 +66,14 @@ def hold_renewed(alias: str, leases: int, ttl: float, hold: float) -> dict[str, 
         extend(self, lease, ttl)
 
     type(backend).extend = recorded  # type: ignore[method-assign]
-    occupy.release(occupy.acquire("scale:renew:warm", ttl=ttl, timeout=0, using=alias))
+    occupy.release(occupy.acquire("scale:renew:warm", ttl=ttl, timeout=0, backend=alias))
     rss_before, threads_before = _rss_kib(), _threads()
     started = time.monotonic()
     taken_at: dict[str, float] = {}
     held = []
     for i in range(leases):
         key = f"scale:renew:{i}"
-        held.append(occupy.acquire(key, ttl=ttl, timeout=0, renew=True, using=alias))
+        held.append(occupy.acquire(key, ttl=ttl, timeout=0, renew=True, backend=alias))
         taken_at[key] = time.monotonic()
     acquired = time.monotonic() - started
     rss_held, threads_held = _rss_kib(), _threads()
@@ -124,10 +124,10 @@ def redis_per_waiter(store: RedisStore, counts: list[int]) -> list[tuple[int, fl
     found = []
     for n in counts:
         key = f"scale:waiters:{n}"
-        lease = occupy.acquire(key, ttl=60, timeout=0, using=store.alias)
+        lease = occupy.acquire(key, ttl=60, timeout=0, backend=store.alias)
         try:
             rkeys = link.keys(key)
-            occupy.release(occupy.acquire("scale:load", ttl=5, timeout=1, using=store.alias))
+            occupy.release(occupy.acquire("scale:load", ttl=5, timeout=1, backend=store.alias))
             sha = _queue_sha(store)
             pipe = client.pipeline(transaction=False)
             for i in range(n):

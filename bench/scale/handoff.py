@@ -45,11 +45,11 @@ def hot_loop(worker: int, alias: str, start: float, stop: float) -> list[tuple[f
 
     events: list[tuple[float, ...]] = []
     # Connect (the pool closes connections between rounds) before the clock starts.
-    occupy.release(occupy.acquire(f"scale:warm:{worker}", ttl=5, timeout=10, using=alias))
+    occupy.release(occupy.acquire(f"scale:warm:{worker}", ttl=5, timeout=10, backend=alias))
     time.sleep(max(0.0, start - time.monotonic()))
     while time.monotonic() < stop:
         asked = time.monotonic()
-        lease = occupy.acquire("scale:hot", ttl=30, timeout=60, using=alias)
+        lease = occupy.acquire("scale:hot", ttl=30, timeout=60, backend=alias)
         granted = time.monotonic()
         time.sleep(HOLD)
         released = time.monotonic()

@@ -35,7 +35,7 @@ def keys_loop(
     mine = [f"scale:keys:{j}" for j in range(worker, keys, workers)]
     acquire, release = occupy.acquire, occupy.release
     for key in mine[:20]:  # connect (and prepare) before the clock starts
-        release(acquire(key, ttl=60, timeout=0, using=alias))
+        release(acquire(key, ttl=60, timeout=0, backend=alias))
     server_pid = _server_pid(get_backend(alias))
     time.sleep(max(0.0, start - time.monotonic()))
     server_before = None if server_pid is None else cpu_seconds(server_pid)
@@ -45,7 +45,7 @@ def keys_loop(
     while clock() < stop:
         for key in mine:
             try:
-                lease = acquire(key, ttl=60, timeout=0, using=alias)
+                lease = acquire(key, ttl=60, timeout=0, backend=alias)
             except occupy.StoreUnavailable:
                 refused += 1  # SQLite: the write lock stayed with another process
                 continue

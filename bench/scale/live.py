@@ -44,7 +44,7 @@ def probe(store: Store, ops: int) -> list[float]:
     out = []
     for i in range(ops):
         started = clock()
-        release(acquire(f"scale:probe:{i}", ttl=60, timeout=0, using=alias))
+        release(acquire(f"scale:probe:{i}", ttl=60, timeout=0, backend=alias))
         out.append((clock() - started) / 1000)
     return out
 

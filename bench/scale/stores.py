@@ -263,7 +263,7 @@ class RedisStore(Store):
         import occupy
 
         # The public API loads the script into the server's cache (EVALSHA, else EVAL).
-        occupy.release(occupy.acquire("scale:load", ttl=5, timeout=0, using=self.alias))
+        occupy.release(occupy.acquire("scale:load", ttl=5, timeout=0, backend=self.alias))
         return str(self.link.scripts.acquire.sha)
 
     def _fill(self, count: int, tag: str) -> None:

@@ -2,7 +2,7 @@
 
 For each size (ascending; the databases alternate within a size): the table holds
 1,000 live claims and ``n`` expired ones (``tests.support.bulk_claims.insert_claims``), then
-``manage.py sweep_locks --using <backend>`` runs in this process. Figures: rows
+``manage.py sweep_locks --backend <backend>`` runs in this process. Figures: rows
 deleted per second, and memory while it runs: the growth of the process's peak
 resident memory (``VmHWM``, reset first) and the ``tracemalloc`` peak. Target: memory
 flat whatever the backlog (batches of 1,000, never a row loaded into Python); rows/s
@@ -46,7 +46,7 @@ def sweep_once(store: DatabaseStore, expired: int) -> dict[str, Any]:
     reset = reset_peak_rss()
     tracemalloc.start()
     started = time.perf_counter()
-    call_command("sweep_locks", using=[store.alias], stdout=io.StringIO())
+    call_command("sweep_locks", backend=[store.alias], stdout=io.StringIO())
     elapsed = time.perf_counter() - started
     traced = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
@@ -71,7 +71,7 @@ def run(report: Report, stores: list[Store], sizes: Any) -> None:
     databases = [s for s in stores if isinstance(s, DatabaseStore)]
     for store in databases:  # imports, connections: not part of any figure
         store.clear()
-        call_command("sweep_locks", using=[store.alias], stdout=io.StringIO())
+        call_command("sweep_locks", backend=[store.alias], stdout=io.StringIO())
     figures: dict[tuple[str, int], dict[str, Any]] = {}
     for size in sizes.sweep:
         for store in databases:

@@ -79,13 +79,13 @@ def versioned_save(book: Any) -> None:
 
 @dataclass(frozen=True)
 class OccupyLock:
-    """Guard: hold ``occupy.lock`` on the book (backend ``using``) for the whole
+    """Guard: hold ``occupy.lock`` on the book (on ``backend``) for the whole
     read-modify-write. A picklable callable, since it travels to worker processes."""
 
-    using: str = "default"
+    backend: str = "default"
 
     def __call__(self, pk: int) -> contextlib.AbstractContextManager[Any]:
-        return occupy.lock(f"library.book:{pk}", ttl=30, timeout=60, using=self.using)
+        return occupy.lock(f"library.book:{pk}", ttl=30, timeout=60, backend=self.backend)
 
 
 # --- running workers in processes --------------------------------------------------

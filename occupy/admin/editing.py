@@ -173,7 +173,7 @@ class EditLeaseBase(_ModelAdmin):
         return admin_owner(request.user.pk, tab)
 
     def _holder(self, key: str) -> Holder | None:
-        return occupy.holder(key, using=self.occupy_backend)
+        return occupy.holder(key, backend=self.occupy_backend)
 
     def _is_users(self, request: HttpRequest, holder: Holder | None) -> bool:
         """Return whether ``holder`` is one of the requesting user's tabs."""
@@ -217,7 +217,7 @@ class EditLeaseBase(_ModelAdmin):
         decided on the holder the store replaces (``if_fence``). Raise
         :class:`~occupy.Occupied` when a holder is not allowed (or the key keeps
         changing hands); note the holders replaced in ``replaced``."""
-        using = self.occupy_backend
+        alias = self.occupy_backend
         for _attempt in range(TAKEOVER_ATTEMPTS):
             current = self._holder(key)
             if current is None:
@@ -228,7 +228,7 @@ class EditLeaseBase(_ModelAdmin):
                         ttl=self.edit_lease_ttl,
                         timeout=0,
                         reentrant=False,
-                        using=using,
+                        backend=alias,
                     )
                 except Occupied:
                     continue  # taken in between: decide on the new holder
@@ -241,7 +241,7 @@ class EditLeaseBase(_ModelAdmin):
                     ttl=self.edit_lease_ttl,
                     reentrant=False,
                     if_fence=current.fence,
-                    using=using,
+                    backend=alias,
                 )
             except TakeoverRefused:
                 continue  # it changed hands since it was read: decide again
@@ -288,12 +288,12 @@ class EditLeaseBase(_ModelAdmin):
         keys = state.keys
         if len(tokens) != len(keys):
             raise LeaseLost("The form carries no edit lease for these objects.", key=keys[0])
-        using = self.occupy_backend
+        alias = self.occupy_backend
         try:
             # A store that holds the token extends it at least 1 s: no renewal of a
             # lease that turns out to be someone else's.
             found = [
-                occupy.resume(key, token, ttl=1, using=using)
+                occupy.resume(key, token, ttl=1, backend=alias)
                 for key, token in zip(keys, tokens, strict=True)
             ]
         except (TypeError, ValueError) as e:  # a token that cannot be one
@@ -302,7 +302,7 @@ class EditLeaseBase(_ModelAdmin):
             if lease.owner != state.owner:
                 raise LeaseLost("This edit lease is not this tab's.", key=lease.key)
         return [
-            occupy.resume(lease.key, lease.token, ttl=self.edit_lease_ttl, using=using)
+            occupy.resume(lease.key, lease.token, ttl=self.edit_lease_ttl, backend=alias)
             for lease in found
         ]
 

@@ -165,7 +165,7 @@ class LeaseEndpointsMixin(EditLeaseBase):
         try:
             for key, token in zip(keys, tokens, strict=False):
                 try:
-                    lease = occupy.resume(key, token, ttl=1, using=self.occupy_backend)
+                    lease = occupy.resume(key, token, ttl=1, backend=self.occupy_backend)
                 except (LeaseLost, TypeError, ValueError):
                     continue
                 if lease.owner == owner:

@@ -105,7 +105,7 @@ def holders_of_page(rows: Any, alias: str, key_of: Any = None) -> None:
     holders = {}
     for obj in objects:
         key = key_of(obj) if key_of is not None else object_key(type(obj), obj.pk)
-        holders[obj.pk] = occupy.holder(key, using=alias)
+        holders[obj.pk] = occupy.holder(key, backend=alias)
     pks = {
         owner_user_pk(h.owner)
         for h in holders.values()

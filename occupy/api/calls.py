@@ -53,13 +53,13 @@ DEFAULT: Any = _Default()
 
 
 def _prepare(
-    key: Any, owner: Any, ttl: Any, timeout: Any, using: Any
+    key: Any, owner: Any, ttl: Any, timeout: Any, alias: Any
 ) -> tuple[BaseBackend, str, str, float, float | None]:
     key = check_key(key)
     owner = default_owner() if owner is None else check_owner(owner)
     ttl = occupy_settings.TTL if ttl is DEFAULT else check_ttl(ttl)
     timeout = occupy_settings.TIMEOUT if timeout is DEFAULT else check_timeout(timeout)
-    return get_backend(using), key, owner, ttl, timeout
+    return get_backend(alias), key, owner, ttl, timeout
 
 
 def _granted(
@@ -87,7 +87,7 @@ def acquire(
     renew: bool = False,
     token: str | None = None,
     reentrant: bool = True,
-    using: str = "default",
+    backend: str = "default",
 ) -> Lease:
     """Take the lock on ``key`` and return its :class:`~occupy.Lease`.
 
@@ -107,10 +107,10 @@ def acquire(
     ``reentrant=False`` hands the lease to someone who keeps its token (an HTTP client):
     this thread or task then does not hold it, and neither re-enters it nor is re-entered.
     """
-    backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
-    with telemetry.span("occupy.acquire", backend, key):
+    store, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, backend)
+    with telemetry.span("occupy.acquire", store, key):
         return _take_on(
-            backend,
+            store,
             key,
             owner=owner,
             ttl=ttl,
@@ -149,21 +149,21 @@ def _take_on(
     return _granted(backend, lease, renew, held_here=reentrant, deeper=deeper)
 
 
-def resume(key: str, token: str, *, ttl: float = DEFAULT, using: str = "default") -> Lease:
+def resume(key: str, token: str, *, ttl: float = DEFAULT, backend: str = "default") -> Lease:
     """Return the lease that ``token`` holds on ``key``, rebuilt from the store and kept
     at least ``ttl`` more (default: the ``TTL`` setting), for code that has only the
     token (an HTTP request carrying it). The store checks the token in the same step;
     raise :class:`~occupy.LeaseLost` if it holds nothing (forged, expired, taken over).
     No level is added: release the lease once.
     """
-    backend, key, _owner, ttl, _timeout = _prepare(key, None, ttl, 0, using)
-    return _held_by_token(key, backend.resume(key, check_token(token), ttl, deeper=False))
+    store, key, _owner, ttl, _timeout = _prepare(key, None, ttl, 0, backend)
+    return _held_by_token(key, store.resume(key, check_token(token), ttl, deeper=False))
 
 
-async def aresume(key: str, token: str, *, ttl: float = DEFAULT, using: str = "default") -> Lease:
+async def aresume(key: str, token: str, *, ttl: float = DEFAULT, backend: str = "default") -> Lease:
     """Async twin of :func:`resume`."""
-    backend, key, _owner, ttl, _timeout = _prepare(key, None, ttl, 0, using)
-    lease = await backend.aresume(key, check_token(token), ttl, deeper=False)
+    store, key, _owner, ttl, _timeout = _prepare(key, None, ttl, 0, backend)
+    lease = await store.aresume(key, check_token(token), ttl, deeper=False)
     return _held_by_token(key, lease)
 
 
@@ -183,7 +183,7 @@ def takeover(
     ttl: float = DEFAULT,
     renew: bool = False,
     reentrant: bool = True,
-    using: str = "default",
+    backend: str = "default",
     if_fence: int | None = None,
 ) -> Lease:
     """Take ``key`` now, whoever holds it, and return the new lease.
@@ -210,11 +210,11 @@ def takeover(
     someone else), the takeover is refused instead of replacing a holder the
     permission was never decided on: read the holder again and decide again.
     """
-    backend, key, owner, ttl, _timeout = _prepare(key, owner, ttl, 0, using)
+    store, key, owner, ttl, _timeout = _prepare(key, owner, ttl, 0, backend)
     if_fence = check_fence(if_fence)
-    with telemetry.span("occupy.takeover", backend, key):
-        lease, previous = backend.takeover(key, owner, ttl, if_fence=if_fence)
-    return _taken_over(backend, lease, previous, renew, reentrant)
+    with telemetry.span("occupy.takeover", store, key):
+        lease, previous = store.takeover(key, owner, ttl, if_fence=if_fence)
+    return _taken_over(store, lease, previous, renew, reentrant)
 
 
 async def atakeover(
@@ -224,15 +224,15 @@ async def atakeover(
     ttl: float = DEFAULT,
     renew: bool = False,
     reentrant: bool = True,
-    using: str = "default",
+    backend: str = "default",
     if_fence: int | None = None,
 ) -> Lease:
     """Async twin of :func:`takeover`."""
-    backend, key, owner, ttl, _timeout = _prepare(key, owner, ttl, 0, using)
+    store, key, owner, ttl, _timeout = _prepare(key, owner, ttl, 0, backend)
     if_fence = check_fence(if_fence)
-    with telemetry.span("occupy.takeover", backend, key):
-        lease, previous = await backend.atakeover(key, owner, ttl, if_fence=if_fence)
-    return _taken_over(backend, lease, previous, renew, reentrant)
+    with telemetry.span("occupy.takeover", store, key):
+        lease, previous = await store.atakeover(key, owner, ttl, if_fence=if_fence)
+    return _taken_over(store, lease, previous, renew, reentrant)
 
 
 def _taken_over(
@@ -261,13 +261,13 @@ async def aacquire(
     renew: bool = False,
     token: str | None = None,
     reentrant: bool = True,
-    using: str = "default",
+    backend: str = "default",
 ) -> Lease:
     """Async twin of :func:`acquire`; cancelling it while it waits leaves no claim."""
-    backend, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, using)
-    with telemetry.span("occupy.acquire", backend, key):
+    store, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, backend)
+    with telemetry.span("occupy.acquire", store, key):
         return await _atake_on(
-            backend,
+            store,
             key,
             owner=owner,
             ttl=ttl,
@@ -375,11 +375,11 @@ def _release_failed(lease: Lease) -> None:
     telemetry.release_failed(lease)
 
 
-def holder(key: str, *, using: str = "default") -> Holder | None:
+def holder(key: str, *, backend: str = "default") -> Holder | None:
     """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""
-    return get_backend(using).holder(check_key(key))
+    return get_backend(backend).holder(check_key(key))
 
 
-async def aholder(key: str, *, using: str = "default") -> Holder | None:
+async def aholder(key: str, *, backend: str = "default") -> Holder | None:
     """Async twin of :func:`holder`."""
-    return await get_backend(using).aholder(check_key(key))
+    return await get_backend(backend).aholder(check_key(key))

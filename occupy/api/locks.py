@@ -79,7 +79,7 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         renew: bool = False,
         token: str | None = None,
         reentrant: bool = True,
-        using: str = "default",
+        backend: str = "default",
     ) -> None:
         if not isinstance(key, str):
             check_key(key)
@@ -91,7 +91,7 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
             "renew": bool(renew),
             "token": None if token is None else check_token(token),
             "reentrant": bool(reentrant),
-            "using": using,
+            "backend": backend,
         }
         #: The entries not left yet, in every context (see :meth:`_leaving`).
         self._outstanding: list[_Entered] = []
@@ -239,7 +239,7 @@ class lock_many(AbstractContextManager[list[Lease], None]):
         ttl: float = DEFAULT,
         timeout: float | None = DEFAULT,
         renew: bool = False,
-        using: str = "default",
+        backend: str = "default",
     ) -> None:
         if isinstance(keys, str):
             raise TypeError("lock_many() takes an iterable of keys, not one str.")
@@ -250,7 +250,7 @@ class lock_many(AbstractContextManager[list[Lease], None]):
         self.ttl = ttl
         self.timeout = timeout if timeout is DEFAULT else check_timeout(timeout)
         self.renew = renew
-        self.using = using
+        self.backend = backend
         self.leases: list[Lease] = []
 
     def __enter__(self) -> list[Lease]:
@@ -267,7 +267,7 @@ class lock_many(AbstractContextManager[list[Lease], None]):
                         ttl=self.ttl,
                         timeout=left,
                         renew=self.renew,
-                        using=self.using,
+                        backend=self.backend,
                     )
                 )
         except BaseException:

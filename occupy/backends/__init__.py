@@ -67,7 +67,7 @@ def get_backend(alias: str = "default", *, config: Mapping[str, Any] | None = No
     if backend is not None and (config is None or backend.params == config):
         return backend
     if not isinstance(alias, str):
-        raise TypeError(f"using must be a backend alias (str), not {type(alias).__name__}.")
+        raise TypeError(f"backend must be a backend alias (str), not {type(alias).__name__}.")
     if config is None:
         config = _configured(alias)
     elif alias in occupy_settings.BACKENDS:

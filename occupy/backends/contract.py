@@ -74,7 +74,7 @@ class BackendContract(ConfiguredBackend):
             fence=int(fence),
             expires_at=utc(expires_at),
             ttl=ttl,
-            using=self.alias,
+            alias=self.alias,
             depth=depth,
             backend=self,
         )
@@ -99,7 +99,7 @@ class BackendContract(ConfiguredBackend):
             f"occupy backend {self.alias!r} ({type(self).__name__}) could not use its "
             f"store{on}: {error}",
             key=key,
-            using=self.alias,
+            backend=self.alias,
         )
 
     @contextmanager

@@ -71,7 +71,7 @@ class OccupySchedulerMixin:
             except OccupyError as e:  # the store did not answer: do not send blind
                 logger.warning("beat could not check its lease on %r: %s", lease.key, e)
                 return False
-        key, ttl, using = self._occupy_conf()
+        key, ttl, alias = self._occupy_conf()
         try:
             self.occupy_lease = api.acquire(
                 key,
@@ -80,7 +80,7 @@ class OccupySchedulerMixin:
                 timeout=0,
                 renew=True,
                 reentrant=False,
-                using=using,
+                backend=alias,
             )
         except Occupied:
             return False

@@ -8,7 +8,6 @@ Every method here that consults locks takes ``backend=``, the occupy backend ali
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, ClassVar
 
 from django.core import checks
@@ -87,32 +86,11 @@ class OccupiableMixin(models.Model):
             ttl=ttl,
             timeout=timeout,
             renew=renew,
-            using=backend or self.occupy_backend,
+            backend=backend or self.occupy_backend,
         )
 
     def get_holder(self, *, backend: str | None = None) -> Holder | None:
         """Return who holds this row's key now (owner, expiry, fence), or ``None``;
         never the token. A store round trip on every call. ``backend``: the occupy
         backend alias (default :attr:`occupy_backend`)."""
-        return holder(self.occupy_key, using=backend or self.occupy_backend)
-
-    @property
-    def holder(self) -> Holder | None:
-        """Deprecated: call :meth:`get_holder` (a method, since it asks the store)."""
-        warnings.warn(
-            f"{type(self).__name__}.holder is deprecated: call get_holder(), which asks "
-            "the lock store on every call",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.get_holder()
-
-    def holder_on(self, backend: str) -> Holder | None:
-        """Deprecated: call :meth:`get_holder` with ``backend=``."""
-        warnings.warn(
-            f"{type(self).__name__}.holder_on(backend) is deprecated: call "
-            "get_holder(backend=backend)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.get_holder(backend=backend)
+        return holder(self.occupy_key, backend=backend or self.occupy_backend)

@@ -181,7 +181,7 @@ class Pool:
                 owner=self.owner,
                 ttl=self.ttl,
                 timeout=0,
-                using=self.alias,
+                backend=self.alias,
             )
         except Occupied:
             return None

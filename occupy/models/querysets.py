@@ -183,7 +183,7 @@ class OccupiableQuerySetMixin(_QuerySet[ModelT]):
             return mine
         # Claims of one owner run one at a time (they may come from several requests
         # at once), so that two of them cannot each take a different row.
-        with lock(_claim_key(self.model, pool.owner), ttl=30, timeout=30, using=alias):
+        with lock(_claim_key(self.model, pool.owner), ttl=30, timeout=30, backend=alias):
             item: ModelT | None = pool.held() or pool.take_next()
             return item
 

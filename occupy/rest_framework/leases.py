@@ -184,7 +184,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
             timeout=0,
             token=token,
             reentrant=False,
-            using=self.occupy_backend,
+            backend=self.occupy_backend,
         )
         created = lease.token != token
         return Response(
@@ -199,7 +199,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         if not self.has_holder_permission(request, instance):
             raise PermissionDenied("Seeing who edits this object needs the permission to view it.")
         key = self.get_lease_key(instance)
-        return Response(self._holder_body(occupy.holder(key, using=self.occupy_backend)))
+        return Response(self._holder_body(occupy.holder(key, backend=self.occupy_backend)))
 
     @lease.mapping.patch
     def renew_lease(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -209,7 +209,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         token = self._required_token(request)
         lease = self.own_lease(key, token)
         ttl = self.get_lease_ttl(request, default=parse_owner(lease.owner).ttl)
-        lease = occupy.resume(key, token, ttl=ttl, using=self.occupy_backend)
+        lease = occupy.resume(key, token, ttl=ttl, backend=self.occupy_backend)
         return Response(self._lease_body(lease, token=False))
 
     @lease.mapping.delete
@@ -225,7 +225,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         try:
             lease = self.own_lease(key, token)
         except LeaseLost:
-            if occupy.holder(key, using=self.occupy_backend) is not None:
+            if occupy.holder(key, backend=self.occupy_backend) is not None:
                 raise
             return Response(status=status.HTTP_204_NO_CONTENT)
         with suppress(LeaseLost):  # it expired in between: nothing is held, as asked
@@ -270,7 +270,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         says the holder changed meanwhile."""
         refused: Occupied | None = None
         for _ in range(TAKEOVER_TRIES):
-            holder = occupy.holder(key, using=self.occupy_backend)
+            holder = occupy.holder(key, backend=self.occupy_backend)
             if holder is None:
                 try:  # free: take it only if still free
                     return occupy.acquire(
@@ -279,7 +279,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                         ttl=ttl,
                         timeout=0,
                         reentrant=False,
-                        using=self.occupy_backend,
+                        backend=self.occupy_backend,
                     ), None
                 except Occupied as e:
                     refused = e
@@ -292,7 +292,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                         ttl=ttl,
                         timeout=self.get_write_wait(),
                         reentrant=False,
-                        using=self.occupy_backend,
+                        backend=self.occupy_backend,
                     ), None
                 except Occupied as e:
                     refused = e
@@ -308,7 +308,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                     ttl=ttl,
                     reentrant=False,
                     if_fence=holder.fence,
-                    using=self.occupy_backend,
+                    backend=self.occupy_backend,
                 ), holder
             except TakeoverRefused as e:
                 refused = e

@@ -97,7 +97,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         409 ``lease_lost`` if the token is another user's (that lease is left as it is);
         :class:`~occupy.LeaseLost` if it holds nothing."""
         # ttl=1 keeps the lease at least one second: never shortened, hardly extended.
-        lease = occupy.resume(key, token, ttl=1, using=self.occupy_backend)
+        lease = occupy.resume(key, token, ttl=1, backend=self.occupy_backend)
         if not same_user(lease.owner, requester_pk(self.request)):
             raise from_problem(http.lease_not_yours())
         return lease
@@ -114,7 +114,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
                 ttl=self.write_ttl,
                 timeout=0,
                 reentrant=False,
-                using=self.occupy_backend,
+                backend=self.occupy_backend,
             )
         except Occupied as e:
             wait = self.get_write_wait()
@@ -126,7 +126,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
             ttl=self.write_ttl,
             timeout=wait,
             reentrant=False,
-            using=self.occupy_backend,
+            backend=self.occupy_backend,
         )
 
     @staticmethod
@@ -155,7 +155,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         try:
             lease = self.own_lease(key, token)
             lease = occupy.resume(
-                key, token, ttl=self._lease_length(lease), using=self.occupy_backend
+                key, token, ttl=self._lease_length(lease), backend=self.occupy_backend
             )
         except LeaseLost as e:  # taken over or expired: this write is fenced out
             raise FencedOut(

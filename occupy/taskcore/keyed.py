@@ -77,7 +77,7 @@ class KeyedTask:
             timeout=timeout,
             renew=renew,
             reentrant=False,
-            using=self.options.backend,
+            backend=self.options.backend,
         )
 
     def replace(
@@ -92,7 +92,7 @@ class KeyedTask:
                 ttl=ttl,
                 renew=renew,
                 reentrant=False,
-                using=self.options.backend,
+                backend=self.options.backend,
                 if_fence=fence,
             )
         except TakeoverRefused:
@@ -100,7 +100,7 @@ class KeyedTask:
 
     def holder(self, key: str) -> Holder | None:
         """Return who holds ``key`` now."""
-        return api.holder(key, using=self.options.backend)
+        return api.holder(key, backend=self.options.backend)
 
     @staticmethod
     def let_go(lease: Lease | None) -> None:

@@ -110,7 +110,7 @@ def granted(backend: Backend, lease: Lease, *, deeper: bool, held_here: bool) ->
     """Note a grant: a new lease this process holds, or one level deeper of one."""
     if not held_here or not active():
         return
-    ident = (lease.using, lease.key, lease.token)
+    ident = (lease.alias, lease.key, lease.token)
     with _held_lock:
         entry = _held.get(ident)
         if entry is not None and deeper:
@@ -135,7 +135,7 @@ def taken_over(backend: Backend, lease: Lease) -> None:
 
 def _end(lease: Lease, how: str, *, every_level: bool) -> bool:
     """End one level (or all) of a lease held here; return whether it was held here."""
-    ident = (lease.using, lease.key, lease.token)
+    ident = (lease.alias, lease.key, lease.token)
     with _held_lock:
         entry = _held.get(ident)
         if entry is None:
@@ -164,7 +164,7 @@ def _lost_reason(lease: Lease, cause: str | None) -> str:
     if cause is not None:
         return cause
     with _held_lock:
-        entry = _held.get((lease.using, lease.key, lease.token))
+        entry = _held.get((lease.alias, lease.key, lease.token))
     if entry is None:  # not held here: when it was granted is not known
         return UNKNOWN
     left = lease.expires_at.timestamp() - (entry.granted_at + time.monotonic() - entry.since)

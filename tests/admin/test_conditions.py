@@ -17,8 +17,8 @@ UNAVAILABLE = (
 )
 
 
-def _holder(doc: Document, using: str = "default") -> occupy.Holder | None:
-    return occupy.holder(object_key(Document, doc.pk), using=using)
+def _holder(doc: Document, alias: str = "default") -> occupy.Holder | None:
+    return occupy.holder(object_key(Document, doc.pk), backend=alias)
 
 
 def test_the_store_going_down_is_a_message_and_keeps_the_typed_text(
@@ -189,8 +189,8 @@ def test_a_takeover_is_decided_on_the_holder_the_store_replaces(
     real_holder = occupy.holder
     hers: list[occupy.Lease] = []
 
-    def holder_then_switch(k: str, *, using: str = "default") -> occupy.Holder | None:
-        found = real_holder(k, using=using)
+    def holder_then_switch(k: str, *, backend: str = "default") -> occupy.Holder | None:
+        found = real_holder(k, backend=backend)
         if k == key and not hers:  # his lease ends, hers begins, after this read
             occupy.release(his)
             hers.append(

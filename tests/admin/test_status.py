@@ -68,12 +68,12 @@ def test_the_column_shows_leases_on_any_backend(users: StaffUsers, alias: str) -
     held, _free = Book.objects.create(name="held"), Book.objects.create(name="free")
     lease = occupy.acquire(
         object_key(Book, held.pk),
-        using=alias,
+        backend=alias,
         reentrant=False,
         owner=f"admin:user:{users.other.pk}:tab:0123456789abcdef",
     )
     worker = occupy.acquire(
-        object_key(Book, _free.pk), using=alias, reentrant=False, owner="worker-7"
+        object_key(Book, _free.pk), backend=alias, reentrant=False, owner="worker-7"
     )
     model_admin = Elsewhere(Book, admin.AdminSite())
     errors = model_admin.check()

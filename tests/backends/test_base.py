@@ -33,7 +33,7 @@ class _Attempt(Attempt):
             fence=7,
             expires_at=datetime.now(timezone.utc),
             ttl=self.ttl,
-            using="stub",
+            alias="stub",
         )
 
     def wait(self, seconds: float) -> None:
@@ -90,7 +90,7 @@ class _SlowGrant(_Attempt):
             fence=8,
             expires_at=datetime.now(timezone.utc),
             ttl=self.ttl,
-            using="stub",
+            alias="stub",
         )
 
 

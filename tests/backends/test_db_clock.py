@@ -42,8 +42,8 @@ def test_list_locks_reads_claims_by_the_clock_they_expire_by(
     alias: str, zone: str, session_zone
 ) -> None:
     backend = get_backend(alias)
-    live = occupy.acquire("clock:live", owner="alice", ttl=60, using=alias)
-    gone = occupy.acquire("clock:gone", owner="bob", ttl=0.05, using=alias)
+    live = occupy.acquire("clock:live", owner="alice", ttl=60, backend=alias)
+    gone = occupy.acquire("clock:gone", owner="bob", ttl=0.05, backend=alias)
     time.sleep(0.2)
     session_zone(backend.database, zone)
     assert [(c.key, c.owner) for c in backend.claims()] == [("clock:live", "alice")]

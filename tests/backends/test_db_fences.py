@@ -19,17 +19,17 @@ def _push_fence_ahead(alias: str, key: str) -> int:
     backend.execute(
         "UPDATE occupy_occupation SET fence = fence + %s WHERE slot IS NOT NULL", [AHEAD]
     )
-    return occupy.holder(key, using=alias).fence
+    return occupy.holder(key, backend=alias).fence
 
 
 def test_a_takeover_with_the_clock_behind_is_one_above_the_last_fence(
     alias: str, live_db: None
 ) -> None:
-    occupy.acquire("k", owner="alice", ttl=30, using=alias)
+    occupy.acquire("k", owner="alice", ttl=30, backend=alias)
     last = _push_fence_ahead(alias, "k")
-    bob = occupy.takeover("k", owner="bob", ttl=30, using=alias)
+    bob = occupy.takeover("k", owner="bob", ttl=30, backend=alias)
     assert bob.fence == last + 1
-    carol = occupy.takeover("k", owner="carol", ttl=30, using=alias)
+    carol = occupy.takeover("k", owner="carol", ttl=30, backend=alias)
     assert carol.fence == bob.fence + 1
     occupy.release(carol)
 

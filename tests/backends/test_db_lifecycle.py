@@ -48,7 +48,7 @@ def alias(request: pytest.FixtureRequest, live_db: None) -> Iterator[str]:
 
 def _session_of_this_thread(alias: str) -> int:
     """Take and release a lock, and return the server session it ran on."""
-    occupy.release(occupy.acquire("lifecycle", ttl=30, using=alias))
+    occupy.release(occupy.acquire("lifecycle", ttl=30, backend=alias))
     return int(get_backend(alias).execute("SELECT pg_backend_pid()", [])[1][0][0])
 
 
@@ -87,7 +87,7 @@ def test_sync_to_async_threads_close_their_connections(alias: str) -> None:
         found = set()
         for _ in range(4):
             found.add(await sync_to_async(_session_of_this_thread, thread_sensitive=False)(alias))
-            lease = await occupy.aacquire("lifecycle-async", ttl=30, using=alias)
+            lease = await occupy.aacquire("lifecycle-async", ttl=30, backend=alias)
             await occupy.arelease(lease)
         return found
 

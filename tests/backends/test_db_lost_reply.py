@@ -77,20 +77,20 @@ def lose_reply(alias: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable
 def test_a_grant_whose_reply_was_lost_is_one_level(alias: str, lose_reply) -> None:
     backend = get_backend(alias)
     lose_reply(backend.dialect.grant_if_free())
-    lease = occupy.acquire("lost:1", owner="alice", ttl=30, timeout=0, using=alias)
+    lease = occupy.acquire("lost:1", owner="alice", ttl=30, timeout=0, backend=alias)
     assert lease.depth == 1
     occupy.release(lease)
-    assert occupy.holder("lost:1", using=alias) is None
+    assert occupy.holder("lost:1", backend=alias) is None
 
 
 def test_a_promotion_whose_reply_was_lost_is_kept(alias: str, lose_reply) -> None:
     backend = get_backend(alias)
-    holder = occupy.acquire("lost:2", owner="alice", ttl=30, timeout=0, using=alias)
+    holder = occupy.acquire("lost:2", owner="alice", ttl=30, timeout=0, backend=alias)
     got: list[Any] = []
 
     def wait() -> None:
         try:
-            got.append(occupy.acquire("lost:2", owner="bob", ttl=30, timeout=2, using=alias))
+            got.append(occupy.acquire("lost:2", owner="bob", ttl=30, timeout=2, backend=alias))
         except BaseException as e:  # reported by the main thread
             got.append(e)
 
@@ -106,21 +106,21 @@ def test_a_promotion_whose_reply_was_lost_is_kept(alias: str, lose_reply) -> Non
     assert got and isinstance(got[0], occupy.Lease), got
     lease = got[0]
     assert lease.depth == 1 and lease.fence > holder.fence
-    assert occupy.holder("lost:2", using=alias).owner == "bob"
+    assert occupy.holder("lost:2", backend=alias).owner == "bob"
     occupy.release(lease)
-    assert occupy.holder("lost:2", using=alias) is None
+    assert occupy.holder("lost:2", backend=alias) is None
 
 
 def test_a_queued_claim_whose_reply_was_lost_is_not_queued_twice(alias: str, lose_reply) -> None:
     # A second pending claim of the waiter's would stand first in line, unheard, until
     # PENDING_TTL (10 s) passed, and keep the waiter itself from its turn.
     backend = get_backend(alias)
-    holder = occupy.acquire("lost:3", owner="alice", ttl=30, timeout=0, using=alias)
+    holder = occupy.acquire("lost:3", owner="alice", ttl=30, timeout=0, backend=alias)
     lose_reply(backend.dialect.enqueue())
     got: list[occupy.Lease] = []
     waiter = threading.Thread(
         target=lambda: got.append(
-            occupy.acquire("lost:3", owner="bob", ttl=30, timeout=3, using=alias)
+            occupy.acquire("lost:3", owner="bob", ttl=30, timeout=3, backend=alias)
         )
     )
     waiter.start()
@@ -138,12 +138,12 @@ def test_an_unwind_whose_reply_was_lost_takes_one_level(alias: str, lose_reply) 
     """Run again blindly, the undoing of an inner level found the depth already down and
     deleted the claim: the outer holder, still inside its section, lost the key."""
     backend = get_backend(alias)
-    outer = occupy.acquire("lost:4", owner="alice", ttl=30, timeout=0, using=alias)
-    inner = occupy.acquire("lost:4", owner="alice", ttl=30, timeout=0, using=alias)
+    outer = occupy.acquire("lost:4", owner="alice", ttl=30, timeout=0, backend=alias)
+    inner = occupy.acquire("lost:4", owner="alice", ttl=30, timeout=0, backend=alias)
     assert inner.depth == 2
     lose_reply(backend.dialect.unwind())
     occupy.release(inner)
-    assert occupy.holder("lost:4", using=alias).owner == "alice"
+    assert occupy.holder("lost:4", backend=alias).owner == "alice"
     outer.ensure_held()
     occupy.release(outer)
-    assert occupy.holder("lost:4", using=alias) is None
+    assert occupy.holder("lost:4", backend=alias) is None

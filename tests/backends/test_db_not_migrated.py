@@ -35,7 +35,7 @@ def held(alias: str) -> Iterator[Lease]:
     from occupy.models import Occupation
 
     backend = get_backend(alias)
-    lease = occupy.acquire("unmigrated:held", owner="alice", ttl=30, timeout=0, using=alias)
+    lease = occupy.acquire("unmigrated:held", owner="alice", ttl=30, timeout=0, backend=alias)
     with connections[backend.database].schema_editor() as editor:
         editor.delete_model(Occupation)
     try:
@@ -64,18 +64,18 @@ def _calls(alias: str, held: Lease) -> dict[str, Callable[[], object]]:
     out = io.StringIO()
     return {
         "acquire": lambda: occupy.acquire(
-            "unmigrated:1", owner="bob", ttl=30, timeout=0, using=alias
+            "unmigrated:1", owner="bob", ttl=30, timeout=0, backend=alias
         ),
         "acquire, waiting": lambda: occupy.acquire(
-            "unmigrated:1", owner="bob", ttl=30, timeout=0.2, using=alias
+            "unmigrated:1", owner="bob", ttl=30, timeout=0.2, backend=alias
         ),
-        "holder": lambda: occupy.holder("unmigrated:1", using=alias),
+        "holder": lambda: occupy.holder("unmigrated:1", backend=alias),
         "release": lambda: occupy.release(held),
-        "sweep_locks": lambda: call_command("sweep_locks", using=[alias], stdout=out),
+        "sweep_locks": lambda: call_command("sweep_locks", backend=[alias], stdout=out),
         "sweep_locks --dry-run": lambda: call_command(
-            "sweep_locks", "--dry-run", using=[alias], stdout=out
+            "sweep_locks", "--dry-run", backend=[alias], stdout=out
         ),
-        "list_locks": lambda: call_command("list_locks", using=[alias], stdout=out),
+        "list_locks": lambda: call_command("list_locks", backend=[alias], stdout=out),
     }
 
 
@@ -99,7 +99,7 @@ def test_every_call_says_to_run_migrate(alias: str, held: Lease, unrecorded: Non
         assert str(error).endswith(f"Run {command}."), (name, str(error))
         assert repr(alias) in str(error) and repr(database) in str(error), name
         assert isinstance(error.__cause__, DatabaseError), name
-        assert error.using == alias, name
+        assert error.backend == alias, name
         if name in ("acquire", "holder"):
             assert error.key == "unmigrated:1", name
 
@@ -109,7 +109,7 @@ def test_a_dropped_table_of_a_recorded_migration_says_to_unrecord_it_first(
 ) -> None:
     database = get_backend(alias).database
     with pytest.raises(StoreNotMigrated) as info:
-        occupy.acquire("unmigrated:1", owner="bob", ttl=30, timeout=0, using=alias)
+        occupy.acquire("unmigrated:1", owner="bob", ttl=30, timeout=0, backend=alias)
     assert (
         f"'python manage.py migrate occupy zero --fake --database {database}', then "
         f"'python manage.py migrate occupy --database {database}'"
@@ -118,13 +118,13 @@ def test_a_dropped_table_of_a_recorded_migration_says_to_unrecord_it_first(
 
 def test_the_backend_works_again_once_the_table_is_back(alias: str, held: Lease) -> None:
     with pytest.raises(StoreNotMigrated):
-        occupy.holder("unmigrated:1", using=alias)
+        occupy.holder("unmigrated:1", backend=alias)
     from occupy.models import Occupation
 
     with connections[get_backend(alias).database].schema_editor() as editor:
         editor.create_model(Occupation)
     try:
-        lease = occupy.acquire("unmigrated:1", owner="bob", ttl=30, timeout=0, using=alias)
+        lease = occupy.acquire("unmigrated:1", owner="bob", ttl=30, timeout=0, backend=alias)
         occupy.release(lease)
     finally:
         with connections[get_backend(alias).database].schema_editor() as editor:

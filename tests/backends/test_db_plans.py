@@ -30,7 +30,7 @@ def _analyze() -> None:
 def _lock_and_wait(alias: str, key: str) -> None:
     """Take ``key``, queue a second owner behind it, and let it through: every hot
     statement of the waiting path runs once."""
-    holder = occupy.acquire(key, owner="holder", ttl=30, using=alias)
+    holder = occupy.acquire(key, owner="holder", ttl=30, backend=alias)
     attempt = get_backend(alias).attempt(key, "waiter", 30)
     assert attempt.try_acquire() is None
     attempt.enqueue()

@@ -51,10 +51,10 @@ def test_a_claim_beyond_the_longest_ttl_blocks_nothing(
     # Before, a pending row expiring in 9999 made every acquire say "held" for ever
     # while holder() said nobody held the key; takeover and sweep_locks kept it.
     _plant(alias, "k", state, FAR)
-    assert occupy.holder("k", using=alias) is None
+    assert occupy.holder("k", backend=alias) is None
     assert [c for c in get_backend(alias).claims() if c.key == "k"] == []
-    lease = occupy.acquire("k", owner="alice", ttl=30, timeout=0, using=alias)
-    assert occupy.holder("k", using=alias).owner == "alice"
+    lease = occupy.acquire("k", owner="alice", ttl=30, timeout=0, backend=alias)
+    assert occupy.holder("k", backend=alias).owner == "alice"
     occupy.release(lease)
     assert get_backend(alias).sweep() == (1 if state == "pending" else 0)  # the grant
     assert _rows(alias) == 0  # purged a planted holder; a sweep, a planted waiter
@@ -62,27 +62,27 @@ def test_a_claim_beyond_the_longest_ttl_blocks_nothing(
 
 def test_takeover_and_sweep_clear_a_claim_beyond_the_longest_ttl(alias: str, live_db: None) -> None:
     _plant(alias, "k", "pending", FAR)
-    lease = occupy.takeover("k", owner="bob", ttl=30, using=alias)
-    assert occupy.holder("k", using=alias).owner == "bob"
+    lease = occupy.takeover("k", owner="bob", ttl=30, backend=alias)
+    assert occupy.holder("k", backend=alias).owner == "bob"
     occupy.release(lease)
-    occupy.release(occupy.acquire("k", owner="carol", ttl=30, timeout=0, using=alias))
+    occupy.release(occupy.acquire("k", owner="carol", ttl=30, timeout=0, backend=alias))
     _plant(alias, "k", "pending", FAR)
     _plant(alias, "other", "using", FAR)
     assert get_backend(alias).sweep(dry_run=True) == 2
-    call_command("sweep_locks", using=[alias], verbosity=0)
+    call_command("sweep_locks", backend=[alias], verbosity=0)
     assert _rows(alias) == 0
 
 
 def test_a_claim_within_the_longest_ttl_is_held_and_reported(alias: str, live_db: None) -> None:
     # A using row occupy could have written (a lease of almost ten years) is held.
     _plant(alias, "k", "using", datetime.now(timezone.utc) + timedelta(seconds=MAX_TTL - 3600))
-    holder = occupy.holder("k", using=alias)
+    holder = occupy.holder("k", backend=alias)
     assert holder is not None and holder.owner == "planted"
     with pytest.raises(occupy.Occupied) as info:
-        occupy.acquire("k", owner="alice", timeout=0, using=alias)
+        occupy.acquire("k", owner="alice", timeout=0, backend=alias)
     assert info.value.holder.owner == "planted"
-    lease = occupy.takeover("k", owner="bob", ttl=30, using=alias)
-    assert occupy.holder("k", using=alias).owner == "bob"
+    lease = occupy.takeover("k", owner="bob", ttl=30, backend=alias)
+    assert occupy.holder("k", backend=alias).owner == "bob"
     occupy.release(lease)
 
 
@@ -121,9 +121,9 @@ def test_a_recorded_fence_of_2_63_minus_1_is_refused_by_name(
         now - timedelta(seconds=5) if expired else now + timedelta(seconds=60),
     )
     for call in (
-        lambda: occupy.acquire("k", owner="a", ttl=30, timeout=0, using=alias),
-        lambda: occupy.acquire("k", owner="a", ttl=30, timeout=0.3, using=alias),
-        lambda: occupy.takeover("k", owner="b", ttl=30, using=alias),
+        lambda: occupy.acquire("k", owner="a", ttl=30, timeout=0, backend=alias),
+        lambda: occupy.acquire("k", owner="a", ttl=30, timeout=0.3, backend=alias),
+        lambda: occupy.takeover("k", owner="b", ttl=30, backend=alias),
     ):
         with pytest.raises(occupy.StoreUnavailable) as info:
             call()
@@ -137,7 +137,7 @@ def test_a_recorded_fence_of_2_63_minus_1_is_refused_by_name(
         from occupy.models import Occupation
 
         Occupation.objects.using(get_backend(alias).database).filter(key="k").delete()
-    lease = occupy.acquire("k", owner="c", ttl=30, timeout=0, using=alias)
+    lease = occupy.acquire("k", owner="c", ttl=30, timeout=0, backend=alias)
     assert 0 < lease.fence < 2**63 - 1
     occupy.release(lease)
 
@@ -149,18 +149,18 @@ def test_a_waiter_behind_a_fence_that_cannot_rise_is_told_why(alias: str, live_d
         alias, "k", "using", 2**63 - 1, datetime.now(timezone.utc) + timedelta(seconds=0.3)
     )
     with pytest.raises(occupy.StoreUnavailable, match=str(2**63 - 1)):
-        occupy.acquire("k", owner="a", ttl=30, timeout=1, using=alias)
+        occupy.acquire("k", owner="a", ttl=30, timeout=1, backend=alias)
 
 
 def test_fences_just_below_the_limit_rise_exactly(alias: str, live_db: None) -> None:
     _plant_fence(
         alias, "k", "pending", 2**63 - 3, datetime.now(timezone.utc) + timedelta(seconds=60)
     )
-    taken = occupy.takeover("k", owner="a", ttl=30, using=alias)
+    taken = occupy.takeover("k", owner="a", ttl=30, backend=alias)
     assert taken.fence == 2**63 - 2
-    again = occupy.takeover("k", owner="b", ttl=30, using=alias)
+    again = occupy.takeover("k", owner="b", ttl=30, backend=alias)
     assert again.fence == 2**63 - 1
     with pytest.raises(occupy.StoreUnavailable, match="cannot exceed"):
-        occupy.takeover("k", owner="c", ttl=30, using=alias)
-    assert occupy.holder("k", using=alias).fence == 2**63 - 1
+        occupy.takeover("k", owner="c", ttl=30, backend=alias)
+    assert occupy.holder("k", backend=alias).fence == 2**63 - 1
     occupy.release(again)

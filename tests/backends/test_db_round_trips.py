@@ -43,7 +43,7 @@ def statements_sent(alias: str) -> Iterator[list[str]]:
 
 def test_extend_is_one_statement_where_update_returning_exists(alias: str) -> None:
     backend = get_backend(alias)
-    lease = occupy.acquire("trips:1", owner="alice", ttl=10, timeout=0, using=alias)
+    lease = occupy.acquire("trips:1", owner="alice", ttl=10, timeout=0, backend=alias)
     before = lease.expires_at
     with statements_sent(alias) as sent:
         lease.extend(60)
@@ -51,12 +51,12 @@ def test_extend_is_one_statement_where_update_returning_exists(alias: str) -> No
     assert sent[0].lstrip().startswith("UPDATE")
     # The expiry the lease was given is the one the database keeps.
     assert lease.expires_at > before
-    assert occupy.holder("trips:1", using=alias).expires_at == lease.expires_at
+    assert occupy.holder("trips:1", backend=alias).expires_at == lease.expires_at
     occupy.release(lease)
 
 
 def test_extend_of_a_lost_lease_raises_lease_lost(alias: str) -> None:
-    lease = occupy.acquire("trips:2", owner="alice", ttl=10, timeout=0, using=alias)
+    lease = occupy.acquire("trips:2", owner="alice", ttl=10, timeout=0, backend=alias)
     drop_claim(get_backend(alias), "trips:2")
     with statements_sent(alias) as sent, pytest.raises(occupy.LeaseLost):
         lease.extend(60)

@@ -57,20 +57,20 @@ def test_a_lock_inside_a_transaction_that_wrote_fails_at_once(live_db: None) -> 
         Counter.objects.using(DATABASE).create(name="written")
         started = time.monotonic()
         with pytest.raises(occupy.StoreUnavailable) as info:
-            occupy.acquire("atomic:1", owner="alice", timeout=0, using=BACKEND)
+            occupy.acquire("atomic:1", owner="alice", timeout=0, backend=BACKEND)
         assert time.monotonic() - started < 2
     error = info.value
-    assert error.key == "atomic:1" and error.using == BACKEND
+    assert error.key == "atomic:1" and error.backend == BACKEND
     assert repr(DATABASE) in str(error) and "transaction" in str(error)
     # Nothing was left behind: once the transaction committed, the key is free.
-    occupy.release(occupy.acquire("atomic:1", owner="bob", timeout=0, using=BACKEND))
+    occupy.release(occupy.acquire("atomic:1", owner="bob", timeout=0, backend=BACKEND))
 
 
 def test_a_lock_inside_a_transaction_that_only_read_is_taken(live_db: None) -> None:
     with transaction.atomic(using=DATABASE):
         assert not Counter.objects.using(DATABASE).exists()
-        lease = occupy.acquire("atomic:2", owner="alice", timeout=0, using=BACKEND)
-        assert occupy.holder("atomic:2", using=BACKEND).owner == "alice"
+        lease = occupy.acquire("atomic:2", owner="alice", timeout=0, backend=BACKEND)
+        assert occupy.holder("atomic:2", backend=BACKEND).owner == "alice"
         occupy.release(lease)
 
 
@@ -81,9 +81,9 @@ def test_a_lock_waits_for_another_writer_no_longer_than_its_timeout(live_db: Non
     with another_writer():
         started = time.monotonic()
         with pytest.raises(occupy.StoreUnavailable, match="write-locked by another writer"):
-            occupy.acquire("busy:1", owner="alice", timeout=1, using=BACKEND)
+            occupy.acquire("busy:1", owner="alice", timeout=1, backend=BACKEND)
         assert time.monotonic() - started < 1 + 2.5
-    occupy.release(occupy.acquire("busy:1", owner="bob", timeout=0, using=BACKEND))
+    occupy.release(occupy.acquire("busy:1", owner="bob", timeout=0, backend=BACKEND))
 
 
 def test_no_wait_on_a_file_another_writer_keeps_locked_is_unavailable(live_db: None) -> None:
@@ -91,14 +91,14 @@ def test_no_wait_on_a_file_another_writer_keeps_locked_is_unavailable(live_db: N
     with another_writer():
         started = time.monotonic()
         with pytest.raises(occupy.StoreUnavailable) as info:
-            occupy.acquire("busy:2", owner="alice", timeout=0, using=BACKEND)
+            occupy.acquire("busy:2", owner="alice", timeout=0, backend=BACKEND)
         assert time.monotonic() - started < STORE_GRACE + 1
     error = info.value
-    assert error.key == "busy:2" and error.using == BACKEND
+    assert error.key == "busy:2" and error.backend == BACKEND
     assert f"occupy backend {BACKEND!r}" in str(error) and "'busy:2'" in str(error)
     assert "stayed write-locked by another writer" in str(error)
     # Nothing was left behind: once the other writer is done, the key is free.
-    occupy.release(occupy.acquire("busy:2", owner="bob", timeout=0, using=BACKEND))
+    occupy.release(occupy.acquire("busy:2", owner="bob", timeout=0, backend=BACKEND))
 
 
 def test_a_waiter_takes_the_key_once_the_other_writer_commits(
@@ -115,9 +115,9 @@ def test_a_waiter_takes_the_key_once_the_other_writer_commits(
         commit.start()
         started = time.monotonic()
         try:
-            lease = occupy.acquire("busy:3", owner="alice", timeout=10, using=BACKEND)
+            lease = occupy.acquire("busy:3", owner="alice", timeout=10, backend=BACKEND)
         finally:
             commit.join()
         assert 1.4 < time.monotonic() - started < 10
-    assert occupy.holder("busy:3", using=BACKEND).owner == "alice"
+    assert occupy.holder("busy:3", backend=BACKEND).owner == "alice"
     occupy.release(lease)

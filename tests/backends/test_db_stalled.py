@@ -94,7 +94,7 @@ def test_a_stalled_database_does_not_outlast_the_timeout(alias: str) -> None:
     with _stall(alias):
         started = time.monotonic()
         with pytest.raises((occupy.LockTimeout, occupy.StoreUnavailable)) as info:
-            occupy.acquire("stall:1", owner="alice", ttl=30, timeout=TIMEOUT, using=alias)
+            occupy.acquire("stall:1", owner="alice", ttl=30, timeout=TIMEOUT, backend=alias)
         took = time.monotonic() - started
     assert took < TIMEOUT + SLACK, f"took {took:.1f} s: {info.value!r}"
     assert info.value.key == "stall:1"
@@ -102,8 +102,8 @@ def test_a_stalled_database_does_not_outlast_the_timeout(alias: str) -> None:
     # ended from a new connection before the attempt was cancelled: resumed, it grants
     # nothing (else alice's orphan would hold the key for its ttl).
     time.sleep(0.5)
-    assert occupy.holder("stall:1", using=alias) is None
-    lease = occupy.acquire("stall:1", owner="bob", ttl=30, timeout=5, using=alias)
+    assert occupy.holder("stall:1", backend=alias) is None
+    lease = occupy.acquire("stall:1", owner="bob", ttl=30, timeout=5, backend=alias)
     occupy.release(lease)
 
 
@@ -112,7 +112,7 @@ def test_a_huge_timeout_leaves_the_next_stalled_call_bounded(alias: str, huge: f
     # Before, acquire(timeout=1e10) armed a cut-off 1e10 s ahead, which killed the cut-off
     # thread (OverflowError) for the life of the process: every later call against a
     # stalled server blocked for the whole stall.
-    occupy.release(occupy.acquire("stall:1", owner="alice", ttl=30, timeout=huge, using=alias))
+    occupy.release(occupy.acquire("stall:1", owner="alice", ttl=30, timeout=huge, backend=alias))
     test_a_stalled_database_does_not_outlast_the_timeout(alias)
     assert any(t.name == "occupy-cutoff" and t.is_alive() for t in threading.enumerate())
 
@@ -137,7 +137,7 @@ def test_a_grant_after_the_deadline_is_given_back(
 
     monkeypatch.setattr(backend, "attempt", slow_attempt)
     with pytest.raises(occupy.LockTimeout) as info:
-        occupy.acquire("late:1", owner="alice", ttl=30, timeout=TIMEOUT, using=alias)
+        occupy.acquire("late:1", owner="alice", ttl=30, timeout=TIMEOUT, backend=alias)
     assert "after the timeout" in str(info.value)
     monkeypatch.undo()
-    assert occupy.holder("late:1", using=alias) is None
+    assert occupy.holder("late:1", backend=alias) is None

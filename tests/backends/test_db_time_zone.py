@@ -45,9 +45,9 @@ def _off(moment: datetime, ttl: float) -> float:
 
 
 def test_expiry_is_utc_under_every_time_zone_setting(alias: str, zone: None) -> None:
-    lease = occupy.acquire("tz:1", owner="alice", ttl=30, timeout=0, using=alias)
+    lease = occupy.acquire("tz:1", owner="alice", ttl=30, timeout=0, backend=alias)
     assert _off(lease.expires_at, 30) < 5, lease.expires_at
-    holder = occupy.holder("tz:1", using=alias)
+    holder = occupy.holder("tz:1", backend=alias)
     assert holder is not None and _off(holder.expires_at, 30) < 5, holder
     lease.extend(60)
     assert _off(lease.expires_at, 60) < 5, lease.expires_at

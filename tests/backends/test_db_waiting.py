@@ -53,7 +53,7 @@ def test_a_newcomer_does_not_overtake_a_queued_waiter(queue: str, freed_by: str)
     """Between the holder's end and the waiter's next look the key has no holder: a
     newcomer that does not wait must still be refused, and the waiter served."""
     holder = occupy.acquire(
-        "book:1", owner="holder", ttl=30 if freed_by == "release" else 0.3, using=queue
+        "book:1", owner="holder", ttl=30 if freed_by == "release" else 0.3, backend=queue
     )
     waiter = get_backend(queue).attempt("book:1", "waiter", 30)
     assert waiter.try_acquire() is None
@@ -63,21 +63,21 @@ def test_a_newcomer_does_not_overtake_a_queued_waiter(queue: str, freed_by: str)
     else:
         time.sleep(0.45)
     with pytest.raises(occupy.Occupied):
-        occupy.acquire("book:1", owner="newcomer", ttl=30, timeout=0, using=queue)
+        occupy.acquire("book:1", owner="newcomer", ttl=30, timeout=0, backend=queue)
     lease = waiter.try_acquire()
     assert lease is not None and lease.owner == "waiter"
-    assert occupy.holder("book:1", using=queue).owner == "waiter"
+    assert occupy.holder("book:1", backend=queue).owner == "waiter"
     occupy.release(lease)
 
 
 def test_waiters_are_woken_one_by_one_in_arrival_order(queue: str) -> None:
-    holder = occupy.acquire("book:1", owner="holder", ttl=30, using=queue)
+    holder = occupy.acquire("book:1", owner="holder", ttl=30, backend=queue)
     order: list[str] = []
     errors: list[BaseException] = []
 
     def wait_for_it(name: str) -> None:
         try:
-            lease = occupy.acquire("book:1", owner=name, ttl=30, timeout=60, using=queue)
+            lease = occupy.acquire("book:1", owner=name, ttl=30, timeout=60, backend=queue)
             order.append(name)
             occupy.release(lease)
         except BaseException as e:  # reported by the main thread
@@ -98,7 +98,7 @@ def test_waiters_are_woken_one_by_one_in_arrival_order(queue: str) -> None:
 
 
 def test_a_waiter_that_leaves_passes_the_turn_to_the_next(queue: str) -> None:
-    holder = occupy.acquire("book:1", owner="holder", ttl=30, using=queue)
+    holder = occupy.acquire("book:1", owner="holder", ttl=30, backend=queue)
     # The head of the queue is driven by hand: it queues, is woken by the release, and
     # leaves (as a waiter whose timeout ends then would) without taking the key.
     head = get_backend(queue).attempt("book:1", "head", 30)
@@ -108,7 +108,7 @@ def test_a_waiter_that_leaves_passes_the_turn_to_the_next(queue: str) -> None:
 
     def wait_for_it() -> None:
         try:
-            lease = occupy.acquire("book:1", owner="next", ttl=30, timeout=60, using=queue)
+            lease = occupy.acquire("book:1", owner="next", ttl=30, timeout=60, backend=queue)
             outcome["next"] = lease.owner
             occupy.release(lease)
         except BaseException as e:  # reported by the main thread
@@ -158,14 +158,14 @@ def _waiter_sessions(since: datetime, *, terminate: bool = False) -> int:
 
 @pytest.mark.parametrize("alias", backend_params(["db-postgresql"]))
 def test_a_waiter_whose_connection_drops_keeps_waiting(alias: str, live_db: None) -> None:
-    holder = occupy.acquire("book:1", owner="holder", ttl=30, using=alias)
+    holder = occupy.acquire("book:1", owner="holder", ttl=30, backend=alias)
     since = _database_now()
     outcome: list[object] = []
 
     def wait_for_it() -> None:
         try:
             outcome.append(
-                occupy.acquire("book:1", owner="waiter", ttl=30, timeout=10, using=alias)
+                occupy.acquire("book:1", owner="waiter", ttl=30, timeout=10, backend=alias)
             )
         except BaseException as e:  # reported by the main thread
             outcome.append(e)
@@ -182,7 +182,7 @@ def test_a_waiter_whose_connection_drops_keeps_waiting(alias: str, live_db: None
     thread.join(10)
     assert outcome and isinstance(outcome[0], occupy.Lease), outcome
     assert 2 < time.monotonic() - started < 10
-    assert occupy.holder("book:1", using=alias).owner == "waiter"
+    assert occupy.holder("book:1", backend=alias).owner == "waiter"
     occupy.release(outcome[0])
 
 
@@ -228,7 +228,7 @@ def test_a_waiter_behind_others_reads_its_place_and_pauses_for_it(
     backend = get_backend(alias)
     if backend.dialect.wakes_waiters:
         pytest.skip("waiters are woken here, not polling")
-    holder = occupy.acquire("book:1", owner="holder", ttl=30, using=alias)
+    holder = occupy.acquire("book:1", owner="holder", ttl=30, backend=alias)
     attempts = []
     for owner in ("a", "b", "c", "d"):
         attempt = backend.attempt("book:1", owner, 30)

@@ -51,7 +51,7 @@ def test_a_killed_holders_key_is_free_within_its_ttl_plus_a_second(etcd: Any) ->
 
 
 def test_the_fence_is_the_grants_create_revision(etcd: Any) -> None:
-    lease = occupy.acquire("book:1", owner="alice", ttl=30, using="etcd")
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, backend="etcd")
     kvs, revision = etcd.client.range(etcd.grants("book:1") + lease.token)
     assert [kv.create_revision for kv in kvs] == [lease.fence]
     assert lease.fence <= revision
@@ -60,11 +60,11 @@ def test_the_fence_is_the_grants_create_revision(etcd: Any) -> None:
 
 
 def test_waiters_are_served_in_the_order_they_came(etcd: Any) -> None:
-    holder = occupy.acquire("book:1", owner="first", ttl=30, using="etcd")
+    holder = occupy.acquire("book:1", owner="first", ttl=30, backend="etcd")
     served: list[str] = []
 
     def wait(name: str) -> None:
-        lease = occupy.acquire("book:1", owner=name, ttl=30, timeout=20, using="etcd")
+        lease = occupy.acquire("book:1", owner=name, ttl=30, timeout=20, backend="etcd")
         served.append(name)
         occupy.release(lease)
 
@@ -80,7 +80,7 @@ def test_waiters_are_served_in_the_order_they_came(etcd: Any) -> None:
     # A newcomer that will not wait does not jump the queue when the key comes free.
     occupy.release(holder)
     with pytest.raises(occupy.Occupied):
-        occupy.acquire("book:1", owner="newcomer", timeout=0, using="etcd")
+        occupy.acquire("book:1", owner="newcomer", timeout=0, backend="etcd")
     for thread in threads:
         thread.join(20)
     assert served == [f"w{n}" for n in range(5)]
@@ -91,10 +91,10 @@ def test_async_waiters_on_one_loop_are_served_in_turn(etcd: Any) -> None:
     order: list[int] = []
 
     async def main() -> None:
-        first = await occupy.aacquire("book:1", owner="first", ttl=30, using="etcd")
+        first = await occupy.aacquire("book:1", owner="first", ttl=30, backend="etcd")
 
         async def waiter(n: int) -> None:
-            async with occupy.lock("book:1", ttl=30, timeout=20, using="etcd") as lease:
+            async with occupy.lock("book:1", ttl=30, timeout=20, backend="etcd") as lease:
                 order.append(lease.fence)
 
         tasks = [asyncio.ensure_future(waiter(n)) for n in range(6)]
@@ -109,7 +109,7 @@ def test_async_waiters_on_one_loop_are_served_in_turn(etcd: Any) -> None:
 def test_a_grant_outlives_the_shortest_etcd_lease_when_extended(etcd: Any) -> None:
     """A ttl shorter than a second still ends at its ttl; extending it to a longer ttl
     moves it to a lease of that length."""
-    lease = occupy.acquire("book:1", ttl=0.2, using="etcd")
+    lease = occupy.acquire("book:1", ttl=0.2, backend="etcd")
     lease.extend(30)
     kvs, _ = etcd.client.range(etcd.grants("book:1") + lease.token)
     assert kvs[0].value["L"] >= 30
@@ -176,13 +176,13 @@ def test_a_holder_cut_off_from_the_cluster_loses_its_grant_to_a_higher_fence(
         with pytest.raises(occupy.StoreUnavailable):
             cut_off.extend(lease, 1)
         # Waits for the cluster to end the lease (its own expirer cannot reach etcd).
-        other = occupy.acquire("book:p", owner="other", ttl=30, timeout=10, using="etcd")
+        other = occupy.acquire("book:p", owner="other", ttl=30, timeout=10, backend="etcd")
         assert other.fence > lease.fence
         proxy.heal()
         assert not cut_off.is_held(lease)
         with pytest.raises(occupy.LeaseLost):
             cut_off.release(lease)
-        assert occupy.holder("book:p", using="etcd")[::2] == ("other", other.fence)
+        assert occupy.holder("book:p", backend="etcd")[::2] == ("other", other.fence)
         occupy.release(other)
     finally:
         cut_off.close()

@@ -22,7 +22,7 @@ from tests.support.exclusion import assert_exclusive, count_under_lock, taken_ov
 from tests.support.waiting import wait_for_waiters
 from tests.testapp.models import Counter
 
-USING = "files"
+ALIAS = "files"
 
 
 def _files(*parts: str) -> list[str]:
@@ -33,22 +33,22 @@ def _files(*parts: str) -> list[str]:
 @pytest.mark.multiprocess
 def test_processes_exclude_each_other(live_db: None) -> None:
     Counter.objects.create(name="files")
-    results = multiproc.run(count_under_lock, [(USING, "files", 5, 0.01)] * 4)
+    results = multiproc.run(count_under_lock, [(ALIAS, "files", 5, 0.01)] * 4)
     assert_exclusive(results, "files")
     assert _files("using") == [] and _files("pending") == []
 
 
 @pytest.mark.multiprocess
 def test_a_killed_holder_frees_the_key_after_its_ttl(live_db: None) -> None:
-    assert taken_over_after_kill(USING, "files:killed", ttl=2) <= 3
+    assert taken_over_after_kill(ALIAS, "files:killed", ttl=2) <= 3
 
 
 def test_waiters_are_served_in_arrival_order(live_db: None) -> None:
-    first = occupy.acquire("book:1", owner="first", ttl=30, using=USING)
+    first = occupy.acquire("book:1", owner="first", ttl=30, backend=ALIAS)
     served: list[str] = []
 
     def wait(owner: str) -> None:
-        lease = occupy.acquire("book:1", owner=owner, ttl=30, timeout=20, using=USING)
+        lease = occupy.acquire("book:1", owner=owner, ttl=30, timeout=20, backend=ALIAS)
         served.append(owner)
         time.sleep(0.05)
         occupy.release(lease)
@@ -58,10 +58,10 @@ def test_waiters_are_served_in_arrival_order(live_db: None) -> None:
         thread = threading.Thread(target=wait, args=(owner,))
         thread.start()
         threads.append(thread)
-        wait_for_waiters(USING, "book:1", len(threads))  # before the next one arrives
+        wait_for_waiters(ALIAS, "book:1", len(threads))  # before the next one arrives
     # A newcomer does not jump the queue, even while the key is between two holders.
     with pytest.raises(occupy.Occupied):
-        occupy.acquire("book:1", owner="newcomer", timeout=0, using=USING)
+        occupy.acquire("book:1", owner="newcomer", timeout=0, backend=ALIAS)
     occupy.release(first)
     for thread in threads:
         thread.join(timeout=20)
@@ -71,9 +71,9 @@ def test_waiters_are_served_in_arrival_order(live_db: None) -> None:
 def test_fences_survive_a_restart_and_a_clock_step_back(
     live_db: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lease = occupy.acquire("book:1", ttl=30, using=USING)
+    lease = occupy.acquire("book:1", ttl=30, backend=ALIAS)
     occupy.release(lease)
-    restarted = FileBackend("files", settings.OCCUPY["BACKENDS"][USING])
+    restarted = FileBackend("files", settings.OCCUPY["BACKENDS"][ALIAS])
     # The clock is an hour behind: only the fence file can keep the fence rising.
     behind = lease.fence - 3600 * 1_000_000
     for module in ("attempt", "backend"):  # the grant's clock, and the release's
@@ -85,9 +85,9 @@ def test_fences_survive_a_restart_and_a_clock_step_back(
 
 
 def test_sweep_removes_stale_claims_only(live_db: None) -> None:
-    backend = get_backend(USING)
-    stale = occupy.acquire("book:1", owner="gone", ttl=0.1, using=USING)
-    live = occupy.acquire("book:2", owner="here", ttl=30, using=USING)
+    backend = get_backend(ALIAS)
+    stale = occupy.acquire("book:1", owner="gone", ttl=0.1, backend=ALIAS)
+    live = occupy.acquire("book:2", owner="here", ttl=30, backend=ALIAS)
     attempt = backend.attempt("book:2", "waiter", 30)  # a waiter that crashed while queued
     attempt.enqueue()
     queued = os.path.join(settings.FILES_LOCATION, "pending", attempt.digest, attempt.ticket)
@@ -106,15 +106,15 @@ def test_sweep_removes_stale_claims_only(live_db: None) -> None:
 
 
 def test_list_locks_shows_holders_and_waiters_without_tokens(live_db: None, capsys) -> None:
-    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=USING)
-    attempt = get_backend(USING).attempt("book:1", "bob", 30)
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, backend=ALIAS)
+    attempt = get_backend(ALIAS).attempt("book:1", "bob", 30)
     attempt.enqueue()
-    claims = list(get_backend(USING).claims())
+    claims = list(get_backend(ALIAS).claims())
     assert [(c.key, c.owner, c.state, c.fence) for c in claims] == [
         ("book:1", "alice", "using", lease.fence),
         ("book:1", "bob", "pending", None),
     ]
-    call_command("list_locks", using=[USING])
+    call_command("list_locks", backend=[ALIAS])
     out = capsys.readouterr().out
     assert "alice" in out and "bob" in out and "pending" in out
     assert lease.token not in out and attempt.token not in out
@@ -125,8 +125,8 @@ def test_list_locks_shows_holders_and_waiters_without_tokens(live_db: None, caps
 def test_a_waiter_behind_others_looks_without_the_keys_lock(live_db: None) -> None:
     """A waiter with ``k`` claims ahead of it reads its place without taking the key's
     lock (the head and the holder need it)."""
-    backend = get_backend(USING)
-    holder = occupy.acquire("book:1", owner="holder", ttl=30, using=USING)
+    backend = get_backend(ALIAS)
+    holder = occupy.acquire("book:1", owner="holder", ttl=30, backend=ALIAS)
     attempts = []
     for owner in ("a", "b", "c"):
         attempt = backend.attempt("book:1", owner, 30)
@@ -175,30 +175,30 @@ def test_a_claim_file_occupy_did_not_write_is_held_until_it_expires(
     next grant replaces it and sweep_locks removes it."""
     from occupy.backends.claims import UNKNOWN_OWNER
 
-    backend = get_backend(USING)
+    backend = get_backend(ALIAS)
     path = backend.using_path("book:1")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
         f.write(content)
-    holder = occupy.holder("book:1", using=USING)
+    holder = occupy.holder("book:1", backend=ALIAS)
     assert (holder.owner, holder.fence) == (UNKNOWN_OWNER, 0)
     assert holder.expires_at.timestamp() == pytest.approx(
         os.stat(path).st_mtime + backend.foreign_ttl, abs=0.01
     )
     with pytest.raises(occupy.Occupied) as info:
-        occupy.acquire("book:1", owner="alice", timeout=0, using=USING)
+        occupy.acquire("book:1", owner="alice", timeout=0, backend=ALIAS)
     assert info.value.holder.owner == UNKNOWN_OWNER
     assert backend.sweep() == 0 and os.path.exists(path)  # not expired: kept
     assert [(c.key, c.owner, c.since, c.fence) for c in backend.claims()] == [
         (path, UNKNOWN_OWNER, None, None)
     ]
-    call_command("list_locks", using=[USING])
+    call_command("list_locks", backend=[ALIAS])
     assert UNKNOWN_OWNER in capsys.readouterr().out
     # Written FOREIGN_TTL ago: expired. A grant replaces it; so does a sweep.
     old = time.time_ns() - round((backend.foreign_ttl + 1) * 1e9)
     os.utime(path, ns=(old, old))
-    assert occupy.holder("book:1", using=USING) is None
-    lease = occupy.acquire("book:1", owner="alice", timeout=0, using=USING)
+    assert occupy.holder("book:1", backend=ALIAS) is None
+    lease = occupy.acquire("book:1", owner="alice", timeout=0, backend=ALIAS)
     occupy.release(lease)
     with open(path, "wb") as f:
         f.write(content)
@@ -210,11 +210,11 @@ def test_a_claim_file_occupy_did_not_write_is_held_until_it_expires(
 
 def test_keys_become_safe_file_names(live_db: None) -> None:
     keys = ["../../etc/passwd", "a/b", "dir\\file", ".", "x" * 255, "bööк:1 "]
-    leases = [occupy.acquire(key, owner="o", timeout=0, using=USING) for key in keys]
+    leases = [occupy.acquire(key, owner="o", timeout=0, backend=ALIAS) for key in keys]
     names = _files("using")
     assert len(names) == len(keys)
     assert all(len(name) == 64 and set(name) <= set("0123456789abcdef") for name in names)
-    assert sorted(c.key for c in get_backend(USING).claims()) == sorted(keys)
+    assert sorted(c.key for c in get_backend(ALIAS).claims()) == sorted(keys)
     for lease in leases:
         occupy.release(lease)
 
@@ -222,13 +222,13 @@ def test_keys_become_safe_file_names(live_db: None) -> None:
 def test_the_directory_may_be_removed_behind_its_back(live_db: None) -> None:
     """A cleaner emptying LOCATION: the backend makes its directories and lock files
     again, and never keeps locking a lock file that is no longer there."""
-    occupy.release(occupy.acquire("book:1", using=USING))
+    occupy.release(occupy.acquire("book:1", backend=ALIAS))
     import shutil
 
     shutil.rmtree(settings.FILES_LOCATION)
-    lease = occupy.acquire("book:1", owner="a", using=USING)
+    lease = occupy.acquire("book:1", owner="a", backend=ALIAS)
     with pytest.raises(occupy.Occupied):
-        occupy.acquire("book:1", owner="b", timeout=0, using=USING)
+        occupy.acquire("book:1", owner="b", timeout=0, backend=ALIAS)
     occupy.release(lease)
 
 
@@ -271,12 +271,12 @@ def test_a_lease_lost_receiver_may_use_the_same_key(live_db: None) -> None:
 
     seen = []
     signals.lease_lost.connect(
-        lambda lease, **kw: seen.append(occupy.holder(lease.key, using=USING)),
+        lambda lease, **kw: seen.append(occupy.holder(lease.key, backend=ALIAS)),
         weak=False,
         dispatch_uid="test-file-lost-receiver",
     )
     try:
-        lease = occupy.acquire("book:1", owner="alice", ttl=0.1, using=USING)
+        lease = occupy.acquire("book:1", owner="alice", ttl=0.1, backend=ALIAS)
         time.sleep(0.2)
         with pytest.raises(occupy.LeaseLost):
             lease.extend(30)
@@ -290,8 +290,8 @@ def test_a_forked_child_does_not_share_the_parents_key_locks(live_db: None) -> N
     """A child inherits the parent's open lock files, and with them the parent's flocks,
     and its thread locks as they were (maybe held): it must start afresh, so that it
     waits while the parent is inside a step on a key, and gets in once it is done."""
-    backend = get_backend(USING)
-    occupy.release(occupy.acquire("book:1", using=USING))  # the lock files are open
+    backend = get_backend(ALIAS)
+    occupy.release(occupy.acquire("book:1", backend=ALIAS))  # the lock files are open
     d = backend.attempt("book:1", "x", 1).digest
     with backend.locks.hold(d):
         pid = os.fork()
@@ -327,8 +327,8 @@ def test_entries_occupy_did_not_write_are_skipped_and_reported(
     KeyError, and a directory in place of a claim crashed them too."""
     from occupy.checks import check_stores
 
-    backend = get_backend(USING)
-    lease = occupy.acquire("book:1", owner="alice", ttl=30, using=USING)
+    backend = get_backend(ALIAS)
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, backend=ALIAS)
     waiter = backend.attempt("book:1", "bob", 30)
     waiter.enqueue()
     path = os.path.join(settings.FILES_LOCATION, stray)
@@ -349,9 +349,9 @@ def test_entries_occupy_did_not_write_are_skipped_and_reported(
         assert "subdir" in caplog.text and "not occupy's" in caplog.text
         assert backend.sweep() == 0
     assert os.path.basename(path.rstrip("/")) in caplog.text
-    call_command("list_locks", using=[USING])
+    call_command("list_locks", backend=[ALIAS])
     assert "alice" in capsys.readouterr().out
-    call_command("sweep_locks", using=[USING])
+    call_command("sweep_locks", backend=[ALIAS])
     assert os.path.exists(path)  # not occupy's to remove
     warnings = [
         w
@@ -362,7 +362,7 @@ def test_entries_occupy_did_not_write_are_skipped_and_reported(
     assert os.path.basename(path.rstrip("/")) in warnings[0].msg
     waiter.cancel()
     occupy.release(lease)
-    assert occupy.holder("book:1", using=USING) is None
+    assert occupy.holder("book:1", backend=ALIAS) is None
 
 
 def _plant_fence_file(backend: FileBackend, key: str, fence: int) -> str:
@@ -377,25 +377,25 @@ def _plant_fence_file(backend: FileBackend, key: str, fence: int) -> str:
 
 
 def test_fences_rise_exactly_to_2_63_minus_1_and_are_then_refused(live_db: None) -> None:
-    backend = get_backend(USING)
+    backend = get_backend(ALIAS)
     _plant_fence_file(backend, "book:1", 2**63 - 2)
-    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=USING)
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, backend=ALIAS)
     assert lease.fence == 2**63 - 1
     with pytest.raises(occupy.StoreUnavailable, match="2\\^63 - 1"):
-        occupy.takeover("book:1", owner="bob", ttl=30, using=USING)
-    assert occupy.holder("book:1", using=USING).owner == "alice"  # untouched
+        occupy.takeover("book:1", owner="bob", ttl=30, backend=ALIAS)
+    assert occupy.holder("book:1", backend=ALIAS).owner == "alice"  # untouched
     occupy.release(lease)
     with pytest.raises(occupy.StoreUnavailable, match="delete fences/") as info:
-        occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=USING)
+        occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, backend=ALIAS)
     assert info.value.key == "book:1"
     os.unlink(os.path.join(backend.root, "fences", backend.directory.fenced().__next__()))
-    occupy.release(occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=USING))
+    occupy.release(occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, backend=ALIAS))
 
 
 def test_a_recorded_fence_past_2_63_is_not_one_occupy_wrote(live_db: None) -> None:
-    backend = get_backend(USING)
+    backend = get_backend(ALIAS)
     _plant_fence_file(backend, "book:1", 2**63 + 5)
-    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=USING)
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, backend=ALIAS)
     assert 0 < lease.fence < 2**63 - 1  # from the clock floor, never past 2^63 - 1
     occupy.release(lease)
 
@@ -403,9 +403,9 @@ def test_a_recorded_fence_past_2_63_is_not_one_occupy_wrote(live_db: None) -> No
 def test_a_queued_claim_beyond_the_longest_ttl_blocks_nothing(live_db: None) -> None:
     """A ticket whose mtime (its expiry) lies past now plus MAX_TTL is not occupy's: the
     key is granted, listing skips it and a sweep removes it."""
-    backend = get_backend(USING)
+    backend = get_backend(ALIAS)
     attempt = backend.attempt("book:1", "planted", 30)
-    holder = occupy.acquire("book:1", owner="alice", ttl=30, using=USING)
+    holder = occupy.acquire("book:1", owner="alice", ttl=30, backend=ALIAS)
     attempt.enqueue()
     occupy.release(holder)
     queue = backend.directory.queue_path(attempt.digest)
@@ -413,7 +413,7 @@ def test_a_queued_claim_beyond_the_longest_ttl_blocks_nothing(live_db: None) -> 
     for ticket in os.listdir(queue):
         os.utime(os.path.join(queue, ticket), ns=(far, far))
     assert [c.owner for c in backend.claims()] == []
-    lease = occupy.acquire("book:1", owner="bob", ttl=30, timeout=0, using=USING)
+    lease = occupy.acquire("book:1", owner="bob", ttl=30, timeout=0, backend=ALIAS)
     occupy.release(lease)
     backend.sweep()  # the grant removed it already, as an expired ticket
     assert backend.directory.tickets(attempt.digest) == []

@@ -114,7 +114,7 @@ def test_a_ttl_that_is_not_positive_is_refused_in_python_and_in_lua(backend) -> 
     for ttl in (0, -1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="ttl"):
             backend.acquire("book:1", owner="alice", ttl=ttl, timeout=0)
-    lease = occupy.acquire("book:1", ttl=30, using=backend.alias)
+    lease = occupy.acquire("book:1", ttl=30, backend=backend.alias)
     with pytest.raises(ValueError, match="ttl"):
         backend.extend(lease, 0)
     scripts, keys = backend.link.scripts, backend.link.keys("book:2")
@@ -130,15 +130,15 @@ def test_a_ttl_that_is_not_positive_is_refused_in_python_and_in_lua(backend) -> 
         with pytest.raises(ResponseError, match="ttl must be positive"):  # re-entry
             scripts.resume(held, lease.token, ttl_ms, 1)
     assert backend.link.client.exists(*keys) == 0  # nothing was written for the refused ttl
-    assert occupy.holder("book:1", using=backend.alias).expires_at == lease.expires_at
+    assert occupy.holder("book:1", backend=backend.alias).expires_at == lease.expires_at
     occupy.release(lease)
-    assert occupy.holder("book:1", using=backend.alias) is None  # no level was added
+    assert occupy.holder("book:1", backend=backend.alias) is None  # no level was added
 
 
 # --- re-entry, claims, cleanliness -------------------------------------------------------
 def test_reentry_returns_the_same_token_and_fence(backend) -> None:
-    outer = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
-    inner = occupy.acquire("book:1", owner="alice", ttl=5, using=backend.alias)
+    outer = occupy.acquire("book:1", owner="alice", ttl=30, backend=backend.alias)
+    inner = occupy.acquire("book:1", owner="alice", ttl=5, backend=backend.alias)
     assert (inner.token, inner.fence, inner.depth) == (outer.token, outer.fence, 2)
     assert inner.expires_at == outer.expires_at  # a shorter ttl never shortens the lease
     occupy.release(inner)
@@ -148,15 +148,15 @@ def test_reentry_returns_the_same_token_and_fence(backend) -> None:
 
 
 def test_reentry_with_a_longer_ttl_moves_the_expiry_in_redis_too(backend) -> None:
-    outer = occupy.acquire("book:1", owner="alice", ttl=5, using=backend.alias)
-    inner = occupy.acquire("book:1", owner="alice", ttl=60, using=backend.alias)
+    outer = occupy.acquire("book:1", owner="alice", ttl=5, backend=backend.alias)
+    inner = occupy.acquire("book:1", owner="alice", ttl=60, backend=backend.alias)
     assert inner.expires_at > outer.expires_at
     assert backend.link.client.pttl(backend.link.keys("book:1").lock) > 50_000
-    assert occupy.holder("book:1", using=backend.alias).expires_at == inner.expires_at
+    assert occupy.holder("book:1", backend=backend.alias).expires_at == inner.expires_at
     occupy.release(inner)  # one level undone: the expiry stays where re-entry put it
     assert backend.link.client.pttl(backend.link.keys("book:1").lock) > 50_000
     occupy.release(outer)
-    assert occupy.holder("book:1", using=backend.alias) is None
+    assert occupy.holder("book:1", backend=backend.alias) is None
 
 
 def test_a_newcomer_does_not_overtake_a_waiter_when_the_holder_expires(live_db: None) -> None:
@@ -178,11 +178,11 @@ def test_a_newcomer_does_not_overtake_a_waiter_when_the_holder_expires(live_db: 
 
 
 def test_claims_show_the_holder_and_the_waiters_never_tokens(backend) -> None:
-    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, backend=backend.alias)
     got = []
     waiter = threading.Thread(
         target=lambda: got.append(
-            occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, using=backend.alias)
+            occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, backend=backend.alias)
         )
     )
     waiter.start()
@@ -195,7 +195,7 @@ def test_claims_show_the_holder_and_the_waiters_never_tokens(backend) -> None:
     assert claims[0].fence == alice.fence and claims[1].fence is None
     assert claims[0].since <= claims[1].since
     out = StringIO()
-    call_command("list_locks", using=[backend.alias], stdout=out)
+    call_command("list_locks", backend=[backend.alias], stdout=out)
     assert "alice" in out.getvalue() and "bob" in out.getvalue()
     assert alice.token not in repr(claims) + out.getvalue()
     occupy.release(alice)
@@ -206,14 +206,14 @@ def test_claims_show_the_holder_and_the_waiters_never_tokens(backend) -> None:
 
 def test_waiting_leaves_nothing_behind_but_the_fence(backend) -> None:
     """Queue places, wake-up lists and claims all go; only the fence counter stays."""
-    holder = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
+    holder = occupy.acquire("book:1", owner="alice", ttl=30, backend=backend.alias)
     with pytest.raises(occupy.LockTimeout):
-        occupy.acquire("book:1", owner="bob", timeout=0.3, using=backend.alias)
+        occupy.acquire("book:1", owner="bob", timeout=0.3, backend=backend.alias)
     leases = []
     waiters = [
         threading.Thread(
             target=lambda n=n: leases.append(
-                occupy.acquire("book:1", owner=f"w{n}", ttl=30, timeout=10, using=backend.alias)
+                occupy.acquire("book:1", owner=f"w{n}", ttl=30, timeout=10, backend=backend.alias)
             )
         )
         for n in range(3)
@@ -237,9 +237,9 @@ def test_cancelling_an_async_waiter_leaves_no_trace(
     waiting = watch_waiters(backend.alias, monkeypatch)
 
     async def main() -> None:
-        lease = await occupy.aacquire("book:1", owner="alice", ttl=30, using=backend.alias)
+        lease = await occupy.aacquire("book:1", owner="alice", ttl=30, backend=backend.alias)
         waiter = asyncio.ensure_future(
-            occupy.aacquire("book:1", owner="bob", timeout=30, using=backend.alias)
+            occupy.aacquire("book:1", owner="bob", timeout=30, backend=backend.alias)
         )
         await waiting.await_for(1)
         assert backend.link.client.zcard(backend.link.keys("book:1").queue) == 1
@@ -255,53 +255,53 @@ def test_cancelling_an_async_waiter_leaves_no_trace(
 
 def test_a_waiter_that_gives_up_after_being_handed_the_key_passes_it_on(backend) -> None:
     """Cancel removes a grant that a release handed over before the waiter saw it."""
-    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, backend=backend.alias)
     bob = backend.attempt("book:1", "bob", 30)
     assert bob.try_acquire() is None
     bob.enqueue()
     occupy.release(alice)  # hands the key to bob, who is not looking
-    assert occupy.holder("book:1", using=backend.alias).owner == "bob"
+    assert occupy.holder("book:1", backend=backend.alias).owner == "bob"
     bob.cancel()
-    assert occupy.holder("book:1", using=backend.alias) is None
+    assert occupy.holder("book:1", backend=backend.alias) is None
     assert _names(backend) == [backend.link.keys("book:1").fence]
 
 
 def test_a_key_handed_over_and_then_reentered_survives_the_waiter_giving_up(backend) -> None:
     """A waiter is handed the key; before it looks, the key is re-entered by its token.
     The waiter giving up takes back its own level only."""
-    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, backend=backend.alias)
     waiter = backend.attempt("book:1", "xavier", 30)
     assert waiter.try_acquire() is None and waiter.enqueue() is None
     occupy.release(alice)  # hands the key to the waiter, who is not looking
     with pytest.raises(occupy.Occupied):  # the owner string alone never re-enters
-        occupy.acquire("book:1", owner="xavier", ttl=30, timeout=0, using=backend.alias)
+        occupy.acquire("book:1", owner="xavier", ttl=30, timeout=0, backend=backend.alias)
     again = backend.resume("book:1", waiter.token, 30)
     assert again.depth == 2
     waiter.cancel()
     with pytest.raises(occupy.Occupied):
-        occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=backend.alias)
-    assert occupy.holder("book:1", using=backend.alias).owner == "xavier"
+        occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, backend=backend.alias)
+    assert occupy.holder("book:1", backend=backend.alias).owner == "xavier"
     occupy.release(again)
-    assert occupy.holder("book:1", using=backend.alias) is None
+    assert occupy.holder("book:1", backend=backend.alias) is None
 
 
 def test_joining_the_queue_can_grant_the_key_which_acquire_returns(backend) -> None:
     """The key comes free between a refused try and the queueing: queueing takes it,
     and that lease is the caller's. Another attempt of the same owner that got there
     first makes the late one queue behind it (owners do not re-enter)."""
-    alice = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
+    alice = occupy.acquire("book:1", owner="alice", ttl=30, backend=backend.alias)
     late = backend.attempt("book:1", "xavier", 30)
     assert late.try_acquire() is None
     occupy.release(alice)
     granted = late.enqueue()
     assert granted is not None and (granted.token, granted.depth) == (late.token, 1)
     occupy.release(granted)
-    early = occupy.acquire("book:1", owner="xavier", ttl=30, timeout=0, using=backend.alias)
+    early = occupy.acquire("book:1", owner="xavier", ttl=30, timeout=0, backend=backend.alias)
     later = backend.attempt("book:1", "xavier", 30)
     assert later.try_acquire() is None and later.enqueue() is None
     later.cancel()
     occupy.release(early)
-    assert occupy.holder("book:1", using=backend.alias) is None
+    assert occupy.holder("book:1", backend=backend.alias) is None
 
 
 def test_a_dead_waiter_blocks_the_queue_only_until_its_place_expires(live_db: None) -> None:
@@ -337,10 +337,10 @@ def test_expiry_of_the_holder_wakes_the_waiter_without_a_release(live_db: None) 
 def test_fences_rise_when_the_counter_was_set_back(backend) -> None:
     """A restore of an older snapshot, or a failover to a replica that lagged, sets the
     counter back; the next fence is still above every fence handed out before."""
-    first = occupy.acquire("book:1", using=backend.alias)
+    first = occupy.acquire("book:1", backend=backend.alias)
     occupy.release(first)
     backend.link.client.set(backend.link.keys("book:1").fence, 5)
-    again = occupy.acquire("book:1", using=backend.alias)
+    again = occupy.acquire("book:1", backend=backend.alias)
     assert again.fence > first.fence
     occupy.release(again)
 
@@ -349,10 +349,10 @@ def test_fences_never_fall_below_the_counter_when_the_clock_is_behind(backend) -
     """A counter ahead of the server's clock (a clock stepped back) still rises by one."""
     ahead = (int(time.time()) + 3600) * 1_000_000
     backend.link.client.set(backend.link.keys("book:1").fence, ahead)
-    lease = occupy.acquire("book:1", using=backend.alias)
+    lease = occupy.acquire("book:1", backend=backend.alias)
     assert lease.fence == ahead + 1
     occupy.release(lease)
-    assert occupy.acquire("book:1", using=backend.alias).fence == ahead + 2
+    assert occupy.acquire("book:1", backend=backend.alias).fence == ahead + 2
 
 
 @pytest.mark.parametrize(
@@ -366,11 +366,11 @@ def test_fences_are_exact_integers_up_to_2_63(backend, start: int) -> None:
     backend.link.client.set(backend.link.keys("book:1").fence, start)
     fences = []
     for n in range(3):
-        lease = occupy.acquire("book:1", owner=f"w{n}", using=backend.alias)
-        assert occupy.holder("book:1", using=backend.alias).fence == lease.fence
+        lease = occupy.acquire("book:1", owner=f"w{n}", backend=backend.alias)
+        assert occupy.holder("book:1", backend=backend.alias).fence == lease.fence
         fences.append(lease.fence)
         occupy.release(lease)
-    taken = occupy.takeover("book:1", owner="t", ttl=30, using=backend.alias)
+    taken = occupy.takeover("book:1", owner="t", ttl=30, backend=backend.alias)
     fences.append(taken.fence)
     occupy.release(taken)
     assert fences == [start + 1, start + 2, start + 3, start + 4]
@@ -378,10 +378,10 @@ def test_fences_are_exact_integers_up_to_2_63(backend, start: int) -> None:
 
 def test_a_waiter_handed_the_key_gets_an_exact_fence(backend) -> None:
     backend.link.client.set(backend.link.keys("book:1").fence, 2**62)
-    first = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
+    first = occupy.acquire("book:1", owner="alice", ttl=30, backend=backend.alias)
     timer = threading.Timer(0.2, occupy.release, args=[first])
     timer.start()
-    second = occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, using=backend.alias)
+    second = occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, backend=backend.alias)
     timer.join()
     assert (first.fence, second.fence) == (2**62 + 1, 2**62 + 2)
     occupy.release(second)
@@ -408,31 +408,31 @@ def test_a_fence_counter_occupy_did_not_write_is_refused_by_name(
     plant(backend.link.client, name)
     for timeout in (0, 0.2):  # the first try, and the queueing script
         with pytest.raises(occupy.StoreUnavailable) as info:
-            occupy.acquire("book:1", owner="alice", ttl=30, timeout=timeout, using=backend.alias)
+            occupy.acquire("book:1", owner="alice", ttl=30, timeout=timeout, backend=backend.alias)
         message = str(info.value)
         assert name in message and info.value.key == "book:1"
         assert ("takeover" in message) == repairable and "Lua" not in message
-    assert occupy.holder("book:1", using=backend.alias) is None
+    assert occupy.holder("book:1", backend=backend.alias) is None
     if not repairable:
         with pytest.raises(occupy.StoreUnavailable, match="delete it by hand"):
-            occupy.takeover("book:1", owner="bob", ttl=30, using=backend.alias)
+            occupy.takeover("book:1", owner="bob", ttl=30, backend=backend.alias)
         backend.link.client.delete(name)
     else:
-        lease = occupy.takeover("book:1", owner="bob", ttl=30, using=backend.alias)
+        lease = occupy.takeover("book:1", owner="bob", ttl=30, backend=backend.alias)
         assert lease.fence > 0
         occupy.release(lease)
-    again = occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, using=backend.alias)
+    again = occupy.acquire("book:1", owner="carol", ttl=30, timeout=0, backend=backend.alias)
     assert again.fence > 0
     occupy.release(again)
 
 
 def test_a_release_does_not_hand_over_while_the_counter_is_refused(backend) -> None:
-    holder = occupy.acquire("book:1", owner="alice", ttl=30, using=backend.alias)
+    holder = occupy.acquire("book:1", owner="alice", ttl=30, backend=backend.alias)
     errors: list[BaseException] = []
 
     def wait() -> None:
         try:
-            occupy.acquire("book:1", owner="bob", ttl=30, timeout=5, using=backend.alias)
+            occupy.acquire("book:1", owner="bob", ttl=30, timeout=5, backend=backend.alias)
         except occupy.OccupyError as e:
             errors.append(e)
 
@@ -443,7 +443,7 @@ def test_a_release_does_not_hand_over_while_the_counter_is_refused(backend) -> N
     occupy.release(holder)  # the release itself succeeds
     thread.join(10)
     assert len(errors) == 1 and isinstance(errors[0], occupy.StoreUnavailable)
-    assert occupy.holder("book:1", using=backend.alias) is None
+    assert occupy.holder("book:1", backend=backend.alias) is None
 
 
 # --- values occupy did not write ---------------------------------------------------------
@@ -463,14 +463,14 @@ def test_a_foreign_value_is_held_by_an_unknown_holder(backend, plant) -> None:
 
     name = backend.link.keys("book:1").lock
     plant(backend.link.client, name)
-    holder = occupy.holder("book:1", using=backend.alias)
+    holder = occupy.holder("book:1", backend=backend.alias)
     assert holder.owner == UNKNOWN_OWNER and holder.fence == 0
     assert 55 < (holder.expires_at - datetime.now(timezone.utc)).total_seconds() <= 60
     with pytest.raises(occupy.Occupied) as info:
-        occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, using=backend.alias)
+        occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, backend=backend.alias)
     assert info.value.holder.owner == UNKNOWN_OWNER
     with pytest.raises(occupy.LockTimeout):  # the queueing script refuses it too
-        occupy.acquire("book:1", owner="alice", ttl=30, timeout=0.1, using=backend.alias)
+        occupy.acquire("book:1", owner="alice", ttl=30, timeout=0.1, backend=backend.alias)
     stale = Lease(
         key="book:1",
         owner="alice",
@@ -478,7 +478,7 @@ def test_a_foreign_value_is_held_by_an_unknown_holder(backend, plant) -> None:
         fence=1,
         expires_at=holder.expires_at,
         ttl=30,
-        using=backend.alias,
+        alias=backend.alias,
         backend=backend,
     )
     for call in (lambda: backend.extend(stale, 30), lambda: backend.release(stale)):
@@ -489,25 +489,25 @@ def test_a_foreign_value_is_held_by_an_unknown_holder(backend, plant) -> None:
     claims = [c for c in backend.claims() if c.owner == UNKNOWN_OWNER]
     assert [(c.key, c.state, c.since, c.fence) for c in claims] == [(name, "using", None, None)]
     out = StringIO()
-    call_command("list_locks", using=[backend.alias], stdout=out)
+    call_command("list_locks", backend=[backend.alias], stdout=out)
     assert UNKNOWN_OWNER in out.getvalue() and name in out.getvalue()
     backend.link.client.delete(name)
-    occupy.release(occupy.acquire("book:1", timeout=0, using=backend.alias))
+    occupy.release(occupy.acquire("book:1", timeout=0, backend=backend.alias))
 
 
 def test_a_foreign_value_without_expiry_is_held_for_ever(backend) -> None:
     backend.link.client.set(backend.link.keys("book:1").lock, "not ours")
-    assert occupy.holder("book:1", using=backend.alias).expires_at.year == 9999
+    assert occupy.holder("book:1", backend=backend.alias).expires_at.year == 9999
     with pytest.raises(occupy.Occupied):
-        occupy.acquire("book:1", timeout=0, using=backend.alias)
+        occupy.acquire("book:1", timeout=0, backend=backend.alias)
 
 
 def test_a_foreign_value_frees_the_key_when_redis_expires_it(backend) -> None:
     backend.link.client.set(backend.link.keys("book:1").lock, "not ours", px=300)
     started = time.monotonic()
-    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=5, using=backend.alias)
+    lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=5, backend=backend.alias)
     assert 0.2 < time.monotonic() - started < 2
-    assert occupy.holder("book:1", using=backend.alias).owner == "alice"
+    assert occupy.holder("book:1", backend=backend.alias).owner == "alice"
     occupy.release(lease)
 
 
@@ -534,7 +534,7 @@ def _count(alias: str, kind: str, sections: int, hold: float) -> list:
     read, write = _counter_store(kind)
     spans = []
     for _ in range(sections):
-        with occupy.lock("counter", ttl=30, timeout=60, using=alias) as lease:
+        with occupy.lock("counter", ttl=30, timeout=60, backend=alias) as lease:
             enter = time.monotonic()
             value = read()
             time.sleep(hold)  # widen the window a lost update needs
@@ -561,7 +561,7 @@ def test_processes_exclude_each_other(redis_backend, kind: str) -> None:
 
 
 def _hold_and_hang(alias: str, ttl: float, granted) -> None:
-    lease = occupy.acquire("victim", owner="doomed", ttl=ttl, timeout=5, using=alias)
+    lease = occupy.acquire("victim", owner="doomed", ttl=ttl, timeout=5, backend=alias)
     granted.put((time.monotonic(), lease.fence))
     time.sleep(60)  # killed long before this
 
@@ -574,7 +574,7 @@ def test_a_killed_holder_frees_the_key_within_its_ttl(redis_backend) -> None:
     try:
         granted_at, fence = granted.get(timeout=60)
         os.kill(workers.procs[0].pid, signal.SIGKILL)
-        lease = occupy.acquire("victim", owner="next", ttl=30, timeout=ttl + 1, using=ALIAS)
+        lease = occupy.acquire("victim", owner="next", ttl=30, timeout=ttl + 1, backend=ALIAS)
         waited = time.monotonic() - granted_at
         assert waited <= ttl + 1
         assert waited >= ttl - 0.1  # it was held, by a dead process, until it expired
@@ -592,7 +592,7 @@ def _busy(alias: str, looping, done, hold: float) -> list:
     starts = []
     deadline = time.monotonic() + 20
     while not done.is_set() and time.monotonic() < deadline:
-        with occupy.lock("busy", owner="busy", ttl=30, timeout=30, using=alias):
+        with occupy.lock("busy", owner="busy", ttl=30, timeout=30, backend=alias):
             starts.append(time.monotonic())
             looping.set()
             time.sleep(hold)
@@ -604,11 +604,11 @@ def _patient(alias: str, looping, done, rounds: int) -> list:
     waits = []
     try:
         # Connect and load the scripts first: only the wait itself is measured.
-        occupy.release(occupy.acquire("warm-up", owner="patient", using=alias))
+        occupy.release(occupy.acquire("warm-up", owner="patient", backend=alias))
         assert looping.wait(30), "the busy process never took the key"
         for _ in range(rounds):
             asked = time.monotonic()
-            with occupy.lock("busy", owner="patient", ttl=30, timeout=10, using=alias):
+            with occupy.lock("busy", owner="patient", ttl=30, timeout=10, backend=alias):
                 waits.append((asked, time.monotonic()))
             time.sleep(0.02)
     finally:

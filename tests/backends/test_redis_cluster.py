@@ -28,7 +28,7 @@ pytestmark = [
 
 ALIAS = "redis-cluster"
 
-# Every test of the contract suite, bound to the cluster through ``using`` below.
+# Every test of the contract suite, bound to the cluster through ``alias`` below.
 globals().update(
     {name: test for name, test in vars(test_contract).items() if name.startswith("test_")}
 )
@@ -69,29 +69,29 @@ def cluster() -> Iterator[ClusterDeployment]:
 
 
 @pytest.fixture
-def using(live_db: None, cluster: ClusterDeployment) -> Iterator[str]:
+def alias(live_db: None, cluster: ClusterDeployment) -> Iterator[str]:
     """The contract suite's backend: the Redis backend on the cluster."""
     cluster.flush()
     yield ALIAS
     cluster.flush()
 
 
-def test_the_client_is_a_cluster_client(using: str) -> None:
+def test_the_client_is_a_cluster_client(alias: str) -> None:
     from redis.cluster import RedisCluster
 
     from occupy.backends import get_backend
 
-    assert isinstance(get_backend(using).client, RedisCluster)
+    assert isinstance(get_backend(alias).client, RedisCluster)
 
 
-def test_keys_over_the_slots_of_every_primary(using: str, cluster: ClusterDeployment) -> None:
+def test_keys_over_the_slots_of_every_primary(alias: str, cluster: ClusterDeployment) -> None:
     """Two thousand keys land on about two thousand slots of all three primaries; each
     is taken, held, and released there, with its fence."""
     from redis.cluster import RedisCluster
 
     from occupy.backends import get_backend
 
-    backend = get_backend(using)
+    backend = get_backend(alias)
     client: Any = backend.client
     assert isinstance(client, RedisCluster)
     slots, nodes = set(), Counter()
@@ -101,10 +101,10 @@ def test_keys_over_the_slots_of_every_primary(using: str, cluster: ClusterDeploy
         slot = client.keyslot(name)
         slots.add(slot)
         nodes[client.get_node_from_key(name).port] += 1
-        lease = occupy.acquire(key, owner="o", ttl=30, timeout=0, using=using)
+        lease = occupy.acquire(key, owner="o", ttl=30, timeout=0, backend=alias)
         assert client.get(name) is not None  # on the slot's primary
         occupy.release(lease)
-        assert occupy.holder(key, using=using) is None
+        assert occupy.holder(key, backend=alias) is None
     assert len(nodes) == 3, nodes
     assert len(slots) > 1500, len(slots)
 
@@ -135,7 +135,7 @@ def test_a_primary_failed_over_under_load(tmp_path: Path, live_db: None) -> None
 
 
 def test_replicas_waits_for_the_replica_of_the_keys_primary(
-    using: str, cluster: ClusterDeployment
+    alias: str, cluster: ClusterDeployment
 ) -> None:
     """``REPLICAS = 1`` on a cluster: the WAIT goes to the primary that made the grant
     (with its replica paused, the grant is given back; another node's WAIT would have

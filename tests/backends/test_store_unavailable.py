@@ -48,7 +48,7 @@ def _assert_unavailable(
         call()
     error = info.value
     assert isinstance(error, occupy.StoreUnavailable), (call_name, repr(error))
-    assert (error.key, error.using) == (key, backend.alias), call_name
+    assert (error.key, error.backend) == (key, backend.alias), call_name
     assert repr(backend.alias) in str(error), call_name
     if key is None:  # a call on no key (sweep, claims) does not speak of one
         assert "None" not in str(error), call_name

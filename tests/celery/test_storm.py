@@ -90,7 +90,7 @@ def test_storm_no_overlap_exactly_once_and_killed_keys_free(broker, url, locks, 
                 owner = celery_task_owner("tests.support.celery_app.storm", task_id)
 
                 def released(key=key, owner=owner) -> bool:
-                    current = occupy.holder(f"storm:{key}", using=locks)
+                    current = occupy.holder(f"storm:{key}", backend=locks)
                     return current is None or current.owner != owner
 
                 cp.wait_for(released, TTL + 10, f"the killed run's key storm:{key}")

@@ -121,7 +121,7 @@ def alias(request: pytest.FixtureRequest, live_db: None) -> str:
 def test_sweep_is_silent_at_verbosity_0(alias: str) -> None:
     insert_claims(get_backend(alias).database, 5, tag="quiet", expired=True)
     aliases = [alias, "files"] + ([] if server_skip("redis") else ["redis"])
-    args = [f"--using={name}" for name in aliases]
+    args = [f"--backend={name}" for name in aliases]
     assert _run("sweep_locks", *args, verbosity=0) == ("", None)
     assert _run("sweep_locks", "--dry-run", *args, verbosity=0) == ("", None)
 
@@ -129,28 +129,28 @@ def test_sweep_is_silent_at_verbosity_0(alias: str) -> None:
 def test_sweep_lists_the_keys_it_removes_at_verbosity_2(alias: str) -> None:
     insert_claims(get_backend(alias).database, 3, tag="listed", expired=True)
     insert_claims(get_backend(alias).database, 2, tag="kept", expired=False)
-    printed, error = _run("sweep_locks", "--dry-run", f"--using={alias}", verbosity=2)
+    printed, error = _run("sweep_locks", "--dry-run", f"--backend={alias}", verbosity=2)
     assert error is None
     lines = printed.splitlines()
     assert sorted(lines[:-1]) == [f"{alias}: would remove listed:{n}" for n in range(1, 4)]
     assert lines[-1] == f"{alias}: would delete 3 expired claims"
-    printed, error = _run("sweep_locks", f"--using={alias}", "--batch-size=2", verbosity=2)
+    printed, error = _run("sweep_locks", f"--backend={alias}", "--batch-size=2", verbosity=2)
     assert error is None
     lines = printed.splitlines()
     assert sorted(lines[:-1]) == [f"{alias}: removed listed:{n}" for n in range(1, 4)]
     assert lines[-1] == f"{alias}: deleted 3 expired claims"
-    assert _run("sweep_locks", f"--using={alias}", verbosity=2)[0] == (
+    assert _run("sweep_locks", f"--backend={alias}", verbosity=2)[0] == (
         f"{alias}: deleted 0 expired claims\n"
     )
 
 
 def test_the_file_backend_lists_the_keys_it_removes(live_db: None) -> None:
     files = get_backend("files")
-    lease = occupy.acquire("file:gone", owner="alice", ttl=0.05, using="files")
+    lease = occupy.acquire("file:gone", owner="alice", ttl=0.05, backend="files")
     import time
 
     time.sleep(0.1)  # the claim expires
-    printed, error = _run("sweep_locks", "--using=files", verbosity=2)
+    printed, error = _run("sweep_locks", "--backend=files", verbosity=2)
     assert error is None
     assert printed.splitlines() == ["files: removed file:gone", "files: deleted 1 expired claim"]
     assert files.holder("file:gone") is None

@@ -53,12 +53,12 @@ def test_sweep_removes_every_expired_claim_and_keeps_every_live_one(alias: str) 
     insert_claims(database, EXPIRED, tag="expired", expired=True)
     insert_claims(database, LIVE, tag="live", expired=False)
     live = tokens_of(database, "live")
-    lease = occupy.acquire("book:1", owner="alice", ttl=60, using=alias)
+    lease = occupy.acquire("book:1", owner="alice", ttl=60, backend=alias)
     assert len(live) == LIVE and count_claims(database, expired=True) == EXPIRED
 
     tracemalloc.start()
     try:
-        output = sweep("--using", alias)
+        output = sweep("--backend", alias)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -78,7 +78,7 @@ def test_dry_run_counts_and_deletes_nothing(alias: str) -> None:
     database = _database(alias)
     insert_claims(database, 2_500, tag="expired", expired=True)
     insert_claims(database, 10, tag="live", expired=False)
-    assert sweep("--using", alias, "--dry-run") == f"{alias}: would delete 2500 expired claims\n"
+    assert sweep("--backend", alias, "--dry-run") == f"{alias}: would delete 2500 expired claims\n"
     assert count_claims(database, expired=True) == 2_500
     assert count_claims(database) == 2_510
 
@@ -100,7 +100,7 @@ def test_batch_size_sets_how_many_rows_each_statement_deletes(
         return result
 
     monkeypatch.setattr(backend, "execute", counting)
-    assert sweep("--using", alias, f"--batch-size={size}") == (
+    assert sweep("--backend", alias, f"--batch-size={size}") == (
         f"{alias}: deleted 2500 expired claims\n"
     )
     # Full batches, the rest, then the empty batch that ends the sweep.
@@ -114,7 +114,7 @@ def test_batch_size_must_be_positive(alias: str, size: str) -> None:
     database = _database(alias)
     insert_claims(database, 10, tag="expired", expired=True)
     with pytest.raises(CommandError, match=rf"--batch-size must be at least 1, not {size}"):
-        sweep("--using", alias, f"--batch-size={size}")
+        sweep("--backend", alias, f"--batch-size={size}")
     assert count_claims(database, expired=True) == 10
 
 
@@ -122,7 +122,7 @@ def test_an_unknown_alias_is_refused_before_anything_is_swept(alias: str) -> Non
     database = _database(alias)
     insert_claims(database, 10, tag="expired", expired=True)
     with pytest.raises(CommandError, match=r"'nowhere'.*configured aliases"):
-        sweep("--using", alias, "--using", "nowhere")
+        sweep("--backend", alias, "--backend", "nowhere")
     assert count_claims(database, expired=True) == 10
 
 
@@ -133,7 +133,7 @@ def test_a_claim_renewed_while_the_sweep_runs_is_kept(alias: str) -> None:
     backend = get_backend(alias)
     sql = backend.dialect
     insert_claims(database, 2_000, tag="expired", expired=True)
-    lease = occupy.acquire("book:1", owner="alice", ttl=1, using=alias)
+    lease = occupy.acquire("book:1", owner="alice", ttl=1, backend=alias)
     renewal = connections.create_connection(database)
     try:
         renewal.set_autocommit(False)
@@ -145,7 +145,7 @@ def test_a_claim_renewed_while_the_sweep_runs_is_kept(alias: str) -> None:
         # Past the committed expiry: the sweep's own view says the claim has expired.
         time.sleep(max(0.0, (lease.expires_at - _now(alias)).total_seconds()) + 0.2)
         outcome: list[object] = []
-        thread = threading.Thread(target=lambda: outcome.append(sweep("--using", alias)))
+        thread = threading.Thread(target=lambda: outcome.append(sweep("--backend", alias)))
         thread.start()
         thread.join(timeout=0.5)
         assert thread.is_alive(), "the sweep did not wait for the renewal"
@@ -175,12 +175,12 @@ def list_locks(*args: str) -> list[list[str]]:
 def test_list_locks_shows_holders_and_waiters_but_never_a_token(alias: str) -> None:
     database = _database(alias)
     insert_claims(database, 3, tag="expired", expired=True)
-    lease = occupy.acquire("book:1", owner="alice", ttl=60, using=alias)
+    lease = occupy.acquire("book:1", owner="alice", ttl=60, backend=alias)
     waiter = get_backend(alias).attempt("book:1", "bob", 60)
     assert waiter.try_acquire() is None
     waiter.enqueue()
     try:
-        header, *rows = list_locks("--using", alias)
+        header, *rows = list_locks("--backend", alias)
         assert header == ["backend", "key", "owner", "state", "since", "expires", "fence"]
         assert [row[:4] for row in rows] == [
             [alias, "book:1", "alice", "using"],
@@ -197,7 +197,7 @@ def test_list_locks_shows_holders_and_waiters_but_never_a_token(alias: str) -> N
     finally:
         waiter.cancel()
         occupy.release(lease)
-    assert list_locks("--using", alias) == [["No live claims."]]
+    assert list_locks("--backend", alias) == [["No live claims."]]
 
 
 def _parse(value: str) -> datetime:
@@ -206,4 +206,4 @@ def _parse(value: str) -> datetime:
 
 def test_list_locks_refuses_an_unknown_alias(live_db: None) -> None:
     with pytest.raises(CommandError, match=r"'nowhere'"):
-        list_locks("--using", "nowhere")
+        list_locks("--backend", "nowhere")

@@ -82,7 +82,7 @@ def test_occupy_holder_and_the_generic_relation(database: str) -> None:
     with seat.occupy(owner="alice", ttl=30, backend=backend) as lease:
         assert seat.get_holder(backend=backend).owner == "alice"
         with pytest.raises(Occupied):
-            occupy.acquire(seat.occupy_key, owner="bob", timeout=0, using=backend)
+            occupy.acquire(seat.occupy_key, owner="bob", timeout=0, backend=backend)
         claim = Occupation.objects.using(database).get(key=lease.key)
         assert claim.content_type == ContentType.objects.db_manager(database).get_for_model(Seat)
         assert parse_pk_text(Seat, claim.object_id) == seat.pk
@@ -158,7 +158,7 @@ def test_versioned_saves_and_update_versioned(database: str) -> None:
 def test_fenced_saves(database: str) -> None:
     backend = BACKEND_OF[database]
     seat = make_seats(database, "gala", 1)[0]
-    old = occupy.acquire(seat.occupy_key, owner="old", ttl=30, using=backend)
+    old = occupy.acquire(seat.occupy_key, owner="old", ttl=30, backend=backend)
     occupy.release(old)
     with seat.occupy(owner="new", ttl=30, backend=backend) as lease:
         seat.sold_to = "new"

@@ -32,7 +32,7 @@ def test_a_holder_paused_past_its_lease_is_fenced_out(server: str) -> None:
     try:
         time.sleep(1.3)  # the paused holder's lease runs out meanwhile
         with occupy.lock(
-            object_key(Page, page.pk), owner="next", ttl=30, timeout=5, using=backend
+            object_key(Page, page.pk), owner="next", ttl=30, timeout=5, backend=backend
         ) as lease:
             page.body = "written by the next holder"
             page.save(lease=lease)

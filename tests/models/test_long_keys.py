@@ -47,17 +47,17 @@ def test_a_short_key_is_kept_whole_and_never_mistaken_for_a_shortened_one() -> N
         fit("p" * 250, "x" * 10)
 
 
-def test_a_long_key_locks_on_every_backend(using: str) -> None:
+def test_a_long_key_locks_on_every_backend(alias: str) -> None:
     scroll = Scroll(code=LONG)  # the model is not asked for its row
-    with scroll.occupy(owner="alice", timeout=0, backend=using) as lease:
+    with scroll.occupy(owner="alice", timeout=0, backend=alias) as lease:
         assert lease.key == scroll.occupy_key and len(lease.key) == MAX_KEY_LENGTH
-        assert scroll.get_holder(backend=using).owner == "alice"
+        assert scroll.get_holder(backend=alias).owner == "alice"
         with pytest.raises(occupy.Occupied):
-            occupy.acquire(scroll.occupy_key, owner="bob", timeout=0, using=using)
+            occupy.acquire(scroll.occupy_key, owner="bob", timeout=0, backend=alias)
         # Another row that shares the start of its key is another key.
         other = Scroll(code=LONG[:-1] + "y")
-        occupy.release(occupy.acquire(other.occupy_key, owner="bob", timeout=0, using=using))
-    assert scroll.get_holder(backend=using) is None
+        occupy.release(occupy.acquire(other.occupy_key, owner="bob", timeout=0, backend=alias))
+    assert scroll.get_holder(backend=alias) is None
 
 
 def test_the_querysets_see_claims_under_shortened_keys(database: str) -> None:

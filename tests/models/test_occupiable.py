@@ -76,19 +76,6 @@ def test_occupy_and_holder(tables: None, model: type, fields: dict) -> None:
     assert row.get_holder() is None
 
 
-def test_holder_and_holder_on_still_answer_but_warn(tables: None) -> None:
-    """``book.holder`` and ``holder_on()`` (before ``get_holder()``) answer for one
-    release, with a ``DeprecationWarning`` naming the method to call."""
-    book = Book.objects.create(name="b")
-    with book.occupy(owner="alice", ttl=30):
-        with pytest.warns(DeprecationWarning, match=r"Book\.holder is deprecated.*get_holder\(\)"):
-            assert book.holder.owner == "alice"
-        with pytest.warns(DeprecationWarning, match=r"get_holder\(backend=backend\)"):
-            assert book.holder_on("default").owner == "alice"
-    with pytest.warns(DeprecationWarning):
-        assert book.holder is None
-
-
 def test_occupy_works_as_a_decorator_too(tables: None) -> None:
     book = Book.objects.create(name="b")
     seen = []
@@ -111,11 +98,11 @@ def test_occupy_backend_names_the_backend_and_backend_overrides_it(tables: None)
 
     row = OnFiles(pk=1)
     with row.occupy(owner="alice", ttl=30) as lease:
-        assert occupy.holder(lease.key, using="files").owner == "alice"
-        assert occupy.holder(lease.key, using="default") is None
+        assert occupy.holder(lease.key, backend="files").owner == "alice"
+        assert occupy.holder(lease.key, backend="default") is None
         assert row.get_holder().owner == "alice" and row.get_holder(backend="default") is None
     with row.occupy(owner="bob", ttl=30, backend="default") as lease:
-        assert occupy.holder(lease.key, using="default").owner == "bob"
+        assert occupy.holder(lease.key, backend="default").owner == "bob"
         assert row.get_holder() is None and row.get_holder(backend="default").owner == "bob"
 
 

@@ -141,7 +141,7 @@ def test_the_same_owner_gets_the_same_task_and_lease_again(database: str) -> Non
     assert (again.lease.token, again.lease.fence) == (first.lease.token, first.lease.fence)
     assert again.lease.expires_at == first.lease.expires_at  # not renewed by asking
     occupy.release(again.lease)
-    assert occupy.holder(first.lease.key, using=backend) is None
+    assert occupy.holder(first.lease.key, backend=backend) is None
 
 
 def test_an_expired_claim_goes_back_to_the_pool(database: str) -> None:

@@ -201,7 +201,7 @@ def test_occupied_and_free(database: str, model: type, make) -> None:
 def test_an_expired_claim_counts_as_free(database: str) -> None:
     backend = BACKEND_OF[database]
     shelf = Shelf.objects.using(database).create(code="a")
-    occupy.acquire(shelf.occupy_key, owner="gone", ttl=0.3, using=backend)
+    occupy.acquire(shelf.occupy_key, owner="gone", ttl=0.3, backend=backend)
     assert list(Shelf.objects.using(database).occupied(backend=backend)) == [shelf]
     time.sleep(0.45)
     assert list(Shelf.objects.using(database).occupied(backend=backend)) == []
@@ -224,7 +224,7 @@ def test_claims_in_another_database_are_read_first(tables: None) -> None:
     rows_db, claims_db = aliases[0], aliases[1]
     shelf = Shelf.objects.using(rows_db).create(code=str(uuid.uuid4()))
     Shelf.objects.using(rows_db).create(code="other")
-    with occupy.lock(shelf.occupy_key, using=BACKEND_OF[claims_db]):
+    with occupy.lock(shelf.occupy_key, backend=BACKEND_OF[claims_db]):
         occupied = Shelf.objects.using(rows_db).occupied(backend=BACKEND_OF[claims_db])
         assert list(occupied) == [shelf]
 

@@ -357,7 +357,7 @@ def test_an_unreachable_lock_store_is_503_not_500(users, client_for, monkeypatch
     backend = get_backend("default")
 
     def down(*args, **kwargs):
-        raise occupy.StoreUnavailable("the lock store is down (test)", key="k", using="default")
+        raise occupy.StoreUnavailable("the lock store is down (test)", key="k", backend="default")
 
     monkeypatch.setattr(backend, "acquire", down)
     response = client_for(users.editor).patch(

@@ -16,7 +16,7 @@ from occupy.django_tasks import current_lease, task
 RUNS = "occupy_djtasks_runs"
 #: The occupy backend the storm's leases live on: the PostgreSQL test database, the same
 #: alias in the test process and in the workers.
-USING = "db-postgresql"
+ALIAS = "db-postgresql"
 #: The storm's lease ttl (seconds): a killed worker's key must be free within it + 1 s.
 STORM_TTL = 2.0
 #: How long each storm run's body lasts (seconds).
@@ -59,7 +59,7 @@ def _result_id(context: Any) -> str:
 @task(
     occupy_key="storm:{key}",
     occupy_ttl=STORM_TTL,
-    occupy_backend=USING,
+    occupy_backend=ALIAS,
     backend="db",
     takes_context=True,
 )
@@ -73,7 +73,7 @@ def storm(context: Any, key: int, item: int) -> int:
     occupy_key="once:{key}",
     occupy_ttl=STORM_TTL,
     occupy_once=60,
-    occupy_backend=USING,
+    occupy_backend=ALIAS,
     backend="db",
     takes_context=True,
 )

@@ -30,12 +30,12 @@ __all__ = [
 Span = tuple[float, float, int]
 
 
-def database_of(using: str) -> str:
+def database_of(alias: str) -> str:
     """Return the database a database backend alias keeps its claims in (else default)."""
     from django.conf import settings
 
     backends = cast("dict[str, Any]", settings.OCCUPY["BACKENDS"])
-    options = backends[using].get("OPTIONS") or {}
+    options = backends[alias].get("OPTIONS") or {}
     return str(options.get("DATABASE", "default"))
 
 
@@ -60,17 +60,17 @@ def hand_back_and_forth(database: str, key: str, seconds: float, poll: float) ->
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             asked = time.monotonic()
-            lease = occupy.acquire(key, ttl=30, timeout=poll * 3, using="hand-back")
+            lease = occupy.acquire(key, ttl=30, timeout=poll * 3, backend="hand-back")
             waits.append(time.monotonic() - asked)
             occupy.release(lease)
     return waits
 
 
 def count_under_lock(
-    using: str | None, key: str, rounds: int, hold: float, database: str = "default"
+    alias: str | None, key: str, rounds: int, hold: float, database: str = "default"
 ) -> list[Span]:
     """Increment the ``key`` Counter row ``rounds`` times, each a slow read-modify-write
-    inside the lock (none when ``using`` is ``None``); return ``(entered, left, fence)``
+    inside the lock (none when ``alias`` is ``None``); return ``(entered, left, fence)``
     per round (monotonic clock, which every process of the host shares)."""
     import contextlib
 
@@ -80,7 +80,7 @@ def count_under_lock(
     counters = Counter.objects.using(database)
     spans = []
     for _ in range(rounds):
-        guard = occupy.lock(key, ttl=30, timeout=120, using=using) if using else None
+        guard = occupy.lock(key, ttl=30, timeout=120, backend=alias) if alias else None
         with guard or contextlib.nullcontext() as lease:
             entered = time.monotonic()
             counter = counters.get(name=key)
@@ -93,7 +93,7 @@ def count_under_lock(
 
 
 def count_with_failed_release(
-    using: str, key: str, seconds: float, fail_first: bool
+    alias: str, key: str, seconds: float, fail_first: bool
 ) -> tuple[list[Span], bool]:
     """Loop over ``key`` for ``seconds`` as a worker does, incrementing its Counter row
     under the lock (ttl 1 s); with ``fail_first``, the first release fails as it would
@@ -103,7 +103,7 @@ def count_with_failed_release(
     from occupy.backends import get_backend
     from tests.testapp.models import Counter
 
-    backend = get_backend(using)
+    backend = get_backend(alias)
     real_release = backend.release
     failed = False
 
@@ -117,7 +117,7 @@ def count_with_failed_release(
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            with occupy.lock(key, ttl=1, timeout=10, using=using) as lease:
+            with occupy.lock(key, ttl=1, timeout=10, backend=alias) as lease:
                 entered = time.monotonic()
                 counter = Counter.objects.get(name=key)
                 time.sleep(0.005)
@@ -145,42 +145,42 @@ def assert_exclusive(results: list[list[Span]], key: str, database: str = "defau
     assert Counter.objects.using(database).get(name=key).value == len(spans)
 
 
-def try_acquire(using: str, key: str, owner: str) -> str:
+def try_acquire(alias: str, key: str, owner: str) -> str:
     """Try ``key`` once without waiting; return ``"acquired"`` or ``"occupied"``."""
     import occupy
 
     try:
-        occupy.release(occupy.acquire(key, owner=owner, timeout=0, using=using))
+        occupy.release(occupy.acquire(key, owner=owner, timeout=0, backend=alias))
     except occupy.Occupied:
         return "occupied"
     return "acquired"
 
 
-def hold_until_killed(using: str, key: str, ttl: float) -> None:
+def hold_until_killed(alias: str, key: str, ttl: float) -> None:
     """Take ``key`` and sleep until the parent kills this process."""
     import occupy
 
-    occupy.acquire(key, owner=f"doomed:{os.getpid()}", ttl=ttl, timeout=10, using=using)
+    occupy.acquire(key, owner=f"doomed:{os.getpid()}", ttl=ttl, timeout=10, backend=alias)
     time.sleep(120)
 
 
-def taken_over_after_kill(using: str, key: str, ttl: float) -> float:
+def taken_over_after_kill(alias: str, key: str, ttl: float) -> float:
     """Have a spawned process take ``key``, SIGKILL it, take the key here; return how
     many seconds after the kill the key was granted (it must be within ``ttl`` + 1)."""
     import occupy
 
-    workers = multiproc.start(hold_until_killed, [(using, key, ttl)])
+    workers = multiproc.start(hold_until_killed, [(alias, key, ttl)])
     proc = workers.procs[0]
     try:
         deadline = time.monotonic() + 60
-        while (held := occupy.holder(key, using=using)) is None:
+        while (held := occupy.holder(key, backend=alias)) is None:
             assert proc.is_alive() and time.monotonic() < deadline, "the holder never held"
             time.sleep(0.02)
         assert held.owner == f"doomed:{proc.pid}"
         os.kill(proc.pid, signal.SIGKILL)
         killed_at = time.monotonic()
         proc.join(timeout=10)
-        lease = occupy.acquire(key, owner="survivor", ttl=5, timeout=ttl + 1, using=using)
+        lease = occupy.acquire(key, owner="survivor", ttl=5, timeout=ttl + 1, backend=alias)
         waited = time.monotonic() - killed_at
         occupy.release(lease)
         return waited

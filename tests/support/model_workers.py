@@ -164,7 +164,7 @@ def paused_writer(
     from tests.testapp.models import Page
 
     page = Page.objects.using(alias).get(pk=pk)
-    lease = occupy.acquire(object_key(Page, pk), owner="paused", ttl=ttl, using=backend)
+    lease = occupy.acquire(object_key(Page, pk), owner="paused", ttl=ttl, backend=backend)
     page.body = "written by the paused holder"
     acquired.set()
     time.sleep(0.5)  # stopped here by SIGSTOP
@@ -183,7 +183,7 @@ def lock_many_loop(backend: str, keys: list[str], rounds: int, database: str) ->
     from tests.testapp.models import Counter
 
     for _ in range(rounds):
-        with occupy.lock_many(keys, ttl=30, timeout=60, using=backend):
+        with occupy.lock_many(keys, ttl=30, timeout=60, backend=backend):
             counter = Counter.objects.using(database).get(name="many")
             time.sleep(0.002)
             counter.value += 1

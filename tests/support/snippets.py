@@ -329,7 +329,7 @@ def _run_page(page: Path) -> list[Block]:
         if block.kind == "skip":
             block.outcome = "skipped"
             continue
-        needs_redis = re.search(r"""(using|backend)=["']redis["']|CacheLock""", block.code)
+        needs_redis = re.search(r"""backend=["']redis["']|CacheLock""", block.code)
         if needs_redis and not os.environ.get("SNIPPETS_REDIS_URL"):
             block.outcome = "skipped"
             block.argument = "needs Redis, which is not reachable here"

@@ -15,7 +15,7 @@ OWNER_A = "user:a"
 OWNER_B = "user:b"
 
 
-def hold_and_renew(using: str, key: str, seconds: float, rounds: int) -> dict[str, Any]:
+def hold_and_renew(alias: str, key: str, seconds: float, rounds: int) -> dict[str, Any]:
     """As user A, take ``key`` (waiting for it), renew it twice and release it, for
     ``seconds`` or ``rounds`` grants; return the fences granted and those lost."""
     import occupy
@@ -25,7 +25,7 @@ def hold_and_renew(using: str, key: str, seconds: float, rounds: int) -> dict[st
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and len(granted) < rounds:
         try:
-            lease = occupy.acquire(key, owner=OWNER_A, ttl=10, timeout=1, using=using)
+            lease = occupy.acquire(key, owner=OWNER_A, ttl=10, timeout=1, backend=alias)
         except (occupy.LockTimeout, occupy.StoreUnavailable):
             continue  # a busy store (SQLite's write lock under load): try again
         granted.append(lease.fence)
@@ -42,7 +42,7 @@ def hold_and_renew(using: str, key: str, seconds: float, rounds: int) -> dict[st
     return {"granted": granted, "lost": lost}
 
 
-def take_over_own(using: str, key: str, seconds: float, rounds: int) -> dict[str, Any]:
+def take_over_own(alias: str, key: str, seconds: float, rounds: int) -> dict[str, Any]:
     """As user B, for ``seconds`` or ``rounds`` loops: read the holder; take the key if
     it is free, take it over with ``if_fence`` if the holder read is B's own, and give
     it back after a moment. Return the holders each takeover replaced (as the store
@@ -63,18 +63,18 @@ def take_over_own(using: str, key: str, seconds: float, rounds: int) -> dict[str
     for _ in range(rounds):
         if time.monotonic() >= deadline:
             break
-        read = occupy.holder(key, using=using)
+        read = occupy.holder(key, backend=alias)
         try:
             if read is None:
                 lease = occupy.acquire(
-                    key, owner=OWNER_B, ttl=0.5, timeout=0, reentrant=False, using=using
+                    key, owner=OWNER_B, ttl=0.5, timeout=0, reentrant=False, backend=alias
                 )
             elif read.owner == OWNER_B:
                 # Deciding the permission takes a moment (a request's queries), in
                 # which the holder read may release and A take the key.
                 time.sleep(random.uniform(0, 0.002))
                 lease = occupy.takeover(
-                    key, owner=OWNER_B, ttl=0.5, if_fence=read.fence, reentrant=False, using=using
+                    key, owner=OWNER_B, ttl=0.5, if_fence=read.fence, reentrant=False, backend=alias
                 )
             else:
                 time.sleep(0.001)
@@ -92,8 +92,8 @@ def take_over_own(using: str, key: str, seconds: float, rounds: int) -> dict[str
     return {"replaced": replaced, "refused": refused}
 
 
-def race_worker(role: str, using: str, key: str, seconds: float) -> dict[str, Any]:
+def race_worker(role: str, alias: str, key: str, seconds: float) -> dict[str, Any]:
     """Run user A's loop (``role="a"``) or user B's (``"b"``), bounded in time and count."""
     if role == "a":
-        return hold_and_renew(using, key, seconds, rounds=2000)
-    return take_over_own(using, key, seconds, rounds=20000)
+        return hold_and_renew(alias, key, seconds, rounds=2000)
+    return take_over_own(alias, key, seconds, rounds=20000)

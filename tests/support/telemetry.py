@@ -151,10 +151,10 @@ def recorded() -> Recorded | None:
     return _recorded
 
 
-def hold_in_turns(using: str, key: str, rounds: int, hold: float) -> int:
+def hold_in_turns(alias: str, key: str, rounds: int, hold: float) -> int:
     """Hold ``key`` ``rounds`` times for ``hold`` seconds, pausing as long between."""
     for _ in range(rounds):
-        with occupy.lock(key, owner="holder-process", ttl=30, timeout=30, using=using):
+        with occupy.lock(key, owner="holder-process", ttl=30, timeout=30, backend=alias):
             time.sleep(hold)
         time.sleep(hold)
     return rounds

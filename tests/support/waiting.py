@@ -103,15 +103,15 @@ class WaitingAttempts:
             await asyncio.sleep(INTERVAL)
 
 
-def watch_waiters(using: str, monkeypatch: pytest.MonkeyPatch) -> WaitingAttempts:
-    """Record, until the test ends, each attempt on backend ``using`` that begins to wait.
+def watch_waiters(alias: str, monkeypatch: pytest.MonkeyPatch) -> WaitingAttempts:
+    """Record, until the test ends, each attempt on backend ``alias`` that begins to wait.
 
     Works on every backend, including those whose waiters only poll and leave nothing in
     the store to look at: it watches the attempts themselves. An attempt begins to wait
     when its ``enqueue()`` returns without the key (``BaseBackend.acquire`` calls it
     once, after the first try failed).
     """
-    backend = get_backend(using)
+    backend = get_backend(alias)
     make_attempt = backend.attempt
     watch = WaitingAttempts()
 

@@ -183,7 +183,7 @@ class Statements:
             f"{database!r} lacks the tables occupy's migration creates ({reason}). "
             f"{migrate_hint(database, recorded=recorded)}",
             key=key,
-            using=self.backend.alias,
+            backend=self.backend.alias,
         )
 
     def stayed_locked(self, key: str | None) -> StoreUnavailable:
@@ -199,7 +199,7 @@ class Statements:
             "has one write lock per file, which a transaction that has written holds until "
             "it commits: keep other writers' transactions short, or wait longer.",
             key=key,
-            using=self.backend.alias,
+            backend=self.backend.alias,
         )
 
     def _locked_by_caller(self, key: str | None, alias: str) -> StoreUnavailable:
@@ -213,5 +213,5 @@ class Statements:
             "commit on a connection of their own, which would wait for it for ever. Take "
             "the lock before the transaction writes, or outside transaction.atomic().",
             key=key,
-            using=self.backend.alias,
+            backend=self.backend.alias,
         )

@@ -176,7 +176,7 @@ class DatabaseStore(BaseBackend):
             f"{self.dialect.quote} = <the key>). Fences then restart from the database "
             "clock, below the recorded one: storage that compares fences must forget it.",
             key=key,
-            using=self.alias,
+            backend=self.alias,
         )
 
     def holder_and_remaining(self, key: str) -> tuple[Holder, float] | None:

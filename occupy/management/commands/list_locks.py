@@ -25,15 +25,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--using",
+            "--backend",
             action="append",
+            dest="aliases",
             metavar="ALIAS",
             help="List only this backend alias (repeatable). Default: all.",
         )
 
-    def handle(self, *args: Any, using: list[str] | None, **options: Any) -> None:
+    def handle(self, *args: Any, aliases: list[str] | None, **options: Any) -> None:
         try:
-            backends = [get_backend(alias) for alias in using or occupy_settings.BACKENDS]
+            backends = [get_backend(alias) for alias in aliases or occupy_settings.BACKENDS]
         except OccupyError as e:
             raise CommandError(str(e)) from e
         rows = []

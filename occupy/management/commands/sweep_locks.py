@@ -30,8 +30,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--using",
+            "--backend",
             action="append",
+            dest="aliases",
             metavar="ALIAS",
             help="Sweep only this backend alias (repeatable). Default: all.",
         )
@@ -49,7 +50,7 @@ class Command(BaseCommand):
     def handle(
         self,
         *args: Any,
-        using: list[str] | None,
+        aliases: list[str] | None,
         batch_size: int,
         dry_run: bool,
         verbosity: int = 1,
@@ -58,7 +59,7 @@ class Command(BaseCommand):
         if batch_size < 1:
             raise CommandError(f"--batch-size must be at least 1, not {batch_size}.")
         try:
-            aliases = using or list(occupy_settings.BACKENDS)
+            aliases = aliases or list(occupy_settings.BACKENDS)
             backends = [get_backend(alias) for alias in aliases]
         except OccupyError as e:
             raise CommandError(str(e)) from e
