@@ -6,7 +6,8 @@
 The wheel is built once (``python -m build --wheel``). Then, for each Django (5.2 LTS on
 this interpreter, 6.1 on Python 3.12 or later) and each extra of ``pyproject.toml`` (and
 none), one cell: a fresh venv with nothing but the wheel with that extra and that Django
-(no ``test``/``dev`` extra, not editable; pip's cache makes it quick), a project made by
+(no ``test``/``dev`` extra, not editable; from the wheels of every extra, downloaded
+once per Django, so that a cell does not query the index again), a project made by
 ``django-admin startproject`` with ``"occupy"`` and what the extra's how-to adds in
 ``INSTALLED_APPS``, and in it (.ci/clean_install_cell.py, the cell's own processes):
 
@@ -76,6 +77,19 @@ def build_wheel(out: Path) -> Path:
     return wheel
 
 
+def download(django: str, wheel: Path, into: Path) -> None:
+    """Download, once per Django, the wheels of every extra into ``into`` (one
+    resolution against the package index, so that each cell installs from disk)."""
+    spec = f"{wheel}[{','.join(e for e in EXTRAS if e != 'none')}]"
+    done = subprocess.run(
+        [python_for(django), "-m", "pip", "download", "-q", "-d", str(into), spec, DJANGOS[django]],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"pip download failed for Django {django}:\n{done.stderr}")
+
+
 def run_cell(django: str, extra: str, wheel: Path, work: Path) -> tuple[bool, float, str]:
     """Make the cell's venv and project, run its checks; return (passed, seconds, log)."""
     started = time.monotonic()
@@ -107,9 +121,11 @@ def run_cell(django: str, extra: str, wheel: Path, work: Path) -> tuple[bool, fl
         step(python_for(django), "-m", "venv", "--without-pip", venv)
         python = venv / "bin" / "python"
         spec = str(wheel) if extra == "none" else f"{wheel}[{extra}]"
+        wheels = work / f"wheels-{django}"
         step(
-            sys.executable, "-m", "pip", "--python", python, "install", "-q", spec, DJANGOS[django]
-        )
+            sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-index",
+            "--find-links", wheels, spec, DJANGOS[django],
+        )  # fmt: skip
         (cell / "project").mkdir()
         step(venv / "bin" / "django-admin", "startproject", "proj", cell / "project")
         env = {
@@ -145,6 +161,11 @@ def main() -> int:
     try:
         wheel = build_wheel(work / "dist")
         print(f"built {wheel.name} in {time.monotonic() - started:.0f} s", flush=True)
+        with ThreadPoolExecutor(max_workers=len(djangos)) as pool:
+            downloads = [pool.submit(download, d, wheel, work / f"wheels-{d}") for d in djangos]
+            for done in downloads:
+                done.result()
+        print(f"downloaded the wheels by {time.monotonic() - started:.0f} s", flush=True)
         cells = [(d, e) for d in djangos for e in extras]
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = {cell: pool.submit(run_cell, *cell, wheel, work) for cell in cells}

@@ -282,7 +282,10 @@ def _drf(extra: str) -> None:
 
 
 def _celery(extra: str) -> None:
+    from proj.celery import app
+
     out = Path("report.json").resolve()
+    app.control.purge()  # what an earlier run of this cell left in its queue
     worker = subprocess.Popen(
         [str(Path(sys.executable).parent / "celery"), "-A", "proj", "worker", "--pool=solo",
          "--without-heartbeat", "--without-mingle", "--without-gossip", "-l", "warning"],
@@ -292,7 +295,7 @@ def _celery(extra: str) -> None:
         from shop.tasks import build_report
 
         sent = build_report.delay(7, str(out))
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while not out.exists() and worker.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert out.exists(), "the worker ran no task"
