@@ -5,8 +5,19 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-slow test-all mysql-driver mysql-driver-required dist databases bench \
+.PHONY: help venv demo test test-slow test-all mysql-driver mysql-driver-required dist databases bench \
 	bench-scale faults serve lint layers docs docs-screenshots clean clean-install
+
+## help: list the targets, from the `## target:` comments of this Makefile
+help:
+	@awk 'function flush(  n, i, words, line) { if (name == "") return; \
+	    n = split(text, words, " "); line = sprintf("  %-22s", name); \
+	    for (i = 1; i <= n; i++) { if (length(line) + length(words[i]) > 99) { print line; \
+	      line = sprintf("  %-22s", "") } line = line " " words[i] } print line; name = "" } \
+	  /^## [a-z-]+:/ { flush(); name = $$2; sub(/:$$/, "", name); text = $$0; \
+	    sub(/^## [a-z-]+: */, "", text); next } \
+	  /^## / && name != "" { sub(/^## /, ""); text = text " " $$0; next } \
+	  { flush() } END { flush() }' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	@echo "setting up $(VENV): occupy and its development tools (a minute or two, once)"
@@ -135,13 +146,18 @@ dist: venv
 	$(PY) -m twine check --strict dist/*
 	$(PY) .ci/check_dist.py dist
 
-## lint: ruff format --check, ruff check, mypy (strict, with django-stubs), the import-linter contracts
+## lint: ruff format --check, ruff check (complexity at most 10 outside the backends, no
+## print, lazy logging), no module of occupy over 400 lines, the messages of the commits
+## since main (Django's form), mypy (strict, with django-stubs), the import-linter contracts
 ## (.importlinter: the layers, concrete backends only under occupy.backends, no cycles) and the
 ## layers picture of docs/development.md (drawn from the imports: `make layers` redraws it)
+COMMITS_SINCE ?= main
 lint: venv
 	$(PY) -m ruff format --check occupy tests bench example_project noxfile.py docs/conf.py \
-	  manage.py .ci/check_dist.py .ci/layers.py .ci/clean_install.py .ci/clean_install_cell.py
-	$(PY) -m ruff check occupy tests bench example_project .ci/clean_install.py .ci/clean_install_cell.py
+	  manage.py .ci
+	$(PY) -m ruff check occupy tests bench example_project .ci
+	$(PY) .ci/module_size.py
+	$(PY) .ci/commit_msg.py --since $(COMMITS_SINCE)
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	$(PY) .ci/layers.py --check

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from email.message import Message
 from email.parser import Parser
 from pathlib import Path
 
@@ -49,21 +50,9 @@ def package_files() -> set[str]:
     return {name for name in listed if not name.endswith(".pyc")}
 
 
-def main(directory: str) -> list[str]:
-    """Return the problems found in ``directory``'s distributions."""
+def wheel_problems(wheel: Path, expected: str) -> list[str]:
+    """Return what the wheel lacks or carries wrongly, its metadata included."""
     problems: list[str] = []
-    dist = Path(directory)
-    wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
-    if len(wheels) != 1 or len(sdists) != 1:
-        return [
-            f"expected one wheel and one sdist in {dist}, found {[p.name for p in wheels + sdists]}"
-        ]
-    wheel, sdist = wheels[0], sdists[0]
-    expected = version()
-    for path in (wheel, sdist):
-        if f"-{expected}" not in path.name:
-            problems.append(f"{path.name} is not version {expected} (occupy.__version__)")
-
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         info = next(n for n in names if n.endswith(".dist-info/METADATA"))
@@ -80,17 +69,41 @@ def main(directory: str) -> list[str]:
     strays = sorted(n for n in names if not n.startswith(("occupy/", "django_occupy-")))
     if strays:
         problems.append(f"the wheel carries files from outside the package: {strays[:5]}")
+    if not any(n.endswith(".dist-info/licenses/LICENSE") for n in names):
+        problems.append("the wheel lacks its LICENSE file")
+    return problems + metadata_problems(metadata, expected)
+
+
+def metadata_problems(metadata: Message, expected: str) -> list[str]:
+    """Return what is wrong in the wheel's METADATA: its version and license fields."""
+    problems: list[str] = []
     if metadata["Version"] != expected:
         problems.append(f"METADATA says version {metadata['Version']}, not {expected}")
     if metadata["License-Expression"] != "BSD-3-Clause":
         problems.append(f"License-Expression is {metadata['License-Expression']!r}")
     if metadata.get_all("License-File") != ["LICENSE"]:
         problems.append(f"License-File is {metadata.get_all('License-File')!r}")
-    if not any(n.endswith(".dist-info/licenses/LICENSE") for n in names):
-        problems.append("the wheel lacks its LICENSE file")
     if any(c.startswith("License ::") for c in metadata.get_all("Classifier") or []):
         problems.append("a License classifier beside License-Expression (PEP 639 forbids it)")
+    return problems
 
+
+def main(directory: str) -> list[str]:
+    """Return the problems found in ``directory``'s distributions."""
+    problems: list[str] = []
+    dist = Path(directory)
+    wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
+    if len(wheels) != 1 or len(sdists) != 1:
+        return [
+            f"expected one wheel and one sdist in {dist}, found {[p.name for p in wheels + sdists]}"
+        ]
+    wheel, sdist = wheels[0], sdists[0]
+    expected = version()
+    for path in (wheel, sdist):
+        if f"-{expected}" not in path.name:
+            problems.append(f"{path.name} is not version {expected} (occupy.__version__)")
+
+    problems += wheel_problems(wheel, expected)
     with tarfile.open(sdist) as archive:
         members = {m.name.split("/", 1)[-1] for m in archive.getmembers()}
     for name in ["LICENSE", "README.md", "pyproject.toml", *REQUIRED]:

@@ -6,7 +6,8 @@ timing requests (:mod:`bench.http_instructions`; ``make bench`` runs it after th
 ``python -m bench faults [options]`` the fault soak (``make faults``); neither is part
 of ``make bench``: see :mod:`bench.scale` and :mod:`bench.faults` for their options.
 ``python -m bench failover [--rounds N]`` runs the failover comparison alone (``make
-bench`` runs it with the default rounds).
+bench`` runs it with the default rounds), ``python -m bench telemetry [--quick]`` the
+telemetry costs alone.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ MODULES = [
 
 def main(argv: list[str]) -> None:
     """Run the benchmark modules named in ``argv`` (default: all)."""
-    if argv[:1] in (["scale"], ["faults"], ["failover"]):
+    if argv[:1] in (["scale"], ["faults"], ["failover"], ["telemetry"]):
         importlib.import_module(f"bench.{argv[0]}").main(argv[1:])
         return
     if argv[:2] == ["http", "--instructions"]:

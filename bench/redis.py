@@ -19,6 +19,8 @@ import os
 import secrets
 import statistics
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from bench.common import Result, alternate, occupy_cycle, print_table, setup_django
@@ -110,42 +112,39 @@ def uncontended() -> tuple[list[Result], dict[str, float]]:
 
 
 # --- contended ---------------------------------------------------------------------------
-def _section_loop(candidate: str, seconds: float) -> tuple[int, float, float]:
-    """Take the key in a loop for ``seconds``; return (sections, worst wait, last exit)."""
+def _take_and_give(candidate: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    """Return how ``candidate`` takes the contended key (raising on a timeout) and gives
+    back what taking returned."""
     import redis.lock
     import redis_lock
 
     import occupy
 
+    if candidate == "occupy":
+        return (
+            lambda: occupy.acquire("contended", ttl=10, timeout=10, backend="redis"),
+            occupy.release,
+        )
     client = _client()
     key = f"{_prefix()}contended-{candidate}"
-    if candidate == "occupy":
-
-        def take() -> Any:
-            return occupy.acquire("contended", ttl=10, timeout=10, backend="redis")
-
-        give = occupy.release
-    elif candidate == "python-redis-lock":
-        lock = redis_lock.Lock(client, key, expire=10)
-
-        def take() -> Any:
-            if not lock.acquire(timeout=10):
-                raise TimeoutError(key)
-            return lock
-
-        def give(held: Any) -> None:
-            held.release()
+    if candidate == "python-redis-lock":
+        lock: Any = redis_lock.Lock(client, key, expire=10)
+        acquire = partial(lock.acquire, timeout=10)
     else:
         lock = redis.lock.Lock(client, key, timeout=10, sleep=0.1, blocking_timeout=10)
+        acquire = lock.acquire
 
-        def take() -> Any:
-            if not lock.acquire():
-                raise TimeoutError(key)
-            return lock
+    def take() -> Any:
+        if not acquire():
+            raise TimeoutError(key)
+        return lock
 
-        def give(held: Any) -> None:
-            held.release()
+    return take, lambda held: held.release()
 
+
+def _section_loop(candidate: str, seconds: float) -> tuple[int, float, float]:
+    """Take the key in a loop for ``seconds``; return (sections, worst wait, last exit)."""
+    take, give = _take_and_give(candidate)
     sections, worst = 0, 0.0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

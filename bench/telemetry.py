@@ -1,73 +1,211 @@
-"""What occupy's OpenTelemetry instrumentation costs: ``python -m bench telemetry``.
+"""What occupy's OpenTelemetry instrumentation costs: ``python -m bench telemetry``
+(``--quick`` for a short run that shows it works; its figures mean little).
 
 1. Uncontended acquire + release on Redis and on PostgreSQL, each variant in a process of
-   its own (an SDK is set once per process): without instrumentation (occupy as if the
-   ``opentelemetry-api`` package were absent), with the API installed and no SDK (the
-   default for a user who installs the extra and configures nothing: target ≥ 0.98×),
-   and with the SDK and an in-memory metric reader and span processor (target ≥ 0.9×).
-   Rounds alternate between the processes, as :func:`bench.common.alternate` does.
-2. The wait histogram of a contended run: eight processes under the SDK take one Redis
+   its own (an SDK is set once per process), rounds alternating as
+   :func:`bench.common.alternate` does: without instrumentation (occupy as if the
+   ``opentelemetry-api`` package were absent), with the API and no SDK (target ≥ 0.98×),
+   with the SDK, metrics and the default tracing (target ≥ 0.90× Redis, ≥ 0.93×
+   PostgreSQL), and with every section traced (≥ 0.70×, ≥ 0.80×).
+2. Beside each measured ratio, the ratio predicted from the SDK's own unit costs,
+   measured in the same process during the same run: a histogram record, a span (start
+   and end, through the batch processor), a collection of occupy's observable
+   instruments (one per :data:`EXPORT_INTERVAL`, as the periodic reader does), times how
+   many of each a pair made (read back from the SDK). What the measured ratio lacks of
+   the predicted one is occupy's own share (target ≤ 3 %).
+3. The wait histogram of a contended run: eight processes under the SDK take one Redis
    key in a loop; their ``occupy.lock.wait.duration`` buckets are added up and drawn
    (``docs/images/telemetry-wait-histogram.png``, with matplotlib from the ``bench``
-   extra) — the picture of the telemetry how-to, drawn from the exported metrics.
+   extra), the picture of the telemetry how-to, drawn from the exported metrics.
+
+The SDK's version is pinned by the ``bench`` extra (``pip install -e ".[bench]"``): its
+unit costs change from one release to the next, so figures from another version are
+said to be so.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
 import multiprocessing
 import os
+import re
+import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import Result, occupy_cycle, print_table, setup_django
+from bench.common import Result, occupy_cycle, setup_django
 
-VARIANTS = ["no instrumentation", "API, no SDK", "SDK, in-memory reader"]
-OPS, ROUNDS = 2000, 5
-CONTENDERS, CONTENDED_SECONDS, HOLD = 8, 6.0, 0.002
+NONE, API, SDK, EVERY = (
+    "no instrumentation",
+    "API, no SDK",
+    "SDK, metrics + default tracing",
+    "SDK, every section traced",
+)
+VARIANTS = [NONE, API, SDK, EVERY]
+TARGETS = {
+    "redis": {API: 0.98, SDK: 0.90, EVERY: 0.70},
+    "db-postgresql": {API: 0.98, SDK: 0.93, EVERY: 0.80},
+}
+#: The periodic reader's default interval (seconds): one collection per interval.
+EXPORT_INTERVAL = 60.0
+CONTENDERS, HOLD = 8, 0.002
 
 _ctx = multiprocessing.get_context("spawn")
 
 
+def pinned_sdk() -> str | None:
+    """Return the SDK version the ``bench`` extra pins (``None`` if it cannot be read)."""
+    try:
+        requirements = importlib.metadata.requires("django-occupy") or []
+    except importlib.metadata.PackageNotFoundError:
+        requirements = []
+    for requirement in requirements:
+        found = re.match(
+            r"opentelemetry-sdk\s*==\s*([\w.]+)\s*;.*extra\s*==\s*.bench.", requirement
+        )
+        if found:
+            return found.group(1)
+    return None
+
+
+def installed_sdk() -> str | None:
+    """Return the installed SDK's version, or ``None``."""
+    try:
+        return importlib.metadata.version("opentelemetry-sdk")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def _instrument(variant: str) -> Any:
-    """Set this process up as ``variant``; return the metric reader, if any."""
+    """Set this process up as ``variant``; return the metric reader and the span
+    counter, if any."""
     from occupy import telemetry
 
-    if variant == "no instrumentation":
+    if variant == NONE:
         telemetry.instruments.otel_metrics = telemetry.instruments.otel_trace = None
         return None
-    if variant == "API, no SDK":
+    if variant == API:
         return None
     from opentelemetry import metrics, trace
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Dropped(SpanExporter):  # type: ignore[misc]
+        """Export nowhere: what is measured is the SDK's work in the lock path."""
+
+        def export(self, spans: Any) -> Any:
+            return SpanExportResult.SUCCESS
+
+    class Counted(SpanProcessor):  # type: ignore[misc]
+        """Count the spans ended (to say how many a pair made)."""
+
+        ended = 0
+
+        def on_end(self, span: Any) -> None:
+            Counted.ended += 1
 
     reader = InMemoryMetricReader()
     metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
     provider = TracerProvider()
-    provider.add_span_processor(SpanProcessor())  # spans are made, and dropped
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    provider.add_span_processor(Counted())
     trace.set_tracer_provider(provider)
-    return reader
+    return reader, Counted
+
+
+def _configure(variant: str) -> None:
+    from django.conf import settings
+    from django.test.utils import override_settings
+
+    every = variant == EVERY
+    override_settings(
+        OCCUPY={**settings.OCCUPY, "TELEMETRY": {"TRACE_EVERY_SECTION": every}}
+    ).enable()
+
+
+def _best(fn: Any, calls: int, repeats: int = 5) -> float:
+    """Return the median time of one ``fn()`` over ``repeats`` runs of ``calls``."""
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - started) / calls)
+    return statistics.median(times)
+
+
+def _records(reader: Any) -> int:
+    total = 0
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data else ():
+        for scope in resource.scope_metrics:
+            if scope.scope.name != "occupy":
+                continue
+            for metric in scope.metrics:
+                if metric.name.endswith(".duration"):
+                    total += sum(point.count for point in metric.data.data_points)
+    return total
+
+
+def _units(sdk: Any, run: Any, ops: int) -> dict[str, float]:
+    """Return the SDK's unit costs here (seconds) and the records and spans of a pair."""
+    if sdk is None:
+        return {}
+    reader, counted = sdk
+    from opentelemetry import metrics, trace
+    from opentelemetry.trace import SpanKind
+
+    records, spans = _records(reader), counted.ended
+    run(ops)
+    records, spans = _records(reader) - records, counted.ended - spans
+    histogram = metrics.get_meter("bench").create_histogram("bench.unit", unit="s")
+    attributes = {"a.backend": "redis", "a.store": "redis", "a.family": "f", "a.end": "released"}
+    tracer = trace.get_tracer("bench")
+    started = time.time_ns()
+
+    def span() -> None:
+        tracer.start_span(
+            "bench", kind=SpanKind.INTERNAL, attributes=attributes, start_time=started
+        ).end()
+
+    calls = max(ops, 500)
+    return {
+        "record": _best(lambda: histogram.record(0.001, attributes), calls),
+        "span": _best(span, calls),
+        "collect": _best(reader.get_metrics_data, 20),
+        "records": records / ops,
+        "spans": spans / ops,
+    }
 
 
 def _timer(variant: str, alias: str, conn: Any) -> None:
-    """Serve ``("run", ops)`` requests with the time of ``ops`` acquire + release pairs."""
+    """Serve ``("run", ops)`` with the time of ``ops`` acquire + release pairs, and
+    ``("units", ops)`` with the SDK's unit costs here."""
     setup_django()
-    _instrument(variant)
+    sdk = _instrument(variant)
+    _configure(variant)
     run = occupy_cycle(f"bench-telemetry:{os.getpid()}", alias)
     run(100)  # warm-up
     while True:
         message = conn.recv()
         if message is None:
             return
-        started = time.perf_counter()
-        run(message)
-        conn.send(time.perf_counter() - started)
+        what, ops = message
+        if what == "run":
+            started = time.perf_counter()
+            run(ops)
+            conn.send(time.perf_counter() - started)
+        else:
+            conn.send(_units(sdk, run, ops))
 
 
-def uncontended(alias: str) -> list[Result]:
-    """Time each variant's acquire + release on ``alias``, rounds alternating."""
+def uncontended(alias: str, ops: int, rounds: int) -> tuple[list[Result], dict[str, Any]]:
+    """Time each variant's acquire + release on ``alias``, rounds alternating; return
+    the results and each SDK variant's unit costs."""
     pipes, procs = {}, []
     for variant in VARIANTS:
         parent, child = _ctx.Pipe()
@@ -76,11 +214,15 @@ def uncontended(alias: str) -> list[Result]:
         pipes[variant] = parent
         procs.append(proc)
     rates: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    units: dict[str, Any] = {}
     try:
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             for variant, conn in pipes.items():
-                conn.send(OPS)
-                rates[variant].append(OPS / conn.recv())
+                conn.send(("run", ops))
+                rates[variant].append(ops / conn.recv())
+        for variant, conn in pipes.items():
+            conn.send(("units", ops))
+            units[variant] = conn.recv()
     finally:
         for conn in pipes.values():
             conn.send(None)
@@ -88,13 +230,55 @@ def uncontended(alias: str) -> list[Result]:
             proc.join(30)
             if proc.is_alive():
                 proc.kill()
-    return [Result(variant, rates[variant]) for variant in VARIANTS]
+    return [Result(variant, rates[variant]) for variant in VARIANTS], units
+
+
+def predicted(reference: Result, cost: dict[str, float]) -> float:
+    """Return the ratio to ``reference`` that the SDK's unit costs alone predict."""
+    if not cost:
+        return 1.0
+    pair = 1 / reference.rate
+    sdk = cost["records"] * cost["record"] + cost["spans"] * cost["span"]
+    sdk += cost["collect"] / (EXPORT_INTERVAL * reference.rate)  # one collection a minute
+    return pair / (pair + sdk)
+
+
+def report(alias: str, results: list[Result], units: dict[str, Any]) -> None:
+    """Print each variant's measured and predicted ratio, and occupy's own share."""
+    reference = results[0]
+    targets = TARGETS[alias]
+    print(f"\n## telemetry cost: acquire + release on {alias}")
+    print(
+        "target: "
+        + "; ".join(f"{name} ≥ {value:.2f}×" for name, value in targets.items())
+        + "; occupy's own share ≤ 3 %"
+    )
+    width = max(len(r.name) for r in results)
+    for result in results:
+        ratios = result.ratios(reference)
+        measured = result.ratio(reference)
+        line = (
+            f"  {result.name.ljust(width)}  {result.rate:>9,.0f} pairs/s  "
+            f"{measured:5.2f}× ({min(ratios):.2f}–{max(ratios):.2f})"
+        )
+        if result is not reference:
+            expected = predicted(reference, units.get(result.name, {}))
+            line += f"  predicted {expected:5.2f}×  occupy's own {expected / measured - 1:+6.1%}"
+        print(line)
+    for variant in (SDK, EVERY):
+        cost = units.get(variant)
+        if cost:
+            print(
+                f"  {variant}: a record {cost['record'] * 1e6:.1f} µs, a span "
+                f"{cost['span'] * 1e6:.1f} µs, a collection {cost['collect'] * 1e6:.0f} µs; "
+                f"per pair {cost['records']:.2f} records, {cost['spans']:.2f} spans"
+            )
 
 
 def _contender(key: str, seconds: float, conn: Any) -> None:
     """Take ``key`` in a loop for ``seconds``; send the wait histogram's buckets."""
     setup_django()
-    reader = _instrument("SDK, in-memory reader")
+    reader, _counted = _instrument(SDK)
     import occupy
 
     deadline = time.monotonic() + seconds
@@ -115,20 +299,20 @@ def _contender(key: str, seconds: float, conn: Any) -> None:
     conn.send(buckets)
 
 
-def contended_histogram() -> dict[float, int]:
+def contended_histogram(seconds: float) -> dict[float, int]:
     """Run the contended processes and return their wait buckets added up."""
     key = f"bench-telemetry-contended:{os.getpid()}"
     pipes, procs = [], []
     for _ in range(CONTENDERS):
         parent, child = _ctx.Pipe()
-        proc = _ctx.Process(target=_contender, args=(key, CONTENDED_SECONDS, child))
+        proc = _ctx.Process(target=_contender, args=(key, seconds, child))
         proc.start()
         pipes.append(parent)
         procs.append(proc)
     total: dict[float, int] = {}
     try:
         for conn in pipes:
-            if not conn.poll(CONTENDED_SECONDS + 120):
+            if not conn.poll(seconds + 120):
                 raise RuntimeError("a contending process did not answer")
             for bound, count in conn.recv().items():
                 total[bound] = total.get(bound, 0) + count
@@ -140,7 +324,7 @@ def contended_histogram() -> dict[float, int]:
     return dict(sorted(total.items()))
 
 
-def draw(buckets: dict[float, int], path: Path) -> bool:
+def draw(buckets: dict[float, int], path: Path, seconds: float) -> bool:
     """Draw the buckets as bars; return False when matplotlib is not installed."""
     try:
         import matplotlib
@@ -153,10 +337,10 @@ def draw(buckets: dict[float, int], path: Path) -> bool:
     figure, axes = plt.subplots(figsize=(9, 3.6))
     axes.bar(range(len(buckets)), list(buckets.values()), color="#4c72b0")
     axes.set_xticks(range(len(buckets)), labels, rotation=45, ha="right", fontsize=8)
-    axes.set_ylabel("acquires")
+    axes.set_ylabel("acquires that waited")
     axes.set_title(
         f"occupy.lock.wait.duration: {CONTENDERS} processes, one Redis key, "
-        f"{HOLD * 1000:g} ms sections, {CONTENDED_SECONDS:g} s"
+        f"{HOLD * 1000:g} ms sections, {seconds:g} s"
     )
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,32 +349,39 @@ def draw(buckets: dict[float, int], path: Path) -> bool:
     return True
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Run the telemetry benchmarks and print their tables."""
+    parser = argparse.ArgumentParser(prog="python -m bench telemetry")
+    parser.add_argument("--quick", action="store_true", help="a short run that shows it works")
+    options = parser.parse_args(argv or [])
+    ops, rounds, seconds = (300, 2, 2.0) if options.quick else (2000, 5, 6.0)
     setup_django()
     from django.conf import settings
 
+    pin, found = pinned_sdk(), installed_sdk()
+    print(f"\nopentelemetry-sdk {found} (the bench extra pins {pin})")
+    if pin is not None and found != pin:
+        print("  not the pinned version: its unit costs, and so these figures, differ")
+    if options.quick:
+        print("  --quick: a few rounds, to show the bench works; its figures mean little")
     for alias, server in (("redis", "redis"), ("db-postgresql", "postgresql")):
         if server in settings.SKIPS:
             print(f"\n## telemetry on {alias}: skipped, {settings.SKIPS[server]}")
             continue
-        print_table(
-            f"telemetry cost: acquire + release on {alias}",
-            uncontended(alias),
-            reference="no instrumentation",
-            target="API, no SDK ≥ 0.98×; SDK, in-memory reader ≥ 0.9×",
-        )
+        report(alias, *uncontended(alias, ops, rounds))
     if "redis" in settings.SKIPS:
         return
-    buckets = contended_histogram()
+    buckets = contended_histogram(seconds)
     print(
         f"\n## wait histogram, {CONTENDERS} processes on one Redis key "
-        f"({sum(buckets.values())} acquires)"
+        f"({sum(buckets.values())} acquires that waited)"
     )
     for bound, count in buckets.items():
         print(f"  ≤ {bound:>8g} s  {count:>7}")
+    if options.quick:
+        return  # the picture of the docs comes from a full run
     image = Path(__file__).resolve().parent.parent / "docs/images/telemetry-wait-histogram.png"
-    if draw(buckets, image):
+    if draw(buckets, image, seconds):
         print(f"drawn: {image}")
     else:
         print("matplotlib is not installed (pip install -e '.[bench]'): not drawn")

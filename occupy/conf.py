@@ -50,6 +50,12 @@ TELEMETRY_DEFAULTS: dict[str, Any] = {
     # A dotted path to a function key -> family (the only part of a key that reaches a
     # metric or span attribute); None: the part before the first ":".
     "KEY_FAMILY": None,
+    # An acquire that waited at least this long (seconds) gets a span of its own; a
+    # shorter wait is in the wait histogram only.
+    "WAIT_SPAN_THRESHOLD": 0.001,
+    # One span per section (acquire to release) of every lease this process holds,
+    # besides the spans of waits and failures.
+    "TRACE_EVERY_SECTION": False,
 }
 
 DEFAULTS: dict[str, Any] = {
@@ -176,24 +182,49 @@ class OccupySettings:
     @property
     def TELEMETRY(self) -> dict[str, Any]:
         """Return the telemetry settings, the project's over the defaults."""
-        if "TELEMETRY" not in self._cache:
+        # Not under "TELEMETRY", where _get caches the project's own value.
+        if "TELEMETRY merged" not in self._cache:
             merged = self._section("TELEMETRY", TELEMETRY_DEFAULTS)
-            family = merged["KEY_FAMILY"]
-            if family is not None and not isinstance(family, str):
+            _key_family(merged["KEY_FAMILY"])
+            threshold = merged["WAIT_SPAN_THRESHOLD"]
+            if (
+                isinstance(threshold, bool)
+                or not isinstance(threshold, int | float)
+                or not threshold >= 0
+            ):
                 raise ImproperlyConfigured(
-                    "settings.OCCUPY['TELEMETRY']['KEY_FAMILY'] must be the dotted path of "
-                    f"a function (key -> family) or None, not {family!r}."
+                    "settings.OCCUPY['TELEMETRY']['WAIT_SPAN_THRESHOLD'] must be a number of "
+                    "seconds, 0 or more (0: a span for every acquire that waited; infinity: "
+                    f"none), not {threshold!r}."
                 )
-            if family is not None:
-                try:
-                    import_string(family)
-                except ImportError as e:
-                    raise ImproperlyConfigured(
-                        f"settings.OCCUPY['TELEMETRY']['KEY_FAMILY'] = {family!r} cannot be "
-                        f"imported: {e}"
-                    ) from e
-            self._cache["TELEMETRY"] = merged
-        return self._cache["TELEMETRY"]  # type: ignore[no-any-return]
+            if not isinstance(merged["TRACE_EVERY_SECTION"], bool):
+                raise ImproperlyConfigured(
+                    "settings.OCCUPY['TELEMETRY']['TRACE_EVERY_SECTION'] must be True or False, "
+                    f"not {merged['TRACE_EVERY_SECTION']!r}."
+                )
+            self._cache["TELEMETRY merged"] = merged
+        return self._cache["TELEMETRY merged"]  # type: ignore[no-any-return]
+
+
+def _key_family(path: Any) -> None:
+    """Raise ``ImproperlyConfigured`` unless ``path`` is ``None`` or the dotted path of a
+    callable (``OCCUPY["TELEMETRY"]["KEY_FAMILY"]``)."""
+    name = "settings.OCCUPY['TELEMETRY']['KEY_FAMILY']"
+    if path is None:
+        return
+    if not isinstance(path, str):
+        raise ImproperlyConfigured(
+            f"{name} must be the dotted path of a function (key -> family) or None, not {path!r}."
+        )
+    try:
+        found = import_string(path)
+    except ImportError as e:
+        raise ImproperlyConfigured(f"{name} = {path!r} cannot be imported: {e}") from e
+    if not callable(found):
+        raise ImproperlyConfigured(
+            f"{name} = {path!r} is a {type(found).__name__}, not a function: it must name a "
+            "function that takes a key and returns its family."
+        )
 
 
 def _seconds(check: Callable[..., _T], name: str, value: Any) -> _T:

@@ -51,6 +51,21 @@ def retry_on_conflict(
     Call it outside ``transaction.atomic()``: a retry inside the same transaction
     reads the same snapshot under REPEATABLE READ (MySQL's default) and conflicts again.
     """
+    _check(attempts, backoff)
+
+    def decorate(fn: F) -> F:
+        wrap = _retrying_async if inspect.iscoroutinefunction(fn) else _retrying
+        return cast(F, functools.wraps(fn)(wrap(fn, attempts, backoff)))
+
+    if func is not None:
+        if not callable(func):
+            raise TypeError(f"retry_on_conflict() decorates a function, not {func!r}.")
+        return decorate(func)
+    return decorate
+
+
+def _check(attempts: int, backoff: float) -> None:
+    """Raise ``TypeError`` or ``ValueError`` naming a bad ``attempts`` or ``backoff``."""
     if isinstance(attempts, bool) or not isinstance(attempts, int):
         raise TypeError(f"attempts must be an int, not {type(attempts).__name__} ({attempts!r}).")
     if attempts < 1:
@@ -60,42 +75,37 @@ def retry_on_conflict(
     if not math.isfinite(backoff) or backoff < 0:
         raise ValueError(f"backoff must be 0 or more seconds, not {backoff!r}.")
 
-    def pause(attempt: int) -> float:
-        return random.uniform(0, backoff * 2**attempt)
 
-    def decorate(fn: F) -> F:
-        if inspect.iscoroutinefunction(fn):
+def _pause(backoff: float, attempt: int) -> float:
+    """Return a random pause up to ``backoff`` doubled ``attempt`` times."""
+    return random.uniform(0, backoff * 2**attempt)
 
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                for attempt in range(attempts):
-                    try:
-                        return await fn(*args, **kwargs)
-                    except VersionConflict as e:
-                        if attempt + 1 == attempts:
-                            raise
-                        logger.debug("%s conflicted (%s); retrying", fn.__qualname__, e)
-                        await asyncio.sleep(pause(attempt))
-                raise AssertionError("unreachable")  # pragma: no cover
 
-            return cast(F, async_wrapper)
+def _retrying(fn: Callable[..., Any], attempts: int, backoff: float) -> Callable[..., Any]:
+    """Return ``fn`` run up to ``attempts`` times while it raises ``VersionConflict``."""
 
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            for attempt in range(attempts):
-                try:
-                    return fn(*args, **kwargs)
-                except VersionConflict as e:
-                    if attempt + 1 == attempts:
-                        raise
-                    logger.debug("%s conflicted (%s); retrying", fn.__qualname__, e)
-                    time.sleep(pause(attempt))
-            raise AssertionError("unreachable")  # pragma: no cover
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for attempt in range(attempts - 1):
+            try:
+                return fn(*args, **kwargs)
+            except VersionConflict as e:
+                logger.debug("%s conflicted (%s); retrying", fn.__qualname__, e)
+                time.sleep(_pause(backoff, attempt))
+        return fn(*args, **kwargs)  # the last run's conflict is raised
 
-        return cast(F, wrapper)
+    return wrapper
 
-    if func is not None:
-        if not callable(func):
-            raise TypeError(f"retry_on_conflict() decorates a function, not {func!r}.")
-        return decorate(func)
-    return decorate
+
+def _retrying_async(fn: Callable[..., Any], attempts: int, backoff: float) -> Callable[..., Any]:
+    """Async twin of :func:`_retrying`."""
+
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for attempt in range(attempts - 1):
+            try:
+                return await fn(*args, **kwargs)
+            except VersionConflict as e:
+                logger.debug("%s conflicted (%s); retrying", fn.__qualname__, e)
+                await asyncio.sleep(_pause(backoff, attempt))
+        return await fn(*args, **kwargs)  # the last run's conflict is raised
+
+    return wrapper

@@ -27,14 +27,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run if a full key, an owner or a token reached a metric or span attribute
-    anywhere in it (tests/support/telemetry.py)."""
+    """Fail the run if a full key, an owner or a token reached a metric or span attribute,
+    a span's status, an event or a link anywhere in it (tests/support/telemetry.py)."""
     found = telemetry.recorded()
     leaks = [] if found is None else found.leaks()
     if leaks:
         session.config.get_terminal_writer().line(
-            "occupy telemetry leaked keys, owners or tokens into attributes:\n  "
-            + "\n  ".join(sorted(set(leaks))[:50]),
+            "occupy telemetry leaked keys, owners or tokens into attributes, span names, "
+            "statuses, events or links:\n  " + "\n  ".join(sorted(set(leaks))[:50]),
             red=True,
         )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -165,35 +165,26 @@ def _worker(
     import django
 
     django.setup()
-    from django.db import connections, transaction
+    from django.db import connections
     from django.test import override_settings
 
     import occupy
     from occupy.backends import get_backend
-    from tests.testapp.models import Page
 
     connections.settings["postgresql"]["NAME"] = options.database
     override_settings(**_settings(options, where)).enable()
     reconnect = index % 2 == 0
     backend = get_backend("failover")
+    served = _note_served()
     client = backend.client
-    served = threading.local()
-    # The server of every connection given back to a pool (redis-py gives it back
-    # after each command; a cluster client's redirected command, after the last node).
-    from redis.connection import ConnectionPool
-
-    release = ConnectionPool.release
-
-    def noting_release(pool: Any, connection: Any) -> None:
-        served.port = connection.port
-        release(pool, connection)
-
-    ConnectionPool.release = noting_release  # type: ignore[method-assign]
     if "cluster" in where:
         disconnect = client.disconnect_connection_pools
     else:
         disconnect = client.connection_pool.disconnect
-    grants, sections, errors, foreign = [], [], Counter(), []
+    grants: list[Any] = []
+    sections: list[Any] = []
+    errors: Counter[str] = Counter()
+    foreign: list[str] = []
     writes = fenced_out = 0
     owner = f"worker-{index}"
     rng = random.Random(index)
@@ -202,16 +193,8 @@ def _worker(
         if reconnect:
             disconnect()  # the next connection asks the sentinels
         served.port = None
-        try:
-            lease = backend.acquire(key, owner=owner, ttl=TTL, timeout=TIMEOUT)
-        except occupy.OccupyError as e:
-            errors[type(e).__name__] += 1
-            if isinstance(e, occupy.StoreUnavailable):
-                errors[f"  {str(e).partition(': ')[2][:70]}"] += 1
-            time.sleep(0.01)
-            continue
-        except Exception as e:
-            foreign.append(f"acquire: {e!r}\n{traceback.format_exc()}")
+        lease = _acquire(backend, key, owner, errors, foreign)
+        if lease is None:
             continue
         granted = time.time()
         if not grants:
@@ -221,21 +204,11 @@ def _worker(
         # another primary although the grant ran before.
         ran = lease.expires_at.timestamp() - TTL
         grants.append((key, lease.fence, ran, served.port, index))
-        try:
-            with transaction.atomic(using="postgresql"):
-                page = Page.objects.using("postgresql").get(pk=rows[key])
-                page.body = str(int(page.body or 0) + 1)
-                page.save(lease=lease, using="postgresql")
-                with connections["postgresql"].cursor() as cursor:
-                    cursor.execute(
-                        f"INSERT INTO {AUDIT} (key, fence, worker) VALUES (%s, %s, %s)",
-                        [key, lease.fence, index],
-                    )
-            writes += 1
-        except occupy.FencedOut:
-            fenced_out += 1
-        except Exception as e:
-            foreign.append(f"write: {e!r}\n{traceback.format_exc()}")
+        outcome = _fenced_write(lease, rows[key], index)
+        writes += outcome == "written"
+        fenced_out += outcome == "fenced out"
+        if outcome not in ("written", "fenced out"):
+            foreign.append(outcome)
         sections.append((key, lease.fence, granted, time.time(), index))
         try:
             backend.release(lease)
@@ -253,6 +226,65 @@ def _worker(
             "fenced_out": fenced_out,
         }
     )
+
+
+def _acquire(backend: Any, key: str, owner: str, errors: Counter[str], foreign: list[str]) -> Any:
+    """Return a lease on ``key``, or ``None`` with the error counted (occupy's) or
+    described (any other)."""
+    import occupy
+
+    try:
+        return backend.acquire(key, owner=owner, ttl=TTL, timeout=TIMEOUT)
+    except occupy.OccupyError as e:
+        errors[type(e).__name__] += 1
+        if isinstance(e, occupy.StoreUnavailable):
+            errors[f"  {str(e).partition(': ')[2][:70]}"] += 1
+        time.sleep(0.01)
+    except Exception as e:
+        foreign.append(f"acquire: {e!r}\n{traceback.format_exc()}")
+    return None
+
+
+def _note_served() -> Any:
+    """Return a thread-local whose ``port`` is set to the server of every connection
+    given back to a pool (redis-py gives it back after each command; a cluster client's
+    redirected command, after the last node)."""
+    from redis.connection import ConnectionPool
+
+    served = threading.local()
+    release = ConnectionPool.release
+
+    def noting_release(pool: Any, connection: Any) -> None:
+        served.port = connection.port
+        release(pool, connection)
+
+    ConnectionPool.release = noting_release  # type: ignore[method-assign]
+    return served
+
+
+def _fenced_write(lease: Any, pk: int, worker: int) -> str:
+    """Increment row ``pk`` under ``lease`` and audit it; return ``"written"``,
+    ``"fenced out"`` or a foreign error's description."""
+    from django.db import connections, transaction
+
+    import occupy
+    from tests.testapp.models import Page
+
+    try:
+        with transaction.atomic(using="postgresql"):
+            page = Page.objects.using("postgresql").get(pk=pk)
+            page.body = str(int(page.body or 0) + 1)
+            page.save(lease=lease, using="postgresql")
+            with connections["postgresql"].cursor() as cursor:
+                cursor.execute(
+                    f"INSERT INTO {AUDIT} (key, fence, worker) VALUES (%s, %s, %s)",
+                    [lease.key, lease.fence, worker],
+                )
+    except occupy.FencedOut:
+        return "fenced out"
+    except Exception as e:
+        return f"write: {e!r}\n{traceback.format_exc()}"
+    return "written"
 
 
 def _prepare(database: str) -> dict[str, int]:
@@ -316,32 +348,19 @@ def run_failovers(directory: Path, options: Options) -> tuple[Tally, list[Any]]:
         ]
         for proc in procs:
             proc.start()
-        collected: list[dict[str, Any]] = []
         try:
             for _ in procs:  # every worker has been granted a key once
                 ready.get(timeout=120)
             time.sleep(options.calm)
-            first = names[min(names)]
+            # On a cluster, the primary of the first key is the one failed over.
+            first = [names[min(names)]] if cluster else []
             for how in options.failovers:
-                if cluster:
-                    old, new, named_at = deployment.fail_over(how, first)
-                else:
-                    old, new, named_at = deployment.fail_over(how)
+                old, new, named_at = deployment.fail_over(how, *first)
                 done.append((how, old, new, named_at))
                 time.sleep(options.calm)
         finally:
             stop.set()
-            deadline = time.monotonic() + 60
-            while len(collected) < len(procs) and time.monotonic() < deadline:
-                try:
-                    collected.append(results.get(timeout=1))
-                except Exception:
-                    if not any(p.is_alive() for p in procs):
-                        break
-            for proc in procs:
-                proc.join(timeout=5)
-                if proc.is_alive():
-                    proc.kill()
+            collected = _collect(procs, results)
         if cluster:
             by_name = deployment.named()
             named = {key: by_name[name] for key, name in names.items()}
@@ -352,6 +371,23 @@ def run_failovers(directory: Path, options: Options) -> tuple[Tally, list[Any]]:
         raise AssertionError(f"{len(procs) - len(collected)} workers died without a report")
     pages = _final_pages(rows)
     return tally(collected, _audit(), named, done, pages), done
+
+
+def _collect(procs: list[Any], results: Any) -> list[dict[str, Any]]:
+    """Return the reports of the stopped workers (within a minute), then end them."""
+    collected: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 60
+    while len(collected) < len(procs) and time.monotonic() < deadline:
+        try:
+            collected.append(results.get(timeout=1))
+        except Exception:
+            if not any(p.is_alive() for p in procs):
+                break
+    for proc in procs:
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+    return collected
 
 
 def _final_pages(rows: dict[str, int]) -> dict[str, tuple[int, int]]:
@@ -380,23 +416,13 @@ def tally(
         failovers=len(failovers), switches=max((len(n) - 1 for n in named.values()), default=0)
     )
     grants = sorted((g for r in reports for g in r["grants"]), key=lambda g: g[2])
-    sections = [s for r in reports for s in r["sections"]]
     for report in reports:
         result.writes += report["writes"]
         result.fenced_out += report["fenced_out"]
         result.errors.update(report["errors"])
         result.foreign.extend(report["foreign"])
     result.grants = len(grants)
-    # A grant made by another server than the primary named last is from a replaced
-    # primary, unless that server is named next, within EARLY seconds (a new primary
-    # can grant a moment before it is announced, or before the run's watcher sees it;
-    # primaries come round again, so a later naming says nothing).
-    for key, fence, at, port, worker in grants:
-        primary = [p for t, p in named[key] if t <= at][-1]
-        early = [p for t, p in named[key] if at < t <= at + EARLY][:1]
-        if port is not None and port != primary and early != [port]:
-            result.replaced += 1
-            result.replaced_examples.append((key, fence, at, port, primary, worker))
+    _count_replaced(result, grants, named)
     for _how, _old, _new, at in failovers:
         result.after.append(Counter((g[4], g[3]) for g in grants if at <= g[2] < at + 10))
     highest: dict[str, int] = {}
@@ -404,16 +430,7 @@ def tally(
         if fence <= highest.get(key, -1):
             result.not_rising += 1
         highest[key] = max(fence, highest.get(key, -1))
-    by_key: dict[str, list[Any]] = {}
-    for section in sections:
-        by_key.setdefault(section[0], []).append(section)
-    for held in by_key.values():
-        held.sort(key=lambda s: s[2])
-        end = -1.0
-        for _key, _fence, start, stop, _worker in held:
-            if start < end:
-                result.lost += 1
-            end = max(end, stop)
+    result.lost = _overlapping([s for r in reports for s in r["sections"]])
     written: dict[str, int] = {}
     for key, fence in audit:
         if fence < written.get(key, -1):
@@ -425,3 +442,37 @@ def tally(
     times = [g[2] for g in grants]
     result.longest_gap = max((b - a for a, b in itertools.pairwise(times)), default=0.0)
     return result
+
+
+def _count_replaced(
+    result: Tally, grants: list[Any], named: dict[str, list[tuple[float, int]]]
+) -> None:
+    """Count the grants made by a replaced primary, with a few examples.
+
+    A grant made by another server than the primary named last is from a replaced
+    primary, unless that server is named next, within EARLY seconds (a new primary can
+    grant a moment before it is announced, or before the run's watcher sees it;
+    primaries come round again, so a later naming says nothing).
+    """
+    for key, fence, at, port, worker in grants:
+        primary = [p for t, p in named[key] if t <= at][-1]
+        early = [p for t, p in named[key] if at < t <= at + EARLY][:1]
+        if port is not None and port != primary and early != [port]:
+            result.replaced += 1
+            result.replaced_examples.append((key, fence, at, port, primary, worker))
+
+
+def _overlapping(sections: list[Any]) -> int:
+    """Return how many sections began before another of their key had ended."""
+    by_key: dict[str, list[Any]] = {}
+    for section in sections:
+        by_key.setdefault(section[0], []).append(section)
+    lost = 0
+    for held in by_key.values():
+        held.sort(key=lambda s: s[2])
+        end = -1.0
+        for _key, _fence, start, stop, _worker in held:
+            if start < end:
+                lost += 1
+            end = max(end, stop)
+    return lost

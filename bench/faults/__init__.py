@@ -127,6 +127,15 @@ def _load() -> str:
 
 def main(argv: list[str]) -> None:
     """Run the soak on the stores the options name; exit 1 if any store failed."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    plan = _plan(parser, args)
+    stores, skipped = _stores(parser, args)
+    _run(stores, skipped, plan, args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """Return the command line's parser."""
     parser = argparse.ArgumentParser(
         prog="python -m bench faults",
         description=__doc__,
@@ -149,7 +158,11 @@ def main(argv: list[str]) -> None:
         help="the database and file backends' PENDING_TTL (default: theirs)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Plan:
+    """Return the plan the options ask for (``--short``, ``--seconds``, ``--faults``)."""
     plan = SHORT if args.short else FULL
     if args.seconds is not None:
         if not 5 <= args.seconds <= 3600:
@@ -167,31 +180,46 @@ def main(argv: list[str]) -> None:
                 f"from {', '.join(SERVER_FAULTS)}"
             )
         plan = dataclasses.replace(plan, faults=kinds)
+    return plan
+
+
+def _stores(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[list[Store], dict[str, str]]:
+    """Return the stores to soak, and why each store that cannot run is skipped (or
+    exit, with ``--require``)."""
     names = [s for s in args.stores.split(",") if s] or [s.name for s in STORES]
     unknown = set(names) - {s.name for s in STORES}
     if unknown:
         parser.error(f"unknown stores: {', '.join(sorted(unknown))}")
     stores = [s for s in STORES if s.name in names]
+    binary = {
+        "postgresql": str(PG_BIN / "postgres"),
+        "mariadb": "mariadbd",
+        "redis-aof": "redis-server",
+        "redis": "redis-server",
+    }
     skipped = {}
     for store in stores:
-        needs = [store.server] if store.server else []
-        binary = {
-            "postgresql": str(PG_BIN / "postgres"),
-            "mariadb": "mariadbd",
-            "redis-aof": "redis-server",
-            "redis": "redis-server",
-        }
-        for label in needs:
-            if importlib.util.find_spec(DRIVERS[label]) is None:
-                skipped[store.name] = f"its driver {DRIVERS[label]} is not installed"
-            elif shutil.which(binary[label]) is None:
-                skipped[store.name] = f"{binary[label]} is not installed"
+        label = store.server
+        if not label:
+            continue
+        if importlib.util.find_spec(DRIVERS[label]) is None:
+            skipped[store.name] = f"its driver {DRIVERS[label]} is not installed"
+        elif shutil.which(binary[label]) is None:
+            skipped[store.name] = f"{binary[label]} is not installed"
     if skipped and args.require:
         raise SystemExit(
             "stores that cannot run: " + "; ".join(f"{k} ({v})" for k, v in skipped.items())
         )
-    stores = [s for s in stores if s.name not in skipped]
+    return [s for s in stores if s.name not in skipped], skipped
 
+
+def _run(
+    stores: list[Store], skipped: dict[str, str], plan: Plan, args: argparse.Namespace
+) -> None:
+    """Start the servers, soak each store, stop them, print the report; exit 1 if a
+    store failed."""
     previous = signal.signal(signal.SIGTERM, _interrupted)
     root = Path(tempfile.mkdtemp(prefix="occupy-faults-"))
     root.chmod(0o755)  # PostgreSQL runs as its own user below it

@@ -192,42 +192,7 @@ def tally(
     for f in faults:
         t.faults[f.kind] += 1
     for s in sections:
-        if s.paused:
-            t.paused += 1
-        if not s.read_ok:
-            refused_at: float | None = s.t_grant
-        elif s.write_seq is None:
-            t.unfinished += 1
-            continue
-        elif s.write_ok:
-            t.accepted += 1
-            t.paused_accepted += s.paused
-            if s.t_write is not None and _lost_with_data(s, s.t_write, faults):
-                t.grants_lost += 1
-            continue
-        else:
-            refused_at = s.t_write
-        t.refused += 1
-        until = refused_at if refused_at is not None else ended
-        if _lost_with_data(s, until, faults):
-            t.grants_lost += 1
-        if s.paused:
-            reason = "paused"
-        elif _lost_with_data(s, until, faults):
-            reason = "lost with the store's data"
-        elif until - s.t_call >= ttl:
-            reason = "outlived ttl"
-        else:
-            reason = "unexplained"
-            _note(
-                t,
-                "unexplained refusal",
-                f"section {s.id} (key {s.key}, fence {s.fence}, "
-                f"worker {s.worker}) {'read' if not s.read_ok else 'write'} refused "
-                f"{until - s.t_call:.3f} s after acquire was called",
-            )
-        t.refusals[reason] += 1
-
+        _tally_section(t, s, faults, ttl=ttl, ended=ended)
     for a, b in overlaps(sections):
         t.overlaps += 1
         _note(
@@ -237,6 +202,68 @@ def tally(
             f"{a.read_seq}–{a.write_seq}) and {b.id} (fence {b.fence}, "
             f"{b.read_seq}–{b.write_seq}) both accepted",
         )
+    _tally_records(t, sections, records)
+    for why, _s in fence_violations(sections):
+        t.fence_violations += 1
+        _note(t, "fence", why)
+    _tally_longest_gap(t, sections, faults, ttl=ttl, started=started, ended=ended)
+    for (kind, detail), n in (outcomes or {}).items():
+        if kind == "foreign":
+            t.foreign[detail] += n
+        else:
+            t.exceptions[f"{kind}: {detail}" if detail else kind] += n
+    return t
+
+
+def _tally_section(
+    t: Tally, s: SectionRow, faults: Sequence[Fault], *, ttl: float, ended: float
+) -> None:
+    """Count one section: accepted, unfinished, or refused (and why)."""
+    t.paused += s.paused
+    if not s.read_ok:
+        refused_at: float | None = s.t_grant
+    elif s.write_seq is None:
+        t.unfinished += 1
+        return
+    elif s.write_ok:
+        t.accepted += 1
+        t.paused_accepted += s.paused
+        if s.t_write is not None and _lost_with_data(s, s.t_write, faults):
+            t.grants_lost += 1
+        return
+    else:
+        refused_at = s.t_write
+    t.refused += 1
+    until = refused_at if refused_at is not None else ended
+    if _lost_with_data(s, until, faults):
+        t.grants_lost += 1
+    t.refusals[_refusal_reason(t, s, until, faults, ttl=ttl)] += 1
+
+
+def _refusal_reason(
+    t: Tally, s: SectionRow, until: float, faults: Sequence[Fault], *, ttl: float
+) -> str:
+    """Return why section ``s`` was refused at ``until``; note an unexplained one."""
+    if s.paused:
+        return "paused"
+    if _lost_with_data(s, until, faults):
+        return "lost with the store's data"
+    if until - s.t_call >= ttl:
+        return "outlived ttl"
+    _note(
+        t,
+        "unexplained refusal",
+        f"section {s.id} (key {s.key}, fence {s.fence}, "
+        f"worker {s.worker}) {'read' if not s.read_ok else 'write'} refused "
+        f"{until - s.t_call:.3f} s after acquire was called",
+    )
+    return "unexplained"
+
+
+def _tally_records(
+    t: Tally, sections: Sequence[SectionRow], records: dict[str, tuple[int, int]]
+) -> None:
+    """Count the increments lost: each key's counter against its accepted writes."""
     accepted_rows = Counter(s.key for s in sections if s.write_ok)
     for key, (value, accepted) in records.items():
         if accepted != value:
@@ -251,9 +278,18 @@ def tally(
                 f"key {key}: {accepted} accepted by the counter, "
                 f"{accepted_rows[key]} sections recorded as accepted",
             )
-    for why, _s in fence_violations(sections):
-        t.fence_violations += 1
-        _note(t, "fence", why)
+
+
+def _tally_longest_gap(
+    t: Tally,
+    sections: Sequence[SectionRow],
+    faults: Sequence[Fault],
+    *,
+    ttl: float,
+    started: float,
+    ended: float,
+) -> None:
+    """Set the longest time a key could not be had, with the faults around it."""
     t.longest_unobtainable, key, since = longest_gap(sections, ended)
     if key:
         before = [
@@ -265,9 +301,3 @@ def tally(
             f"key {key} from {since - started:.1f} s into the soak; "
             f"faults around it: {', '.join(before) or 'none'}"
         )
-    for (kind, detail), n in (outcomes or {}).items():
-        if kind == "foreign":
-            t.foreign[detail] += n
-        else:
-            t.exceptions[f"{kind}: {detail}" if detail else kind] += n
-    return t

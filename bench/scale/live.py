@@ -121,6 +121,23 @@ def _alternating(
     """Every size at once, in stores of its own; rounds alternate between sizes."""
     if not slotted[0]:
         return
+    _fill_slots(figures, slotted, sizes, ops)
+    order = [(stage, store) for stage, slot in enumerate(slotted) for store in slot]
+    for r in range(rounds):
+        # Each round starts at another place in the order, so that no size or store is
+        # always first after the same neighbour.
+        shift = r * len(order) // rounds
+        for stage, store in order[shift:] + order[:shift]:
+            figures.measure(store, stage, ops)
+    for stage, store in order:
+        figures.footprints[store.name, stage] = store.footprint()
+    explain(report, slotted[-1])
+    for _, store in order:
+        store.clear()
+
+
+def _fill_slots(figures: Figures, slotted: list[list[Store]], sizes: list[int], ops: int) -> None:
+    """Fill each slot's stores to its size, after a probe of every store while small."""
     for slot in slotted:
         for store in slot:
             store.clear()
@@ -135,20 +152,6 @@ def _alternating(
                 f"(filled in {figures.fill_seconds[store.name, stage]:.0f} s)",
                 flush=True,
             )
-    order = [(stage, store) for stage, slot in enumerate(slotted) for store in slot]
-    for r in range(rounds):
-        # Each round starts at another place in the order, so that no size or store is
-        # always first after the same neighbour.
-        shift = r * len(order) // rounds
-        for stage, store in order[shift:] + order[:shift]:
-            figures.measure(store, stage, ops)
-    for stage, slot in enumerate(slotted):
-        for store in slot:
-            figures.footprints[store.name, stage] = store.footprint()
-    explain(report, slotted[-1])
-    for slot in slotted:
-        for store in slot:
-            store.clear()
 
 
 def _staged(figures: Figures, stores: list[Store], sizes: list[int], rounds: int, ops: int) -> None:
@@ -387,7 +390,7 @@ def explain(report: Report, stores: list[Store]) -> None:
             ("grant_if_free", grant, grant_params),
             ("release", dialect.release(), [d, "t" * 32]),
             ("queue_position", dialect.queue_position(), [d, 2**62, d]),
-            ("sweep_batch", dialect.sweep_batch(), [1000]),
+            ("sweep batch", dialect.sweep_batches()[0], [1000]),
         ]
         if store.vendor == "postgresql":
             statements[1] = ("release (and wake)", dialect.release_and_wake(), [d, "t" * 32])

@@ -52,7 +52,8 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
     django.setup()
     with serve() as url:
-        print(url, flush=True)
+        sys.stdout.write(f"{url}\n")
+        sys.stdout.flush()
         sys.stdin.read()
 
 

@@ -69,8 +69,9 @@ def _granted(
     *,
     held_here: bool = False,
     deeper: bool = False,
+    watch: telemetry.Watch = None,
 ) -> Lease:
-    telemetry.granted(backend, lease, deeper=deeper, held_here=held_here)
+    telemetry.granted(backend, lease, deeper=deeper, held_here=held_here, watch=watch)
     lease.renew = renew
     if renew:
         watchdog.watch(lease)
@@ -108,17 +109,16 @@ def acquire(
     this thread or task then does not hold it, and neither re-enters it nor is re-entered.
     """
     store, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, backend)
-    with telemetry.span("occupy.acquire", store, key):
-        return _take_on(
-            store,
-            key,
-            owner=owner,
-            ttl=ttl,
-            timeout=timeout,
-            renew=renew,
-            token=token,
-            reentrant=reentrant,
-        )
+    return _take_on(
+        store,
+        key,
+        owner=owner,
+        ttl=ttl,
+        timeout=timeout,
+        renew=renew,
+        token=token,
+        reentrant=reentrant,
+    )
 
 
 def _take_on(
@@ -141,12 +141,13 @@ def _take_on(
     held = reentry.held(backend.alias, key, owner) if reentrant else None
     lease = None if held is None else _reenter(backend.resume(key, held.token, ttl), held)
     deeper = lease is not None
+    watch = None
     if lease is None:
-        with telemetry.acquiring(backend, key, timeout):
+        with telemetry.acquiring(backend, key, held_here=reentrant) as watch:
             lease = backend.acquire(key, owner=owner, ttl=ttl, timeout=timeout)
     if reentrant:
         reentry.record(lease, deeper=deeper)
-    return _granted(backend, lease, renew, held_here=reentrant, deeper=deeper)
+    return _granted(backend, lease, renew, held_here=reentrant, deeper=deeper, watch=watch)
 
 
 def resume(key: str, token: str, *, ttl: float = DEFAULT, backend: str = "default") -> Lease:
@@ -212,7 +213,7 @@ def takeover(
     """
     store, key, owner, ttl, _timeout = _prepare(key, owner, ttl, 0, backend)
     if_fence = check_fence(if_fence)
-    with telemetry.span("occupy.takeover", store, key):
+    with telemetry.taking_over(store, key):
         lease, previous = store.takeover(key, owner, ttl, if_fence=if_fence)
     return _taken_over(store, lease, previous, renew, reentrant)
 
@@ -230,7 +231,7 @@ async def atakeover(
     """Async twin of :func:`takeover`."""
     store, key, owner, ttl, _timeout = _prepare(key, owner, ttl, 0, backend)
     if_fence = check_fence(if_fence)
-    with telemetry.span("occupy.takeover", store, key):
+    with telemetry.taking_over(store, key):
         lease, previous = await store.atakeover(key, owner, ttl, if_fence=if_fence)
     return _taken_over(store, lease, previous, renew, reentrant)
 
@@ -265,17 +266,16 @@ async def aacquire(
 ) -> Lease:
     """Async twin of :func:`acquire`; cancelling it while it waits leaves no claim."""
     store, key, owner, ttl, timeout = _prepare(key, owner, ttl, timeout, backend)
-    with telemetry.span("occupy.acquire", store, key):
-        return await _atake_on(
-            store,
-            key,
-            owner=owner,
-            ttl=ttl,
-            timeout=timeout,
-            renew=renew,
-            token=token,
-            reentrant=reentrant,
-        )
+    return await _atake_on(
+        store,
+        key,
+        owner=owner,
+        ttl=ttl,
+        timeout=timeout,
+        renew=renew,
+        token=token,
+        reentrant=reentrant,
+    )
 
 
 async def _atake_on(
@@ -299,12 +299,13 @@ async def _atake_on(
     if held is not None:
         lease = _reenter(await backend.aresume(key, held.token, ttl), held)
     deeper = lease is not None
+    watch = None
     if lease is None:
-        with telemetry.acquiring(backend, key, timeout):
+        with telemetry.acquiring(backend, key, held_here=reentrant) as watch:
             lease = await backend.aacquire(key, owner=owner, ttl=ttl, timeout=timeout)
     if reentrant:
         reentry.record(lease, deeper=deeper)
-    return _granted(backend, lease, renew, held_here=reentrant, deeper=deeper)
+    return _granted(backend, lease, renew, held_here=reentrant, deeper=deeper, watch=watch)
 
 
 def _releasable(lease: Any) -> Lease:
@@ -340,12 +341,11 @@ def release(lease: Lease) -> None:
     """
     lease = _releasable(lease)
     backend = lease.backend or lease._backend()
-    with telemetry.span("occupy.release", backend, lease.key):
-        try:
-            backend.release(lease)
-        except BaseException:
-            _release_failed(lease)
-            raise
+    try:
+        backend.release(lease)
+    except BaseException as error:
+        _release_failed(lease, error)
+        raise
     _released(backend, lease)
 
 
@@ -353,12 +353,11 @@ async def arelease(lease: Lease) -> None:
     """Async twin of :func:`release`."""
     lease = _releasable(lease)
     backend = lease._backend()
-    with telemetry.span("occupy.release", backend, lease.key):
-        try:
-            await backend.arelease(lease)
-        except BaseException:
-            _release_failed(lease)
-            raise
+    try:
+        await backend.arelease(lease)
+    except BaseException as error:
+        _release_failed(lease, error)
+        raise
     _released(backend, lease)
 
 
@@ -369,10 +368,10 @@ def _released(backend: LeaseBackend, lease: Lease) -> None:
     signals.lease_released.send(sender=type(backend), lease=lease)
 
 
-def _release_failed(lease: Lease) -> None:
-    """Forget a lease whose release failed: it is no longer held in-process."""
+def _release_failed(lease: Lease, error: BaseException) -> None:
+    """Forget a lease whose release raised ``error``: it is no longer held in-process."""
     reentry.forget(lease)
-    telemetry.release_failed(lease)
+    telemetry.release_failed(lease, error)
 
 
 def holder(key: str, *, backend: str = "default") -> Holder | None:

@@ -40,22 +40,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 #: What each execution context (thread, or asyncio task) holds through ``lock`` objects,
-#: newest last: (lock, lease, span). Kept per context, so that one ``lock`` object shared
+#: newest last, one :class:`_Entered` each. Kept per context, so that one ``lock`` object shared
 #: by threads or tasks releases, on each exit, the lease that this context took; a tuple,
 #: so that a task started inside a block sees the stack but never changes its parent's.
 _held_by_locks: ContextVar[tuple[_Entered, ...]] = ContextVar("occupy_held_by_locks", default=())
 
 
 class _Entered:
-    """One entry into a ``lock``: the lock, the lease it took, and the span of the
-    section; ``left`` once it was left (from its own context or handed on)."""
+    """One entry into a ``lock``: the lock, the lease it took, and what made its
+    section's span current (``None`` when nothing did); ``left`` once it was left (from
+    its own context or handed on)."""
 
-    __slots__ = ("handed_on", "lease", "left", "lock", "section", "span")
+    __slots__ = ("context", "handed_on", "lease", "left", "lock")
 
-    def __init__(
-        self, owner: lock, lease: Lease, section: AbstractContextManager[Any], span: Any
-    ) -> None:
-        self.lock, self.lease, self.section, self.span = owner, lease, section, span
+    def __init__(self, owner: lock, lease: Lease, context: Any) -> None:
+        self.lock, self.lease, self.context = owner, lease, context
         self.left = self.handed_on = False
 
 
@@ -113,9 +112,9 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         return bound
 
     def _entered(self, lease: Lease) -> Lease:
-        """Note that this context holds ``lease`` through this lock, in a span."""
-        section = telemetry.span("occupy.lock", lease.backend, lease.key)
-        entry = _Entered(self, lease, section, section.__enter__())
+        """Note that this context holds ``lease`` through this lock (its section's span
+        made current, when every section is traced)."""
+        entry = _Entered(self, lease, telemetry.enter_section(lease))
         _held_by_locks.set((*_held_by_locks.get(), entry))
         self._outstanding.append(entry)
         return lease
@@ -143,19 +142,15 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         _held_by_locks.set(tuple(e for e in live if e is not entry))
         return entry
 
-    def _end_section(
-        self,
-        entry: _Entered,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """End the section's span: as the current span in the context that entered it,
-        else (handed on) just the span, whose context belongs to the other thread."""
+    @staticmethod
+    def _end_section(entry: _Entered, exc_type: type[BaseException] | None) -> None:
+        """Note the block's exception, if any, before the release ends the section's
+        span; make the span no longer current in the context that entered it (a block
+        handed on left it in the other thread's context, which it does not touch)."""
+        if exc_type is not None:
+            telemetry.section_raised(entry.lease, exc_type)
         if not entry.handed_on:
-            entry.section.__exit__(exc_type, exc, tb)
-        elif entry.span is not None:
-            entry.span.end()
+            telemetry.leave_section(entry.context)
 
     def __enter__(self) -> Lease:
         return self._entered(self._take())
@@ -167,12 +162,11 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         tb: TracebackType | None,
     ) -> None:
         entry = self._leaving()
+        self._end_section(entry, exc_type)
         try:
             release(entry.lease)
         except LeaseLost:
             _lost_on_exit(entry.lease, exc)
-        finally:
-            self._end_section(entry, exc_type, exc, tb)
 
     async def __aenter__(self) -> Lease:
         return self._entered(await self._atake())
@@ -184,12 +178,11 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         tb: TracebackType | None,
     ) -> None:
         entry = self._leaving()
+        self._end_section(entry, exc_type)
         try:
             await arelease(entry.lease)
         except LeaseLost:
             _lost_on_exit(entry.lease, exc)
-        finally:
-            self._end_section(entry, exc_type, exc, tb)
 
     def __call__(self, func: F) -> F:
         """Decorate ``func`` so that each call holds the (formatted) key."""

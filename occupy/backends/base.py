@@ -26,9 +26,10 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from occupy import telemetry
 from occupy.backends.cleanup import chain_beneath, clean_up_after
 from occupy.backends.configuration import store_reason
-from occupy.backends.contract import BackendContract
+from occupy.backends.contract import MAX_SWEEP_BATCH, BackendContract
 from occupy.backends.outcomes import occupied
 from occupy.backends.pacing import Pacing
 from occupy.backends.rows import Claim, OccupationRows
@@ -36,6 +37,7 @@ from occupy.exceptions import LeaseLost, LockTimeout, Occupied, OccupyError
 from occupy.leases import Holder, Lease, new_token
 
 __all__ = [
+    "MAX_SWEEP_BATCH",
     "STORE_GRACE",
     "Attempt",
     "BackendContract",
@@ -169,6 +171,7 @@ class BaseBackend(BackendContract):
         try:
             lease = attempt.try_acquire()
             if lease is None and timeout != 0:
+                telemetry.began_waiting()
                 lease = attempt.enqueue()
                 while lease is None and (remaining := _left(deadline)) > 0:
                     attempt.wait(_pause(attempt, remaining))
@@ -191,6 +194,7 @@ class BaseBackend(BackendContract):
         try:
             lease = await run(attempt.try_acquire)
             if lease is None and timeout != 0:
+                telemetry.began_waiting()
                 lease = await run(attempt.enqueue)
                 while lease is None and (remaining := _left(deadline)) > 0:
                     await attempt.await_wake(_pause(attempt, remaining))

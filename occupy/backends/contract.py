@@ -15,7 +15,7 @@ from typing import ClassVar
 from asgiref.sync import sync_to_async
 from django.core.checks import CheckMessage
 
-from occupy import telemetry
+from occupy import signals, telemetry
 from occupy.backends.claims import UNKNOWN_OWNER
 from occupy.backends.configuration import ConfiguredBackend, unknown_claims, unreachable_store
 from occupy.backends.outcomes import make_holder, takeover_refused, utc
@@ -23,7 +23,11 @@ from occupy.backends.rows import Claim, OccupationRows
 from occupy.exceptions import StoreUnavailable
 from occupy.leases import Holder, Lease
 
-__all__ = ["BackendContract"]
+__all__ = ["MAX_SWEEP_BATCH", "BackendContract"]
+
+#: The most claims one statement of a sweep may delete (``sweep_locks --batch-size``):
+#: every store's integers hold it, and a larger batch only holds its locks longer.
+MAX_SWEEP_BATCH = 1_000_000
 
 
 class BackendContract(ConfiguredBackend):
@@ -180,6 +184,30 @@ class BackendContract(ConfiguredBackend):
         themselves (:attr:`expires_by_itself`).
         """
         return 0
+
+    def clear_expired(
+        self,
+        *,
+        batch_size: int = 1000,
+        dry_run: bool = False,
+        removed: Callable[[str], None] | None = None,
+    ) -> int:
+        """Remove expired claims (:meth:`sweep`) and send
+        :data:`~occupy.signals.lease_expired` with how many; return that number.
+        ``sweep_locks`` calls it, as Django's ``clearsessions`` calls
+        ``SessionStore.clear_expired()``.
+
+        Raises ``ValueError`` for a ``batch_size`` outside 1 to
+        :data:`MAX_SWEEP_BATCH`, before the store is asked anything.
+        """
+        if isinstance(batch_size, bool) or not 1 <= batch_size <= MAX_SWEEP_BATCH:
+            raise ValueError(
+                f"batch_size must be between 1 and {MAX_SWEEP_BATCH:,}, not {batch_size!r}."
+            )
+        count = self.sweep(batch_size=batch_size, dry_run=dry_run, removed=removed)
+        if count and not dry_run:
+            signals.lease_expired.send(sender=type(self), key=None, count=count)
+        return count
 
     def describe_store(self) -> str:
         """Return the store, as an operator finds it ("database 'default' (PostgreSQL at

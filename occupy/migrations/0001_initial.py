@@ -1,4 +1,11 @@
-import django
+"""The claims table, ``occupy_occupation``.
+
+The digest index and the unique slot are declared in ``Meta``, not on the fields: on
+PostgreSQL, ``db_index`` and ``unique`` on a ``CharField`` also build a
+``varchar_pattern_ops`` ("_like") index, which only ``LIKE`` queries use and every grant
+and release would write. The slot is NULL for queued claims, as many times as there are.
+"""
+
 import django.db.models.deletion
 from django.db import migrations, models
 
@@ -16,8 +23,8 @@ class Migration(migrations.Migration):
             fields=[
                 ("id", models.BigAutoField(primary_key=True, serialize=False)),
                 ("key", models.CharField(max_length=255, verbose_name="key")),
-                ("digest", models.CharField(db_index=True, editable=False, max_length=64)),
-                ("slot", models.CharField(editable=False, max_length=64, null=True, unique=True)),
+                ("digest", models.CharField(editable=False, max_length=64)),
+                ("slot", models.CharField(editable=False, max_length=64, null=True)),
                 (
                     "object_id",
                     models.CharField(
@@ -55,19 +62,19 @@ class Migration(migrations.Migration):
                 "db_table": "occupy_occupation",
                 "ordering": ["key", "id"],
                 "permissions": [("force_release_occupation", "Can force-release an occupation")],
+                "indexes": [models.Index(fields=["digest"], name="occupy_occupation_digest")],
                 "constraints": [
+                    models.UniqueConstraint(fields=("slot",), name="occupy_one_holder_per_key"),
                     models.CheckConstraint(
-                        **{
-                            "condition" if django.VERSION >= (5, 1) else "check": models.Q(
-                                models.Q(
-                                    ("fence__isnull", False),
-                                    ("slot", models.F("digest")),
-                                    ("state", "using"),
-                                ),
-                                models.Q(("slot__isnull", True), ("state", "pending")),
-                                _connector="OR",
-                            )
-                        },
+                        condition=models.Q(
+                            models.Q(
+                                ("fence__isnull", False),
+                                ("slot", models.F("digest")),
+                                ("state", "using"),
+                            ),
+                            models.Q(("slot__isnull", True), ("state", "pending")),
+                            _connector="OR",
+                        ),
                         name="occupy_using_holds_the_slot",
                     ),
                 ],

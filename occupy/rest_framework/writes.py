@@ -12,7 +12,7 @@ from django.db import transaction
 from rest_framework.request import Request
 
 import occupy
-from occupy import http
+from occupy import http, telemetry
 from occupy.conf import occupy_settings
 from occupy.exceptions import FencedOut, LeaseLost, Occupied
 from occupy.http import Problem, requester_pk
@@ -144,7 +144,8 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         key = self.get_lease_key(instance)
         token = self.get_lease_token(self.request)
         if token is None:
-            lease = self.take_write_lock(key)
+            with telemetry.write_lock():  # an event on the request's span, not spans
+                lease = self.take_write_lock(key)
             try:
                 yield lease
             finally:

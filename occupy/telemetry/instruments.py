@@ -1,7 +1,14 @@
-"""occupy's OpenTelemetry instruments, made once from the global meter, and what they
-read: whether an SDK is configured, the attributes of a key (never the key itself), the
-leases held and the acquires waiting in this process. :mod:`occupy.telemetry` records
-through them; see docs/howto/telemetry.md.
+"""occupy's OpenTelemetry instruments, made once from the global meter, and the in-process
+tallies its observable instruments read when a reader collects. :mod:`occupy.telemetry`
+records through them; see docs/howto/telemetry.md.
+
+Invariants:
+
+- Two instruments are synchronous, the wait and hold histograms; every count (outcomes,
+  losses, takeovers, refused writes, store errors, HTTP answers) is a plain in-process
+  tally, read by an observable counter's callback at collection time. So the lock path
+  itself makes at most one SDK call when nothing waited: the hold at release.
+- A tally only grows, and counts each event once, under :data:`_tally_lock`.
 """
 
 from __future__ import annotations
@@ -10,12 +17,10 @@ import importlib.metadata
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-from django.utils.module_loading import import_string
-
-from occupy.conf import occupy_settings
+from occupy.telemetry.attributes import AttributeSet, Backend, key_sets
 
 if TYPE_CHECKING:
     from occupy.leases import Lease
@@ -27,33 +32,24 @@ except ImportError:  # the optional extra is not installed: every call is a no-o
     otel_metrics = None  # type: ignore[assignment]
     otel_trace = None  # type: ignore[assignment]
 
-__all__ = ["ENABLED", "Backend", "active", "family", "otel_metrics", "otel_trace", "store_kind"]
+__all__ = [
+    "COUNTERS",
+    "ENABLED",
+    "Backend",
+    "Held",
+    "active",
+    "count",
+    "instruments",
+    "otel_metrics",
+    "otel_trace",
+    "report_failure",
+    "version",
+]
 
 logger = logging.getLogger("occupy.telemetry")
 
-
-class Backend(Protocol):
-    """What telemetry reads of a backend (a :class:`~occupy.backends.base.BaseBackend`,
-    which telemetry does not import: the backends report to it): its alias, and for
-    :func:`store_kind`, its class and ``store_kind`` if it has one."""
-
-    @property
-    def alias(self) -> str:
-        """The backend's alias in ``OCCUPY["BACKENDS"]``."""
-
-
 #: Whether the OpenTelemetry API is installed (else every function returns at once).
 ENABLED = otel_metrics is not None
-
-#: Outcomes of an acquire, the values of ``occupy.outcome``.
-GRANTED, TIMED_OUT, OCCUPIED, FAILED = "granted", "timed_out", "occupied", "store_error"
-#: Why a held lease ended, the values of ``occupy.lease.end`` / ``occupy.reason``.
-RELEASED, EXPIRED, TAKEN_OVER, STORE_FAILURE = "released", "expired", "taken_over", "store_failure"
-#: The family of a key without a ``:`` (it has no family part; the key itself may be
-#: anything, so it never becomes an attribute).
-OTHER = "other"
-#: A lost lease this process did not take (an HTTP client's, rebuilt from its token).
-UNKNOWN = "unknown"
 
 #: Wait and hold times span milliseconds to minutes: the SDK's default buckets (0 to
 #: 10,000, made for milliseconds) would put every wait in the first two.
@@ -77,17 +73,44 @@ SECONDS_BUCKETS = (
     300.0,
 )
 
+#: The counters, observed from tallies: name -> (unit, description).
+COUNTERS = {
+    "occupy.lock.acquires": (
+        "{acquire}",
+        "Acquires by outcome (granted_at_once, granted_after_wait, occupied, timed_out, "
+        "store_error).",
+    ),
+    "occupy.lease.lost": (
+        "{lease}",
+        "Leases lost while held, by reason (expired, taken_over, store_failure, unknown).",
+    ),
+    "occupy.lease.takeovers": ("{lease}", "Takeovers granted by this process."),
+    "occupy.write.fenced_out": (
+        "{write}",
+        "Writes refused because the writer's fence was stale.",
+    ),
+    "occupy.write.version_conflicts": (
+        "{write}",
+        "Versioned writes refused because the row had changed.",
+    ),
+    "occupy.store.errors": ("{error}", "Calls that found the lock store unavailable."),
+    "occupy.http.responses": (
+        "{response}",
+        "Responses of the DRF layer with an occupy status (304, 409, 412, 423, 428, 503).",
+    ),
+}
+
 
 class _Instruments:
     """The instruments, made once from the global meter (a proxy until an SDK is set)."""
 
     def __init__(self) -> None:
         assert otel_metrics is not None
-        version = _version()
+        found = version()
         meter = (
             otel_metrics.get_meter("occupy")
-            if version is None
-            else otel_metrics.get_meter("occupy", version)
+            if found is None
+            else otel_metrics.get_meter("occupy", found)
         )
         seconds: dict[str, Any] = {
             "unit": "s",
@@ -95,8 +118,8 @@ class _Instruments:
         }
         self.wait = meter.create_histogram(
             "occupy.lock.wait.duration",
-            description="Time an acquire waited for its key, "
-            "by outcome (granted, timed_out, occupied, store_error).",
+            description="Time an acquire that waited (its first try found the key held) "
+            "spent, by outcome (granted, timed_out, store_error).",
             **seconds,
         )
         self.hold = meter.create_histogram(
@@ -104,8 +127,6 @@ class _Instruments:
             description="Time a lease was held, from its grant to its release, expiry or loss.",
             **seconds,
         )
-        # Observed when a reader collects, not counted on every grant and release: the
-        # lock path only keeps the tallies it keeps anyway.
         meter.create_observable_up_down_counter(
             "occupy.lease.held",
             [_observe_held],
@@ -118,43 +139,17 @@ class _Instruments:
             unit="{waiter}",
             description="Acquires of this process waiting for their key.",
         )
-        self.lost = meter.create_counter(
-            "occupy.lease.lost",
-            unit="{lease}",
-            description="Leases lost while held, by reason (expired, taken_over, store_failure).",
-        )
-        self.takeovers = meter.create_counter(
-            "occupy.lease.takeovers",
-            unit="{lease}",
-            description="Takeovers granted by this process.",
-        )
-        self.fenced_out = meter.create_counter(
-            "occupy.write.fenced_out",
-            unit="{write}",
-            description="Writes refused because the writer's fence was stale.",
-        )
-        self.conflicts = meter.create_counter(
-            "occupy.write.version_conflicts",
-            unit="{write}",
-            description="Versioned writes refused because the row had changed.",
-        )
-        self.store_errors = meter.create_counter(
-            "occupy.store.errors",
-            unit="{error}",
-            description="Calls that found the lock store unavailable.",
-        )
-        self.http = meter.create_counter(
-            "occupy.http.responses",
-            unit="{response}",
-            description="Responses of the "
-            "DRF layer with an occupy status (304, 409, 412, 423, 428, 503).",
-        )
+        for name, (unit, description) in COUNTERS.items():
+            meter.create_observable_counter(
+                name, [_observer(name)], unit=unit, description=description
+            )
 
 
-def _version() -> str | None:
+def version() -> str | None:
+    """Return occupy's installed version (``None`` for a checkout on ``sys.path``)."""
     try:
         return importlib.metadata.version("django-occupy")
-    except importlib.metadata.PackageNotFoundError:  # a checkout on sys.path
+    except importlib.metadata.PackageNotFoundError:
         return None
 
 
@@ -162,7 +157,8 @@ _instruments: _Instruments | None = None
 _instruments_lock = threading.Lock()
 
 
-def _get() -> _Instruments:
+def instruments() -> _Instruments:
+    """Return the instruments, made on first use."""
     global _instruments
     if _instruments is None:
         with _instruments_lock:
@@ -172,6 +168,15 @@ def _get() -> _Instruments:
 
 
 _failed_once = False
+
+
+def report_failure() -> None:
+    """Log the exception being handled, the first time telemetry fails: it never raises
+    into the lock path."""
+    global _failed_once
+    if not _failed_once:
+        _failed_once = True
+        logger.exception("recording occupy telemetry failed; carrying on without it")
 
 
 _active = False
@@ -207,118 +212,90 @@ def _api_own(provider: object) -> bool:
     return type(provider).__module__.startswith(("opentelemetry.metrics", "opentelemetry.trace"))
 
 
-def _safely(record: Callable[[], None]) -> None:
-    """Run ``record``; telemetry never raises into the lock path."""
-    global _failed_once
-    try:
-        record()
-    except Exception:
-        if not _failed_once:
-            _failed_once = True
-            logger.exception("recording occupy telemetry failed; carrying on without it")
+# --- tallies ----------------------------------------------------------------------------
+
+#: Counter name -> {attribute set's ident: [its attributes, count]}.
+_tallies: dict[str, dict[Any, list[Any]]] = {name: {} for name in COUNTERS}
+#: Acquires waiting now, the same way.
+_waiting: dict[Any, list[Any]] = {}
+_tally_lock = threading.Lock()
 
 
-# --- attributes -------------------------------------------------------------------------
-
-_family_hook: tuple[Any, Callable[[str], str]] | None = None
-
-
-def _default_family(key: str) -> str:
-    family, colon, _rest = key.partition(":")
-    return family if colon else OTHER
+def count(name: str, attributes: AttributeSet, change: int = 1) -> None:
+    """Add ``change`` to counter ``name``'s tally under ``attributes``."""
+    _add(_tallies[name], attributes, change)
 
 
-def family(key: str) -> str:
-    """Return the key's family, the only part of a key that reaches an attribute."""
-    global _family_hook
-    if _family_hook is None:
-        path = occupy_settings.TELEMETRY["KEY_FAMILY"]
-        _family_hook = (path, _default_family if path is None else import_string(path))
-    return str(_family_hook[1](key))
+def waiting(attributes: AttributeSet, change: int) -> None:
+    """Note that an acquire under ``attributes`` began (1) or stopped (-1) waiting."""
+    _add(_waiting, attributes, change)
 
 
-def _forget_settings() -> None:
-    global _family_hook
-    _family_hook = None
-    _attribute_sets.clear()
+def _add(table: dict[Any, list[Any]], attributes: AttributeSet, change: int) -> None:
+    with _tally_lock:
+        entry = table.get(attributes.ident)
+        if entry is not None:
+            entry[1] += change
+            return
+        table[attributes.ident] = [attributes.attributes, change]
+    instruments()  # the instruments exist from the first tally on, so it is observed
 
 
-occupy_settings.on_reload(_forget_settings)
+def _observations(table: dict[Any, list[Any]]) -> Iterator[Any]:
+    assert otel_metrics is not None
+    with _tally_lock:
+        found = [(attributes, value) for attributes, value in table.values()]
+    for attributes, value in found:
+        yield otel_metrics.Observation(value, attributes)
 
 
-def store_kind(backend: Backend) -> str:
-    """Return the kind of store ``backend`` keeps its locks in (``database``, ``redis``…)."""
-    kind = getattr(backend, "store_kind", None)
-    if isinstance(kind, str):
-        return kind
-    name = type(backend).__name__
-    return (name[: -len("Backend")] if name.endswith("Backend") else name).lower()
+def _observer(name: str) -> Any:
+    table = _tallies[name]
+
+    def observe(options: Any) -> Iterator[Any]:
+        return _observations(table)
+
+    return observe
 
 
-#: The common attributes by (alias, family): made once, shared (never changed in place).
-_attribute_sets: dict[tuple[str, str], dict[str, str]] = {}
+def _observe_waiting(options: Any) -> Iterator[Any]:
+    return _observations(_waiting)
 
 
-def _attributes(backend: Backend, key: str) -> dict[str, str]:
-    """Return the common attributes of ``key`` on ``backend`` (a shared dict: copy it
-    to add to it)."""
-    name = family(key)
-    found = _attribute_sets.get((backend.alias, name))
-    if found is None:
-        found = _attribute_sets[(backend.alias, name)] = {
-            "occupy.backend": backend.alias,
-            "occupy.store": store_kind(backend),
-            "occupy.key.family": name,
-        }
-    return found
+# --- leases held here -------------------------------------------------------------------
 
 
-# --- what the lock API reports ----------------------------------------------------------
+class Held:
+    """A lease this process holds: when its acquire began and when it was granted
+    (``time.perf_counter_ns()``), at how many levels, its expiry and ttl at its grant
+    (by the store's clock, to tell an expiry from a takeover), its section's span when
+    every section is traced, and the type of the exception its ``occupy.lock`` block
+    raised, if any."""
 
+    __slots__ = ("attributes", "error", "expires_at", "levels", "since", "span", "started", "ttl")
 
-class _Held:
-    """A lease this process holds: since when (monotonic), at how many levels, and the
-    store-clock expiry it had at its grant (to tell an expiry from a takeover)."""
-
-    __slots__ = ("attributes", "granted_at", "levels", "since")
-
-    def __init__(self, lease: Lease, attributes: dict[str, str]) -> None:
-        self.since = time.monotonic()
-        self.granted_at = lease.expires_at.timestamp() - lease.ttl  # the store's clock
+    def __init__(self, lease: Lease, attributes: AttributeSet, started: int) -> None:
+        self.since = time.perf_counter_ns()
+        self.started = started
+        self.expires_at, self.ttl = lease.expires_at, lease.ttl
         self.levels = 1
         self.attributes = attributes
+        self.span: Any = None
+        self.error: type[BaseException] | None = None
 
 
 #: By (alias, key, token): in-process only, never exported.
-_held: dict[tuple[str, str, str], _Held] = {}
-_held_lock = threading.Lock()
-#: Acquires waiting now, by their (shared) attributes' identity.
-_waiting: dict[int, tuple[dict[str, str], int]] = {}
-
-
-def _tally(
-    tallies: dict[int, tuple[dict[str, str], int]], attributes: dict[str, str], change: int
-) -> None:
-    with _held_lock:
-        _attributes, count = tallies.get(id(attributes), (attributes, 0))
-        tallies[id(attributes)] = (attributes, count + change)
+held: dict[tuple[str, str, str], Held] = {}
+held_lock = threading.Lock()
 
 
 def _observe_held(options: Any) -> Iterator[Any]:
     assert otel_metrics is not None
     # Every attribute set seen, at 0 unless held: a series that ends reads 0, not gone.
-    counts = {id(attributes): (attributes, 0) for attributes in list(_attribute_sets.values())}
-    with _held_lock:
-        for entry in _held.values():
-            attributes, count = counts.get(id(entry.attributes), (entry.attributes, 0))
-            counts[id(entry.attributes)] = (attributes, count + 1)
-    for attributes, count in counts.values():
-        yield otel_metrics.Observation(count, attributes)
-
-
-def _observe_waiting(options: Any) -> Iterator[Any]:
-    assert otel_metrics is not None
-    with _held_lock:
-        tallies = list(_waiting.values())
-    for attributes, count in tallies:
-        yield otel_metrics.Observation(count, attributes)
+    counts: dict[Any, tuple[AttributeSet, int]] = {s.ident: (s, 0) for s in key_sets()}
+    with held_lock:
+        for entry in held.values():
+            found, number = counts.get(entry.attributes.ident, (entry.attributes, 0))
+            counts[found.ident] = (found, number + 1)
+    for found, number in counts.values():
+        yield otel_metrics.Observation(number, found.attributes)

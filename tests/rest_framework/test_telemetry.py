@@ -1,9 +1,14 @@
-"""The DRF layer counts its answers with an occupy status (``occupy.http.responses``)."""
+"""The DRF layer counts its answers with an occupy status (``occupy.http.responses``), and
+its guarded write's lock is an event on the request's span, not spans of its own."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
+import occupy
+from occupy.owners import lease_owner, write_owner
 from tests.support.telemetry import Recorded, recorded
 from tests.testapp.models import Book
 
@@ -45,3 +50,79 @@ def test_occupy_statuses_are_counted_by_status_and_code(otel, users, client_for)
 
     for (status, code), count in before.items():
         assert _count(otel, status, code) == count + 1, (status, code)
+
+
+# --- the guarded write: an event on the request's span, no span of its own -------------------
+
+
+def _write_under_a_request_span(client, book: Book, **headers: str) -> tuple[int, object]:
+    """PATCH ``book`` inside a span standing for the request's (an instrumented server
+    makes one); return the status and that span, once ended."""
+    from opentelemetry import trace
+
+    with trace.get_tracer("tests").start_as_current_span("request") as request:
+        status = client.patch(
+            f"/api/books/{book.pk}/", {"name": "x"}, format="json", **headers
+        ).status_code
+    return status, request
+
+
+def _occupy_spans_under(otel: Recorded, request: object) -> list[str]:
+    return [
+        span.name
+        for span in otel.spans.recent
+        if span.parent is not None and span.parent.span_id == request.context.span_id  # type: ignore[attr-defined]
+    ]
+
+
+def test_a_write_that_waited_is_an_event_on_the_request_span(otel, users, client_for) -> None:
+    book = Book.objects.create(name="Dune")
+    writing = occupy.acquire(
+        book.occupy_key, owner=write_owner(users.other.pk), ttl=30, reentrant=False
+    )
+    done = threading.Timer(0.3, occupy.release, [writing])
+    done.start()
+    try:
+        status, request = _write_under_a_request_span(
+            client_for(users.editor), book, HTTP_IF_MATCH='"1"'
+        )
+    finally:
+        done.join()
+    assert status == 200
+    assert _occupy_spans_under(otel, request) == []  # no span of its own
+    [event] = [e for e in request.events if e.name == "occupy.write_lock"]
+    assert event.attributes["occupy.outcome"] == "granted_after_wait"
+    assert event.attributes["occupy.key.family"] == "testapp.book"
+    assert event.attributes["occupy.wait.duration"] >= 0.25
+    assert "error.type" not in event.attributes
+
+
+def test_a_write_refused_by_an_edit_lease_is_an_event_with_its_error_type(
+    otel, users, client_for
+) -> None:
+    book = Book.objects.create(name="Dune")
+    lease = occupy.acquire(
+        book.occupy_key, owner=lease_owner(users.other.pk), ttl=40, reentrant=False
+    )
+    try:
+        status, request = _write_under_a_request_span(
+            client_for(users.editor), book, HTTP_IF_MATCH='"1"'
+        )
+    finally:
+        occupy.release(lease)
+    assert status == 423
+    assert _occupy_spans_under(otel, request) == []
+    [event] = [e for e in request.events if e.name == "occupy.write_lock"]
+    assert event.attributes["occupy.outcome"] == "occupied"
+    assert event.attributes["error.type"] == "occupy.exceptions.Occupied"
+    assert not any(str(users.other.pk) in str(value) for value in event.attributes.values())
+
+
+def test_an_uncontended_write_records_no_event(otel, users, client_for) -> None:
+    book = Book.objects.create(name="Dune")
+    status, request = _write_under_a_request_span(
+        client_for(users.editor), book, HTTP_IF_MATCH='"1"'
+    )
+    assert status == 200
+    assert request.events == () or list(request.events) == []
+    assert _occupy_spans_under(otel, request) == []

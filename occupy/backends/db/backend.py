@@ -234,8 +234,9 @@ class DatabaseBackend(DatabaseStore):
         """Delete expired claims ``batch_size`` at a time; return how many; tell
         ``removed`` the key of each (the batches then return their keys).
 
-        Only a batch that deletes nothing ends the sweep: a short batch may just have
-        met claims renewed while it ran (kept, so not counted), with more expired after.
+        Each of the dialect's :meth:`~occupy.backends.db.dialects.Dialect.sweep_batches`
+        runs until it deletes nothing: a short batch may just have met claims renewed
+        while it ran (kept, so not counted), with more expired after.
         """
         sql = self.dialect
         if dry_run:
@@ -245,17 +246,18 @@ class DatabaseBackend(DatabaseStore):
             for (key,) in keys:
                 removed(key)
             return len(keys)
-        statement = sql.sweep_batch() if removed is None else sql.sweep_batch_returning()
         total = 0
-        while True:
-            deleted, rows = self.execute(statement, [batch_size], prepare=False)
-            if removed is not None:
-                deleted = len(rows)
-                for (key,) in rows:
-                    removed(key)
-            total += deleted
-            if not deleted:
-                return total
+        for statement in sql.sweep_batches(returning=removed is not None):
+            while True:
+                deleted, rows = self.execute(statement, [batch_size], prepare=False)
+                if removed is not None:
+                    deleted = len(rows)
+                    for (key,) in rows:
+                        removed(key)
+                total += deleted
+                if not deleted:
+                    break
+        return total
 
     def claims(self) -> Iterator[Claim]:
         """Yield every live claim, granted and queued, ordered by key."""

@@ -1,5 +1,9 @@
 """``manage.py sweep_locks``: delete expired claims from every backend that keeps them.
 
+Each backend sweeps and signals (:meth:`~occupy.backends.base.BaseBackend.clear_expired`,
+as Django's ``clearsessions`` asks ``SessionStore.clear_expired()``); this command picks
+the backends, checks the batch size and prints.
+
 Quiet for cron at ``-v 0`` (nothing unless something failed); at ``-v 1`` one line per
 backend, saying so where the store drops expired claims itself; at ``-v 2`` every key
 removed as well. A backend whose store cannot be used is reported after the others were
@@ -13,8 +17,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from occupy import signals
 from occupy.backends import get_backend
+from occupy.backends.base import MAX_SWEEP_BATCH, BaseBackend
 from occupy.conf import occupy_settings
 from occupy.exceptions import OccupyError
 from occupy.management.trouble import trouble
@@ -41,62 +45,53 @@ class Command(BaseCommand):
             type=int,
             default=1000,
             metavar="N",
-            help="Claims deleted per statement (default 1000).",
+            help=f"Claims deleted per statement, 1 to {MAX_SWEEP_BATCH:,} (default 1000).",
         )
         parser.add_argument(
             "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
         )
 
     def handle(
-        self,
-        *args: Any,
-        aliases: list[str] | None,
-        batch_size: int,
-        dry_run: bool,
-        verbosity: int = 1,
-        **options: Any,
+        self, *args: Any, aliases: list[str] | None, batch_size: int, **options: Any
     ) -> None:
-        if batch_size < 1:
-            raise CommandError(f"--batch-size must be at least 1, not {batch_size}.")
+        if not 1 <= batch_size <= MAX_SWEEP_BATCH:
+            raise CommandError(
+                f"--batch-size must be between 1 and {MAX_SWEEP_BATCH:,}, not {batch_size}."
+            )
         try:
-            aliases = aliases or list(occupy_settings.BACKENDS)
-            backends = [get_backend(alias) for alias in aliases]
+            backends = [get_backend(alias) for alias in aliases or occupy_settings.BACKENDS]
         except OccupyError as e:
             raise CommandError(str(e)) from e
-        verb = "would delete" if dry_run else "deleted"
-        failures: list[str] = []
-        for backend in backends:
-            if backend.expires_by_itself:
-                if verbosity >= 1:
-                    self.stdout.write(
-                        f"{backend.alias}: nothing to sweep (the store drops expired claims itself)"
-                    )
-                continue
-            removed: list[str] = []
-            try:
-                if verbosity >= 2:
-                    count = backend.sweep(
-                        batch_size=batch_size, dry_run=dry_run, removed=removed.append
-                    )
-                else:
-                    count = backend.sweep(batch_size=batch_size, dry_run=dry_run)
-            except OccupyError as e:
-                failures.append(trouble(backend, e))
-                if removed:
-                    self._list(backend.alias, removed, dry_run)
-                continue
-            if count and not dry_run:
-                signals.lease_expired.send(sender=type(backend), key=None, count=count)
-            if verbosity >= 2:
-                self._list(backend.alias, removed, dry_run)
-            if verbosity >= 1:
-                self.stdout.write(
-                    f"{backend.alias}: {verb} {count} expired claim{'' if count == 1 else 's'}"
-                )
+        failures = [
+            failed for backend in backends if (failed := self.sweep(backend, batch_size, **options))
+        ]
         if failures:
             raise CommandError("\n".join(failures))
 
-    def _list(self, alias: str, keys: list[str], dry_run: bool) -> None:
+    def sweep(
+        self, backend: BaseBackend, batch_size: int, *, dry_run: bool, verbosity: int, **_: Any
+    ) -> str | None:
+        """Sweep ``backend`` and say what went; return the line that reports its store's
+        failure, if it failed."""
+        if backend.expires_by_itself:
+            if verbosity >= 1:
+                self.stdout.write(
+                    f"{backend.alias}: nothing to sweep (the store drops expired claims itself)"
+                )
+            return None
+        removed: list[str] = []
+        listing = removed.append if verbosity >= 2 else None
         verb = "would remove" if dry_run else "removed"
-        for key in keys:
-            self.stdout.write(f"{alias}: {verb} {key}")
+        try:
+            count = backend.clear_expired(batch_size=batch_size, dry_run=dry_run, removed=listing)
+        except OccupyError as e:
+            return trouble(backend, e)
+        finally:
+            for key in removed:
+                self.stdout.write(f"{backend.alias}: {verb} {key}")
+        if verbosity >= 1:
+            verb = "would delete" if dry_run else "deleted"
+            self.stdout.write(
+                f"{backend.alias}: {verb} {count} expired claim{'' if count == 1 else 's'}"
+            )
+        return None

@@ -374,7 +374,8 @@ class Dialect(Sessions):
 
     @statement
     def sweep_batch(self) -> str:
-        """Delete up to ``%s`` expired claims without loading them.
+        """Delete up to ``%s`` expired claims without loading them, found through the
+        expiry index (SQLite serves each half of :meth:`expired` with a range of it).
 
         The outer condition is checked again on each row, so a claim renewed while the
         batch runs is kept.
@@ -384,12 +385,14 @@ class Dialect(Sessions):
             f"WHERE {self.expired()} LIMIT %s) AND {self.expired()}"
         )
 
-    @statement
-    def sweep_batch_returning(self) -> str:
-        """Return :meth:`sweep_batch` that returns the key of each claim it deletes."""
-        return f"{self.sweep_batch()} RETURNING {self.quote}key{self.quote}"
+    def sweep_batches(self, *, returning: bool = False) -> tuple[str, ...]:
+        """Return the statements of a sweep, each run until it deletes nothing: each
+        deletes up to ``%s`` expired claims (:meth:`sweep_batch`), returning the key of
+        each if ``returning``."""
+        keys = f" RETURNING {self.quote}key{self.quote}" if returning else ""
+        return (f"{self.sweep_batch()}{keys}",)
 
     @statement
     def expired_keys(self) -> str:
         """The key of every expired claim (``sweep_locks --dry-run -v 2``)."""
-        return f"SELECT {self.quote}key{self.quote} FROM {TABLE} WHERE expires_at <= {self.now}"
+        return f"SELECT {self.quote}key{self.quote} FROM {TABLE} WHERE {self.expired()}"

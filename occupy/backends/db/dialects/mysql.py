@@ -64,7 +64,8 @@ class MySQLDialect(Dialect):
 
     @statement
     def sweep_batch(self) -> str:
-        """Delete up to ``%s`` expired claims, oldest expiry first."""
+        """Delete up to ``%s`` expired claims, oldest expiry first: one range scan of
+        the expiry index, whose two intervals are the halves of :meth:`expired`."""
         return f"DELETE FROM {TABLE} WHERE {self.expired()} ORDER BY expires_at LIMIT %s"
 
     def bound(self, own: OwnConnection, sql: str, left: float | None, sharing: str | None) -> str:

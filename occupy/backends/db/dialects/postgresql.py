@@ -125,20 +125,28 @@ class PostgreSQLDialect(Dialect):
             )
         )
 
-    @statement
-    def sweep_batch(self) -> str:
-        """Delete up to ``%s`` expired claims without loading them.
+    def sweep_batches(self, *, returning: bool = False) -> tuple[str, ...]:
+        """Return the two statements of a sweep: claims whose expiry has passed, then
+        claims that say they expire beyond :attr:`farthest` (see :meth:`expired`).
 
-        ``ANY(ARRAY(…))`` runs the batch's ``SELECT`` once, then deletes the batch by row
-        address (a TID scan: no plan can do otherwise); with ``id IN (SELECT …)`` the
-        planner may hash-join the batch against a scan of every expired row, once per
-        batch, which is quadratic in the backlog. A row renewed meanwhile has a new
-        address and a later expiry: the expiry, checked again on the row's latest
-        version, keeps it.
+        Each half of :meth:`expired` is a range of the expiry index, walked in its order
+        from the end nearest the range (an ``OR`` of the two, or :meth:`expired`'s
+        ``IS TRUE``, would scan the table, or bitmap every expired row, once per batch).
+        ``statement_timestamp()`` is one value for the whole statement, so the planner
+        may compare the index with it. ``ANY(ARRAY(…))`` runs the batch's ``SELECT``
+        once, then deletes the batch by row address (with ``id IN (SELECT …)`` the
+        planner may hash-join the batch against every expired row). A row renewed
+        meanwhile has a new address and a later expiry: the range, checked again on the
+        row's latest version, keeps it.
         """
-        return (
+        keys = f" RETURNING {self.quote}key{self.quote}" if returning else ""
+        return tuple(
             f"DELETE FROM {TABLE} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {TABLE} "
-            f"WHERE {self.expired()} LIMIT %s)) AND {self.expired()}"
+            f"WHERE {where} ORDER BY expires_at{order} LIMIT %s)) AND {where}{keys}"
+            for where, order in (
+                (f"expires_at <= {self.now}", ""),
+                (f"expires_at > {self.farthest}", " DESC"),
+            )
         )
 
     # --- waking waiters -----------------------------------------------------------------

@@ -1,0 +1,204 @@
+"""The attributes occupy records: the backend alias, the store kind and the key's family,
+plus one value from a fixed set (an outcome, a reason), never a full key, an owner or a
+token. Each set is made once per (backend, family, outcome) and shared.
+
+Invariants:
+
+- The key-family function (``OCCUPY["TELEMETRY"]["KEY_FAMILY"]``) is called once per key
+  (a bounded cache: :data:`FAMILY_CACHE_SIZE` keys). If it raises, returns something
+  other than a non-empty ``str``, or cannot be loaded, that is logged once and the
+  default family is used: telemetry never fails a lock.
+- An :class:`AttributeSet`'s mapping is handed to the SDK as is and never changed in
+  place; its :attr:`~AttributeSet.ident` is its content, so that sets rebuilt after a
+  settings reload count in the same in-process tallies as the old ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from django.utils.module_loading import import_string
+
+from occupy.conf import occupy_settings
+
+__all__ = [
+    "FAMILY_CACHE_SIZE",
+    "OTHER",
+    "AttributeSet",
+    "Backend",
+    "attribute_set",
+    "family",
+    "key_attributes",
+    "key_sets",
+    "store_kind",
+]
+
+logger = logging.getLogger("occupy.telemetry")
+
+#: The family of a key without a ``:`` (it has no family part; the key itself may be
+#: anything, so it never becomes an attribute).
+OTHER = "other"
+#: How many keys' families the cache keeps (least recently used go first).
+FAMILY_CACHE_SIZE = 4096
+
+Value = str | int
+
+
+class Backend(Protocol):
+    """What telemetry reads of a backend (a :class:`~occupy.backends.base.BaseBackend`,
+    which telemetry does not import: the backends report to it): its alias, and for
+    :func:`store_kind`, its class and ``store_kind`` if it has one."""
+
+    @property
+    def alias(self) -> str:
+        """The backend's alias in ``OCCUPY["BACKENDS"]``."""
+
+
+class AttributeSet:
+    """One set of attributes, made once and shared: :attr:`attributes` is what the SDK
+    is given, :attr:`ident` its content (the key of the in-process tallies)."""
+
+    __slots__ = ("_more", "attributes", "ident")
+
+    def __init__(self, attributes: dict[str, Value]) -> None:
+        self.attributes = attributes
+        self.ident: tuple[tuple[str, Value], ...] = tuple(attributes.items())
+        self._more: dict[tuple[str, Value], AttributeSet] = {}
+
+    def plus(self, name: str, value: Value) -> AttributeSet:
+        """Return this set with ``name`` = ``value`` added, made once."""
+        found = self._more.get((name, value))
+        if found is None:
+            found = self._more.setdefault(
+                (name, value), AttributeSet({**self.attributes, name: value})
+            )
+        return found
+
+
+# --- the key's family -------------------------------------------------------------------
+
+
+def _default_family(key: str) -> str:
+    family, colon, _rest = key.partition(":")
+    return family if colon else OTHER
+
+
+_family: Callable[[str], str] | None = None
+
+
+def family(key: str) -> str:
+    """Return the key's family, the only part of a key that reaches an attribute."""
+    found = _family
+    if found is None:
+        found = _load_family()
+    return found(key)
+
+
+def _load_family() -> Callable[[str], str]:
+    global _family
+    hook: Any = None
+    try:
+        path = occupy_settings.TELEMETRY["KEY_FAMILY"]
+        if path is not None:
+            hook = import_string(path)
+            if not callable(hook):
+                raise TypeError(f"{path!r} is a {type(hook).__name__}, not a function")
+    except Exception:  # check reports it (occupy.E007); a lock must not fail on it
+        logger.exception(
+            "OCCUPY['TELEMETRY']['KEY_FAMILY'] cannot be used; keys get their default family "
+            "(the part before the first ':')"
+        )
+        hook = None
+        path = None
+    _family = _default_family if hook is None else _guarded(hook, path)
+    return _family
+
+
+def _guarded(hook: Callable[[str], Any], path: str) -> Callable[[str], str]:
+    """Return ``hook`` called once per key (cached), its failures logged once and
+    answered with the default family."""
+    warned = False
+
+    @functools.lru_cache(maxsize=FAMILY_CACHE_SIZE)
+    def call(key: str) -> str:
+        nonlocal warned
+        try:
+            name = hook(key)
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"it returned {type(name).__name__}, not a non-empty str")
+        except Exception:
+            if not warned:
+                warned = True
+                logger.exception(
+                    "OCCUPY['TELEMETRY']['KEY_FAMILY'] (%s) failed; keys it fails on get their "
+                    "default family (logged once)",
+                    path,
+                )
+            return _default_family(key)
+        return name
+
+    return call
+
+
+def _forget_family() -> None:
+    global _family
+    _family = None
+
+
+occupy_settings.on_reload(_forget_family)
+
+
+# --- the sets ---------------------------------------------------------------------------
+
+_kinds: dict[type, str] = {}
+
+
+def store_kind(backend: Backend) -> str:
+    """Return the kind of store ``backend`` keeps its locks in (``database``, ``redis``…)."""
+    kind = _kinds.get(type(backend))
+    if kind is None:
+        declared = getattr(type(backend), "store_kind", None)
+        if isinstance(declared, str):
+            kind = declared
+        else:
+            name = type(backend).__name__
+            kind = (name[: -len("Backend")] if name.endswith("Backend") else name).lower()
+        _kinds[type(backend)] = kind
+    return kind
+
+
+#: The common attributes by (alias, store kind, family). Never cleared: a set's content
+#: does not depend on the settings, and families are few by design.
+_key_sets: dict[tuple[str, str, str], AttributeSet] = {}
+_other_sets: dict[tuple[tuple[str, Value], ...], AttributeSet] = {}
+
+
+def key_attributes(backend: Backend, key: str) -> AttributeSet:
+    """Return the common attributes of ``key`` on ``backend``."""
+    name = family(key)
+    kind = store_kind(backend)
+    found = _key_sets.get((backend.alias, kind, name))
+    if found is None:
+        found = _key_sets.setdefault(
+            (backend.alias, kind, name),
+            AttributeSet(
+                {"occupy.backend": backend.alias, "occupy.store": kind, "occupy.key.family": name}
+            ),
+        )
+    return found
+
+
+def key_sets() -> list[AttributeSet]:
+    """Return every set of common attributes made so far."""
+    return list(_key_sets.values())
+
+
+def attribute_set(*pairs: tuple[str, Value]) -> AttributeSet:
+    """Return the set of ``pairs`` (attributes not about a key: a model, a status)."""
+    found = _other_sets.get(pairs)
+    if found is None:
+        found = _other_sets.setdefault(pairs, AttributeSet(dict(pairs)))
+    return found
