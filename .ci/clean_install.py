@@ -3,11 +3,12 @@
     python .ci/clean_install.py                       # every cell, two at a time
     python .ci/clean_install.py --django 6.1 --extras celery,tasks --jobs 1 --keep
 
-The wheel is built once (``python -m build --wheel``). Then, for each Django (5.2 LTS on
-this interpreter, 6.1 on Python 3.12 or later) and each extra of ``pyproject.toml`` (and
-none), one cell: a fresh venv with nothing but the wheel with that extra and that Django
-(no ``test``/``dev`` extra, not editable; from the wheels of every extra, downloaded
-once per Django, so that a cell does not query the index again), a project made by
+The wheel is built once (``python -m build --wheel``, from a copy of the files git would
+commit). Then, for each Django (5.2 LTS on this interpreter, 6.1 on Python 3.12 or
+later) and each extra of ``pyproject.toml`` (and none), one cell: a fresh venv with
+nothing but the wheel with that extra and that Django (no ``test``/``dev`` extra, not
+editable; from the wheels of every extra, downloaded once per Django, so that a cell
+does not query the index again), a project made by
 ``django-admin startproject`` with ``"occupy"`` and what the extra's how-to adds in
 ``INSTALLED_APPS``, and in it (.ci/clean_install_cell.py, the cell's own processes):
 
@@ -65,9 +66,23 @@ def python_for(django: str) -> str:
 
 
 def build_wheel(out: Path) -> Path:
-    """Build occupy's wheel into ``out`` and return its path."""
+    """Build occupy's wheel into ``out`` and return its path, from a copy of the files
+    git would commit (tracked, and new ones not ignored): a ``build/`` directory left in
+    the checkout by an earlier build would put the modules it kept into the wheel."""
+    source = out.parent / "source"
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
     done = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)],
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(source)],
         capture_output=True,
         text=True,
     )
