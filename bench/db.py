@@ -1,6 +1,6 @@
 """The database backend on PostgreSQL against PostgreSQL's own ways to lock, side by side.
 
-Three figures, each from one run with rounds alternating (see :mod:`bench.common`):
+Four figures, each from one run with rounds alternating (see :mod:`bench.common`):
 
 1. **Uncontended** acquire+release in one process: occupy's ``DatabaseBackend`` (through
    ``occupy.acquire``/``occupy.release``) against a plain lock table (``INSERT … ON
@@ -15,7 +15,9 @@ Three figures, each from one run with rounds alternating (see :mod:`bench.common
    median, the 99th percentile and the worst. Target: no wait above 100 ms. The plain
    table has no queue, so its waiters poll (every 2 ms); advisory locks block in
    PostgreSQL's lock manager.
-3. **sweep_locks** on 100,000 expired claims beside 1,000 live ones, on every configured
+3. **A key held for the app's transaction** (``occupy.lock(key, scope="transaction")``)
+   + ``UPDATE`` against a plain transaction (see :mod:`bench.db_transaction`).
+4. **sweep_locks** on 100,000 expired claims beside 1,000 live ones, on every configured
    database: rows per second against one bare ``DELETE`` of the same rows (the floor),
    and memory: the growth of the process's peak RSS and the ``tracemalloc`` peak.
 
@@ -37,6 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import Result, alternate, print_table, setup_django
+from bench.db_transaction import transaction_lock
 from bench.process_memory import reset_peak_rss, status_kib
 
 #: The database alias and occupy backend alias on PostgreSQL (see tests/settings.py).
@@ -435,6 +438,7 @@ def main() -> None:
     uncontended()
     vacuum()
     contention()
+    transaction_lock()
     for database in ("postgresql", "mysql", "sqlite"):
         if f"db-{database}" in settings.OCCUPY["BACKENDS"]:
             sweep(database)

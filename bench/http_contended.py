@@ -24,7 +24,16 @@ Redis and on the database backend (PostgreSQL), nobody holding an edit lease
 (targets: 0 × 423, goodput ≥ ``ConditionalMixin``'s, p99 ≤ 1 s at 8 clients); then
 ``OccupyViewMixin`` again with one more client, an editor, that holds the object's edit
 lease ``EDITOR_HOLD`` s out of every ``EDITOR_HOLD + EDITOR_FREE`` s (a lease of
-``EDITOR_TTL`` s, released when done) and increments under it with its token.
+``EDITOR_TTL`` s, released when done) and increments under it with its token; then
+*queued editors* on ``OccupyViewMixin`` (Redis, database): each client takes the edit
+lease with ``Prefer: wait`` (waiting in the key's queue in the server), then ``GET``,
+``PATCH`` under the lease with ``If-Match``, and releases it; its latency runs from the
+lease request to the ``PATCH``'s 200 (targets: 0 × 412, 0 × 423, 0 lost, goodput ≥ 2×
+``ConditionalMixin``'s, p99 ≤ 1.5× p50). A waiting lease request holds its worker, and
+the holder needs a worker for its ``GET``, ``PATCH`` and release: with 8 clients on 4
+sync workers every worker would wait and nobody could finish, so the queued rows are
+served by the same 4 workers with ``QUEUED_THREADS`` threads each (gunicorn's
+``gthread`` worker), which docs/howto/drf.md asks of a deployment with queued editors.
 
 ``BENCH_HTTP_SECONDS`` sets the length of a cell (default 20 s). Every process this
 starts (gunicorn, the clients) is stopped by its PID; the rows, users and Redis keys it
@@ -74,6 +83,14 @@ class Candidate:
     route: str
     name: str
     editor: bool = False
+    #: Its clients queue for the edit lease (``Prefer: wait``) instead of retrying,
+    #: on workers of ``QUEUED_THREADS`` threads.
+    queued: bool = False
+
+    @property
+    def threads(self) -> int:
+        """Return the threads of each gunicorn worker serving this candidate."""
+        return QUEUED_THREADS if self.queued else 1
 
 
 CANDIDATES = [
@@ -83,7 +100,16 @@ CANDIDATES = [
     Candidate("database", "OccupyViewMixin, database (PostgreSQL)"),
     Candidate("redis", "OccupyViewMixin, Redis, + an editor", editor=True),
     Candidate("database", "OccupyViewMixin, database, + an editor", editor=True),
+    Candidate("redis", "OccupyViewMixin, Redis, queued editors", queued=True),
+    Candidate("database", "OccupyViewMixin, database, queued editors", queued=True),
 ]
+#: The longest wait a queued editor asks for (``Prefer: wait``; the server caps it by
+#: ``LEASE_WAIT_MAX``), and the ttl of its lease.
+QUEUED_WAIT = 10
+QUEUED_TTL = 10
+#: Threads per worker for the queued rows: 4 workers × 4 threads serve 8 waiting clients
+#: and the holder's requests.
+QUEUED_THREADS = 4
 
 
 # --- in the client processes: HTTP only ---------------------------------------------
@@ -196,13 +222,59 @@ def _increment(
     return False
 
 
-def writer(port: int, path: str, auth: str, start: float, deadline: float, out: Any) -> None:
-    """A client: increments from ``start`` until ``deadline``; put its :class:`Tally`."""
+def _queued_increment(port: int, path: str, auth: str, deadline: float, tally: Tally) -> bool:
+    """Take the edit lease waiting in the key's queue (``Prefer: wait``), GET, PATCH
+    the counter plus one under the lease, release it; again until a PATCH is 200 or
+    the run ends. Return whether the increment succeeded."""
+    began = time.perf_counter()
+    lease = f"{path}lease/"
+    while time.time() < deadline:
+        wait = max(1, min(QUEUED_WAIT, math.ceil(deadline - time.time())))
+        status, head, body = _timed(
+            tally, port, "POST", lease, auth, {"ttl": QUEUED_TTL}, Prefer=f"wait={wait}"
+        )
+        if status not in (200, 201):
+            if status != 423 or time.time() < deadline:  # not the run's end cutting a wait
+                tally.answers[status] += 1
+            time.sleep(0.01)  # a 423 once the wait is spent: should not happen
+            continue
+        token = {"Occupy-Lease": body["token"]}
+        try:
+            status, head, row = _timed(tally, port, "GET", path, auth)
+            if status != 200:
+                tally.answers[status] += 1
+                continue
+            status, head, _ = _timed(
+                tally,
+                port,
+                "PATCH",
+                path,
+                auth,
+                {"note": str(int(row["note"] or 0) + 1)},
+                **{"If-Match": head.get("ETag", "*")},
+                **token,
+            )
+            if status == 200:
+                tally.ok += 1
+                tally.latencies.append(time.perf_counter() - began)
+                return True
+            tally.answers[status] += 1
+        finally:
+            _timed(tally, port, "DELETE", lease, auth, **token)
+    return False
+
+
+def writer(
+    port: int, path: str, auth: str, start: float, deadline: float, out: Any, queued: bool = False
+) -> None:
+    """A client: increments from ``start`` until ``deadline`` (as a queued editor if
+    ``queued``); put its :class:`Tally`."""
     tally = Tally()
     _sleep_until(start)
     began = time.time()
+    increment = _queued_increment if queued else _increment
     while time.time() < deadline:
-        _increment(port, path, auth, deadline, tally)
+        increment(port, path, auth, deadline, tally)
     tally.elapsed = time.time() - began
     out.put(("writer", tally))
 
@@ -241,9 +313,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_gunicorn() -> tuple[subprocess.Popen[bytes], int]:
-    """Start gunicorn on a free port with the benchmark's settings; return it and the
-    port once it answers."""
+def start_gunicorn(threads: int = 1) -> tuple[subprocess.Popen[bytes], int]:
+    """Start gunicorn on a free port with the benchmark's settings (sync workers, or
+    ``gthread`` workers of ``threads`` threads); return it and the port once it
+    answers."""
     port = _free_port()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.http_settings"}
     server = subprocess.Popen(
@@ -253,6 +326,8 @@ def start_gunicorn() -> tuple[subprocess.Popen[bytes], int]:
             "gunicorn",
             "--workers",
             str(WORKERS),
+            "--threads",
+            str(threads),
             "--bind",
             f"127.0.0.1:{port}",
             "--log-level",
@@ -361,7 +436,10 @@ def run_cell(
     start = time.time() + 2.0  # spawned interpreters need a moment to start
     deadline = start + SECONDS
     processes = [
-        context.Process(target=writer, args=(port, path, auth["writer"], start, deadline, out))
+        context.Process(
+            target=writer,
+            args=(port, path, auth["writer"], start, deadline, out, candidate.queued),
+        )
         for _ in range(clients)
     ]
     if candidate.editor:
@@ -404,8 +482,10 @@ def print_cells(cells: list[Cell]) -> None:
     )
     print(
         "target: OccupyViewMixin without an editor: 0 × 423, goodput ≥ ConditionalMixin's, "
-        "p99 ≤ 1 s at 8 clients; every occupy row: 0 lost"
+        "p99 ≤ 1 s at 8 clients; every occupy row: 0 lost; queued editors: 0 × 412, "
+        "0 × 423, goodput ≥ 2× ConditionalMixin's, p99 ≤ 1.5× p50"
     )
+    print(f"  (queued editors: {WORKERS} gthread workers of {QUEUED_THREADS} threads)")
     header = (
         f"  {'clients':>7}  {'candidate':<40} {'incr/s':>7} {'× cond':>6} {'lost':>6} "
         f"{'p50 ms':>7} {'p99 ms':>7} {'req ms':>6} {'412':>6} {'423':>5} "
@@ -448,6 +528,29 @@ def print_cells(cells: list[Cell]) -> None:
             "  Retry-After of the 423s: "
             + ", ".join(f"{k} s: {v}" for k, v in sorted(retry.items()))
         )
+
+
+def run_cells(
+    candidates: list[Candidate], auth: dict[str, str], books: list[Any], cells: list[Cell]
+) -> None:
+    """Run every candidate with each number of clients on a gunicorn of its kind (sync
+    workers, or threaded ones for queued editors), each on a row of its own (added to
+    ``books``); add the outcomes to ``cells``. The servers are stopped afterwards."""
+    from tests.testapp.models import Book
+
+    servers: dict[int, tuple[subprocess.Popen[bytes], int]] = {}
+    try:
+        for threads in sorted({c.threads for c in candidates}):
+            servers[threads] = start_gunicorn(threads)
+        for clients in CLIENTS:
+            for candidate in candidates:
+                book = Book.objects.create(name=f"bench-contended-{candidate.route}", note="0")
+                books.append((candidate.route, book))
+                port = servers[candidate.threads][1]
+                cells.append(run_cell(port, candidate, clients, book, auth))
+    finally:
+        for server, _port in servers.values():
+            stop(server)
 
 
 def main() -> None:
@@ -500,15 +603,9 @@ def main() -> None:
     books: list[Any] = []
     cells: list[Cell] = []
     LOAD.append(os.getloadavg()[0])
-    server, port = start_gunicorn()
     try:
-        for clients in CLIENTS:
-            for candidate in candidates:
-                book = Book.objects.create(name=f"bench-contended-{candidate.route}", note="0")
-                books.append((candidate.route, book))
-                cells.append(run_cell(port, candidate, clients, book, auth))
+        run_cells(candidates, auth, books, cells)
     finally:
-        stop(server)
         Book.objects.filter(pk__in=[book.pk for _, book in books]).delete()
         for user in users.values():
             user.delete()

@@ -18,6 +18,7 @@ from occupy.api import (
     aresume,
     atakeover,
     holder,
+    holds_for_transaction,
     lock,
     lock_many,
     release,
@@ -36,9 +37,10 @@ from occupy.exceptions import (
     StoreNotMigrated,
     StoreUnavailable,
     TakeoverRefused,
+    TransactionLockRefused,
     VersionConflict,
 )
-from occupy.leases import Holder, Lease
+from occupy.leases import Holder, Lease, TransactionHold
 from occupy.retry import retry_on_conflict
 
 __version__ = "0.1.0"
@@ -58,6 +60,8 @@ __all__ = [
     "StoreNotMigrated",
     "StoreUnavailable",
     "TakeoverRefused",
+    "TransactionHold",
+    "TransactionLockRefused",
     "VersionConflict",
     "__version__",
     "aacquire",
@@ -67,6 +71,7 @@ __all__ = [
     "aresume",
     "atakeover",
     "holder",
+    "holds_for_transaction",
     "lock",
     "lock_many",
     "release",

@@ -16,12 +16,15 @@ class OccupyConfig(AppConfig):
         """Register the system checks (those of the tasks' options, and of the DRF views
         where DRF is installed),
         close occupy's connections where Django closes its own
-        (:mod:`occupy.backends.lifecycle`), and register the OpenAPI extension where
+        (:mod:`occupy.backends.lifecycle`), end a deleted row's edit lease
+        (:mod:`occupy.models.deletion`), and register the OpenAPI extension where
         drf-spectacular is installed."""
         from occupy import checks, taskcore  # noqa: F401 - register their checks on import
         from occupy.backends.lifecycle import connect_receivers
+        from occupy.models.deletion import connect_lease_endings
 
         connect_receivers()
+        connect_lease_endings()
 
         if not apps.is_installed("rest_framework"):
             return

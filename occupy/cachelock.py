@@ -60,7 +60,7 @@ def _alias(cache: str) -> str:
     return f"CacheLock:{cache}"
 
 
-class CacheLock(lock):
+class CacheLock(lock[Lease]):
     """Hold ``key`` on the Django cache ``cache`` (an alias of ``settings.CACHES``) for a
     ``with`` / ``async with`` block, or for every call of a decorated function, whose
     arguments format the key: ``@CacheLock("config:{config_id}")``.

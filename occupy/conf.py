@@ -14,7 +14,9 @@ No ``OCCUPY`` at all means the database backend on the ``default`` database.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, TypeVar
 
 from django.conf import settings as django_settings
@@ -42,8 +44,14 @@ REST_FRAMEWORK_DEFAULTS: dict[str, Any] = {
     # How long a write without an edit lease waits for another request's write in
     # flight (first come, first served) before answering 423.
     "WRITE_WAIT": 2,
+    # The longest wait a lease request's `Prefer: wait=N` is granted, in whole seconds
+    # (a waiting request holds a worker for that long).
+    "LEASE_WAIT_MAX": 10,
     "PROBLEM_TYPE_BASE": "about:blank",
 }
+#: The longest ``LEASE_WAIT_MAX`` accepted: beyond it, workers' own timeouts (30 s in
+#: gunicorn) would end the request first.
+LEASE_WAIT_LIMIT = 30
 
 #: What the OpenTelemetry instrumentation records (``OCCUPY["TELEMETRY"]``).
 TELEMETRY_DEFAULTS: dict[str, Any] = {
@@ -169,6 +177,17 @@ class OccupySettings:
                     f"{wait!r} (a request would hang for that long)."
                 )
             merged["WRITE_WAIT"] = seconds
+            cap = merged["LEASE_WAIT_MAX"]
+            if (
+                isinstance(cap, bool)
+                or not isinstance(cap, int)
+                or not 0 <= cap <= LEASE_WAIT_LIMIT
+            ):
+                raise ImproperlyConfigured(
+                    "settings.OCCUPY['REST_FRAMEWORK']['LEASE_WAIT_MAX'] is the longest a lease "
+                    "request may wait with 'Prefer: wait=N', in whole seconds from 0 (no "
+                    f"waiting) to {LEASE_WAIT_LIMIT}, not {cap!r}."
+                )
             if merged["LEASE_TTL"] > merged["LEASE_TTL_MAX"]:
                 raise ImproperlyConfigured(
                     "settings.OCCUPY['REST_FRAMEWORK']['LEASE_TTL'] "
@@ -219,12 +238,27 @@ def _key_family(path: Any) -> None:
     try:
         found = import_string(path)
     except ImportError as e:
-        raise ImproperlyConfigured(f"{name} = {path!r} cannot be imported: {e}") from e
+        if not _is_module(path):
+            raise ImproperlyConfigured(f"{name} = {path!r} cannot be imported: {e}") from e
+        found = None  # a module its package does not import: not "does not define" it
+    if found is None or isinstance(found, ModuleType):
+        raise ImproperlyConfigured(
+            f"{name} = {path!r} is a module: name a function in it (key -> family), "
+            f"such as '{path}.<function>'."
+        )
     if not callable(found):
         raise ImproperlyConfigured(
             f"{name} = {path!r} is a {type(found).__name__}, not a function: it must name a "
             "function that takes a key and returns its family."
         )
+
+
+def _is_module(path: str) -> bool:
+    """Return whether ``path`` names an importable module."""
+    try:
+        return importlib.util.find_spec(path) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _seconds(check: Callable[..., _T], name: str, value: Any) -> _T:

@@ -27,6 +27,7 @@ __all__ = [
     "StoreNotMigrated",
     "StoreUnavailable",
     "TakeoverRefused",
+    "TransactionLockRefused",
     "VersionConflict",
 ]
 
@@ -103,6 +104,14 @@ class TakeoverRefused(Occupied):
 
 class LeaseLost(OccupyError):
     """A lease is no longer held: it expired, was swept, or was taken over."""
+
+
+class TransactionLockRefused(OccupyError):
+    """A key cannot be held for this transaction (``occupy.lock(key,
+    scope="transaction")``): no ``transaction.atomic()`` is open on the lock table's
+    database, that database is not where writes go, the transaction runs under
+    REPEATABLE READ or SERIALIZABLE, or the backend's store has no transaction locks.
+    The message names which, and what to do instead."""
 
 
 class StoreUnavailable(OccupyError):

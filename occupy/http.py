@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from django.utils.http import parse_etags
+from django.utils.http import parse_etags, parse_header_parameters
 
 from occupy.conf import occupy_settings
 from occupy.exceptions import (
@@ -45,6 +45,7 @@ __all__ = [
     "holder_body",
     "lease_not_yours",
     "parse_if_match",
+    "preferred_wait",
     "problem_for",
     "requester_pk",
     "retry_after",
@@ -78,8 +79,9 @@ def etag_for(version: int | None) -> str | None:
     return None if version is None else f'"{int(version)}"'
 
 
-def parse_if_match(header: str) -> list[str]:
-    """Return the entity tags of an ``If-Match`` header, or ``[ANY]`` for ``*``.
+def parse_if_match(header: str, *, name: str = "If-Match") -> list[str]:
+    """Return the entity tags of an ``If-Match`` header (or another precondition
+    header: ``name``, for the messages), or ``[ANY]`` for ``*``.
 
     Raise :class:`MalformedPrecondition` for text that is not a list of entity tags
     (an unquoted version, a stray comma): a client that means a precondition must not
@@ -89,16 +91,40 @@ def parse_if_match(header: str) -> list[str]:
     parts = [part for part in header.split(",") if part.strip()]
     if not parts or (tags != [ANY] and len(tags) != len(parts)):
         raise MalformedPrecondition(
-            f"If-Match must be '*' or a list of entity tags such as '\"3\"', not {_shown(header)}."
+            f"{name} must be '*' or a list of entity tags such as '\"3\"', not {_shown(header)}."
         )
     for tag in tags:
         opaque = tag.removeprefix("W/").strip('"')
         if opaque.isascii() and opaque.isdigit() and len(opaque) > MAX_VERSION_DIGITS:
             raise MalformedPrecondition(
-                f"If-Match names a version of {len(opaque)} digits; a version has at most "
+                f"{name} names a version of {len(opaque)} digits; a version has at most "
                 f"{MAX_VERSION_DIGITS}."
             )
     return tags
+
+
+#: The most digits a ``wait`` preference may have (more is no wait anyone means).
+MAX_WAIT_DIGITS = 9
+
+
+def preferred_wait(header: str | None) -> int | None:
+    """Return the seconds of the ``wait`` preference of a ``Prefer`` header (RFC 7240,
+    4.3: ``wait=<delta-seconds>``), or ``None`` when it states none.
+
+    Preference names are case-insensitive and the first ``wait`` counts; a ``wait``
+    whose value is no whole number of seconds is a preference not understood, which
+    RFC 7240 has a server ignore (the request is then answered as if without it).
+    """
+    for preference in (header or "").split(","):
+        main, _params = parse_header_parameters(preference)
+        name, _eq, value = main.partition("=")
+        if name.strip().lower() != "wait":
+            continue
+        value = value.strip().strip('"')
+        if value.isascii() and value.isdigit() and len(value) <= MAX_WAIT_DIGITS:
+            return int(value)
+        return None
+    return None
 
 
 def _shown(text: str, limit: int = 80) -> str:
@@ -108,9 +134,17 @@ def _shown(text: str, limit: int = 80) -> str:
 
 def tag_version(tag: str) -> int | None:
     """Return the version an entity tag names (weak or strong), or ``None`` for a tag
-    that is not one of occupy's (it then matches nothing)."""
+    that is not one of occupy's (it then matches nothing).
+
+    Entity tags compare by their characters (RFC 9110, 8.8.3.2): ``"013"`` is not the
+    tag ``"13"`` of version 13, so it names no version."""
     opaque = tag.removeprefix("W/").strip('"')
-    if opaque.isascii() and opaque.isdigit() and len(opaque) <= MAX_VERSION_DIGITS:
+    if (
+        opaque.isascii()
+        and opaque.isdigit()
+        and len(opaque) <= MAX_VERSION_DIGITS
+        and opaque == str(int(opaque))
+    ):
         return int(opaque)
     return None
 
@@ -152,15 +186,22 @@ def _held_by(holder: Holder | None, display: Callable[[str], str], requester: ob
     return f"This object is being edited by {display(holder.owner)}{where}; try again later."
 
 
+def utc_text(moment: datetime) -> str:
+    """Return ``moment`` in UTC as ISO 8601 with ``Z`` (``2026-11-28T09:05:00.123456Z``),
+    as DRF writes a UTC date: every date occupy's HTTP answers carry has this form."""
+    text = moment.astimezone(timezone.utc).isoformat()
+    return text.removesuffix("+00:00") + "Z"
+
+
 def holder_body(holder: Holder | None, display: Callable[[str], str]) -> dict[str, Any] | None:
-    """Return what a client may see of a holder: a display name, since and until when;
-    never the owner string's secrets, a token or an email."""
+    """Return what a client may see of a holder: a display name, since and until when
+    (:func:`utc_text`); never the owner string's secrets, a token or an email."""
     if holder is None:
         return None
     return {
         "owner_display": display(holder.owner),
-        "since": None if holder.since is None else holder.since.isoformat(),
-        "expires_at": holder.expires_at.isoformat(),
+        "since": None if holder.since is None else utc_text(holder.since),
+        "expires_at": utc_text(holder.expires_at),
     }
 
 
@@ -171,13 +212,15 @@ def problem_for(
     current_version: int | None = None,
     from_if_match: bool = False,
     requester: object = None,
+    write: bool = True,
 ) -> Problem:
     """Return the :class:`Problem` for an occupy exception (see the module's table).
 
     ``current_version`` is the row's version now, for the ``ETag`` of a conflict;
     ``from_if_match`` says a version conflict came from ``If-Match`` (412) rather than
     from the body (409); ``requester`` is the primary key of the user asking, whose own
-    lease elsewhere is told as theirs.
+    lease elsewhere is told as theirs; ``write`` says the request asked to change
+    something (a read that fails is not told that "nothing was written").
     """
     if isinstance(exc, MalformedPrecondition):
         return Problem(400, "malformed_precondition", str(exc))
@@ -204,10 +247,11 @@ def problem_for(
             headers={"Retry-After": str(seconds)},
         )
     if isinstance(exc, StoreUnavailable):
+        written = "; nothing was written" if write else ""
         return Problem(
             503,
             "store_unavailable",
-            "The lock store cannot be reached right now; nothing was written. Try again shortly.",
+            f"The lock store cannot be reached right now{written}. Try again shortly.",
             headers={"Retry-After": "1"},
         )
     if isinstance(exc, FencedOut):
@@ -272,6 +316,7 @@ def answer(
     display: Callable[[str], str] = owner_display,
     from_if_match: bool = False,
     requester: object = None,
+    write: bool = True,
 ) -> Problem:
     """Return the :class:`Problem` for ``exc``, with the row's current version read for
     a conflict's ``ETag`` (:func:`problem_for` with what it needs looked up)."""
@@ -281,7 +326,14 @@ def answer(
         current_version=current_version(exc),
         from_if_match=from_if_match,
         requester=requester,
+        write=write,
     )
+
+
+def is_write(method: str) -> bool:
+    """Return whether an HTTP ``method`` asks to change something (not ``GET``,
+    ``HEAD``, ``OPTIONS`` or ``TRACE``)."""
+    return method.upper() not in ("GET", "HEAD", "OPTIONS", "TRACE")
 
 
 def precondition_required(method: str, accepted: list[str]) -> Problem:

@@ -14,7 +14,7 @@ from occupy import signals
 from occupy.exceptions import LeaseLost
 from occupy.holders import Holder
 
-__all__ = ["Holder", "Lease", "LeaseBackend", "default_owner", "new_token"]
+__all__ = ["Holder", "Lease", "LeaseBackend", "TransactionHold", "default_owner", "new_token"]
 
 _HOSTNAME = socket.gethostname()
 
@@ -154,3 +154,21 @@ class Lease:
             raise LeaseLost(f"The lease on {self.key!r} was lost.", key=self.key)
         if not await self._backend().ais_held(self):
             raise self.mark_lost("it expired or was taken over")
+
+
+@dataclass(frozen=True)
+class TransactionHold:
+    """A key held for the caller's own transaction (``occupy.lock(key,
+    scope="transaction")``), until that transaction commits or rolls back.
+
+    It has no token, no expiry and no fence: nothing can take it away while the
+    transaction lives, and the writes it guards commit or roll back with it, so
+    storage inside the database needs no fence. Writes outside the database (files,
+    another service) that must refuse a late holder need a lease (the default scope),
+    whose fence they compare. ``database`` is the Django database alias whose
+    transaction holds it, ``alias`` the occupy backend alias.
+    """
+
+    key: str
+    alias: str
+    database: str

@@ -42,7 +42,11 @@ class OccupyErrorsMiddleware:
         """Return the status table's answer to an occupy exception, else ``None``."""
         if not isinstance(exception, OccupyError) or not isinstance(exception, http.ANSWERED):
             return None
-        problem = http.answer(exception, requester=http.requester_pk(request))
+        problem = http.answer(
+            exception,
+            requester=http.requester_pk(request),
+            write=http.is_write(request.method or "GET"),
+        )
         telemetry.http_response(problem.status, problem.code)
         response = JsonResponse(problem.body(), status=problem.status)
         for name, value in problem.headers.items():

@@ -167,6 +167,10 @@ def test_a_typo_or_a_bad_value_in_any_backend_is_e006_and_refused(config, named)
         ("REST_FRAMEWORK", {"LEASE_TTL": 0}),
         ("TELEMETRY", {"KEY_FAMILY": 3}),
         ("TELEMETRY", {"KEY_FAMILY": "no.such.family"}),
+        ("REST_FRAMEWORK", {"LEASE_WAIT_MAX": -1}),
+        ("REST_FRAMEWORK", {"LEASE_WAIT_MAX": 1.5}),
+        ("REST_FRAMEWORK", {"LEASE_WAIT_MAX": 31}),
+        ("REST_FRAMEWORK", {"LEASE_WAIT_MAX": True}),
         ("TELEMETRY", {"FAMILY": None}),
         ("TELEMETRY", "yes"),
     ],
@@ -175,6 +179,55 @@ def test_a_bad_setting_value_is_e007(name: str, value: object) -> None:
     with override_settings(OCCUPY={name: value}):
         errors = check_settings()
         assert ids(errors) == ["occupy.E007"] and name in errors[0].msg
+
+
+@pytest.mark.parametrize("path", ["tests.support.tcp_proxy", "tests.support"])
+def test_a_key_family_that_names_a_module_is_told_so(path: str) -> None:
+    """A module's path (imported by its package or not) is no function: E007 says it
+    is a module, never that its package "does not define" it."""
+    with override_settings(OCCUPY={"TELEMETRY": {"KEY_FAMILY": path}}):
+        errors = check_settings()
+    assert ids(errors) == ["occupy.E007"]
+    assert f"{path!r} is a module: name a function in it" in errors[0].msg, errors[0].msg
+    assert "does not define" not in errors[0].msg
+
+
+def test_w007_for_a_sentinel_cache_is_one_short_sentence(live_db: None) -> None:
+    """redis-py's "No master found" names every sentinel by its full client repr
+    (about a thousand characters each): W007 names each by its address."""
+    pytest.importorskip("django_redis")
+    from django.conf import settings
+
+    sentinel = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": "redis://mymaster/0",
+        "OPTIONS": {
+            "CLIENT_CLASS": "django_redis.client.SentinelClient",
+            "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+            "SENTINELS": [("127.0.0.1", 9), ("127.0.0.2", 9)],
+            "SOCKET_TIMEOUT": 0.5,
+            "SOCKET_CONNECT_TIMEOUT": 0.5,
+        },
+    }
+    with override_settings(
+        CACHES={**settings.CACHES, "sentinel": sentinel},
+        OCCUPY={
+            "BACKENDS": {
+                "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+                "sentinel": {
+                    "BACKEND": "occupy.backends.redis.RedisBackend",
+                    "OPTIONS": {"CACHE": "sentinel", "MIN_REPLICAS": 1},
+                },
+            }
+        },
+    ):
+        warnings = [w for w in check_stores(databases=["default"]) if w.id == "occupy.W007"]
+    assert len(warnings) == 1
+    message = warnings[0].msg
+    assert "No master found for 'mymaster'" in message, message
+    assert "127.0.0.1:9" in message and "127.0.0.2:9" in message, message
+    assert "<" not in message and "redis.connection" not in message, message
+    assert len(message) < 300 and "\n" not in message, message
 
 
 def test_every_check_id_names_one_problem() -> None:

@@ -376,6 +376,7 @@ def explain(report: Report, stores: list[Store]) -> None:
         dialect = backend.dialect
         grant = dialect.grant_if_free()
         grant_params = [
+            *dialect.guard_params("scale:probe:0", None),
             "scale:probe:0",
             d,
             d,

@@ -30,7 +30,7 @@ from django.http import HttpRequest
 import occupy
 from occupy.exceptions import LeaseLost, Occupied, StoreUnavailable, TakeoverRefused
 from occupy.leases import Holder, Lease
-from occupy.owners import admin_owner, owner_display, owner_user_pk
+from occupy.owners import admin_owner, owner_display, owner_user_pk, parse_owner
 
 __all__ = [
     "STORE_UNAVAILABLE",
@@ -319,12 +319,15 @@ class EditLeaseBase(_ModelAdmin):
         except StoreUnavailable:
             return STORE_UNAVAILABLE + " Your changes are still in this form."
         state.holder = holder
-        if holder is None:
+        # Whether the lease was taken over, or expired before someone took the free
+        # object, or was never this page's (a replayed form), the store cannot tell:
+        # say who edits now, never that someone took over.
+        if holder is None or not parse_owner(holder.owner).is_edit_lease:
             who = "Your edit lease ended (it expired or was released)"
         elif self._is_users(request, holder):
             who = "You are editing this in another tab"
         else:
-            who = f"{owner_display(holder.owner)} took over the editing"
+            who = f"{owner_display(holder.owner)} is editing this now"
         if saving:
             return (
                 f"{who}: nothing was saved. Your changes are still in this form; "

@@ -40,6 +40,7 @@ from occupy.admin.editing import (
 )
 from occupy.admin.endpoints import LeaseEndpointsMixin
 from occupy.admin.fields import LEASE_FIELD, TAB_FIELD
+from occupy.admin.saving import confirm_leases, once_more_if_stale
 from occupy.exceptions import FencedOut, LeaseLost, Occupied, StoreUnavailable
 from occupy.leases import Holder, Lease
 from occupy.owners import owner_display
@@ -269,7 +270,9 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
         )
         setattr(request, STATE, state)
         try:
-            response = parent(request, object_id, form_url, extra_context)
+            response = once_more_if_stale(
+                self.model, lambda: parent(request, object_id, form_url, extra_context)
+            )
         except (LeaseLost, FencedOut):  # the save was rolled back
             state.error = self._lost_message(request, state)
             state.leases = []
@@ -369,12 +372,14 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         """Save the inlines, then confirm the leases are still held, inside the admin's
-        transaction: a lease lost meanwhile rolls the whole save back."""
+        transaction: a lease lost meanwhile rolls the whole save back.
+
+        On PostgreSQL the save's own transaction holds each key while its lease is the
+        tab's, up to its commit (see :func:`~occupy.admin.saving.confirm_leases`)."""
         super().save_related(request, form, formsets, change)
         state = getattr(request, STATE, None)
         if change and state is not None:
-            for lease in state.leases:
-                lease.ensure_held()
+            confirm_leases(self.occupy_backend, form.instance, state.leases)
 
 
 def _with_func(action: Any, wrap: Any) -> Any:

@@ -19,7 +19,7 @@ from occupy.api.calls import (
     resume,
     takeover,
 )
-from occupy.api.locks import lock, lock_many
+from occupy.api.locks import holds_for_transaction, lock, lock_many
 
 __all__ = [
     "DEFAULT",
@@ -30,6 +30,7 @@ __all__ = [
     "aresume",
     "atakeover",
     "holder",
+    "holds_for_transaction",
     "lock",
     "lock_many",
     "release",

@@ -17,14 +17,15 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 from occupy import telemetry
 from occupy.api.calls import DEFAULT, aacquire, acquire, arelease, release
+from occupy.backends import get_backend
 from occupy.conf import occupy_settings
-from occupy.exceptions import LeaseLost
+from occupy.exceptions import LeaseLost, TransactionLockRefused
 from occupy.keys import KeyTemplate
-from occupy.leases import Lease, default_owner
+from occupy.leases import Lease, TransactionHold, default_owner
 from occupy.validation import (
     check_key,
     check_owner,
@@ -33,10 +34,15 @@ from occupy.validation import (
     check_ttl,
 )
 
-__all__ = ["lock", "lock_many"]
+__all__ = ["holds_for_transaction", "lock", "lock_many"]
 
 logger = logging.getLogger("occupy.api")
 F = TypeVar("F", bound=Callable[..., Any])
+#: What entering a ``lock`` gives: a :class:`Lease`, or for ``scope="transaction"`` a
+#: :class:`TransactionHold`.
+HeldT = TypeVar("HeldT", Lease, TransactionHold)
+#: The scopes of ``lock``.
+SCOPES = ("lease", "transaction")
 
 
 #: What each execution context (thread, or asyncio task) holds through ``lock`` objects,
@@ -53,12 +59,14 @@ class _Entered:
 
     __slots__ = ("context", "handed_on", "lease", "left", "lock")
 
-    def __init__(self, owner: lock, lease: Lease, context: Any) -> None:
+    def __init__(self, owner: lock[Any], lease: Lease, context: Any) -> None:
         self.lock, self.lease, self.context = owner, lease, context
         self.left = self.handed_on = False
 
 
-class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Lease, None]):
+class lock(
+    Generic[HeldT], AbstractContextManager[HeldT, None], AbstractAsyncContextManager[HeldT, None]
+):
     """Hold ``key`` for the duration of a ``with`` / ``async with`` block, or of every
     call of a decorated function (sync or async).
 
@@ -66,7 +74,41 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
     formatted with the call's arguments: ``@lock("config:{config_id}")``. Leaving the
     block releases the lease and raises :class:`~occupy.LeaseLost` if it was lost
     meanwhile (unless the block is already raising).
+
+    ``scope="transaction"`` holds the key for the caller's ``transaction.atomic()``
+    instead, until it commits or rolls back (the block's end releases nothing), and
+    gives a :class:`~occupy.leases.TransactionHold`: the database backend on
+    PostgreSQL only (see :mod:`occupy.backends.db.transaction`); sync code only, as
+    ``atomic()`` is. Only ``timeout`` and ``backend`` apply to it, and ``lease``: a
+    lease of the key the caller holds, with which the key is held for the transaction
+    only while that lease is its live one (else :class:`~occupy.LeaseLost`).
     """
+
+    @overload
+    def __init__(
+        self: lock[Lease],
+        key: str,
+        *,
+        owner: str | None = None,
+        ttl: float = DEFAULT,
+        timeout: float | None = DEFAULT,
+        renew: bool = False,
+        token: str | None = None,
+        reentrant: bool = True,
+        backend: str = "default",
+        scope: Literal["lease"] = "lease",
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: lock[TransactionHold],
+        key: str,
+        *,
+        timeout: float | None = DEFAULT,
+        backend: str = "default",
+        scope: Literal["transaction"],
+        lease: Lease | None = None,
+    ) -> None: ...
 
     def __init__(
         self,
@@ -79,9 +121,17 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         token: str | None = None,
         reentrant: bool = True,
         backend: str = "default",
+        scope: str = "lease",
+        lease: Lease | None = None,
     ) -> None:
         if not isinstance(key, str):
             check_key(key)
+        if scope not in SCOPES:
+            raise ValueError(f"scope must be one of {SCOPES}, not {scope!r}.")
+        if lease is not None and scope != "transaction":
+            raise TypeError("lease= is for scope='transaction' (a lease held already).")
+        self.scope = scope
+        self.lease = lease
         self.key = key
         self.kwargs: dict[str, Any] = {
             "owner": None if owner is None else check_owner(owner),
@@ -100,11 +150,20 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         of its own overrides this and :meth:`_atake`)."""
         return acquire(self.key, **self.kwargs)
 
+    def _hold(self) -> TransactionHold:
+        """Hold the key for the caller's transaction (``scope="transaction"``)."""
+        timeout = self.kwargs["timeout"]
+        return get_backend(self.kwargs["backend"]).hold_for_transaction(
+            check_key(self.key),
+            timeout=occupy_settings.TIMEOUT if timeout is DEFAULT else timeout,
+            lease=self.lease,
+        )
+
     async def _atake(self) -> Lease:
         """Async twin of :meth:`_take`."""
         return await aacquire(self.key, **self.kwargs)
 
-    def _on(self, key: str) -> lock:
+    def _on(self, key: str) -> lock[HeldT]:
         """Return a copy of this lock on ``key`` (one per call of a decorated function)."""
         bound = copy.copy(self)
         bound.key = key
@@ -152,8 +211,10 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         if not entry.handed_on:
             telemetry.leave_section(entry.context)
 
-    def __enter__(self) -> Lease:
-        return self._entered(self._take())
+    def __enter__(self) -> HeldT:
+        if self.scope == "transaction":
+            return self._hold()  # type: ignore[return-value]
+        return self._entered(self._take())  # type: ignore[return-value]
 
     def __exit__(
         self,
@@ -161,6 +222,8 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self.scope == "transaction":
+            return  # held until the transaction ends
         entry = self._leaving()
         self._end_section(entry, exc_type)
         try:
@@ -168,8 +231,15 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         except LeaseLost:
             _lost_on_exit(entry.lease, exc)
 
-    async def __aenter__(self) -> Lease:
-        return self._entered(await self._atake())
+    async def __aenter__(self) -> HeldT:
+        if self.scope == "transaction":
+            raise TransactionLockRefused(
+                f"occupy.lock({self.key!r}, scope='transaction') is for the sync code that "
+                "runs transaction.atomic() (which async code cannot open): call it there, "
+                "e.g. in a function run by sync_to_async.",
+                key=self.key,
+            )
+        return self._entered(await self._atake())  # type: ignore[return-value]
 
     async def __aexit__(
         self,
@@ -188,7 +258,7 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
         """Decorate ``func`` so that each call holds the (formatted) key."""
         template = KeyTemplate(self.key, func, where=f"{func.__qualname__}()")
 
-        def bound_lock(args: tuple[Any, ...], kwargs: dict[str, Any]) -> lock:
+        def bound_lock(args: tuple[Any, ...], kwargs: dict[str, Any]) -> lock[HeldT]:
             return self._on(template.format(args, kwargs) if template.fields else self.key)
 
         if inspect.iscoroutinefunction(func):
@@ -206,6 +276,13 @@ class lock(AbstractContextManager[Lease, None], AbstractAsyncContextManager[Leas
                 return func(*args, **kwargs)
 
         return cast(F, wrapper)
+
+
+def holds_for_transaction(backend: str, database: str) -> bool:
+    """Return whether occupy backend ``backend`` can hold a key for a transaction on
+    Django database ``database`` (``lock(key, scope="transaction")``): the database
+    backend on PostgreSQL whose claims live in that database."""
+    return get_backend(backend).transaction_refusal(database) is None
 
 
 def _lost_on_exit(lease: Lease, exc: BaseException | None) -> None:

@@ -6,6 +6,7 @@ check`` alike; and the messages of ``check --database`` about its store."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -69,12 +70,43 @@ class ConfiguredBackend:
         ]
 
 
+#: The longest reason :func:`store_reason` gives, in characters.
+REASON_MAX = 300
+_ADDRESS = re.compile(r"\bhost=([^,()<>\s]+),.*?\bport=(\d+)")
+
+
 def store_reason(error: BaseException) -> str:
     """Return the first line of what the store's driver said (the cause of an occupy
-    error, else the error itself), without its final full stop."""
+    error, else the error itself), without its final full stop, in a sentence an
+    operator reads: the ``<…>`` object representations a driver embeds (redis-py's
+    Sentinel errors carry one per sentinel, about a thousand characters each) are
+    cut to the address they name, and the whole to :data:`REASON_MAX` characters."""
     cause = error.__cause__ if error.__cause__ is not None else error
     lines = str(cause).strip().splitlines()
-    return (lines[0] if lines else type(cause).__name__).rstrip(".")
+    reason = _without_reprs(lines[0] if lines else type(cause).__name__).rstrip(".")
+    return reason if len(reason) <= REASON_MAX else f"{reason[: REASON_MAX - 1]}…"
+
+
+def _without_reprs(text: str) -> str:
+    """Return ``text`` with each outermost ``<…>`` replaced by the ``host:port`` it
+    names, or by ``…``."""
+    out: list[str] = []
+    depth = start = 0
+    for i, char in enumerate(text):
+        if char == "<":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif char == ">" and depth:
+            depth -= 1
+            if depth == 0:
+                found = _ADDRESS.search(text, start, i)
+                out.append(f"{found[1]}:{found[2]}" if found else "…")
+        elif depth == 0:
+            out.append(char)
+    if depth:  # an unbalanced "<": keep the text as it came
+        out.append(text[start:])
+    return "".join(out)
 
 
 def unknown_claims(alias: str, found: list[str]) -> CheckMessage:

@@ -20,8 +20,8 @@ from occupy.backends.claims import UNKNOWN_OWNER
 from occupy.backends.configuration import ConfiguredBackend, unknown_claims, unreachable_store
 from occupy.backends.outcomes import make_holder, takeover_refused, utc
 from occupy.backends.rows import Claim, OccupationRows
-from occupy.exceptions import StoreUnavailable
-from occupy.leases import Holder, Lease
+from occupy.exceptions import StoreUnavailable, TransactionLockRefused
+from occupy.leases import Holder, Lease, TransactionHold
 
 __all__ = ["MAX_SWEEP_BATCH", "BackendContract"]
 
@@ -93,6 +93,29 @@ class BackendContract(ConfiguredBackend):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} alias={self.alias!r}>"
+
+    # --- what a backend may override ------------------------------------------------------
+    def transaction_refusal(self, database: str | None = None) -> str | None:
+        """Return why this backend cannot hold a key for the caller's own transaction
+        (on ``database``, if given: the alias the transaction writes to), or ``None``
+        when :meth:`hold_for_transaction` can. The default: a store that is not a
+        database, where no transaction of the app's can hold a key."""
+        return (
+            f"occupy backend {self.alias!r} ({type(self).__name__}) keeps its claims outside "
+            "the database, where no transaction of the app's can hold them: a key is held "
+            "for a transaction only by the database backend on PostgreSQL. Take a lease "
+            "instead: occupy.lock(key) without scope."
+        )
+
+    def hold_for_transaction(
+        self, key: str, *, timeout: float | None, lease: Lease | None = None
+    ) -> TransactionHold:
+        """Hold ``key`` for the caller's open transaction until it commits or rolls back
+        (``occupy.lock(key, scope="transaction")``); with ``lease``, only while that
+        lease of the caller's holds the key. Raise
+        :class:`~occupy.exceptions.TransactionLockRefused` where the backend cannot
+        (see :meth:`transaction_refusal`)."""
+        raise TransactionLockRefused(self.transaction_refusal() or "", key=key)
 
     def unavailable(self, key: str | None, error: BaseException) -> StoreUnavailable:
         """Return the error for a store that failed while occupy worked on ``key``; the

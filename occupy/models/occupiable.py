@@ -15,7 +15,7 @@ from django.db import models
 
 from occupy.api import DEFAULT, holder, lock
 from occupy.checks import unconfigured_alias
-from occupy.leases import Holder
+from occupy.leases import Holder, Lease
 from occupy.models.keys import object_key
 from occupy.models.managers import check_objects_manager
 from occupy.models.querysets import OccupiableQuerySetMixin, OccupyManager
@@ -76,7 +76,7 @@ class OccupiableMixin(models.Model):
         timeout: float | None = DEFAULT,
         renew: bool = False,
         backend: str | None = None,
-    ) -> lock:
+    ) -> lock[Lease]:
         """Return an :class:`occupy.lock` on this row (``with book.occupy(ttl=30) as
         lease: …``); takes the arguments of :func:`occupy.acquire`, with the backend
         alias as ``backend`` (default :attr:`occupy_backend`)."""

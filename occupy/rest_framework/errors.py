@@ -43,6 +43,7 @@ def api_exception(
             display=display,
             from_if_match=from_if_match,
             requester=http.requester_pk(request),
+            write=request is None or http.is_write(request.method),
         )
         return from_problem(problem)
     return exc
@@ -87,4 +88,11 @@ class OccupyErrorsMixin(_APIView):
             from_if_match=self.occupy_if_match,
             request=getattr(self, "request", None),
         )
+        problem = getattr(exc, "problem", None)
+        if isinstance(exc, OccupyAPIException) and problem is not None:
+            self.complete_problem(problem)
         return decorate(super().handle_exception(exc), exc)
+
+    def complete_problem(self, problem: Problem) -> None:
+        """Add what this view knows to ``problem`` before it is answered, whichever
+        exception handler renders it (a hook: here, nothing)."""

@@ -16,7 +16,9 @@ the occupy exceptions DRF leaves unhandled instead.
 ``problem_exception_handler`` gives occupy's conditions ``type``
 (``OCCUPY["REST_FRAMEWORK"]["PROBLEM_TYPE_BASE"]`` followed by the code, or
 ``about:blank``), ``title``, ``status``, ``detail``, ``instance`` (the request path),
-``code`` and the contract's extension members.
+``code`` and the contract's extension members, as ``application/problem+json`` when
+DRF's content negotiation chose a JSON renderer; a renderer of another kind (the
+browsable API's ``text/html``) renders the same members under its own content type.
 """
 
 from __future__ import annotations
@@ -88,4 +90,18 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> HttpRe
         **{name: value for name, value in response.items() if name.lower() != "content-type"},
         **problem.headers,
     }
-    return Response(body, status=response.status_code, headers=headers, content_type=PROBLEM_JSON)
+    return Response(
+        body,
+        status=response.status_code,
+        headers=headers,
+        content_type=PROBLEM_JSON if _renders_json(request) else None,
+    )
+
+
+def _renders_json(request: Any) -> bool:
+    """Return whether the renderer DRF chose for ``request`` writes JSON, which a
+    problem document's media type may then name; any other renderer (the browsable
+    API's HTML) keeps its own content type."""
+    renderer = getattr(request, "accepted_renderer", None)
+    media_type = str(getattr(renderer, "media_type", "application/json"))
+    return media_type == "application/json" or media_type.endswith("+json")

@@ -8,10 +8,9 @@ on the holder the store then replaces (a conditional takeover), never on an earl
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Sequence
 from contextlib import suppress
+from datetime import datetime, timezone
 from typing import Any
 
 from rest_framework import status
@@ -30,6 +29,7 @@ from occupy.http import Problem, requester_pk
 from occupy.leases import Holder, Lease
 from occupy.owners import parse_owner, same_user
 from occupy.rest_framework.exceptions import from_problem
+from occupy.rest_framework.requests import lease_request_body, seconds
 from occupy.rest_framework.serializers import (
     LeaseReleaseSerializer,
     LeaseRequestSerializer,
@@ -45,7 +45,8 @@ LEASE_ACTIONS = frozenset(
 )
 #: How often a takeover reads the holder again when it changed under it.
 TAKEOVER_TRIES = 5
-_NUMBER = re.compile(r"^\d{1,9}(\.\d{1,9})?$")
+#: The lease actions that need the lease's token in the header.
+_TOKEN_ACTIONS = frozenset({"renew_lease", "end_lease"})
 
 
 class EditLeaseMixin(OccupiedWritesMixin):
@@ -53,8 +54,13 @@ class EditLeaseMixin(OccupiedWritesMixin):
 
     - ``POST`` takes the lease (201 with its token; the holder presenting its token
       again gets 200 and the same lease, extended, with no extra level);
+    - ``POST`` with ``Prefer: wait=N`` (RFC 7240) waits up to ``N`` seconds (at most
+      ``LEASE_WAIT_MAX``) in the key's first-come-first-served queue when someone else
+      holds it: 201 when granted, 423 only once the wait is spent; the answer says
+      ``Preference-Applied: wait=<seconds waited at most>``;
     - ``PATCH`` renews it and ``DELETE`` releases it (both need the token in
-      ``Occupy-Lease``); a renew without ``ttl`` keeps the lease's own ttl;
+      ``Occupy-Lease``); a renew without ``ttl`` keeps the lease's own ttl, and a renew
+      never shortens a lease: its answer's ``ttl`` is what the lease has left;
     - ``GET`` tells who holds it (never the token), to anyone who may view the object;
     - ``POST …/lease/release/`` releases from ``navigator.sendBeacon`` (form body
       ``token`` plus the CSRF token: nothing is CSRF exempt);
@@ -74,6 +80,10 @@ class EditLeaseMixin(OccupiedWritesMixin):
     #: Default and longest lease, in seconds (defaults: the ``REST_FRAMEWORK`` settings).
     lease_ttl: float | None = None
     lease_ttl_max: float | None = None
+    #: The longest ``Prefer: wait`` honoured, in whole seconds (default: the setting).
+    lease_wait_max: int | None = None
+    #: The ``Preference-Applied`` value of the answer being made, if any.
+    occupy_preference_applied: str | None = None
 
     def get_serializer_class(self) -> Any:
         """Return the lease endpoints' request serializers on their actions (what the
@@ -90,10 +100,10 @@ class EditLeaseMixin(OccupiedWritesMixin):
         to the longest lease), else ``default``, else the view's default."""
         conf = occupy_settings.REST_FRAMEWORK
         longest = float(self.lease_ttl_max or conf["LEASE_TTL_MAX"])
-        value = request.data.get("ttl") if hasattr(request.data, "get") else None
+        value = lease_request_body(request).get("ttl")
         if value is None or value == "":
             return float(default or self.lease_ttl or conf["LEASE_TTL"])
-        ttl = _seconds(value)
+        ttl = seconds(value)
         if ttl is None or not 1 <= ttl <= longest:
             raise from_problem(
                 Problem(
@@ -104,6 +114,34 @@ class EditLeaseMixin(OccupiedWritesMixin):
                 )
             )
         return ttl
+
+    def get_lease_wait(self, request: Request) -> int | None:
+        """Return how long a lease request may wait for the key, in whole seconds: its
+        ``Prefer: wait`` (RFC 7240) capped by :attr:`lease_wait_max` (default the
+        ``LEASE_WAIT_MAX`` setting); ``None`` when it states no such preference."""
+        asked = http.preferred_wait(request.headers.get("Prefer"))
+        if asked is None:
+            return None
+        cap = self.lease_wait_max
+        return min(asked, occupy_settings.REST_FRAMEWORK["LEASE_WAIT_MAX"] if cap is None else cap)
+
+    def check_permissions(self, request: Request) -> None:
+        """Check the view's permissions; then, on renew and release, that the lease's
+        token came (else 428 ``lease_token_required``). Checked here, before the
+        object is read, so that the browsable API, which asks this of every form it
+        might offer, offers no form that cannot succeed without the header."""
+        super().check_permissions(request)
+        if getattr(self, "action", None) in _TOKEN_ACTIONS:
+            self._required_token(request)
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        """Say which preference of ``Prefer`` the answer applied (RFC 7240)."""
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if self.occupy_preference_applied is not None:
+            response["Preference-Applied"] = self.occupy_preference_applied
+        return response
 
     def get_permissions(self) -> Sequence[Any]:
         """Return the view's permissions; on the lease endpoints, without DRF's model
@@ -167,11 +205,15 @@ class EditLeaseMixin(OccupiedWritesMixin):
     @action(detail=True, methods=["post"], url_path="lease", url_name="lease")
     def lease(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Take the edit lease (201 with its token), or, presenting your token again,
-        keep it (200, the same lease)."""
+        keep it (200, the same lease); with ``Prefer: wait=N``, wait for it in the
+        key's queue up to ``N`` seconds (capped) before answering 423."""
         instance = self._leased_object(request)
         key = self.get_lease_key(instance)
         ttl = self.get_lease_ttl(request)
         token = self.get_lease_token(request)
+        wait = self.get_lease_wait(request)
+        if wait is not None:
+            self.occupy_preference_applied = f"wait={wait}"
         if token is not None:
             try:
                 self.own_lease(key, token)
@@ -181,7 +223,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
             key,
             owner=self.get_lease_owner(request, ttl),
             ttl=ttl,
-            timeout=0,
+            timeout=wait or 0,
             token=token,
             reentrant=False,
             backend=self.occupy_backend,
@@ -210,7 +252,12 @@ class EditLeaseMixin(OccupiedWritesMixin):
         lease = self.own_lease(key, token)
         ttl = self.get_lease_ttl(request, default=parse_owner(lease.owner).ttl)
         lease = occupy.resume(key, token, ttl=ttl, backend=self.occupy_backend)
-        return Response(self._lease_body(lease, token=False))
+        body = self._lease_body(lease, token=False)
+        # A renew never shortens a lease (the store keeps the later expiry): answer
+        # what the lease now has left, not a ttl asked for and not applied.
+        left = (lease.expires_at - datetime.now(timezone.utc)).total_seconds()
+        body["ttl"] = round(max(ttl, left), 3)
+        return Response(body)
 
     @lease.mapping.delete
     def end_lease(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -237,7 +284,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         """Release the lease whose token the form body carries (``navigator.sendBeacon``
         cannot set headers); CSRF-protected like any other session request."""
         instance = self._leased_object(request)
-        token = request.data.get("token") if hasattr(request.data, "get") else None
+        token = lease_request_body(request).get("token")
         if not token:
             raise from_problem(http.lease_token_required("'token' form field"))
         return self._release(self.get_lease_key(instance), _checked_token(token))
@@ -314,16 +361,6 @@ class EditLeaseMixin(OccupiedWritesMixin):
                 refused = e
         assert refused is not None
         raise refused  # the holder kept changing: 423 with whoever holds it now
-
-
-def _seconds(value: Any) -> float | None:
-    """Return ``value`` as a number of seconds if it is one (a JSON number, or digits
-    from a form), else ``None``: ``true``, ``"nan"``, ``"1e-300"`` are not."""
-    if isinstance(value, str):
-        return float(value) if _NUMBER.match(value) else None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _has_model_perm(request: Request, instance: Any, verb: str) -> bool:

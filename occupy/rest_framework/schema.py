@@ -4,8 +4,10 @@ installed: ``OccupyConfig.ready()`` loads this module then).
 Every view that uses the mixins lists, without any ``extend_schema`` of its own, its
 304/400/403/409/412/423/428/503 answers with
 :class:`~occupy.rest_framework.serializers.OccupyErrorSerializer`, the ``If-Match``,
-``If-None-Match``, ``Occupy-Lease`` and ``Occupy-Client`` request headers and the
-``ETag`` and ``Retry-After`` response headers, and the lease endpoints' own bodies. Answers are
+``If-None-Match``, ``Occupy-Lease``, ``Occupy-Client`` and (taking a lease) ``Prefer``
+request headers and the ``ETag``, ``Retry-After`` and ``Preference-Applied`` response
+headers, the lease endpoints' own bodies, and a 409/412 body whose ``current`` is the
+view's own serializer. Answers are
 added with ``setdefault``, so a user's ``extend_schema(responses=…)`` still wins.
 
 It works by :class:`OccupyViewExtension`, which gives each such view a schema class
@@ -35,6 +37,7 @@ from drf_spectacular.plumbing import get_class  # noqa: E402
 from drf_spectacular.utils import OpenApiParameter  # noqa: E402
 
 from occupy.conf import occupy_settings  # noqa: E402
+from occupy.rest_framework.conditional import CURRENT  # noqa: E402
 from occupy.rest_framework.leases import LEASE_ACTIONS  # noqa: E402
 from occupy.rest_framework.mixins import (  # noqa: E402
     ConditionalMixin,
@@ -73,9 +76,12 @@ _DESCRIPTIONS = {
     "403": "Forbidden: taking over another user's edit lease needs the takeover permission.",
     "503": "Service unavailable: the lock store cannot be reached; nothing was written. "
     "See Retry-After.",
-    "409": "Conflict: the body's version is stale (version_conflict), or the edit lease "
-    "was lost or taken over (lease_lost, fenced_out).",
-    "412": "Precondition failed: If-Match does not match the current version.",
+    "409": "Conflict: the body's version is stale (version_conflict, with the object as "
+    "it is now in current), or the edit lease was lost or taken over (lease_lost, "
+    "fenced_out).",
+    "412": "Precondition failed: If-Match does not match the current version, or "
+    "If-None-Match matches it. The body carries the object as it is now (current) and "
+    "the ETag header its version: apply your change to it and send it again.",
     "423": "Locked: someone else holds the object's edit lease; see Retry-After.",
     "428": "Precondition required: send If-Match (or the version), or the lease token.",
 }
@@ -138,6 +144,27 @@ class OccupyAutoSchemaMixin(_AutoSchema):
                         description="The lease's token: yours only (another user's gets 409). "
                         "POST: present it to get the same lease back, extended, "
                         "without a new level.",
+                    )
+                )
+            if action == "lease":
+                params.append(
+                    OpenApiParameter(
+                        "Prefer",
+                        str,
+                        header,
+                        description="'wait=N' (RFC 7240): wait up to N seconds (at most "
+                        f"{occupy_settings.REST_FRAMEWORK['LEASE_WAIT_MAX']}) in the object's "
+                        "first-come-first-served queue while someone else holds it; 423 "
+                        "only once the wait is spent.",
+                    )
+                )
+                params.append(
+                    OpenApiParameter(
+                        "Preference-Applied",
+                        str,
+                        header,
+                        response=[200, 201, 423],
+                        description="'wait=N': the wait this request was granted.",
                     )
                 )
             if action in ("lease", "takeover_lease"):
@@ -261,17 +288,45 @@ class OccupyAutoSchemaMixin(_AutoSchema):
             "ETag": {"schema": {"type": "string"}},
             "Retry-After": {"schema": {"type": "integer"}},
         }
+        conflict = self._occupy_conflict_schema(ref)
         responses = operation.setdefault("responses", {})
         for code in codes:
             answer: dict[str, Any] = {"description": _DESCRIPTIONS[code]}
-            if code != "304":
+            if code in ("409", "412") and conflict is not None:
+                answer["content"] = {"application/json": {"schema": conflict}}
+            elif code != "304":
                 answer["content"] = {"application/json": {"schema": ref}}
             if code in ("304", "409", "412"):
                 answer["headers"] = {"ETag": headers["ETag"]}
             elif code in ("423", "503"):
                 answer["headers"] = {"Retry-After": headers["Retry-After"]}
+                if code == "423" and self._occupy_action() == "lease":
+                    answer["headers"]["Preference-Applied"] = {"schema": {"type": "string"}}
             responses.setdefault(code, answer)
         return operation
+
+    def _occupy_conflict_schema(self, ref: dict[str, Any]) -> dict[str, Any] | None:
+        """Return the body of a conditional write's 409 and 412: the error, with the
+        object as it is now under ``current`` in the view's own serializer; ``None``
+        for operations that answer no such body."""
+        if not isinstance(self.view, ConditionalMixin) or self._occupy_action() not in _WRITES:
+            return None
+        serializer: Any = self.view.get_serializer_class()
+        current = self.resolve_serializer(serializer, "response").ref
+        return {
+            "allOf": [
+                ref,
+                {
+                    "type": "object",
+                    "properties": {
+                        CURRENT: {
+                            **current,
+                            "description": "The object as it is now (what GET answers).",
+                        }
+                    },
+                },
+            ]
+        }
 
 
 class OccupyAutoSchema(OccupyAutoSchemaMixin, AutoSchema):

@@ -3,11 +3,13 @@ that writes only what the request sent, and the lease endpoints' body."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from rest_framework import serializers
 from rest_framework.utils import model_meta
 
+from occupy.http import utc_text
 from occupy.versions import get_version_name
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "LeaseTokenSerializer",
     "OccupyErrorSerializer",
     "OccupyModelSerializerMixin",
+    "UTCDateTimeField",
     "VersionField",
 ]
 
@@ -91,13 +94,25 @@ class OccupyModelSerializerMixin(_ModelSerializer):
         return instance
 
 
+class UTCDateTimeField(serializers.DateTimeField):
+    """A date written in UTC with ``Z``, as every date of occupy's HTTP answers is
+    (:func:`occupy.http.utc_text`), whatever the project's time zone or
+    ``DATETIME_FORMAT``: a lease's ``POST`` and ``GET`` name its expiry alike."""
+
+    def to_representation(self, value: datetime | None) -> str | None:  # type: ignore[override]
+        """Return ``value`` as :func:`~occupy.http.utc_text` writes it."""
+        return None if value is None else utc_text(value)
+
+
 class LeaseSerializer(serializers.Serializer[Any]):
     """What the lease endpoints answer about a lease (the token is added only for its
     holder's own acquire)."""
 
     key = serializers.CharField()
-    expires_at = serializers.DateTimeField()
-    ttl = serializers.FloatField()
+    expires_at = UTCDateTimeField()
+    ttl = serializers.FloatField(
+        help_text="Seconds the lease has from the answer on (a renew never shortens it)."
+    )
     fence = serializers.IntegerField()
 
 
@@ -133,8 +148,8 @@ class HolderSerializer(serializers.Serializer[Any]):
     """Who holds an object, as clients see it: never a token or an email."""
 
     owner_display = serializers.CharField()
-    since = serializers.DateTimeField(allow_null=True)
-    expires_at = serializers.DateTimeField()
+    since = UTCDateTimeField(allow_null=True)
+    expires_at = UTCDateTimeField()
 
 
 class LeaseTakeoverSerializer(LeaseTokenSerializer):

@@ -8,15 +8,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import router, transaction
 from rest_framework.request import Request
 
 import occupy
 from occupy import http, telemetry
+from occupy.api import holds_for_transaction
 from occupy.conf import occupy_settings
 from occupy.exceptions import FencedOut, LeaseLost, Occupied
 from occupy.http import Problem, requester_pk
-from occupy.leases import Lease
+from occupy.leases import Lease, TransactionHold
 from occupy.owners import lease_owner, parse_owner, same_user, write_owner
 from occupy.rest_framework.errors import OccupyErrorsMixin
 from occupy.rest_framework.exceptions import from_problem
@@ -40,8 +41,11 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
     token gets 409 and the lease is left alone), and the save is fenced by it
     (``FencedMixin`` models) in a transaction that last confirms the lease is still
     held. A write without a token holds the object's key itself for the length of the
-    write (a *write lock*, owner ``write:user:<pk>``), so "is someone editing it?" and
-    the write are one critical section.
+    write (a *write lock*), so "is someone editing it?" and the write are one critical
+    section. Where the leases live in the database the model writes to, on PostgreSQL,
+    the write lock is held by the write's own transaction (``occupy.lock(key,
+    scope="transaction")``: one statement, no commit of its own, released by the
+    write's commit); elsewhere it is a lease of owner ``write:user:<pk>``.
 
     A write lock is not an edit lease: a write that finds another request's write in
     flight waits for it, first come first served, up to ``write_wait`` seconds
@@ -129,6 +133,30 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
             backend=self.occupy_backend,
         )
 
+    def write_database(self, instance: Any) -> str | None:
+        """Return the database alias a write of ``instance`` goes to when the write
+        lock can be held by the write's own transaction there, else ``None``."""
+        database = router.db_for_write(type(instance), instance=instance)
+        return database if holds_for_transaction(self.occupy_backend, database) else None
+
+    def hold_write_lock(self, key: str) -> TransactionHold:
+        """Hold ``key`` for the open transaction of the write, as :meth:`take_write_lock`
+        holds it as a lease: another write in flight is waited for (up to
+        :meth:`get_write_wait`), an edit lease raises :class:`~occupy.Occupied` at once."""
+        try:
+            with occupy.lock(
+                key, scope="transaction", timeout=0, backend=self.occupy_backend
+            ) as held:
+                return held
+        except Occupied as e:
+            wait = self.get_write_wait()
+            if (e.holder is not None and not parse_owner(e.holder.owner).write) or not wait:
+                raise  # somebody is editing: no use waiting for a lease of minutes
+        with occupy.lock(
+            key, scope="transaction", timeout=wait, backend=self.occupy_backend
+        ) as held:
+            return held
+
     @staticmethod
     def _lease_length(lease: Lease) -> float:
         """Return how long a write under ``lease`` keeps it from now: its own ttl, as a
@@ -139,10 +167,15 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         return own if own is not None else float(occupy_settings.REST_FRAMEWORK["LEASE_TTL"])
 
     @contextmanager
-    def occupy_write(self, instance: Any) -> Iterator[Lease]:
+    def occupy_write(self, instance: Any) -> Iterator[Lease | TransactionHold]:
         """Hold the object's key (or the presented lease) around a write."""
         key = self.get_lease_key(instance)
         token = self.get_lease_token(self.request)
+        database = None if token is not None else self.write_database(instance)
+        if database is not None:
+            with transaction.atomic(using=database):
+                yield self.hold_write_lock(key)
+            return
         if token is None:
             with telemetry.write_lock():  # an event on the request's span, not spans
                 lease = self.take_write_lock(key)
@@ -168,9 +201,22 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         use_lease = getattr(instance, "use_lease", None)
         if use_lease is not None:
             use_lease(lease)
-        with transaction.atomic(using=instance._state.db):
+        database = router.db_for_write(type(instance), instance=instance)
+        with transaction.atomic(using=database):
             yield lease
-            lease.ensure_held()
+            if holds_for_transaction(self.occupy_backend, database):
+                # The transaction holds the key while the lease is the key's live one,
+                # up to its commit: no takeover is granted in between.
+                with occupy.lock(
+                    key,
+                    scope="transaction",
+                    lease=lease,
+                    timeout=self.get_write_wait(),
+                    backend=self.occupy_backend,
+                ):
+                    pass
+            else:
+                lease.ensure_held()
 
     def perform_update(self, serializer: Any) -> None:
         """Save under the object's key or the presented lease."""
@@ -182,7 +228,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         under is released (there is nothing left to edit)."""
         with self.occupy_write(instance) as lease:
             super().perform_destroy(instance)
-        if not parse_owner(lease.owner).write:
+        if isinstance(lease, Lease) and not parse_owner(lease.owner).write:
             with suppress(LeaseLost):
                 occupy.release(lease)
 

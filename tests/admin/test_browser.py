@@ -166,7 +166,7 @@ def test_takeover_disables_the_old_tab_and_the_fence_refuses_its_save(
     supervisor.wait(lambda: supervisor.state() == "editing", what="editing after takeover")
     editor.wait(lambda: editor.state() == "lost", timeout=TTL, what="the lost lease")
     message = editor.text(".occupy-message")
-    assert message.startswith("Supervisor took over the editing"), message
+    assert message.startswith("Supervisor is editing this now"), message
     assert not editor.find("input[name=_save]").is_enabled()
     assert editor.find("[name=body]").get_attribute("value") == "the editor's unsaved words"
     editor.screenshot("lease-lost")

@@ -129,7 +129,7 @@ def test_a_force_release_and_a_takeover_are_noticed_within_seconds(
         what="the page noticing the takeover",
     )
     assert time.monotonic() - taken < LONG_TTL / 3
-    assert editor.text(".occupy-message").startswith("Supervisor took over the editing")
+    assert editor.text(".occupy-message").startswith("Supervisor is editing this now")
     assert not editor.find("input[name=_save]").is_enabled()
     assert not [b for b in editor.finds(".occupy-edit-again") if b.is_displayed()]
     doc.refresh_from_db()

@@ -92,7 +92,7 @@ def test_another_users_replayed_hidden_fields_get_the_refusal_not_the_lease(
     response = other.post(pages.url(doc), {**stolen, "body": "not hers", "occupy_version": 1})
     assert response.status_code == 200
     html = response.content.decode()
-    assert "Editor took over the editing: nothing was saved" in html
+    assert "Editor is editing this now: nothing was saved" in html
     assert "not hers</textarea>" in html
     renew = other.post(pages.url(doc, "occupy/renew/"), stolen)
     assert renew.status_code == 409 and "tokens" not in renew.json()
@@ -126,7 +126,7 @@ def test_a_refused_save_says_its_sentence_once(
         },
     )
     html = response.content.decode()
-    assert html.count("Supervisor took over the editing: nothing was saved.") == 1, html
+    assert html.count("Supervisor is editing this now: nothing was saved.") == 1, html
     assert 'data-state="lost"' in html and "deletelink" not in html
 
 

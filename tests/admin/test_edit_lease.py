@@ -41,7 +41,7 @@ def test_a_save_without_the_lease_is_refused_and_keeps_the_input(
     )
     assert response.status_code == 200
     html = response.content.decode()
-    assert "Editor took over the editing: nothing was saved" in html
+    assert "Editor is editing this now: nothing was saved" in html
     assert "mine</textarea>" in html  # the user's input is kept
     doc.refresh_from_db()
     assert doc.body == "draft"
@@ -89,7 +89,7 @@ def test_a_taken_over_tab_cannot_save(users: StaffUsers, doc: Document, pages: L
             "_occupy_lease": old["token"],
         },
     )
-    assert "Supervisor took over the editing" in response.content.decode()
+    assert "Supervisor is editing this now" in response.content.decode()
     doc.refresh_from_db()
     assert doc.body == "draft"
 
@@ -305,3 +305,110 @@ def test_the_same_users_other_tab_may_edit_here_instead(
     assert lost.json()["message"].startswith(
         "You are editing this in another tab. Your changes are still in this form"
     )
+
+
+@pytest.mark.skipif(
+    __import__("django.conf").conf.settings.DEFAULT_DB != "postgresql",
+    reason="the save's transaction holds the key on PostgreSQL only",
+)
+def test_a_takeover_asked_during_a_save_is_granted_after_its_commit(
+    users: StaffUsers, monkeypatch: pytest.MonkeyPatch, doc: Document, pages: LeasePages
+) -> None:
+    """On PostgreSQL the save's own transaction holds the key while the tab's lease is
+    checked, up to its commit: a takeover asked between the check and the commit is
+    granted after the commit (before, the check was a read on occupy's connection, and
+    the takeover went through before the save committed)."""
+    import threading
+    import time
+
+    from django.db import transaction
+
+    from occupy.admin.leases import EditLeaseAdminMixin
+
+    key = object_key(Document, doc.pk)
+    saved = EditLeaseAdminMixin.save_related
+    times: dict[str, float] = {}
+    threads: list[threading.Thread] = []
+
+    def take_over() -> None:
+        occupy.takeover(key, owner="supervisor", ttl=30)
+        times["taken"] = time.monotonic()
+
+    def save_related(self, request, form, formsets, change):  # type: ignore[no-untyped-def]
+        saved(self, request, form, formsets, change)
+        transaction.on_commit(lambda: times.setdefault("committed", time.monotonic()))
+        threads.append(threading.Thread(target=take_over))
+        threads[0].start()
+        time.sleep(0.4)
+
+    monkeypatch.setattr(EditLeaseAdminMixin, "save_related", save_related)
+    editor = login(users.editor)
+    _html, page = pages.open(editor, pages.url(doc))
+    response = editor.post(
+        pages.url(doc),
+        {
+            "body": "saved",
+            "occupy_version": 1,
+            "_occupy_tab": page["tab"],
+            "_occupy_lease": page["token"],
+        },
+    )
+    threads[0].join()
+    assert response.status_code == 302
+    assert times["taken"] >= times["committed"]
+
+
+@pytest.mark.skipif(
+    __import__("django.conf").conf.settings.DEFAULT_DB != "sqlite",
+    reason="SQLite's one write lock per file",
+)
+def test_another_tabs_renewal_between_the_saves_read_and_write_is_no_500(
+    users: StaffUsers, monkeypatch: pytest.MonkeyPatch, doc: Document, pages: LeasePages
+) -> None:
+    """Two tabs on a SQLite file (WAL): the save's transaction reads the object, then
+    the other tab renews its lease (a commit on another connection, through the renew
+    endpoint, from another thread), then the save writes. SQLite refuses the write of a
+    transaction whose snapshot is older than the last commit ("database is locked", at
+    once, whatever the busy timeout): the change view, fully rolled back, is run again
+    once, and the save goes through instead of answering 500."""
+    import threading
+
+    from django.db import connections
+
+    from occupy.admin.leases import EditLeaseAdminMixin
+
+    other_doc = Document.objects.create(body="other")
+    editor, other_tab = login(users.editor), login(users.editor)
+    _html, page = pages.open(editor, pages.url(doc))
+    _html, other = pages.open(other_tab, pages.url(other_doc))
+    saved = EditLeaseAdminMixin.save_model
+    renewals: list[int] = []
+
+    def renew_in_another_tab() -> None:
+        try:
+            body = {"_occupy_tab": other["tab"], "_occupy_lease": other["token"]}
+            renewals.append(other_tab.post(pages.url(other_doc, "occupy/renew/"), body).status_code)
+        finally:
+            connections.close_all()
+
+    def save_model(self, request, obj, form, change):  # type: ignore[no-untyped-def]
+        if not renewals:  # the first run of the save only
+            thread = threading.Thread(target=renew_in_another_tab)
+            thread.start()
+            thread.join()
+        saved(self, request, obj, form, change)
+
+    monkeypatch.setattr(EditLeaseAdminMixin, "save_model", save_model)
+    response = editor.post(
+        pages.url(doc),
+        {
+            "body": "saved",
+            "occupy_version": 1,
+            "_occupy_tab": page["tab"],
+            "_occupy_lease": page["token"],
+        },
+    )
+    assert renewals == [200]
+    assert response.status_code == 302, response.content.decode()[:500]
+    doc.refresh_from_db()
+    assert doc.body == "saved" and doc.version == 2

@@ -105,7 +105,8 @@ def test_a_redis_backend_on_a_locmem_cache_says_which_cache_to_use(tmp_path) -> 
     }
     with override_settings(CACHES=DOWN_CACHES, OCCUPY=_occupy(tmp_path, **backends)):
         printed, error = _run("list_locks")
-    assert printed == "No live claims.\n"
+    # Not "No live claims.": the claims of 'local' are unknown.
+    assert printed == "No live claims on 'default'.\n"
     assert error is not None and error.startswith(
         "local: occupy backend 'local' needs a django-redis cache"
     )
@@ -184,6 +185,8 @@ def test_a_failed_command_exits_1_without_a_traceback(tmp_path) -> None:
         assert error.endswith("Run 'python manage.py migrate occupy --database default'."), error
         assert error.count("\n") == 0, error
         expected = (
-            "No live claims." if command == "list_locks" else ("files: deleted 0 expired claims")
+            "No live claims on 'files'."
+            if command == "list_locks"
+            else ("files: deleted 0 expired claims")
         )
         assert done.stdout.strip() == expected, done.stdout

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
+from django.db import connection
 from django.db.models.signals import pre_save
 
 import occupy
@@ -93,7 +95,16 @@ def test_a_race_lost_between_the_check_and_the_write_is_still_412(users, client_
 
     def sneak_in(sender, instance, **kwargs):
         pre_save.disconnect(sneak_in, sender=Book)
-        Book.objects.filter(pk=instance.pk).update_versioned(note="meanwhile")
+
+        def other_writer() -> None:  # on a connection of its own, as another process
+            try:
+                Book.objects.filter(pk=instance.pk).update_versioned(note="meanwhile")
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=other_writer)
+        thread.start()
+        thread.join()
 
     pre_save.connect(sneak_in, sender=Book)
     try:
@@ -360,6 +371,7 @@ def test_an_unreachable_lock_store_is_503_not_500(users, client_for, monkeypatch
         raise occupy.StoreUnavailable("the lock store is down (test)", key="k", backend="default")
 
     monkeypatch.setattr(backend, "acquire", down)
+    monkeypatch.setattr(backend, "hold_for_transaction", down)  # the write lock on PostgreSQL
     response = client_for(users.editor).patch(
         _url(book), {"name": "x"}, format="json", HTTP_IF_MATCH='"1"'
     )

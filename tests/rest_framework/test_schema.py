@@ -94,3 +94,19 @@ def test_bad_requests_outages_and_the_client_header_are_listed(schema):
     described = patch["responses"]["400"]["description"]
     assert "malformed_precondition" in described
     assert "invalid_ttl" in lease["post"]["responses"]["400"]["description"]
+
+
+def test_queued_editors_and_the_412_body_are_listed(schema):
+    lease = schema["paths"]["/api/books/{id}/lease/"]["post"]
+    assert "Prefer" in _headers(lease)
+    for code in ("201", "423"):
+        assert "Preference-Applied" in lease["responses"][code]["headers"], code
+    patch = schema["paths"]["/api/books/{id}/"]["patch"]
+    for code in ("409", "412"):
+        body = patch["responses"][code]["content"]["application/json"]["schema"]
+        error, current = body["allOf"]
+        assert error == {"$ref": "#/components/schemas/OccupyError"}
+        assert current["properties"]["current"]["$ref"] == "#/components/schemas/Book"
+    assert "current" in patch["responses"]["412"]["description"]
+    conditional = schema["paths"]["/api/conditional-books/{id}/"]["put"]["responses"]["412"]
+    assert "allOf" in conditional["content"]["application/json"]["schema"]

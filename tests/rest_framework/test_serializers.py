@@ -29,5 +29,6 @@ def test_a_version_beyond_the_column_is_400_not_a_server_error(users, client_for
         f"/api/books/{book.pk}/", {"name": "x", "version": 10**24}, format="json", HTTP_IF_MATCH="*"
     )
     assert response.status_code == 400, response.content
-    assert "version" in response.json()
+    assert response.json()["code"] == "malformed_precondition"
+    assert "'version'" in response.json()["detail"]
     assert Book.objects.get().name == "Dune"

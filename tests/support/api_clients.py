@@ -206,3 +206,42 @@ def plain_appends(url: str, user: str, name: str, rounds: int) -> list[tuple[int
         status, head, body = call("PATCH", url, user, {"note": body["note"] + name})
         answers.append((status, head.get("ETag"), (body or {}).get("code")))
     return answers
+
+
+def write_any_version(url: str, user: str, name: str, rounds: int) -> list[tuple[int, Any]]:
+    """PATCH ``rounds`` values into the row's ``body`` with ``If-Match: *`` (any current
+    version), with no GET in between; return each answer's status and code."""
+    answers = []
+    for r in range(rounds):
+        status, _head, body = call("PATCH", url, user, {"body": f"{name}-{r}"}, If_Match="*")
+        answers.append((status, (body or {}).get("code") if isinstance(body, dict) else None))
+    return answers
+
+
+def queued_editor(url: str, user: str, name: str, rounds: int, wait: int) -> dict[str, Any]:
+    """The queued editor's loop, ``rounds`` times: take the edit lease waiting in the
+    key's queue (``Prefer: wait``), read the row, append ``name`` to its ``body`` and
+    PATCH it with the ETag read and the lease's token, release the lease. Return every
+    status by step, and what ``Preference-Applied`` said."""
+    out: dict[str, Any] = {"lease": [], "get": [], "patch": [], "release": [], "applied": set()}
+    for _ in range(rounds):
+        status, head, body = call("POST", url + "lease/", user, {"ttl": 30}, Prefer=f"wait={wait}")
+        out["lease"].append(status)
+        out["applied"].add(head.get("Preference-Applied"))
+        if status != 201:
+            continue
+        token = body["token"]
+        status, head, row = call("GET", url, user)
+        out["get"].append(status)
+        status, _head, _body = call(
+            "PATCH",
+            url,
+            user,
+            {"body": row["body"] + name},
+            If_Match=head["ETag"],
+            Occupy_Lease=token,
+        )
+        out["patch"].append(status)
+        out["release"].append(call("DELETE", url + "lease/", user, Occupy_Lease=token)[0])
+    out["applied"] = sorted(str(a) for a in out["applied"])
+    return out

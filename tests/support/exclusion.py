@@ -16,6 +16,7 @@ from tests.support import multiproc
 
 __all__ = [
     "assert_exclusive",
+    "count_in_either_scope",
     "count_under_lock",
     "count_with_failed_release",
     "database_of",
@@ -89,6 +90,42 @@ def count_under_lock(
             counter.save()
             left = time.monotonic()
         spans.append((entered, left, lease.fence if lease else 0))
+    return spans
+
+
+def count_in_either_scope(using: str, key: str, rounds: int, hold: float, scope: str) -> list[Span]:
+    """Increment the ``key`` Counter row ``rounds`` times under ``key``, each a slow
+    read-modify-write: under a lease (``scope="lease"``: the fence is the lease's), or
+    inside a transaction that holds the key (``"transaction"``: fence 0, none). A span
+    ends before the lock can go: before the release, before the transaction's commit."""
+    from django.db import transaction
+
+    import occupy
+    from tests.testapp.models import Counter
+
+    database = database_of(using)
+    counters = Counter.objects.using(database)
+    spans = []
+    for _ in range(rounds):
+        if scope == "lease":
+            with occupy.lock(key, ttl=30, timeout=120, backend=using) as lease:
+                entered = time.monotonic()
+                counter = counters.get(name=key)
+                time.sleep(hold)
+                counter.value += 1
+                counter.save()
+                left = time.monotonic()
+            spans.append((entered, left, lease.fence))
+            continue
+        with transaction.atomic(using=database):
+            with occupy.lock(key, scope="transaction", timeout=120, backend=using):
+                entered = time.monotonic()
+            counter = counters.get(name=key)
+            time.sleep(hold)
+            counter.value += 1
+            counter.save()
+            left = time.monotonic()
+        spans.append((entered, left, 0))
     return spans
 
 

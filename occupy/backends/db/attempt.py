@@ -38,7 +38,7 @@ from django.db import IntegrityError
 from occupy.backends.base import Attempt
 from occupy.backends.claims import digest
 from occupy.backends.db.dialects import Dialect
-from occupy.backends.db.statements import Result
+from occupy.backends.db.statements import GuardTimedOut, Result
 from occupy.exceptions import StoreUnavailable
 from occupy.leases import Holder, Lease
 from occupy.validation import MAX_FENCE, MAX_TTL
@@ -104,7 +104,12 @@ class DatabaseAttempt(Attempt):
                 if self.ahead and not self._at_head():
                     return None
                 return self._promote()
-            lease = self._grant_if_free() or self._look()
+            try:
+                lease = self._grant_if_free() or self._look()
+            except GuardTimedOut:
+                # A transaction holds the key for as long as this try could wait.
+                self.claimed = self.pending_id is not None
+                lease = None
             if lease is None and self.waits:
                 self.enqueue()  # its first insert met SQLite's write lock
             return lease
@@ -131,6 +136,7 @@ class DatabaseAttempt(Attempt):
         rows = self.backend.execute(
             self.sql.grant_if_free(),
             [
+                *self.sql.guard_params(self.key, self.guard_left()),
                 self.key,
                 self.digest,
                 self.digest,
@@ -149,6 +155,11 @@ class DatabaseAttempt(Attempt):
             self.claimed = self.pending_id is not None
             return None
         return self.lease(self.token, *rows[0])
+
+    def guard_left(self) -> float | None:
+        """Return how long a grant may wait for a transaction that holds the key: the
+        caller's time left, at least a round trip's grace (``None``: for ever)."""
+        return self.time_left()
 
     def _granted(self) -> Result | None:
         """Return this attempt's grant as a grant statement would (fence and expiry
@@ -259,14 +270,20 @@ class DatabaseAttempt(Attempt):
             self.digest,
             self.pending_id,
         ]
+        guard = self.sql.guard_params(self.key, self.guard_left())
         if self.sql.wakes_waiters:
-            statement, params = self.sql.promote_when_released(), [self.digest, *params]
+            statement, params = self.sql.promote_when_released(), [*guard, self.digest, *params]
+        else:
+            params = [*guard, *params]
         for _ in range(2):
             try:
                 count, rows = self.backend.execute(
                     statement, params, key=self.key, settled=self._granted, bound=self.time_left()
                 )
                 break
+            except GuardTimedOut:
+                self._keep_queued()  # a transaction holds the key: still in line
+                return None
             except IntegrityError:
                 # An expired holder still has the slot: clear it and try again at once
                 # (nobody will notify: an expired holder never releases).

@@ -56,12 +56,13 @@ from django.db import DatabaseError
 
 from occupy.backends.base import Claim
 from occupy.backends.claims import digest
+from occupy.backends.db import transaction
 from occupy.backends.db.attempt import DatabaseAttempt
 from occupy.backends.db.rows import DatabaseOccupationRows
 from occupy.backends.db.statements import Result
 from occupy.backends.db.store import DatabaseStore
 from occupy.exceptions import OccupyError
-from occupy.leases import Holder, Lease, new_token
+from occupy.leases import Holder, Lease, TransactionHold, new_token
 
 __all__ = ["DatabaseBackend"]
 
@@ -174,7 +175,10 @@ class DatabaseBackend(DatabaseStore):
                     remaining = (previous.expires_at - sql.to_datetime(now)).total_seconds()
                     raise self.takeover_refused(key, if_fence, previous, remaining)
                 count, granted = self.execute(
-                    sql.seize(), [owner, token, d, seconds, d, old_token], key=key, settled=settled
+                    sql.seize(),
+                    [*sql.guard_params(key, None), owner, token, d, seconds, d, old_token],
+                    key=key,
+                    settled=settled,
                 )
                 if count and not sql.update_returning:
                     granted = self.execute(sql.granted(), [d, token], key=key)[1]
@@ -187,6 +191,7 @@ class DatabaseBackend(DatabaseStore):
                 granted = self.execute(
                     sql.grant_over_queue(),
                     [
+                        *sql.guard_params(key, None),
                         key,
                         d,
                         d,
@@ -212,6 +217,19 @@ class DatabaseBackend(DatabaseStore):
                 )
                 return lease, previous
         raise OccupyError(f"{key!r} changed hands ten times while it was taken over.", key=key)
+
+    def transaction_refusal(self, database: str | None = None) -> str | None:
+        """Return why this backend cannot hold a key for a transaction on ``database``
+        (not PostgreSQL, not the lock table's database, or not where the routers send
+        writes), or ``None`` (see :mod:`.transaction`)."""
+        return transaction.refusal(self, database)
+
+    def hold_for_transaction(
+        self, key: str, *, timeout: float | None, lease: Lease | None = None
+    ) -> TransactionHold:
+        """Hold ``key`` for the transaction open on the backend's database until it
+        ends (see :mod:`.transaction`)."""
+        return transaction.hold_for_transaction(self, key, timeout=timeout, lease=lease)
 
     def holder(self, key: str) -> Holder | None:
         """Return the live ``using`` claim's owner, expiry and fence, or ``None``."""

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from occupy.backends.db.dialects import Dialect
     from occupy.backends.db.own import OwnConnection
 
-__all__ = ["CUT_SLACK", "Result", "Statements"]
+__all__ = ["CUT_SLACK", "GuardTimedOut", "Result", "Statements"]
 
 logger = logging.getLogger("occupy.backends.db")
 
@@ -40,6 +40,12 @@ logger = logging.getLogger("occupy.backends.db")
 CUT_SLACK = 0.25
 #: A statement's rowcount and the rows it returned.
 Result = tuple[int, list[Any]]
+
+
+class GuardTimedOut(Exception):
+    """A grant statement's guard waited out its bound for a transaction that holds the
+    key (see :attr:`Dialect.holds_for_transaction`): the grant did nothing. Its caller
+    takes it as a try that did not get the key."""
 
 
 class Statements:
@@ -150,6 +156,8 @@ class Statements:
         whether its connection dropped (so the statement may have taken effect)."""
         if sharing and self.dialect.is_busy(error):
             raise self._locked_by_caller(key, sharing) from error
+        if self.dialect.is_guard_timeout(error):
+            raise GuardTimedOut(key) from error
         late = cutoff is not None and time.monotonic() >= cutoff
         dropped = False
         if not own.wrapper.is_usable():

@@ -39,7 +39,7 @@ class Command(BaseCommand):
             raise CommandError(str(e)) from e
         rows = []
         failures: list[str] = []
-        read = 0
+        read: list[str] = []
         for backend in backends:
             try:
                 claims = list(backend.claims())
@@ -49,7 +49,7 @@ class Command(BaseCommand):
             except OccupyError as e:
                 failures.append(trouble(backend, e))
                 continue
-            read += 1
+            read.append(backend.alias)
             rows += [
                 (
                     backend.alias,
@@ -63,13 +63,15 @@ class Command(BaseCommand):
                 for c in claims
             ]
         if rows or read:
-            self._print(rows)
+            # "No live claims." alone would deny claims on a store it could not read.
+            where = f" on {', '.join(map(repr, read))}" if failures else ""
+            self._print(rows, f"No live claims{where}.")
         if failures:
             raise CommandError("\n".join(failures))
 
-    def _print(self, rows: Sequence[tuple[str, ...]]) -> None:
+    def _print(self, rows: Sequence[tuple[str, ...]], empty: str) -> None:
         if not rows:
-            self.stdout.write("No live claims.")
+            self.stdout.write(empty)
             return
         widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
         for row in [COLUMNS, *rows]:

@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import Any, ClassVar, TypeVar
 
 from occupy.backends.db.dialects.sessions import Sessions
+from occupy.backends.db.dialects.transactions import TransactionLocks
 from occupy.validation import MAX_FENCE, MAX_TTL
 
 __all__ = ["COLUMNS", "TABLE", "Dialect", "statement"]
@@ -52,7 +53,7 @@ def statement(build: Callable[[DialectT], str]) -> Callable[[DialectT], str]:
     return built
 
 
-class Dialect(Sessions):
+class Dialect(Sessions, TransactionLocks):
     """What differs between vendors, and the statements built from it.
 
     The base class writes the statements and the behaviour of a database server reached
@@ -153,10 +154,10 @@ class Dialect(Sessions):
         holds the slot.
         """
         return (
-            f"{self.insert_ignore} {TABLE} ({self.columns}) "
+            f"{self.guard_with}{self.insert_ignore} {TABLE} ({self.columns}) "
             f"SELECT %s, %s, %s, %s, %s, %s, %s, 'using', "
             f"{self.greatest}({self.clock_us}, COALESCE(k.top, 0) + 1), 1, "
-            f"{self.later}, {self.now} FROM (SELECT MAX(fence) AS top, "
+            f"{self.later}, {self.now} FROM {self.guard_join}(SELECT MAX(fence) AS top, "
             f"MAX(CASE WHEN {self.live()} THEN 1 ELSE 0 END) AS live "
             f"FROM {TABLE} WHERE digest = %s) k WHERE COALESCE(k.live, 0) = 0 "
             f"AND COALESCE(k.top, 0) < {MAX_FENCE} "
@@ -171,8 +172,9 @@ class Dialect(Sessions):
         where ``UPDATE … RETURNING`` exists."""
         returning = " RETURNING fence, expires_at" if self.update_returning else ""
         return (
-            f"UPDATE {TABLE} SET owner = %s, token = %s, fence = {self.fence_expr()}, "
-            f"depth = 1, expires_at = {self.later}, created_at = {self.now} "
+            f"{self.guard_with}UPDATE {TABLE} SET owner = %s, token = %s, "
+            f"fence = {self.fence_expr()}, depth = 1, expires_at = {self.later}, "
+            f"created_at = {self.now}{self.guard_update} "
             f"WHERE slot = %s AND token = %s AND {self.live()}{returning}"
         )
 
@@ -183,9 +185,9 @@ class Dialect(Sessions):
         digest, digest (the slot), content_type_id, object_id, owner, token, digest
         (the fence), seconds. (SQLite needs the ``WHERE`` to parse ``ON CONFLICT``.)"""
         return (
-            f"{self.insert_ignore} {TABLE} ({self.columns}) "
+            f"{self.guard_with}{self.insert_ignore} {TABLE} ({self.columns}) "
             f"SELECT %s, %s, %s, %s, %s, %s, %s, 'using', {self.fence_expr()}, 1, "
-            f"{self.later}, {self.now} {self.from_nothing} WHERE 1 = 1 "
+            f"{self.later}, {self.now} {self.guard_from or self.from_nothing} WHERE 1 = 1 "
             f"{self.on_conflict} RETURNING fence, expires_at"
         )
 
@@ -218,7 +220,7 @@ class Dialect(Sessions):
         ``NOT EXISTS`` in the same statement as the write, so no other grant can come
         between the two; ties go to the lowest id (first come, first served).
         """
-        return self.promotion("(o.state = 'using' OR o.id < %s)")
+        return self.guard_with + self.promotion("(o.state = 'using' OR o.id < %s)")
 
     def promotion(self, blocked_by: str, *, free: str = "") -> str:
         """Return the ``UPDATE`` that promotes pending claim ``id`` unless a live claim
@@ -229,8 +231,8 @@ class Dialect(Sessions):
         returning = " RETURNING fence, expires_at" if self.update_returning else ""
         return (
             f"UPDATE {TABLE} SET state = 'using', slot = %s, fence = {self.fence_expr()}, "
-            f"expires_at = {self.later}, created_at = {self.now} WHERE id = %s "
-            f"AND state = 'pending' "
+            f"expires_at = {self.later}, created_at = {self.now}{self.guard_update} "
+            f"WHERE id = %s AND state = 'pending' "
             f"AND {self.live()}{free} AND NOT EXISTS (SELECT 1 FROM {TABLE} o "
             f"WHERE o.digest = %s AND (({self.live('o.expires_at')} AND {blocked_by}) "
             f"OR o.fence >= {MAX_FENCE})){returning}"

@@ -7,6 +7,8 @@ instead of the whole queue.
 
 from __future__ import annotations
 
+import hashlib
+import math
 import re
 import time
 from contextlib import suppress
@@ -20,11 +22,16 @@ if TYPE_CHECKING:
     from occupy.backends.db.own import OwnConnection
 
 __all__ = [
+    "PG_GUARD",
     "PG_NEXT_IN_LINE",
     "PG_RELEASE_AND_WAKE",
     "PG_SESSION",
     "PG_WAKE_NEXT",
+    "TX_SAVEPOINT",
+    "TX_TRY",
+    "TX_WAIT",
     "PostgreSQLDialect",
+    "advisory_id",
 ]
 
 # Every statement finds its rows through an index (a key's digest or slot, an id, the
@@ -64,6 +71,67 @@ PG_WAKE_NEXT = (
 #: failure, a deadlock.
 TRANSIENT = frozenset({"40001", "40P01"})
 UNDEFINED_TABLE = "42P01"
+#: ``lock_not_available``: a lock wait ran past ``lock_timeout``.
+LOCK_NOT_AVAILABLE = "55P03"
+#: ``out_of_memory``: the server's shared lock table is full
+#: (``max_locks_per_transaction``).
+OUT_OF_MEMORY = "53200"
+#: The grant guard (see :attr:`Dialect.holds_for_transaction`): the key's transaction
+#: lock, waited for in PostgreSQL's own queue, bounded by a ``lock_timeout`` set for
+#: the grant's own transaction (one statement in autocommit); parameters: the key's
+#: advisory id, the bound. ``OFFSET 0`` keeps the bound set before the lock is asked.
+PG_GUARD = (
+    "WITH occupy_guard AS MATERIALIZED (SELECT pg_advisory_xact_lock(%s::bigint) AS g "
+    "FROM (SELECT set_config('lock_timeout', %s, true) OFFSET 0) b) "
+)
+
+
+#: The savepoint a transaction lock is taken in: a lock that cannot be had, or is
+#: found leased, is given back by rolling back to it, leaving the caller's transaction
+#: usable (an error in a transaction without one would abort it).
+TX_SAVEPOINT = "occupy_lock"
+#: What a transaction lock's statements raise, in the text of a failed cast (plain SQL
+#: has no RAISE), so that the savepoint is released in the same round trip only when
+#: the lock was granted: the transaction is not READ COMMITTED, the key's advisory lock
+#: is taken (``pg_try_*``), a live lease holds the key, the caller's lease does not.
+TX_REFUSED = {
+    "isolation": "occupy-isolation",
+    "busy": "occupy-busy",
+    "leased": "occupy-leased",
+    "lost": "occupy-lost",
+}
+_TX_RAISE = "CAST('{marker}:' || current_setting('transaction_isolation') AS int)"
+_TX_ISOLATION = (
+    "CASE WHEN current_setting('transaction_isolation') <> 'read committed' "
+    f"THEN {_TX_RAISE.format(marker=TX_REFUSED['isolation'])} ELSE 0 END"
+)
+#: Take the key's advisory lock at once or raise (``timeout=0``); parameter: its id.
+TX_TRY = (
+    f"SELECT CASE WHEN current_setting('transaction_isolation') <> 'read committed' "
+    f"THEN {_TX_RAISE.format(marker=TX_REFUSED['isolation'])} "
+    "WHEN NOT pg_try_advisory_xact_lock(%s::bigint) "
+    f"THEN {_TX_RAISE.format(marker=TX_REFUSED['busy'])} END"
+)
+#: Wait for the key's advisory lock in PostgreSQL's queue, up to the ``lock_timeout``
+#: set before (``SET LOCAL``, as ``set_config(…, true)``, which takes a parameter; the
+#: caller's is kept in ``occupy.lock_timeout`` and put back after);
+#: parameters: the bound, the id. The isolation is checked before the wait.
+TX_WAIT = (
+    "SELECT set_config('occupy.lock_timeout', current_setting('lock_timeout'), true); "
+    "SELECT set_config('lock_timeout', %s, true); "
+    f"SELECT pg_advisory_xact_lock(%s::bigint) FROM (SELECT {_TX_ISOLATION} OFFSET 0) i; "
+    "SELECT set_config('lock_timeout', current_setting('occupy.lock_timeout'), true)"
+)
+
+
+def advisory_id(key: str) -> int:
+    """Return the advisory lock id of ``key``: the first 64 bits of the SHA-256 of the
+    key in occupy's own hash domain (a prefix no other key text can produce), as the
+    signed ``bigint`` ``pg_advisory_xact_lock`` takes. Never a 32-bit hash: those
+    collide by the birthday bound at about 10^5 keys; two of 10^6 keys share an id with
+    a chance of about 3 in 100 million."""
+    raw = hashlib.sha256(b"occupy advisory lock\x00" + key.encode("utf-8")).digest()
+    return int.from_bytes(raw[:8], "big", signed=True)
 
 
 def _sqlstate(error: BaseException | None) -> str | None:
@@ -81,6 +149,20 @@ class PostgreSQLDialect(Dialect):
     later = "(statement_timestamp() + %s * interval '1 second')"
     clock_us = "(extract(epoch from clock_timestamp()) * 1000000)::bigint"
     wakes_waiters = True
+    holds_for_transaction = True
+    guard_with = PG_GUARD
+    guard_join = "occupy_guard, "
+    guard_update = " FROM occupy_guard"
+    guard_from = "FROM occupy_guard"
+
+    def guard_params(self, key: str, left: float | None) -> list[Any]:
+        """Return the key's advisory id and the guard's ``lock_timeout`` (``0``: no
+        bound), for the grant guard."""
+        return [advisory_id(key), self.tx_bound(left)]
+
+    def is_guard_timeout(self, error: BaseException | None) -> bool:
+        """Return whether ``error`` is ``lock_not_available`` (the guard's bound)."""
+        return _sqlstate(error) == LOCK_NOT_AVAILABLE
 
     def live(self, column: str = "expires_at") -> str:
         """Return SQL that is true while ``column`` is in the future.
@@ -106,7 +188,8 @@ class PostgreSQLDialect(Dialect):
     @statement
     def promote_when_released(self) -> str:
         """Promote as :meth:`promote` does, once a release in flight has committed;
-        parameters: digest (the slot), then :meth:`promote`'s.
+        parameters: the grant guard's, digest (the slot), then :meth:`promote`'s
+        (without the guard's).
 
         A release picks the next in line from its statement's snapshot. One that began
         before a claim was committed does not see it and notifies nobody; one that
@@ -118,8 +201,8 @@ class PostgreSQLDialect(Dialect):
         after it makes the unique ``slot`` refuse the promotion.
         """
         return (
-            f"WITH holder AS MATERIALIZED (SELECT id FROM {TABLE} WHERE slot = %s "
-            f"AND {self.live()} FOR KEY SHARE) "
+            f"{PG_GUARD.rstrip()}, holder AS MATERIALIZED (SELECT id FROM {TABLE} WHERE "
+            f"slot = %s AND {self.live()} FOR KEY SHARE) "
             + self.promotion(
                 "o.state = 'pending' AND o.id < %s", free=" AND NOT EXISTS (SELECT 1 FROM holder)"
             )
@@ -148,6 +231,64 @@ class PostgreSQLDialect(Dialect):
                 (f"expires_at > {self.farthest}", " DESC"),
             )
         )
+
+    # --- transaction locks --------------------------------------------------------------
+    def tx_savepoint(self) -> str:
+        """Return the name of the savepoint a transaction lock is taken in."""
+        return TX_SAVEPOINT
+
+    def tx_try(self) -> str:
+        """Return the statement that takes the key's advisory lock at once or raises
+        ``busy``; parameter: the advisory id (see :data:`TX_TRY`)."""
+        return TX_TRY
+
+    def tx_wait(self) -> str:
+        """Return the statements that wait for the key's advisory lock up to a bound;
+        parameters: the bound, the advisory id (see :data:`TX_WAIT`)."""
+        return TX_WAIT
+
+    def tx_bound(self, seconds: float | None) -> str:
+        """Return ``seconds`` as a ``lock_timeout`` (``"0"``: no bound)."""
+        return "0" if seconds is None else f"{max(1, math.ceil(seconds * 1000))}ms"
+
+    @statement
+    def tx_no_lease(self) -> str:
+        """Raise ``leased`` if a live lease holds the key; parameter: digest. Run in a
+        statement after the lock's, so that its snapshot is taken after the lock was
+        granted (READ COMMITTED): a grant that committed while the lock was awaited is
+        seen."""
+        return (
+            f"SELECT CASE WHEN EXISTS (SELECT 1 FROM {TABLE} WHERE slot = %s AND "
+            f"{self.live()}) THEN {_TX_RAISE.format(marker=TX_REFUSED['leased'])} END"
+        )
+
+    @statement
+    def tx_own_lease(self) -> str:
+        """Raise ``lost`` unless the live lease of the key is the caller's (its token);
+        parameters: digest, token (see :meth:`tx_no_lease`)."""
+        return (
+            f"SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM {TABLE} WHERE slot = %s AND "
+            f"token = %s AND {self.live()}) "
+            f"THEN {_TX_RAISE.format(marker=TX_REFUSED['lost'])} END"
+        )
+
+    def tx_id(self, key: str) -> int:
+        """Return the advisory lock id of ``key`` (see :func:`advisory_id`)."""
+        return advisory_id(key)
+
+    def tx_refusal(self, error: BaseException) -> str | None:
+        """Return which of :data:`TX_REFUSED` a transaction lock's statement raised, or
+        ``"timeout"`` (its ``lock_timeout``), ``"capacity"`` (the server's lock table is
+        full), ``"deadlock"``; ``None`` for any other failure."""
+        state = _sqlstate(error)
+        if state == LOCK_NOT_AVAILABLE:
+            return "timeout"
+        if state == OUT_OF_MEMORY:
+            return "capacity"
+        if state == "40P01":
+            return "deadlock"
+        text = str(error)
+        return next((name for name, marker in TX_REFUSED.items() if marker in text), None)
 
     # --- waking waiters -----------------------------------------------------------------
     def listen(self, channel: str) -> str:

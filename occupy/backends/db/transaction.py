@@ -1,0 +1,230 @@
+"""Keys held for the caller's own transaction: ``occupy.lock(key, scope="transaction")``.
+
+On PostgreSQL the key's advisory lock (``pg_advisory_xact_lock``, a 64-bit id from the
+SHA-256 of the key, see :func:`~occupy.backends.db.dialects.postgresql.advisory_id`) is
+taken on the connection of the caller's ``transaction.atomic()`` on the lock table's
+database, and held until that transaction commits or rolls back. Invariants:
+
+- One round trip when the key is free: ``SAVEPOINT``, the lock (``pg_try_*``), a check
+  that no live lease holds the key, ``RELEASE SAVEPOINT``, sent as one query. The check
+  is a statement of its own, so that its snapshot is taken after the lock was granted
+  (READ COMMITTED): a lease granted while the lock was awaited is seen.
+- Every lease grant of the database backend takes the same advisory lock for its own
+  short transaction (the dialect's grant guard), so a transaction lock and a lease of
+  one key never overlap: a grant waits for the transaction to end, and the transaction
+  lock finds the lease a grant committed.
+- Whatever refuses the lock (taken by another transaction, a lease, a wait that ran out,
+  the server's lock table full) raises inside the savepoint, which is rolled back: the
+  caller's transaction stays usable and holds nothing for the key. (Plain SQL has no
+  ``RAISE``: the statements fail a cast whose text names the reason.)
+- A key is never held for a transaction that reads from a snapshot older than the
+  lock: REPEATABLE READ and SERIALIZABLE fix their snapshot at the first statement,
+  which is at the latest the lock's own, taken before it waited. They are refused.
+
+Waiting: for another transaction, in PostgreSQL's queue (``lock_timeout`` set for the
+wait only, in the savepoint); for a lease, by polling every ``POLL_INTERVAL`` up to a
+second apart, without holding anything, so a lease granted meanwhile goes first.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from django.apps import apps
+from django.db import DatabaseError, connections, router
+
+from occupy.backends.claims import digest
+from occupy.backends.outcomes import occupied
+from occupy.exceptions import LeaseLost, LockTimeout, StoreUnavailable, TransactionLockRefused
+from occupy.leases import Lease, TransactionHold
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    from occupy.backends.db.store import DatabaseStore
+
+__all__ = ["hold_for_transaction", "refusal"]
+
+#: The longest pause between two looks at a lease that holds the key.
+LONGEST_PAUSE = 1.0
+
+
+def refusal(backend: DatabaseStore, database: str | None = None) -> str | None:
+    """Return why ``backend`` cannot hold a key for a transaction (on ``database``, the
+    alias the caller's writes go to, if given), or ``None``."""
+    if not backend.dialect.holds_for_transaction:
+        return (
+            f"occupy backend {backend.alias!r} keeps its claims in {backend.describe_store()}: "
+            "a key is held for a transaction only on PostgreSQL, whose transaction-scoped "
+            "advisory locks end with the transaction on its own connection (MariaDB's "
+            "GET_LOCK belongs to the session, not the transaction; SQLite has one write "
+            "lock per file). Take a lease instead: occupy.lock(key) without scope."
+        )
+    if database is not None and database != backend.database:
+        return (
+            f"occupy backend {backend.alias!r} keeps its claims in database "
+            f"{backend.database!r}, not in {database!r}: a lock held by a transaction on "
+            f"{database!r} would not exclude the leases of {backend.database!r}."
+        )
+    writes_to = _routed_writes()
+    if writes_to is not None and writes_to != backend.database:
+        return (
+            f"occupy backend {backend.alias!r} keeps its claims in database "
+            f"{backend.database!r}, but the database routers send writes to {writes_to!r}: "
+            f"{backend.database!r} is a replica for them, where a lock excludes nobody. "
+            f"Set OPTIONS['DATABASE'] of backend {backend.alias!r} to {writes_to!r}."
+        )
+    return None
+
+
+def _routed_writes() -> str | None:
+    """Return the database the routers send occupy's writes to, or ``None`` when no
+    router says (Django's ``router.db_for_write`` would then answer ``"default"``,
+    which says nothing about a backend on another alias)."""
+    occupation = apps.get_model("occupy", "Occupation")
+    for each in router.routers:
+        chosen = getattr(each, "db_for_write", lambda model, **hints: None)(occupation)
+        if chosen:
+            return str(chosen)
+    return None
+
+
+def hold_for_transaction(
+    backend: DatabaseStore, key: str, *, timeout: float | None, lease: Lease | None = None
+) -> TransactionHold:
+    """Hold ``key`` for the transaction open on the backend's database, until it ends.
+
+    ``timeout`` bounds the wait for another transaction or a lease (``0``: none,
+    ``None``: for ever): raise :class:`~occupy.Occupied` or :class:`~occupy.LockTimeout`.
+    With ``lease``, the caller holds the key's lease itself: the key is held for the
+    transaction only while that lease is the key's live one, else
+    :class:`~occupy.LeaseLost`.
+    """
+    why = refusal(backend)
+    if why is not None:
+        raise TransactionLockRefused(why, key=key)
+    database = backend.database
+    connection = connections[database]
+    if not connection.in_atomic_block:
+        raise TransactionLockRefused(
+            f"occupy.lock({key!r}, scope='transaction') holds the key until the "
+            f"transaction on database {database!r} ends, and none is open: call it inside "
+            f"transaction.atomic(using={database!r}).",
+            key=key,
+        )
+    sql = backend.dialect
+    deadline = None if timeout is None else time.monotonic() + timeout
+    check = (
+        (sql.tx_no_lease(), [digest(key)])
+        if lease is None
+        else (sql.tx_own_lease(), [digest(key), lease.token])
+    )
+    pause = backend.poll_interval
+    wait = False
+    while True:
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        take = (
+            (sql.tx_wait(), [sql.tx_bound(left), sql.tx_id(key)])
+            if wait
+            else (sql.tx_try(), [sql.tx_id(key)])
+        )
+        why = _run(backend, connection, key, [take, check])
+        if why is None:
+            return TransactionHold(key=key, alias=backend.alias, database=database)
+        if why == "isolation":
+            raise TransactionLockRefused(
+                f"occupy.lock({key!r}, scope='transaction') was refused: the transaction on "
+                f"database {database!r} runs under REPEATABLE READ or SERIALIZABLE, whose "
+                "snapshot is fixed at its first statement, before the lock is granted, so "
+                "it would not see what the previous holder committed. Run it under READ "
+                "COMMITTED (Django's default), or take a lease (occupy.lock(key)) before "
+                "the transaction begins.",
+                key=key,
+            )
+        if why == "lost":
+            raise LeaseLost(
+                f"The lease on {key!r} is no longer held: it expired or was taken over.",
+                key=key,
+            )
+        if why == "deadlock":
+            raise LockTimeout(
+                f"{key!r} was not held for the transaction: waiting for it would have "
+                "deadlocked (the transaction holding it waits for a key this one holds). "
+                "Take keys in one order (sorted).",
+                key=key,
+            )
+        out_of_time = deadline is not None and time.monotonic() >= deadline
+        if why == "busy":
+            if timeout == 0:
+                raise occupied(key, None, None, waited=None)
+            wait = True  # wait in PostgreSQL's queue
+            continue
+        if why == "timeout":
+            raise occupied(key, None, None, waited=timeout or None)
+        # A lease holds the key.
+        if timeout == 0 or out_of_time:
+            found = backend.holder_and_remaining(key)
+            holder, remaining = (None, None) if found is None else found
+            raise occupied(key, holder, remaining, waited=timeout or None)
+        left = None if deadline is None else deadline - time.monotonic()
+        time.sleep(pause if left is None else max(0.0, min(pause, left)))
+        pause = min(pause * 2, LONGEST_PAUSE)
+        wait = False
+
+
+def _run(
+    backend: DatabaseStore,
+    connection: BaseDatabaseWrapper,
+    key: str,
+    statements: list[tuple[str, list[Any]]],
+) -> str | None:
+    """Run ``statements`` in the savepoint, as one query where the driver can send
+    several (client-side binding), else one by one; return ``None`` when they passed
+    (the savepoint released), else why not (it rolled back)."""
+    sql = backend.dialect
+    savepoint = sql.tx_savepoint()
+    parts: list[tuple[str, list[Any]]] = [(f"SAVEPOINT {savepoint}", [])]
+    parts += statements
+    parts.append((f"RELEASE SAVEPOINT {savepoint}", []))
+    try:
+        with connection.cursor() as cursor:
+            if _sends_several(connection):
+                cursor.execute("; ".join(s for s, _ in parts), [p for _, ps in parts for p in ps])
+            else:
+                for statement, params in parts:
+                    for one in statement.split("; "):
+                        count = one.count("%s")
+                        cursor.execute(one, params[:count])
+                        params = params[count:]
+    except DatabaseError as e:
+        why = sql.tx_refusal(e)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
+                cursor.execute(f"RELEASE SAVEPOINT {savepoint}")
+        except DatabaseError as failed:
+            raise backend.statements.failure(key, failed) from e
+        if why == "capacity":
+            raise StoreUnavailable(
+                f"occupy could not hold {key!r} for the transaction on database "
+                f"{backend.database!r}: the server's lock table is full (out of shared "
+                "memory). Each held key takes a slot of it until its transaction ends; "
+                "the server has max_locks_per_transaction x (max_connections + "
+                "max_prepared_transactions) slots in all. Hold fewer keys per transaction, "
+                "or raise max_locks_per_transaction (a server restart).",
+                key=key,
+                backend=backend.alias,
+            ) from e
+        if why is None:
+            raise backend.statements.failure(key, e) from e
+        return why
+    return None
+
+
+def _sends_several(connection: BaseDatabaseWrapper) -> bool:
+    """Return whether one query may hold several statements with parameters: psycopg 2,
+    or psycopg 3 with client-side binding (Django's default), not with
+    ``server_side_binding``, whose statements are prepared one at a time."""
+    options = connection.settings_dict.get("OPTIONS") or {}
+    return not options.get("server_side_binding")
