@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: help venv demo test test-slow test-all mysql-driver mysql-driver-required dist databases bench \
-	bench-scale faults serve lint layers docs docs-screenshots clean
+	bench-scale faults serve lint layers docs docs-screenshots clean clean-install
 
 ## help: list the targets, from the `## target:` comments of this Makefile
 help:
@@ -88,6 +88,14 @@ STORE_TESTS := --ignore=tests/backends/test_redis.py --ignore=tests/backends/tes
 test-all: mysql-driver-required
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=postgresql $(PY) -m pytest $(STORE_TESTS)
 	OCCUPY_REQUIRE_SERVERS=1 OCCUPY_TEST_ONLY_DB=1 OCCUPY_TEST_DB=mysql $(PY) -m pytest $(STORE_TESTS)
+
+## clean-install: occupy as users install it (.ci/clean_install.py): the wheel built once,
+## then for Django 5.2 and 6.1 and each extra a fresh venv with only that extra, a project
+## from `django-admin startproject`, the public modules imported, `manage.py check` and the
+## extra's how-to run (PostgreSQL, Redis and RabbitMQ on 127.0.0.1); CI runs it.
+## CLEAN_INSTALL_ARGS="--django 6.1 --extras celery" picks cells
+clean-install: venv
+	$(PY) .ci/clean_install.py $(CLEAN_INSTALL_ARGS)
 
 ## databases: create the `occupy` databases the benchmarks use, on each server that is up
 ## (the tests create their own)

@@ -48,10 +48,10 @@ def _clear_peer_locks(url: str) -> None:
     import redis
 
     import occupy
-    from occupy.celery import once_key
+    from occupy.taskcore import once_key
 
     for key in KEYS:
-        for name in (f"bench:{key}", once_key(f"bench:{key}")):
+        for name in (f"bench:{key}", once_key("bench.occupy", f"bench:{key}")):
             occupy.release(occupy.takeover(name, owner="bench", ttl=1, backend="redis"))
 
     client = redis.Redis.from_url(url)

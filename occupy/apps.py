@@ -13,12 +13,13 @@ class OccupyConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Register the system checks (those of the DRF views where DRF is installed),
+        """Register the system checks (those of the tasks' options, and of the DRF views
+        where DRF is installed),
         close occupy's connections where Django closes its own
         (:mod:`occupy.backends.lifecycle`), end a deleted row's edit lease
         (:mod:`occupy.models.deletion`), and register the OpenAPI extension where
         drf-spectacular is installed."""
-        from occupy import checks  # noqa: F401 - registers on import
+        from occupy import checks, taskcore  # noqa: F401 - register their checks on import
         from occupy.backends.lifecycle import connect_receivers
         from occupy.models.deletion import connect_lease_endings
 

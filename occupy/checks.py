@@ -143,14 +143,16 @@ def _name(owner: Any) -> str:
 
 def alias_problem(owner: Any, attribute: str, alias: str) -> str | None:
     """Return the sentence saying that ``owner`` (a model, view or model admin, or its
-    class) names with ``attribute`` an occupy backend alias that ``OCCUPY['BACKENDS']``
-    does not configure, or ``None``; ``None`` too while the setting itself cannot be
-    read (``occupy.E002`` reports that, once, instead of every class that reads it)."""
+    class, or the name of a task) names with ``attribute`` an occupy backend alias that
+    ``OCCUPY['BACKENDS']`` does not configure, or ``None``; ``None`` too while the
+    setting itself cannot be read (``occupy.E002`` reports that, once, instead of every
+    class that reads it)."""
     backends, broken = _configured()
     if broken or alias in backends:
         return None
+    name = f"{owner}'s " if isinstance(owner, str) else f"{_name(owner)}."
     return (
-        f"{_name(owner)}.{attribute} is {alias!r}, which OCCUPY['BACKENDS'] does not "
+        f"{name}{attribute} is {alias!r}, which OCCUPY['BACKENDS'] does not "
         f"configure (configured: {sorted(backends)})."
     )
 
@@ -158,8 +160,8 @@ def alias_problem(owner: Any, attribute: str, alias: str) -> str | None:
 def unconfigured_alias(
     owner: Any, attribute: str, alias: str, *, check_id: str
 ) -> list[CheckMessage]:
-    """Return the error ``check_id`` for ``owner`` (a model or view class, or a model
-    admin) whose ``attribute`` names an occupy backend alias that
+    """Return the error ``check_id`` for ``owner`` (a model or view class, a model
+    admin, or the name of a task) whose ``attribute`` names an occupy backend alias that
     ``OCCUPY['BACKENDS']`` does not configure (see :func:`alias_problem`)."""
     problem = alias_problem(owner, attribute, alias)
     if problem is None:
@@ -168,7 +170,7 @@ def unconfigured_alias(
         Error(
             problem,
             hint=f"Set {attribute} to the alias of a configured backend.",
-            obj=owner if isinstance(owner, type) else type(owner),
+            obj=owner if isinstance(owner, (type, str)) else type(owner),
             id=check_id,
         )
     ]

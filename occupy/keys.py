@@ -13,17 +13,34 @@ does not happen in practice; the digest is stable (SHA-256 of the part's UTF-8 t
 :func:`parse_object_key` reads a row's key back: the model's label and the primary key
 as text, or, for a shortened key, the start of it and its digest (which
 :meth:`ObjectKey.matches` checks against a candidate primary key).
+
+Key templates (:class:`KeyTemplate`) are formatted here too, for ``@occupy.lock`` and
+for the task integrations: ``"report:{account_id}"`` names parameters of a function,
+checked when the template is bound to it, and is formatted with a call's arguments by
+name; a call it cannot be formatted with raises ``ValueError`` naming the function and
+the template.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import re
-from typing import NamedTuple
+import string
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from occupy.validation import MAX_KEY_LENGTH, check_key
 
-__all__ = ["DIGEST_CHARS", "ObjectKey", "fit", "object_key", "parse_object_key"]
+__all__ = [
+    "DIGEST_CHARS",
+    "KeyTemplate",
+    "ObjectKey",
+    "fit",
+    "object_key",
+    "parse_object_key",
+    "template_fields",
+]
 
 #: How many hex digits of the SHA-256 digest end a shortened key (160 bits).
 DIGEST_CHARS = 40
@@ -93,3 +110,61 @@ def parse_object_key(key: str) -> ObjectKey | None:
     if not _looks_shortened(key):
         return ObjectKey(app_label, model_name, pk_text, None)
     return ObjectKey(app_label, model_name, pk_text[:-_TAIL], pk_text[-DIGEST_CHARS:])
+
+
+def template_fields(template: str) -> set[str]:
+    """Return the argument names the key template ``template`` formats (``"{a.b}"``
+    and ``"{a[0]}"`` name ``a``); raise ``ValueError`` for a malformed template."""
+    names = set()
+    for _text, field, _spec, _conv in string.Formatter().parse(template):
+        if field is not None:
+            names.add(field.split(".", 1)[0].split("[", 1)[0])
+    return names
+
+
+class KeyTemplate:
+    """A key template bound to the function whose arguments it formats.
+
+    ``where`` names the function (or the task) in every error. ``skip`` leading
+    parameters (a task's ``context``) are not the call's arguments: :meth:`format` is
+    given the call without them.
+    """
+
+    def __init__(self, template: str, func: Callable[..., Any], *, where: str, skip: int = 0):
+        if not isinstance(template, str) or not template:
+            raise ValueError(
+                f"{where}: the key template must be a non-empty str, not {template!r}."
+            )
+        try:
+            fields = template_fields(template)
+        except ValueError as e:
+            raise ValueError(f"{where}: the key template {template!r} is malformed: {e}.") from e
+        self.template = template
+        self.where = where
+        self.fields = fields
+        self.signature = inspect.signature(inspect.unwrap(func))
+        params = list(self.signature.parameters)[skip:]
+        self._skip = skip
+        missing = fields - set(params)
+        if missing:
+            raise ValueError(
+                f"{where}: the key template {template!r} names {sorted(missing)}, which "
+                f"{where} has no parameter for."
+            )
+
+    def format(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+        """Return the key of a call with ``args`` and ``kwargs``; raise ``ValueError``
+        (from the cause) naming the function and the template when the call does not
+        bind to the function or its arguments do not format."""
+        if not self.fields:
+            return check_key(self.template)
+        try:
+            bound = self.signature.bind(*([None] * self._skip), *args, **kwargs)
+            bound.apply_defaults()
+            key = self.template.format_map(bound.arguments)
+        except (TypeError, KeyError, IndexError, AttributeError, ValueError) as e:
+            raise ValueError(
+                f"{self.where}: the key template {self.template!r} cannot be formatted "
+                f"with this call's arguments ({type(e).__name__}: {e})."
+            ) from e
+        return check_key(key, name=f"{self.where}'s key")

@@ -15,7 +15,7 @@ The background-task integrations write their own (the section at the end of this
 
 - ``celery:<task name>:<task id>`` and ``celery-beat:<host>:<pid>``: Celery tasks
   (:mod:`occupy.celery`) and the beat scheduler that ticks;
-- ``task:<task path>:<result id>``: a task of Django's tasks framework (:mod:`occupy.tasks`)
+- ``task:<task path>:<result id>``: a task of Django's tasks framework (:mod:`occupy.django_tasks`)
   running under its key, or its enqueue-once claim while it waits in the queue
   (``<result id>`` is ``enqueuing`` for the moment of the enqueue itself).
 """
@@ -147,7 +147,7 @@ def _seconds(ttl: float) -> str:
     return str(int(ttl)) if float(ttl).is_integer() else f"{ttl:.6f}".rstrip("0")
 
 
-# --- Background tasks (occupy.celery, occupy.tasks) ------------------------------------
+# --- Background tasks (occupy.celery, occupy.django_tasks) -----------------------------
 #
 # ``celery:<task name>:<task id>``: a Celery task's run lock or enqueue claim (the id is
 # the one ``AsyncResult`` takes, never containing ``:``; the name may);

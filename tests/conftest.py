@@ -16,8 +16,9 @@ from tests.support.aliases import CONTRACT_BACKENDS, backend_params
 from tests.support.cleanup import wipe
 from tests.support.etcd_cluster import EtcdCluster
 
-#: A user's project with settings of its own, which tests/test_userproject.py runs.
-collect_ignore = ["userproject"]
+#: Users' projects with settings of their own, which tests/test_userproject.py and
+#: tests/test_tasks_project.py run.
+collect_ignore = ["userproject", "tasksproject"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -246,8 +246,11 @@ INSTALLED_APPS = [
     "occupy",
     "tests.testapp",
 ]
-# Django's tasks framework (occupy.tasks): django-tasks-db's database backend and worker,
-# where it is installed (pip install 'django-occupy[test]'); its tests skip otherwise.
+# Django's tasks framework (occupy.django_tasks): django-tasks-db's database backend and
+# worker, where it is installed (pip install 'django-occupy[test]'), for the task storm and
+# the tests that need a worker. It is the suite's, never a user's need: importing it
+# monkeypatches Django's classes (django-stubs-ext), so tests/test_tasks_project.py runs
+# the same behaviour in a user's project with it hidden.
 TASKS_DB = importlib.util.find_spec("django_tasks_db") is not None
 if TASKS_DB and importlib.util.find_spec("django.tasks") is None:
     INSTALLED_APPS.append("django_tasks")

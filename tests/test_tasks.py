@@ -1,4 +1,4 @@
-"""occupy.tasks on Django's tasks framework, in this process (the immediate backend runs a
+"""occupy.django_tasks on Django's tasks framework, in this process (the immediate backend runs a
 task as it is enqueued): the lease on the formatted key, the busy modes, the fence after a
 force release in the admin, bad options. The storm with worker processes killed is
 tests/test_tasks_storm.py."""
@@ -20,6 +20,7 @@ from django.utils import timezone
 import occupy
 from occupy.models import Occupation
 from occupy.owners import parse_task_owner, task_owner
+from occupy.taskcore import once_key
 
 if (
     importlib.util.find_spec("django.tasks") is None
@@ -31,7 +32,7 @@ if (
         allow_module_level=True,
     )
 
-from occupy.tasks import OccupyTask, current_lease, task
+from occupy.django_tasks import OccupyTask, current_lease, task
 from tests.testapp.models import Document
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -187,16 +188,18 @@ def test_enqueue_once_returns_the_queued_task_and_its_claim_is_bounded() -> None
     again = digest.enqueue(3)
     assert again.id == first.id
     assert digest.enqueue(user_id=4).id != first.id  # another key
-    claim = occupy.holder("once:digest:3")
+    claim = occupy.holder(once_key(digest.module_path, "digest:3"))
     assert claim is not None and claim.owner == task_owner(digest.module_path, first.id)
     assert claim.expires_at <= timezone.now() + timedelta(seconds=30)  # the queued bound
     _work_off_the_queue()  # runs both; each run ends its claim
     assert str(digest.get_result(first.id).status) == "SUCCESSFUL"
-    assert occupy.holder("once:digest:3") is None
+    assert occupy.holder(once_key(digest.module_path, "digest:3")) is None
     third = digest.enqueue(user_id=3)
     assert third.id != first.id
     # A claim whose task is gone (pruned) or finished stands for nothing: replaced.
-    Occupation.objects.filter(key="once:digest:3").delete()  # as the admin's force release
+    Occupation.objects.filter(
+        key=once_key(digest.module_path, "digest:3")
+    ).delete()  # as the admin's force release
     fourth = digest.enqueue(user_id=3)
     assert fourth.id != third.id
     _work_off_the_queue()
@@ -216,7 +219,7 @@ def test_a_busy_run_is_enqueued_again_after_the_holders_remaining_time() -> None
     wait = (later.run_after - timezone.now()).total_seconds()
     assert 20 < wait <= 31  # the holder's remaining time, rounded up
     # The enqueue-once claim moved to the task that will run.
-    claim = occupy.holder("once:digest:5")
+    claim = occupy.holder(once_key(digest.module_path, "digest:5"))
     assert claim is not None and claim.owner == task_owner(digest.module_path, later.id)
     assert str(digest.enqueue(user_id=5).id) == str(later.id)
     DBTaskResult.objects.all().delete()

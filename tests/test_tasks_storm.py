@@ -33,6 +33,7 @@ from django.db import connections
 
 import occupy
 from occupy.owners import task_owner
+from occupy.taskcore import once_key
 
 if not getattr(settings, "TASKS_DB", False):
     pytest.skip(
@@ -140,7 +141,7 @@ def _kill_one_mid_task(
             return True
         if not claim:
             return False
-        once = occupy.holder(f"once:{key}", backend=djtasks.ALIAS)
+        once = occupy.holder(once_key(djtasks.once.module_path, key), backend=djtasks.ALIAS)
         return once is not None and once.owner == task_owner(djtasks.once.module_path, result_id)
 
     return pid, key, killed_at, _free_after(dead, held)

@@ -314,7 +314,7 @@ def _run_reports(occupied: bool, pk: int, times: int, barrier: Any) -> int:
 
 def task_storm(occupied: bool, workers: int = 4, times: int = 15) -> Outcome:
     """``workers`` processes each start the report of one book ``times`` times, as a
-    plain task of Django's tasks framework or under ``occupy.tasks``: a run the report
+    plain task of Django's tasks framework or under ``occupy.django_tasks``: a run the report
     count does not show is lost; a run occupy skipped (its book's report was running)
     is refused."""
     from example_project.library.models import Book
@@ -376,5 +376,5 @@ ROWS = [
     Row(POOL, "plain Django: first task not done", lambda: task_pool(claim=False)),
     Row(POOL, "Task.objects.claim()", lambda: task_pool(claim=True)),
     Row(STORM, "plain task (Django's tasks framework)", lambda: task_storm(occupied=False)),
-    Row(STORM, "occupy.tasks.task(occupy_key=...)", lambda: task_storm(occupied=True)),
+    Row(STORM, "occupy.django_tasks.task(occupy_key)", lambda: task_storm(occupied=True)),
 ]

@@ -3,7 +3,7 @@ several workers start at once (two schedulers fired it, a message came twice).
 
 Its body is a slow read-modify-write of the book's report count, which two runs at
 once for one book lose. ``report`` is a plain task of Django's tasks framework;
-``occupied_report`` the same body under ``occupy.tasks``: one run per book at a time,
+``occupied_report`` the same body under ``occupy.django_tasks``: one run per book at a time,
 a run that finds its book's report running is skipped (logged), never run beside it.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from occupy.tasks import task
+from occupy.django_tasks import task
 
 try:  # Django's own tasks framework (6.0 and later), else its backport (django-tasks)
     from django.tasks import task as plain_task

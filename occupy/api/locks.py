@@ -12,7 +12,6 @@ import copy
 import functools
 import inspect
 import logging
-import string
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
@@ -25,6 +24,7 @@ from occupy.api.calls import DEFAULT, aacquire, acquire, arelease, release
 from occupy.backends import get_backend
 from occupy.conf import occupy_settings
 from occupy.exceptions import LeaseLost, TransactionLockRefused
+from occupy.keys import KeyTemplate
 from occupy.leases import Lease, TransactionHold, default_owner
 from occupy.validation import (
     check_key,
@@ -62,14 +62,6 @@ class _Entered:
     def __init__(self, owner: lock[Any], lease: Lease, context: Any) -> None:
         self.lock, self.lease, self.context = owner, lease, context
         self.left = self.handed_on = False
-
-
-def _template_fields(template: str) -> set[str]:
-    names = set()
-    for _text, field, _spec, _conv in string.Formatter().parse(template):
-        if field is not None:
-            names.add(field.split(".", 1)[0].split("[", 1)[0])
-    return names
 
 
 class lock(
@@ -264,22 +256,10 @@ class lock(
 
     def __call__(self, func: F) -> F:
         """Decorate ``func`` so that each call holds the (formatted) key."""
-        fields = _template_fields(self.key)
-        signature = inspect.signature(func)
-        missing = fields - set(signature.parameters)
-        if missing:
-            raise ValueError(
-                f"lock key template {self.key!r} names {sorted(missing)}, which "
-                f"{func.__qualname__}() has no parameter for."
-            )
+        template = KeyTemplate(self.key, func, where=f"{func.__qualname__}()")
 
         def bound_lock(args: tuple[Any, ...], kwargs: dict[str, Any]) -> lock[HeldT]:
-            key = self.key
-            if fields:
-                bound = signature.bind(*args, **kwargs)
-                bound.apply_defaults()
-                key = self.key.format_map(bound.arguments)
-            return self._on(key)
+            return self._on(template.format(args, kwargs) if template.fields else self.key)
 
         if inspect.iscoroutinefunction(func):
 

@@ -19,23 +19,32 @@ another view extension already matches a view (drf-spectacular applies only one)
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Any, Final
+from occupy.extras import require
 
-from drf_spectacular.extensions import OpenApiViewExtension
-from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.plumbing import get_class
-from drf_spectacular.utils import OpenApiParameter
+require(
+    "drf_spectacular",
+    feature="occupy.rest_framework.schema",
+    extra="drf",
+    package="drf-spectacular",
+)
 
-from occupy.conf import occupy_settings
-from occupy.rest_framework.conditional import CURRENT
-from occupy.rest_framework.leases import LEASE_ACTIONS
-from occupy.rest_framework.mixins import (
+import functools  # noqa: E402
+from typing import TYPE_CHECKING, Any, Final  # noqa: E402
+
+from drf_spectacular.extensions import OpenApiViewExtension  # noqa: E402
+from drf_spectacular.openapi import AutoSchema  # noqa: E402
+from drf_spectacular.plumbing import get_class  # noqa: E402
+from drf_spectacular.utils import OpenApiParameter  # noqa: E402
+
+from occupy.conf import occupy_settings  # noqa: E402
+from occupy.rest_framework.conditional import CURRENT  # noqa: E402
+from occupy.rest_framework.leases import LEASE_ACTIONS  # noqa: E402
+from occupy.rest_framework.mixins import (  # noqa: E402
     ConditionalMixin,
     OccupiedWritesMixin,
     OccupyErrorsMixin,
 )
-from occupy.rest_framework.serializers import (
+from occupy.rest_framework.serializers import (  # noqa: E402
     HolderBodySerializer,
     LeaseReleaseSerializer,
     LeaseRequestSerializer,

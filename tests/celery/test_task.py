@@ -21,8 +21,9 @@ from occupy.owners import celery_task_owner, parse_task_owner
 
 celery = pytest.importorskip("celery")
 
-from occupy.celery import OccupyTask, once_key  # noqa: E402
+from occupy.celery import OccupyTask  # noqa: E402
 from occupy.models import Occupation  # noqa: E402
+from occupy.taskcore import ONCE_TTL, once_key  # noqa: E402
 from tests.testapp.models import Document  # noqa: E402
 
 
@@ -109,7 +110,7 @@ def test_busy_skip_logs_and_does_not_run(
         ran.append(user)
 
     other = _held_elsewhere("sync:1")
-    with caplog.at_level(logging.INFO, logger="occupy.celery"):
+    with caplog.at_level(logging.INFO, logger="occupy.tasks"):
         assert sync.apply(args=(1,)).successful()
     assert ran == []
     assert "skipped" in caplog.text and "someone-else" in caplog.text
@@ -227,13 +228,13 @@ def test_once_returns_the_queued_task_and_lets_its_retry_through(app: Any, live_
     assert report.apply_async(kwargs={"account_id": 1}).id == first.id
     other = report.delay(2)
     assert other.id != first.id
-    claim = occupy.holder(once_key("report:1"))
+    claim = occupy.holder(once_key(report.name, "report:1"))
     assert claim is not None and claim.owner == celery_task_owner(report.name, first.id)
     # The same task sent again (a retry, which keeps its id) is sent.
     assert report.apply_async((1,), task_id=first.id).id == first.id
-    # A queued task's claim is bounded by occupy_once_ttl (600 s by default).
+    # A queued task's claim is bounded by occupy_once (True: ONCE_TTL, an hour).
     left = (claim.expires_at - timezone.now()).total_seconds()
-    assert 590 < left <= 600
+    assert ONCE_TTL - 10 < left <= ONCE_TTL
 
 
 def test_once_claim_is_taken_over_by_the_run_and_released_at_its_end(
@@ -245,14 +246,14 @@ def test_once_claim_is_taken_over_by_the_run_and_released_at_its_end(
         shared=False, bind=True, base=OccupyTask, occupy_key="report:{account_id}", occupy_once=True
     )
     def report(self: Any, account_id: int) -> None:
-        seen["claim"] = occupy.holder(once_key(f"report:{account_id}"))
+        seen["claim"] = occupy.holder(once_key(report.name, f"report:{account_id}"))
         seen["again"] = report.delay(account_id).id
 
     queued = report.delay(5)
     assert report.apply(args=(5,), task_id=queued.id).successful()
     assert seen["claim"].owner == celery_task_owner(report.name, queued.id)
     assert seen["again"] == queued.id  # while running: deduplicated
-    assert occupy.holder(once_key("report:5")) is None  # released at the end
+    assert occupy.holder(once_key(report.name, "report:5")) is None  # released at the end
     assert report.delay(5).id != queued.id
 
 
@@ -269,8 +270,8 @@ def test_once_claim_stays_while_the_body_retries_itself(app: Any, live_db: None)
             mail.__call__("ann")
     finally:
         mail.pop_request()
-    claim = occupy.holder(once_key("mail:ann"))
+    claim = occupy.holder(once_key(mail.name, "mail:ann"))
     assert claim is not None and claim.owner == celery_task_owner(mail.name, queued.id)
-    assert (claim.expires_at - timezone.now()).total_seconds() > 590  # occupy_once_ttl
+    assert (claim.expires_at - timezone.now()).total_seconds() > ONCE_TTL - 10  # occupy_once
     assert occupy.holder("mail:ann") is None  # the run lease ended
     assert mail.delay("ann").id == queued.id  # still deduplicated while it waits

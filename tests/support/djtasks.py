@@ -1,5 +1,6 @@
-"""Tasks of Django's tasks framework for occupy.tasks' tests, each storm run recording its start and
-end in PostgreSQL (table :data:`RUNS`); the worker processes are in djtasks_workers.py."""
+"""Tasks of Django's tasks framework for occupy.django_tasks' tests, each storm run
+recording its start and end in PostgreSQL (table :data:`RUNS`); the worker processes are
+in djtasks_workers.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from django.db import connections
 
-from occupy.tasks import current_lease, task
+from occupy.django_tasks import current_lease, task
 
 #: Where each run of a storm task records itself (made by the test, on PostgreSQL).
 RUNS = "occupy_djtasks_runs"

@@ -1,0 +1,61 @@
+"""The system checks of the tasks' options (``occupy.E401`` to ``occupy.E404``): every
+task of occupy's integrations records itself (:func:`declared`) when it is made."""
+
+from __future__ import annotations
+
+import importlib
+import weakref
+from typing import Any, Protocol
+
+from django.core.checks import CheckMessage, Tags, register
+from django.utils.module_loading import module_has_submodule
+
+from occupy.checks import unconfigured_alias
+from occupy.taskcore.options import TaskOptions
+
+__all__ = ["Declared", "check_tasks", "declared"]
+
+
+class Declared(Protocol):
+    """A task (or task class) of an integration, as :func:`declared` records it."""
+
+    def occupy_options(self) -> TaskOptions:
+        """Return the task's options as they are now."""
+
+
+#: The tasks declared so far (classes or instances), by weak reference.
+_declared: list[weakref.ref[Any]] = []
+
+
+def declared(task: Declared) -> None:
+    """Record ``task`` (a task, or a task class) for the system checks."""
+    _declared[:] = [ref for ref in _declared if ref() is not None]
+    _declared.append(weakref.ref(task))
+
+
+def _discover() -> None:
+    """Import the ``tasks`` module of every installed app that has one, as Celery's
+    autodiscovery does, so that the checks see the tasks declared there."""
+    from django.apps import apps
+
+    for config in apps.get_app_configs():
+        if module_has_submodule(config.module, "tasks"):
+            importlib.import_module(f"{config.name}.tasks")
+
+
+@register(Tags.compatibility)
+def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Check the occupy options of every task declared (``occupy.E401`` to ``E404``),
+    after importing each installed app's ``tasks`` module."""
+    _discover()
+    messages: list[CheckMessage] = []
+    for ref in list(_declared):
+        task = ref()
+        if task is None:
+            continue
+        options = task.occupy_options()
+        messages += options.problems()
+        messages += unconfigured_alias(
+            f"task {options.task}", "occupy_backend", options.backend, check_id="occupy.E401"
+        )
+    return messages
