@@ -40,6 +40,12 @@ def main(argv: list[str]) -> None:
     if argv[:2] == ["http", "--instructions"]:
         importlib.import_module("bench.http_instructions").main(argv[2:])
         return
+    unknown = [name for name in argv if name not in MODULES]
+    if unknown:
+        sys.exit(
+            f"{__doc__}\nbench: unknown benchmark {unknown[0]!r}; the benchmarks are "
+            f"{', '.join(MODULES)}, scale and faults."
+        )
     for name in argv or MODULES:
         importlib.import_module(f"bench.{name}").main()
 
