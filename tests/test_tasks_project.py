@@ -52,3 +52,16 @@ def test_check_reports_a_task_whose_backend_is_not_configured(tmp_path: Path) ->
     result = _run(tmp_path, "check", SHOP_TASK_BACKEND="nope")
     assert result.returncode != 0
     assert "(occupy.E401) task shop.tasks.misrouted's occupy_backend is 'nope'" in result.stderr
+
+
+def test_check_reports_a_tasks_module_that_raised_instead_of_a_traceback(
+    tmp_path: Path,
+) -> None:
+    result = _run(tmp_path, "check", SHOP_RETRY_ON_IMMEDIATE="1")
+    assert result.returncode != 0
+    # check reported it (run.py's call_command raises SystemCheckError), not the import's
+    # ValueError from inside occupy.django_tasks.
+    assert "SystemCheckError" in result.stderr, result.stderr
+    assert "django_tasks/base.py" not in result.stderr, result.stderr
+    assert "(occupy.E405) shop.tasks raised ValueError when imported" in result.stderr
+    assert "occupy_on_busy='retry'" in result.stderr

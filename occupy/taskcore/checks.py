@@ -1,4 +1,4 @@
-"""The system checks of the tasks' options (``occupy.E401`` to ``occupy.E404``): every
+"""The system checks of the tasks' options (``occupy.E401`` to ``occupy.E405``): every
 task of occupy's integrations records itself (:func:`declared`) when it is made."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import importlib
 import weakref
 from typing import Any, Protocol
 
-from django.core.checks import CheckMessage, Tags, register
+from django.core.checks import CheckMessage, Error, Tags, register
 from django.utils.module_loading import module_has_submodule
 
 from occupy.checks import unconfigured_alias
@@ -33,22 +33,40 @@ def declared(task: Declared) -> None:
     _declared.append(weakref.ref(task))
 
 
-def _discover() -> None:
+def _discover() -> list[CheckMessage]:
     """Import the ``tasks`` module of every installed app that has one, as Celery's
-    autodiscovery does, so that the checks see the tasks declared there."""
+    autodiscovery does, so that the checks see the tasks declared there; return
+    ``occupy.E405`` for each that raised (a task refused when it was declared, say),
+    rather than letting ``check`` end in a traceback."""
     from django.apps import apps
 
+    problems: list[CheckMessage] = []
     for config in apps.get_app_configs():
-        if module_has_submodule(config.module, "tasks"):
-            importlib.import_module(f"{config.name}.tasks")
+        if not module_has_submodule(config.module, "tasks"):
+            continue
+        name = f"{config.name}.tasks"
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            problems.append(
+                Error(
+                    f"{name} raised {type(e).__name__} when imported, so the tasks "
+                    f"declared in it cannot run: {e}",
+                    hint="Fix what the error names (Celery's autodiscovery and the "
+                    "workers import this module too).",
+                    obj=name,
+                    id="occupy.E405",
+                )
+            )
+    return problems
 
 
 @register(Tags.compatibility)
 def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Check the occupy options of every task declared (``occupy.E401`` to ``E404``),
-    after importing each installed app's ``tasks`` module."""
-    _discover()
-    messages: list[CheckMessage] = []
+    after importing each installed app's ``tasks`` module (``occupy.E405`` for one that
+    raised)."""
+    messages = _discover()
     for ref in list(_declared):
         task = ref()
         if task is None:

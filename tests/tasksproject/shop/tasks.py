@@ -40,3 +40,10 @@ def other_digest(user_id: int) -> int:
 )
 def misrouted(n: int) -> None:
     """A task whose occupy_backend the run sets to an alias that is not configured."""
+
+
+if os.environ.get("SHOP_RETRY_ON_IMMEDIATE"):
+
+    @task(occupy_key="retried:{n}")  # "retry", on a backend without run_after: refused
+    def retried(n: int) -> None:
+        """A task the how-to's first example would declare on Django's immediate backend."""
