@@ -219,3 +219,21 @@ def _parse(value: str) -> datetime:
 def test_list_locks_refuses_an_unknown_alias(live_db: None) -> None:
     with pytest.raises(CommandError, match=r"'nowhere'"):
         list_locks("--backend", "nowhere")
+
+
+def test_a_quiet_sweep_prints_nothing_though_the_project_has_warnings(
+    live_db: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The cron how-to's ``manage.py sweep_locks -v 0`` mails only failures: the
+    project's own check warnings (a W102 of an admin, say) are not printed at every run."""
+    from django.core.checks import Warning as CheckWarning
+    from django.core.management import execute_from_command_line
+    from django.test.utils import override_system_checks
+
+    def warns(**kwargs: object) -> list[CheckWarning]:
+        return [CheckWarning("a warning of the project's", id="project.W001")]
+
+    capsys.readouterr()
+    with override_system_checks([warns]):
+        execute_from_command_line(["manage.py", "sweep_locks", "-v", "0"])
+    assert capsys.readouterr() == ("", "")
