@@ -153,11 +153,15 @@ class lock(
     def _hold(self) -> TransactionHold:
         """Hold the key for the caller's transaction (``scope="transaction"``)."""
         timeout = self.kwargs["timeout"]
-        return get_backend(self.kwargs["backend"]).hold_for_transaction(
-            check_key(self.key),
-            timeout=occupy_settings.TIMEOUT if timeout is DEFAULT else timeout,
-            lease=self.lease,
-        )
+        backend, key = get_backend(self.kwargs["backend"]), check_key(self.key)
+        # Counted as an acquire (its outcome, and its wait if it waited); a hold that ends
+        # with its transaction has no release, so no hold time is recorded.
+        with telemetry.acquiring(backend, key, held_here=False):
+            return backend.hold_for_transaction(
+                key,
+                timeout=occupy_settings.TIMEOUT if timeout is DEFAULT else timeout,
+                lease=self.lease,
+            )
 
     async def _atake(self) -> Lease:
         """Async twin of :meth:`_take`."""

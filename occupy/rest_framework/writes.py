@@ -190,6 +190,7 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         """Hold ``key`` for the open transaction of the write, as :meth:`take_write_lock`
         holds it as a lease: another write in flight is waited for (up to
         :meth:`get_write_wait`), an edit lease raises :class:`~occupy.Occupied` at once."""
+        self.get_write_ttl()  # unused here, but a view misconfigured answers alike everywhere
         try:
             with occupy.lock(
                 key, scope="transaction", timeout=0, backend=self.get_occupy_backend()
@@ -221,7 +222,9 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         database = None if token is not None else self.write_database(instance)
         if database is not None:
             with transaction.atomic(using=database):
-                yield self.hold_write_lock(key)
+                with telemetry.write_lock():  # an event on the request's span, not spans
+                    hold = self.hold_write_lock(key)
+                yield hold
             return
         if token is None:
             with telemetry.write_lock():  # an event on the request's span, not spans

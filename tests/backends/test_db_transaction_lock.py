@@ -262,6 +262,9 @@ def test_a_replica_alias_cannot_take_the_lock() -> None:
                 assert advisory_held("tx:replica") == [backend_pid(DATABASE)]
         finally:
             router.routers = []
+            # Its atomic() opened a session on the test database: one DROP DATABASE
+            # would find in its way.
+            connections[DATABASE + "-replica"].close()
             del connections.settings[DATABASE + "-replica"]
             get_backend("on-replica").close()
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from django.apps import apps
 from django.db import DatabaseError, connections, router
 
+from occupy import telemetry
 from occupy.backends.claims import digest
 from occupy.backends.outcomes import occupied
 from occupy.exceptions import LeaseLost, LockTimeout, StoreUnavailable, TransactionLockRefused
@@ -159,6 +160,7 @@ def hold_for_transaction(
             if timeout == 0:
                 raise occupied(key, None, None, waited=None)
             wait = True  # wait in PostgreSQL's queue
+            telemetry.began_waiting()
             continue
         if why == "timeout":
             raise occupied(key, None, None, waited=timeout or None)
@@ -168,6 +170,7 @@ def hold_for_transaction(
             holder, remaining = (None, None) if found is None else found
             raise occupied(key, holder, remaining, waited=timeout or None)
         left = None if deadline is None else deadline - time.monotonic()
+        telemetry.began_waiting()
         time.sleep(pause if left is None else max(0.0, min(pause, left)))
         pause = min(pause * 2, LONGEST_PAUSE)
         wait = False
