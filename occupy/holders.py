@@ -13,8 +13,9 @@ __all__ = ["Holder"]
 class Holder(NamedTuple):
     """Who holds a key, as anyone may see it: never the token.
 
-    ``since`` is when this holder was granted the key (by the store's clock), where the
-    store knows it.
+    ``since`` is when this holder was granted the key (by the store's clock): the
+    grant of its token, not its last renewal or re-entry; ``None`` where the store does
+    not know it (a value occupy did not write).
     """
 
     owner: str

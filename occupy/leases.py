@@ -75,7 +75,10 @@ class Lease:
     compares it (``save(lease=…)``) so a holder whose lease was lost cannot write.
     ``expires_at`` comes from the lock store's clock. ``alias`` names the occupy backend
     that granted it (the ``backend=`` of :func:`occupy.acquire`); ``backend`` is that
-    backend itself.
+    backend itself. ``depth`` is how many levels the store counted for the token when
+    this object was returned (1 for a grant, one more for each re-entry): every
+    re-entry returns a new ``Lease``, and a release, inner or not, lowers the store's
+    count but never this number.
     """
 
     key: str

@@ -33,7 +33,23 @@ MAX_SWEEP_BATCH = 1_000_000
 class BackendContract(ConfiguredBackend):
     """What occupy asks of a lock store besides taking a key: the contract's calls on a
     lease or a key, which each backend writes, and what comes with them. A backend
-    subclasses :class:`~occupy.backends.base.BaseBackend`, never this class alone."""
+    subclasses :class:`~occupy.backends.base.BaseBackend`, never this class alone.
+
+    What every method may rely on, and must keep:
+
+    - One instance per alias serves every thread of the process (``get_backend``
+      builds it once): per-thread state (connections) lives in thread-locals, and a
+      forked child must neither use nor close its parent's sessions (build new ones
+      when the process id changed).
+    - A ``ttl`` is seconds between :data:`~occupy.validation.MIN_TTL` (a millisecond)
+      and :data:`~occupy.validation.MAX_TTL` (ten years), checked before the backend
+      is called: the store must keep at least millisecond precision over that range.
+    - A value under the store's names that occupy did not write (another program's, or
+      a corrupted one) is never read as a grant: the key counts as held (or the store
+      as unusable, naming what to remove), never as free; ``claims()`` lists it owned
+      by :data:`~occupy.backends.claims.UNKNOWN_OWNER`, and ``check --database`` warns
+      of it (``occupy.W004``).
+    """
 
     #: The errors by which the store's client says it cannot be reached or used
     #: (see :meth:`reaching`).
@@ -188,7 +204,12 @@ class BackendContract(ConfiguredBackend):
         raise NotImplementedError("subclasses of BaseBackend must provide an is_held() method")
 
     def claims(self) -> Iterable[Claim]:
-        """Yield the live claims, for ``list_locks``."""
+        """Yield the live claims (:class:`Claim`), for ``list_locks``.
+
+        A store that cannot list its keys raises :class:`NotImplementedError` with a
+        sentence saying so: ``list_locks`` prints it for this backend and goes on with
+        the others.
+        """
         raise NotImplementedError("subclasses of BaseBackend must provide a claims() method")
 
     # --- what a backend may override ---------------------------------------------------

@@ -19,7 +19,14 @@ __all__ = ["Claim", "OccupationRows"]
 
 @dataclass(frozen=True)
 class Claim:
-    """One row of ``list_locks``: a live claim on a key, without its token."""
+    """One row of ``list_locks``: a live claim on a key, without its token.
+
+    ``state`` is ``"using"`` (granted: it holds the key) or ``"pending"`` (a waiter in
+    the key's queue); ``since`` is when it was granted or queued, by the store's clock;
+    ``fence`` is the grant's fence, ``None`` for a waiter. A value in the store that
+    occupy did not write is listed under the store's own name for it, owned by
+    :data:`~occupy.backends.claims.UNKNOWN_OWNER`, with ``since`` and ``fence`` ``None``.
+    """
 
     key: str
     owner: str
