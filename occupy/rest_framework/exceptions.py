@@ -34,15 +34,24 @@ __all__ = [
 
 
 class OccupyAPIException(APIException):
-    """Base of occupy's API exceptions; ``problem`` is the full answer."""
+    """Base of occupy's API exceptions; ``problem`` is the full answer.
+
+    ``wait`` is the seconds of the answer's ``Retry-After`` (``None`` without one), as
+    on DRF's ``Throttled``: DRF's own exception handler then sets the header, without
+    occupy's.
+    """
 
     problem: Problem | None = None
+    wait: int | None = None
 
     def __init__(
         self, detail: str | None = None, code: str | None = None, problem: Problem | None = None
     ) -> None:
         super().__init__(detail, code)
         self.problem = problem
+        retry_after = None if problem is None else problem.headers.get("Retry-After")
+        if retry_after is not None and retry_after.isdigit():
+            self.wait = int(retry_after)
 
 
 class PreconditionFailed(OccupyAPIException):
