@@ -4,9 +4,9 @@ write in flight is waited for, not blamed on an editor (see
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from django.core.checks import CheckMessage
 from django.db import router, transaction
@@ -24,6 +24,9 @@ from occupy.owners import lease_owner, parse_owner, same_user, write_owner
 from occupy.rest_framework.errors import OccupyErrorsMixin
 from occupy.rest_framework.exceptions import from_problem
 from occupy.validation import check_client, check_token, check_ttl, check_write_wait
+
+#: What a write lock is held as: a lease, or a hold of the write's transaction.
+HeldT = TypeVar("HeldT", Lease, TransactionHold)
 
 __all__ = ["OccupiedWritesMixin"]
 
@@ -158,27 +161,24 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         owner = self.get_write_owner(self.request)
         alias = self.get_occupy_backend()
         ttl = self.get_write_ttl()
-        try:
-            return occupy.acquire(
-                key,
-                owner=owner,
-                ttl=ttl,
-                timeout=0,
-                reentrant=False,
-                backend=alias,
+        return self._after_writes_in_flight(
+            lambda timeout: occupy.acquire(
+                key, owner=owner, ttl=ttl, timeout=timeout, reentrant=False, backend=alias
             )
+        )
+
+    def _after_writes_in_flight(self, take: Callable[[float], HeldT]) -> HeldT:
+        """Return ``take(timeout)``: at once (``0``), else, when the key is held by
+        another write in flight, after waiting for it up to :meth:`get_write_wait`;
+        :class:`~occupy.Occupied` at once for an edit lease (no use waiting for a lease
+        of minutes) or when writes may not wait."""
+        try:
+            return take(0)
         except Occupied as e:
             wait = self.get_write_wait()
             if (e.holder is not None and not parse_owner(e.holder.owner).write) or not wait:
-                raise  # somebody is editing: no use waiting for a lease of minutes
-        return occupy.acquire(
-            key,
-            owner=owner,
-            ttl=ttl,
-            timeout=wait,
-            reentrant=False,
-            backend=alias,
-        )
+                raise
+        return take(wait)
 
     def write_database(self, instance: Any) -> str | None:
         """Return the database alias a write of ``instance`` goes to when the write
@@ -191,19 +191,13 @@ class OccupiedWritesMixin(OccupyErrorsMixin, _ModelViewSet):
         holds it as a lease: another write in flight is waited for (up to
         :meth:`get_write_wait`), an edit lease raises :class:`~occupy.Occupied` at once."""
         self.get_write_ttl()  # unused here, but a view misconfigured answers alike everywhere
-        try:
-            with occupy.lock(
-                key, scope="transaction", timeout=0, backend=self.get_occupy_backend()
-            ) as held:
+        alias = self.get_occupy_backend()
+
+        def hold(timeout: float) -> TransactionHold:
+            with occupy.lock(key, scope="transaction", timeout=timeout, backend=alias) as held:
                 return held
-        except Occupied as e:
-            wait = self.get_write_wait()
-            if (e.holder is not None and not parse_owner(e.holder.owner).write) or not wait:
-                raise  # somebody is editing: no use waiting for a lease of minutes
-        with occupy.lock(
-            key, scope="transaction", timeout=wait, backend=self.get_occupy_backend()
-        ) as held:
-            return held
+
+        return self._after_writes_in_flight(hold)
 
     @staticmethod
     def _lease_length(lease: Lease) -> float:
