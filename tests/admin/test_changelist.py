@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import occupy
+from occupy.admin.editing import STORE_UNAVAILABLE
 from occupy.models import object_key
 from tests.support.users import StaffUsers, login
 from tests.testapp.models import Label
@@ -48,9 +49,15 @@ def test_list_editable_is_refused_while_a_row_is_edited(users: StaffUsers) -> No
     holder = occupy.holder(object_key(Label, second.pk))
     assert holder is not None and holder.fence == lease.fence
     occupy.release(lease)
-    listed = _inputs(client.get(LIST).content.decode())
-    data = {**listed, "form-0-text": "A2", "form-1-text": "B2", "_save": "Save"}
-    assert client.post(LIST, data).status_code == 302
+    for _ in range(3):
+        listed = _inputs(client.get(LIST).content.decode())
+        data = {**listed, "form-0-text": "A2", "form-1-text": "B2", "_save": "Save"}
+        html = client.post(LIST, data, follow=True).content.decode()
+        # A statement stalled past its bound on a loaded machine says so, and nothing
+        # is written: the same request, sent again, must then go through.
+        if STORE_UNAVAILABLE not in html:
+            break
+    assert "Nothing was saved" not in html, html
     first.refresh_from_db()
     second.refresh_from_db()
     assert (first.text, second.text) == ("A2", "B2")

@@ -187,9 +187,11 @@ def _take_and_renew(alias: str, worker: int, start: threading.Barrier | None = N
         key = f"testapp.book:{i % 2}" if i % 3 else f"plain:{i % 2}"
         try:
             with occupy.lock(
-                key, owner=f"w{worker}", ttl=0.3, timeout=2, renew=True, backend=alias
+                key, owner=f"w{worker}", ttl=0.9, timeout=2, renew=True, backend=alias
             ):
-                time.sleep(0.15)  # long enough for a renewal (every ttl / 3)
+                # Long enough for a renewal (every ttl / 3); the ttl is long enough that
+                # a renewal late by half a second on a loaded machine still finds the lease.
+                time.sleep(0.35)
                 taken += 1
         except occupy.LockTimeout:
             pass
