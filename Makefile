@@ -19,17 +19,31 @@ help:
 	  /^## / && name != "" { sub(/^## /, ""); text = text " " $$0; next } \
 	  { flush() } END { flush() }' $(MAKEFILE_LIST)
 
-$(STAMP): pyproject.toml
-	@echo "setting up $(VENV): occupy and its development tools (a minute or two, once)"
+# The demo's venv holds what the example project imports (DRF, django-redis, Django's
+# tasks framework's backport on 5.2) and Swagger UI's files for `make serve` offline;
+# the development venv adds the test and lint tools.
+# Both are .venv: `make test` after `make demo` only adds what the demo did not install.
+DEMO_STAMP := $(VENV)/.demo-installed
+DEMO_EXTRAS := drf,redis,tasks
+
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	@echo "setting up $(VENV): occupy and its development tools (a minute or two, once)"
 	$(PY) -m pip install --quiet -e ".[dev]"
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	@echo "setting up $(VENV): occupy and what the example project imports (once)"
+	$(PY) -m pip install --quiet -e ".[$(DEMO_EXTRAS)]" "drf-spectacular-sidecar>=2024.1"
+	touch $(DEMO_STAMP)
 
 venv: $(STAMP)
 
 ## demo: set up, migrate the example project on SQLite and replay the races between writers
-demo: venv
+demo: $(DEMO_STAMP)
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py race_demo
 
@@ -132,8 +146,9 @@ bench-scale: mysql-driver databases
 faults: mysql-driver
 	$(PY) -m bench faults $(FAULTS_ARGS)
 
-## serve: the example site (admin and API) at http://127.0.0.1:8000/
-serve: venv
+## serve: the example site (front page, API, schema, Swagger UI, admin) on SQLite, at
+## 127.0.0.1:8000
+serve: $(DEMO_STAMP)
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py runserver 127.0.0.1:8000
 
