@@ -241,6 +241,24 @@ def test_storm_runs_each_call_once_per_key_through_killed_workers(runs: Any) -> 
     assert {str(r) for r in running} == {started[item][0][3] for item in unfinished}
 
 
+def _wait_for_the_queue_to_drain(pg: Any, within: float) -> None:
+    """Wait up to ``within`` seconds until no task is queued or running but those whose
+    worker was killed (the backend leaves their results RUNNING)."""
+    from django_tasks_db.models import DBTaskResult
+
+    deadline = time.monotonic() + within
+    killed_ids = {row[3] for row in _rows(pg, "once") if row[6] is None}
+    while time.monotonic() < deadline:
+        pending = (
+            DBTaskResult.objects.using("postgresql")
+            .filter(status__in=["READY", "RUNNING"])
+            .exclude(id__in=killed_ids)
+        )
+        if not pending.exists():
+            return
+        time.sleep(0.1)
+
+
 def test_enqueue_once_never_queues_a_second_task_for_a_key(runs: Any) -> None:
     from django_tasks_db.models import DBTaskResult
 
@@ -265,17 +283,7 @@ def test_enqueue_once_never_queues_a_second_task_for_a_key(runs: Any) -> None:
             got.extend(out.get(timeout=120))
         for proc in enqueuers:
             proc.join(30)
-        deadline = time.monotonic() + 60
-        killed_ids = {row[3] for row in _rows(pg, "once") if row[6] is None}
-        while time.monotonic() < deadline:
-            pending = (
-                DBTaskResult.objects.using("postgresql")
-                .filter(status__in=["READY", "RUNNING"])
-                .exclude(id__in=killed_ids)
-            )
-            if not pending.exists():
-                break
-            time.sleep(0.1)
+        _wait_for_the_queue_to_drain(pg, within=60)
     finally:
         _stop(workers)
         for proc in enqueuers:

@@ -11,6 +11,7 @@ are theirs to keep; every other field keeps the value someone else saved meanwhi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -56,6 +57,47 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def _without_hidden(names: Iterable[str]) -> list[str]:
+    """Return ``names`` but those of the two hidden fields occupy adds to a form."""
+    return [name for name in names if name not in (VERSION_FIELD, RENDERED_FIELD)]
+
+
+def _user_fields(form: forms.BaseForm) -> list[str]:
+    """Return the names of ``form``'s fields but the two hidden ones occupy adds."""
+    return _without_hidden(form.fields)
+
+
+def _changed_since(form: forms.BaseForm, rendered: dict[str, Any]) -> set[str]:
+    """Return the fields of bound ``form`` whose submitted value differs from the one
+    in ``rendered`` (what the form was rendered with; a field missing there: changed)."""
+    return {
+        name
+        for name in _user_fields(form)
+        if name not in rendered or form.fields[name].has_changed(rendered[name], form[name].data)
+    }
+
+
+def _snapshot(form: forms.BaseForm) -> str:
+    """Return the signed values ``form`` is rendered with: what the user saw, against
+    which a submitted value is a change of theirs."""
+    values = {name: _plain(form[name].value()) for name in _user_fields(form)}
+    return signing.dumps(values, salt=_RENDERED_SALT, compress=True)
+
+
+def _expect_version(form: forms.ModelForm[Any]) -> None:
+    """Give the version ``form`` carries to its instance as the save's precondition;
+    an existing object's form without one is invalid."""
+    if form.instance.pk is None or form.instance._state.adding:
+        return
+    version = form.cleaned_data.get(VERSION_FIELD)
+    if version is None:
+        raise forms.ValidationError(
+            "This form carries no version: reload the page and make your change again.",
+            code="version_required",
+        )
+    form.instance.expect_version(version)
+
+
 def versioned_form(form: type[forms.ModelForm[Any]]) -> type[forms.ModelForm[Any]]:
     """Return ``form`` (a model form) with the hidden version field: rendered with the
     instance's version, given back to the instance as the save's precondition."""
@@ -72,23 +114,13 @@ def versioned_form(form: type[forms.ModelForm[Any]]) -> type[forms.ModelForm[Any
             if self.instance.pk is not None:
                 self.fields[VERSION_FIELD].initial = get_version(self.instance)
                 if not self.is_bound:
-                    self.fields[RENDERED_FIELD].initial = signing.dumps(
-                        {
-                            name: _plain(self[name].value())
-                            for name in self.fields
-                            if name not in (VERSION_FIELD, RENDERED_FIELD)
-                        },
-                        salt=_RENDERED_SALT,
-                        compress=True,
-                    )
+                    self.fields[RENDERED_FIELD].initial = _snapshot(self)
 
         @cached_property
         def changed_data(self) -> list[str]:
             # The version is no change of the user's: a stale but untouched row (inline,
             # list_editable) is not saved, and the history does not mention it.
-            return [
-                name for name in super().changed_data if name not in (VERSION_FIELD, RENDERED_FIELD)
-            ]
+            return _without_hidden(super().changed_data)
 
         def changed_by_user(self) -> set[str] | None:
             """Return the fields whose submitted value differs from the one the form
@@ -97,23 +129,11 @@ def versioned_form(form: type[forms.ModelForm[Any]]) -> type[forms.ModelForm[Any
                 rendered = signing.loads(self[RENDERED_FIELD].data or "", salt=_RENDERED_SALT)
             except signing.BadSignature:
                 return None
-            return {
-                name
-                for name, field in self.fields.items()
-                if name not in (VERSION_FIELD, RENDERED_FIELD)
-                and (name not in rendered or field.has_changed(rendered[name], self[name].data))
-            }
+            return _changed_since(self, rendered)
 
         def clean(self) -> Any:
             cleaned = super().clean()
-            version = self.cleaned_data.get(VERSION_FIELD)
-            if self.instance.pk is not None and not self.instance._state.adding:
-                if version is None:
-                    raise forms.ValidationError(
-                        "This form carries no version: reload the page and make your change again.",
-                        code="version_required",
-                    )
-                self.instance.expect_version(version)
+            _expect_version(self)
             return cleaned
 
     VersionedForm.__name__ = form.__name__

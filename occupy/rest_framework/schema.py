@@ -87,6 +87,20 @@ _DESCRIPTIONS = {
 }
 
 
+def _lease_codes(action: str) -> list[str]:
+    """Return the answers a lease endpoint's ``action`` adds, by status code."""
+    codes = ["503"]
+    if action in ("lease", "takeover_lease"):
+        codes += ["400", "409", "423"]
+    if action == "takeover_lease":
+        codes.append("403")
+    if action in _TTL_ACTIONS:
+        codes.append("400")
+    if action in _TOKEN_ACTIONS:
+        codes += ["400", "409", "428"]
+    return sorted(set(codes))
+
+
 class OccupyAutoSchemaMixin(_AutoSchema):
     """Add occupy's headers and answers to a drf-spectacular ``AutoSchema``."""
 
@@ -104,18 +118,9 @@ class OccupyAutoSchemaMixin(_AutoSchema):
     def _occupy_codes(self) -> list[str]:
         """Return the answers this operation adds, by status code."""
         view, action = self.view, self._occupy_action()
-        codes: list[str] = []
         if action in _LEASE_ACTIONS:
-            codes.append("503")
-            if action in ("lease", "takeover_lease"):
-                codes += ["400", "409", "423"]
-            if action == "takeover_lease":
-                codes.append("403")
-            if action in _TTL_ACTIONS:
-                codes.append("400")
-            if action in _TOKEN_ACTIONS:
-                codes += ["400", "409", "428"]
-            return sorted(set(codes))
+            return _lease_codes(action)
+        codes: list[str] = []
         if isinstance(view, ConditionalMixin):
             if action == "retrieve":
                 codes.append("304")

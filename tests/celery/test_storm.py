@@ -57,6 +57,20 @@ def tables(live_db: None, tmp_path: Path):
     cp.drop_tables()
 
 
+def _assert_no_overlap_and_rising_fences(runs: list, killed_rows: dict) -> None:
+    """No two runs of a key overlap (a killed run's lasts until its key was seen free),
+    and fences rise in the order of the runs."""
+    by_key = defaultdict(list)
+    for row_id, _task, key, fence, started, end, _ok in runs:
+        end = end if end is not None else killed_rows[row_id]["seen_free"]
+        by_key[key].append((started, end, fence))
+    for key, intervals in by_key.items():
+        intervals.sort()
+        for (s1, e1, f1), (s2, _e2, f2) in itertools.pairwise(intervals):
+            assert e1 <= s2, f"runs of {key} overlap: {s1}–{e1} and one from {s2}"
+            assert f1 < f2, f"fences of {key} do not rise: {f1} then {f2}"
+
+
 @pytest.mark.parametrize(("broker", "url", "locks"), BROKERS)
 def test_storm_no_overlap_exactly_once_and_killed_keys_free(broker, url, locks, tables):
     why = _broker_skip(broker)
@@ -126,17 +140,7 @@ def test_storm_no_overlap_exactly_once_and_killed_keys_free(broker, url, locks, 
     assert sorted(ended) == sorted(ids), "a task was lost or an unknown one ran"
     assert set(ended.values()) == {1}, f"tasks ran to their end twice: {ended}"
     assert all(r[6] for r in runs if r[5] is not None), "a live holder's fenced write was refused"
-    # No overlap per key: intervals (a killed run's lasts until its key was seen free)
-    # and fences rising in the order of the runs.
-    by_key = defaultdict(list)
-    for row_id, _task, key, fence, started, end, _ok in runs:
-        end = end if end is not None else killed_rows[row_id]["seen_free"]
-        by_key[key].append((started, end, fence))
-    for key, intervals in by_key.items():
-        intervals.sort()
-        for (s1, e1, f1), (s2, _e2, f2) in itertools.pairwise(intervals):
-            assert e1 <= s2, f"runs of {key} overlap: {s1}–{e1} and one from {s2}"
-            assert f1 < f2, f"fences of {key} do not rise: {f1} then {f2}"
+    _assert_no_overlap_and_rising_fences(runs, killed_rows)
     # The fenced writes: one per completed run, each by a newer grant.
     for key, writes in cp.sql("SELECT key, writes FROM celery_resource"):
         assert writes == sum(1 for r in runs if r[2] == key and r[5])
