@@ -25,6 +25,8 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
+from django.utils.text import capfirst
+from django.utils.translation import gettext as _
 
 from occupy.admin.conflicts import RENDERED_FIELD, VERSION_FIELD, conflict_rows, resubmitted
 from occupy.admin.editing import STATE
@@ -110,7 +112,10 @@ def versioned_form(form: type[forms.ModelForm[Any]]) -> type[forms.ModelForm[Any
             if self.instance.pk is not None and not self.instance._state.adding:
                 if version is None:
                     raise forms.ValidationError(
-                        "This form carries no version: reload the page and make your change again.",
+                        _(
+                            "This form carries no version: reload the page and make your "
+                            "change again."
+                        ),
                         code="version_required",
                     )
                 self.instance.expect_version(version)
@@ -256,11 +261,12 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
             from django.contrib import messages
             from django.http import HttpResponseRedirect
 
+            text = _(
+                "Nothing was saved: %(model)s %(pk)s changed since this list was loaded. "
+                "Here is the list as it is now."
+            )
             self.message_user(
-                request,
-                f"Nothing was saved: {self.model._meta.verbose_name} "
-                f"{e.pk} changed since this list was loaded. Here is the list as it is now.",
-                messages.ERROR,
+                request, text % {"model": self.model._meta.verbose_name, "pk": e.pk}, messages.ERROR
             )
             return HttpResponseRedirect(request.get_full_path())
 
@@ -315,7 +321,7 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
         if obj is not None and not isinstance(form.instance, type(obj)):
             current = type(form.instance)._base_manager.filter(pk=form.instance.pk).first()
         if obj is None or current is None:
-            return self._conflict_page(request, {"title": "Deleted meanwhile", "gone": True})
+            return self._conflict_page(request, {"title": _("Deleted meanwhile"), "gone": True})
         rows, kept = conflict_rows(form, current)
         change_url = self._object_url(object_id)
         state = getattr(request, STATE, None)
@@ -324,8 +330,8 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
         return self._conflict_page(
             request,
             {
-                "title": f"{self.model._meta.verbose_name.capitalize()} changed while you "
-                "edited it",
+                "title": _("%(model)s changed while you edited it")
+                % {"model": capfirst(self.model._meta.verbose_name)},
                 "object": obj,
                 "changed": current,
                 "related": None if current is obj else f"{related} “{current}”",
