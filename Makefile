@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: help venv demo test test-slow test-all mysql-driver mysql-driver-required dist databases bench \
-	bench-scale faults serve lint layers docs docs-screenshots clean clean-install
+	bench-scale faults serve lint layers messages docs docs-screenshots clean clean-install
 
 ## help: list the targets, from the `## target:` comments of this Makefile
 help:
@@ -176,6 +176,11 @@ lint: venv
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	$(PY) .ci/layers.py --check
+
+## messages: bring occupy's source catalog, occupy/locale/en/LC_MESSAGES/django.po, up to
+## date with the messages the code and templates mark for translation (needs GNU gettext)
+messages: venv
+	cd occupy && $(abspath $(PY)) -m django makemessages -l en --add-location=file
 
 ## layers: redraw the layers picture of docs/development.md from the imports
 layers: venv

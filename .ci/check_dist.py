@@ -1,7 +1,8 @@
 """Check the built distributions in a directory (``make dist``): one sdist and one wheel
 of the version ``occupy/__init__.py`` defines, PEP 639 license metadata, and a wheel
 that carries every file of the ``occupy`` package in the checkout (the migrations, the
-templates, the static files, ``py.typed``) and nothing from outside it.
+templates, the static files, the message catalogs, ``py.typed``) and nothing from outside
+it.
 
     python .ci/check_dist.py dist/
 """
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Files every wheel must carry, whatever the checkout holds (a stale checkout would not
 #: notice their loss by comparison alone).
 REQUIRED = ["occupy/py.typed", "occupy/migrations/__init__.py", "occupy/migrations/0001_initial.py"]
-REQUIRED_DIRS = ["occupy/templates/", "occupy/static/"]
+REQUIRED_DIRS = ["occupy/templates/", "occupy/static/", "occupy/locale/"]
 
 
 def version() -> str:

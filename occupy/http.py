@@ -7,7 +7,8 @@ Invariants: ETags are strong, ``"<version>"``, derived from the version alone;
 and weak tags accepted), and text that is no ETag list is refused (400), never ignored;
 numbers in headers are read with bounds (an entity tag over :data:`MAX_VERSION_DIGITS`
 digits is 400, never handed to ``int()``); a person is named only when the holder is
-somebody's edit lease; ``Retry-After`` is whole seconds, at least 1.
+somebody's edit lease; ``Retry-After`` is whole seconds, at least 1; a ``detail`` is in
+the language active when the answer is made (``gettext``, named placeholders).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from django.utils.http import parse_etags, parse_header_parameters
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from occupy.conf import occupy_settings
 from occupy.exceptions import (
@@ -44,6 +47,7 @@ __all__ = [
     "etag_for",
     "holder_body",
     "invalid_client",
+    "invalid_ttl",
     "lease_not_yours",
     "parse_if_match",
     "preferred_wait",
@@ -92,14 +96,21 @@ def parse_if_match(header: str, *, name: str = "If-Match") -> list[str]:
     parts = [part for part in header.split(",") if part.strip()]
     if not parts or (tags != [ANY] and len(tags) != len(parts)):
         raise MalformedPrecondition(
-            f"{name} must be '*' or a list of entity tags such as '\"3\"', not {_shown(header)}."
+            _("%(header)s must be '*' or a list of entity tags such as '\"3\"', not %(value)s.")
+            % {"header": name, "value": _shown(header)}
         )
     for tag in tags:
         opaque = tag.removeprefix("W/").strip('"')
         if opaque.isascii() and opaque.isdigit() and len(opaque) > MAX_VERSION_DIGITS:
             raise MalformedPrecondition(
-                f"{name} names a version of {len(opaque)} digits; a version has at most "
-                f"{MAX_VERSION_DIGITS}."
+                ngettext(
+                    "%(header)s names a version of %(digits)d digit; "
+                    "a version has at most %(max)d.",
+                    "%(header)s names a version of %(digits)d digits; "
+                    "a version has at most %(max)d.",
+                    len(opaque),
+                )
+                % {"header": name, "digits": len(opaque), "max": MAX_VERSION_DIGITS}
             )
     return tags
 
@@ -168,23 +179,25 @@ def _held_by(holder: Holder | None, display: Callable[[str], str], requester: ob
     admin site; the requesting user's own lease elsewhere is told as theirs, with what
     to do about it (an admin page of theirs holds it for its whole ttl)."""
     if holder is None:
-        return "This object is being edited by someone else; try again later."
+        return _("This object is being edited by someone else; try again later.")
     parsed = parse_owner(holder.owner)
     mine = same_user(holder.owner, requester)
     if mine and parsed.admin:
-        return (
+        return _(
             "You are editing this object in the admin site (an open change page); save "
             "or leave it there, or try again later."
         )
     if mine:
-        header = occupy_settings.REST_FRAMEWORK["LEASE_HEADER"]
-        return (
+        return _(
             "You hold this object's edit lease already, with another client or under a "
-            f"token this request did not send; send that token in {header}, or try "
+            "token this request did not send; send that token in %(header)s, or try "
             "again later."
-        )
-    where = " in the admin site" if parsed.admin else ""
-    return f"This object is being edited by {display(holder.owner)}{where}; try again later."
+        ) % {"header": occupy_settings.REST_FRAMEWORK["LEASE_HEADER"]}
+    if parsed.admin:
+        text = _("This object is being edited by %(holder)s in the admin site; try again later.")
+    else:
+        text = _("This object is being edited by %(holder)s; try again later.")
+    return text % {"holder": display(holder.owner)}
 
 
 def utc_text(moment: datetime) -> str:
@@ -236,7 +249,7 @@ def problem_for(
             return Problem(
                 423,
                 "locked",
-                "Another write to this object is taking longer than usual; try again shortly.",
+                _("Another write to this object is taking longer than usual; try again shortly."),
                 extra={"holder": None, "retry_after": seconds},
                 headers={"Retry-After": str(seconds)},
             )
@@ -248,24 +261,25 @@ def problem_for(
             headers={"Retry-After": str(seconds)},
         )
     if isinstance(exc, StoreUnavailable):
-        written = "; nothing was written" if write else ""
         return Problem(
             503,
             "store_unavailable",
-            f"The lock store cannot be reached right now{written}. Try again shortly.",
+            _("The lock store cannot be reached right now; nothing was written. Try again shortly.")
+            if write
+            else _("The lock store cannot be reached right now. Try again shortly."),
             headers={"Retry-After": "1"},
         )
     if isinstance(exc, FencedOut):
         return Problem(
             409,
             "fenced_out",
-            "Your edit lease expired or was taken over before this write; nothing was written.",
+            _("Your edit lease expired or was taken over before this write; nothing was written."),
         )
     if isinstance(exc, LeaseLost):
         return Problem(
             409,
             "lease_lost",
-            "Your edit lease is no longer held: it expired, was released or was taken over.",
+            _("Your edit lease is no longer held: it expired, was released or was taken over."),
         )
     if isinstance(exc, ConflictError):
         headers = {}
@@ -273,21 +287,10 @@ def problem_for(
         if etag is not None:
             headers["ETag"] = etag
         extra = {"current_version": current_version, "fields": list(exc.fields)}
+        detail = _("The object changed since you read it; read it again and resend your change.")
         if from_if_match:
-            return Problem(
-                412,
-                "precondition_failed",
-                "The object changed since you read it; read it again and resend your change.",
-                extra,
-                headers,
-            )
-        return Problem(
-            409,
-            "version_conflict",
-            "The object changed since you read it; read it again and resend your change.",
-            extra,
-            headers,
-        )
+            return Problem(412, "precondition_failed", detail, extra, headers)
+        return Problem(409, "version_conflict", detail, extra, headers)
     raise TypeError(f"occupy.http has no answer for {type(exc).__name__}: {exc}")
 
 
@@ -342,8 +345,11 @@ def precondition_required(method: str, accepted: list[str]) -> Problem:
     return Problem(
         428,
         "precondition_required",
-        f"{method} on this resource must be conditional: send If-Match with the ETag "
-        f"from GET, or the {accepted[-1]!r} field.",
+        _(
+            "%(method)s on this resource must be conditional: send If-Match with the ETag "
+            "from GET, or the %(field)s field."
+        )
+        % {"method": method, "field": repr(accepted[-1])},
         extra={"accepted": accepted},
         headers={"Cache-Control": "no-store"},
     )
@@ -355,22 +361,37 @@ def lease_not_yours() -> Problem:
     return Problem(
         409,
         "lease_lost",
-        "You hold no lease with this token: it belongs to "
-        "another user's lease, which is left as it is.",
+        _(
+            "You hold no lease with this token: it belongs to "
+            "another user's lease, which is left as it is."
+        ),
     )
 
 
 def unlockable(error: ValueError) -> Problem:
     """Return the 400 for an object whose lock key cannot be built (its primary key)."""
-    return Problem(400, "invalid_key", f"This object cannot be locked: {error}")
+    return Problem(
+        400, "invalid_key", _("This object cannot be locked: %(error)s") % {"error": error}
+    )
 
 
 def invalid_client(header: str, error: ValueError) -> Problem:
     """Return the 400 for a client label (``header``) that cannot be kept with a lease's
     owner: it holds control characters (see :func:`occupy.validation.check_client`)."""
-    return Problem(400, "invalid_client", f"The {header} header is not usable: {error}")
+    detail = _("The %(header)s header is not usable: %(error)s")
+    return Problem(400, "invalid_client", detail % {"header": header, "error": error})
+
+
+def invalid_ttl(longest: float, value: object) -> Problem:
+    """Return the 400 for a lease request's ttl that is no number of seconds from 1 to
+    ``longest``."""
+    detail = _("ttl must be a number of seconds from 1 to %(longest)s, not %(value)s.")
+    return Problem(
+        400, "invalid_ttl", detail % {"longest": f"{longest:g}", "value": repr(str(value)[:40])}
+    )
 
 
 def lease_token_required(header: str) -> Problem:
     """Return the 428 for a lease request that lacks its token."""
-    return Problem(428, "lease_token_required", f"Send the lease's token in the {header} header.")
+    detail = _("Send the lease's token in the %(header)s header.") % {"header": header}
+    return Problem(428, "lease_token_required", detail)

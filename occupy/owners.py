@@ -26,6 +26,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from django.utils.translation import gettext
+
 __all__ = [
     "Owner",
     "TaskOwner",
@@ -116,14 +118,14 @@ def owner_display(owner: str) -> str:
     parsed = parse_owner(owner)
     pk = parsed.user
     if pk is None or parsed.write:
-        return "someone else"
+        return gettext("someone else")
     from django.contrib.auth import get_user_model
 
     user_model = get_user_model()
     try:
         user = user_model._default_manager.get(pk=pk)
     except (user_model.DoesNotExist, ValueError, TypeError):
-        return "another user"
+        return gettext("another user")
     return str(user.get_full_name() or user.get_username())
 
 

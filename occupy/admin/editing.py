@@ -14,6 +14,7 @@ Invariants:
   replaced on an old read.
 - The store being down (:class:`~occupy.StoreUnavailable`) is a condition the page
   tells, never a server error.
+- Every sentence is one translatable message (:mod:`occupy.admin.sentences`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,17 @@ from typing import Any
 
 from django.core import checks
 from django.http import HttpRequest
+from django.utils.translation import gettext
 
 import occupy
+from occupy.admin.sentences import (
+    KEPT,
+    LOST,
+    STORE_UNAVAILABLE,
+    STORE_UNAVAILABLE_DELETE,
+    STORE_UNAVAILABLE_NOW,
+    busy_text,
+)
 from occupy.admin.stores import AdminBackendMixin
 from occupy.checks import Rule, attribute_errors, checked_attribute
 from occupy.exceptions import LeaseLost, Occupied, StoreUnavailable, TakeoverRefused
@@ -48,17 +58,6 @@ __all__ = [
 TAB = re.compile(r"^[0-9a-f]{16}$")
 #: The attribute of the request that carries the change view's lease state.
 STATE = "_occupy_edit"
-#: What the admin says when the lease store cannot be reached.
-STORE_UNAVAILABLE = "The lock store is unavailable: nothing was saved, try again in a moment."
-#: What a refused delete says when the lease store cannot be reached.
-STORE_UNAVAILABLE_DELETE = (
-    "The lock store is unavailable: nothing was deleted, try again in a moment."
-)
-#: What an open page says meanwhile (the endpoints' 503).
-STORE_UNAVAILABLE_NOW = (
-    "The lock store is unavailable: nothing can be saved now. This page "
-    "keeps trying and says when it can."
-)
 #: How often a takeover reads the holder again when it changed hands meanwhile.
 TAKEOVER_ATTEMPTS = 3
 
@@ -197,13 +196,15 @@ class EditLeaseBase(AdminBackendMixin):
         """Return whether ``holder`` is one of the requesting user's tabs."""
         return holder is not None and owner_user_pk(holder.owner) == str(request.user.pk)
 
-    def _who(self, request: HttpRequest, holder: Holder) -> str:
-        """Name the holder as the requesting user reads it."""
-        return (
-            "you, in another tab"
-            if self._is_users(request, holder)
-            else owner_display(holder.owner)
-        )
+    def _busy(self, request: HttpRequest, holder: Holder | None, obj: Any, deleted: bool) -> str:
+        """Say that ``obj`` is not (to be) deleted, or changed, because ``holder`` edits it."""
+        if holder is None:
+            who = gettext("someone")
+        elif self._is_users(request, holder):
+            who = gettext("you, in another tab")
+        else:
+            who = owner_display(holder.owner)
+        return str(busy_text(deleted)) % {"object": obj, "holder": who}
 
     # --- taking, resuming, releasing -----------------------------------------------------
     def _take(self, request: HttpRequest, obj: Any, keys: list[str], owner: str) -> list[Lease]:
@@ -334,23 +335,15 @@ class EditLeaseBase(AdminBackendMixin):
         try:
             holder = self._holder(state.keys[0])
         except StoreUnavailable:
-            return STORE_UNAVAILABLE + " Your changes are still in this form."
+            return f"{STORE_UNAVAILABLE} {KEPT}"
         state.holder = holder
         # Whether the lease was taken over, or expired before someone took the free
         # object, or was never this page's (a replayed form), the store cannot tell:
         # say who edits now, never that someone took over.
         if holder is None or not parse_owner(holder.owner).is_edit_lease:
-            who = "Your edit lease ended (it expired or was released)"
+            text = LOST["ended"][saving]
         elif self._is_users(request, holder):
-            who = "You are editing this in another tab"
+            text = LOST["other_tab"][saving]
         else:
-            who = f"{owner_display(holder.owner)} is editing this now"
-        if saving:
-            return (
-                f"{who}: nothing was saved. Your changes are still in this form; "
-                "reload the page to edit the current version."
-            )
-        return (
-            f"{who}. Your changes are still in this form but cannot be saved from "
-            "here; reload the page to edit the current version."
-        )
+            text = LOST["holder"][saving]
+        return str(text) % {"holder": owner_display(holder.owner) if holder is not None else ""}

@@ -18,6 +18,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import path, reverse
 from django.utils.http import urlencode
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 import occupy
@@ -94,7 +95,7 @@ class LeaseEndpointsMixin(EditLeaseBase):
     def _tab(self, data: Any) -> str:
         tab = data.get(TAB_FIELD, "")
         if not TAB.match(tab):
-            raise PermissionDenied("No valid tab id.")
+            raise PermissionDenied(_("No valid tab id."))
         return str(tab)
 
     def _holder_body(
@@ -202,20 +203,20 @@ class LeaseEndpointsMixin(EditLeaseBase):
             replaced = self._take_over(request, obj, keys, self._owner(request, tab))
         except TakeoverDenied as e:
             raise PermissionDenied(
-                f"Taking over the edit of {owner_display(e.holder.owner)} "
-                "needs the takeover permission."
+                _("Taking over the edit of %(holder)s needs the takeover permission.")
+                % {"holder": owner_display(e.holder.owner)}
             ) from e
         except Occupied:
             self.message_user(
                 request,
-                "The editor changed while you took over: look again and decide.",
+                _("The editor changed while you took over: look again and decide."),
                 messages.WARNING,
             )
             return HttpResponseRedirect(self._change_url(obj))
         except StoreUnavailable:
             self.message_user(
                 request,
-                "The lock store is unavailable: nothing was taken over, try again in a moment.",
+                _("The lock store is unavailable: nothing was taken over, try again in a moment."),
                 messages.ERROR,
             )
             return HttpResponseRedirect(self._change_url(obj))

@@ -29,20 +29,15 @@ from django.contrib import messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.utils.translation import gettext as _
 
-from occupy.admin.editing import (
-    STATE,
-    STORE_UNAVAILABLE,
-    STORE_UNAVAILABLE_DELETE,
-    TAB,
-    EditState,
-    new_tab,
-)
+from occupy.admin.editing import STATE, TAB, EditState, new_tab
 from occupy.admin.endpoints import LeaseEndpointsMixin
 from occupy.admin.fields import LEASE_FIELD, TAB_FIELD
 from occupy.admin.saving import WriteRefused, confirm_leases, once_more_if_stale
+from occupy.admin.sentences import KEPT, STORE_UNAVAILABLE, STORE_UNAVAILABLE_DELETE
 from occupy.exceptions import FencedOut, LeaseLost, Misconfigured, Occupied, StoreUnavailable
-from occupy.leases import Holder, Lease
+from occupy.leases import Lease
 from occupy.owners import owner_display
 from occupy.versions import get_version
 
@@ -116,7 +111,7 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             else:
                 if holder is not None and not self._is_users(request, holder):
                     self.message_user(
-                        request, self._busy(request, holder, obj, "deleted"), messages.WARNING
+                        request, self._busy(request, holder, obj, deleted=True), messages.WARNING
                     )
             return parent(request, object_id, extra_context)
         owner = self._owner(request, new_tab())
@@ -131,7 +126,7 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
         except Occupied as e:
             self._release_all(leases)
             self.message_user(
-                request, self._busy(request, e.holder, obj, "deleted"), messages.ERROR
+                request, self._busy(request, e.holder, obj, deleted=True), messages.ERROR
             )
             return HttpResponseRedirect(self._change_url(obj))
         except StoreUnavailable:
@@ -142,14 +137,6 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             return parent(request, object_id, extra_context)
         finally:
             self._release_all(leases)
-
-    def _busy(self, request: HttpRequest, holder: Holder | None, obj: Any, done: str) -> str:
-        """Say that ``obj`` is not (to be) ``done`` because ``holder`` edits it."""
-        who = "someone" if holder is None else self._who(request, holder)
-        return (
-            f"“{obj}” is being edited by {who}: it is not {done} while they edit "
-            "(try again when they are done)."
-        )
 
     # --- changelist: list_editable and actions -------------------------------------------
     def _hold_for_write(self, request: HttpRequest, objs: list[Any]) -> list[Lease]:
@@ -163,7 +150,8 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
                 leases.append(self._take_one(request, by_key[key], key, owner, may=lambda h: False))
         except Occupied as e:
             self._release_all(leases)
-            raise WriteRefused(self._busy(request, e.holder, by_key[e.key or ""], "changed")) from e
+            obj = by_key[e.key or ""]
+            raise WriteRefused(self._busy(request, e.holder, obj, deleted=False)) from e
         except StoreUnavailable as e:
             self._release_all(leases)
             raise WriteRefused(STORE_UNAVAILABLE) from e
@@ -178,7 +166,8 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
         try:
             held = self._hold_for_write(request, self._list_changes(request))
         except WriteRefused as e:
-            self.message_user(request, f"Nothing was saved: {e}", messages.ERROR)
+            refused = _("Nothing was saved: %(reason)s") % {"reason": e}
+            self.message_user(request, refused, messages.ERROR)
             return HttpResponseRedirect(request.get_full_path())
         try:
             return super().changelist_view(request, extra_context)
@@ -218,7 +207,8 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             try:
                 leases = self._hold_for_write(request, list(queryset))
             except WriteRefused as e:
-                self.message_user(request, f"Nothing was done: {e}", messages.ERROR)
+                refused = _("Nothing was done: %(reason)s") % {"reason": e}
+                self.message_user(request, refused, messages.ERROR)
                 return None
             try:
                 return func(modeladmin, request, queryset)
@@ -279,10 +269,7 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             response = parent(request, object_id, form_url, extra_context)
         except StoreUnavailable:  # the save was rolled back
             state.posted_tokens, state.leases = state.tokens, []
-            state.unavailable, state.error = (
-                True,
-                STORE_UNAVAILABLE + (" Your changes are still in this form."),
-            )
+            state.unavailable, state.error = True, f"{STORE_UNAVAILABLE} {KEPT}"
             response = parent(request, object_id, form_url, extra_context)
         if request.method == "POST" and state.leases and response.status_code in (301, 302, 303):
             self._release_all(state.leases)  # saved: this tab's edit is over
@@ -311,7 +298,7 @@ class EditLeaseAdminMixin(LeaseEndpointsMixin):
             state.error = self._lost_message(request, state)
         except StoreUnavailable:
             state.unavailable, state.posted_tokens = True, tokens
-            state.error = STORE_UNAVAILABLE + " Your changes are still in this form."
+            state.error = f"{STORE_UNAVAILABLE} {KEPT}"
         return state
 
     def render_change_form(

@@ -14,6 +14,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from occupy.history import log_entry
 from occupy.models import Occupation
@@ -140,4 +141,5 @@ class OccupationAdmin(_ModelAdmin):
             )
             logger.warning("%s force-released %r held by %r", request.user, claim.key, claim.owner)
         queryset.filter(pk__in=[c.pk for c in claims]).delete()
-        self.message_user(request, f"Released {len(claims)} claim(s).", messages.SUCCESS)
+        released = ngettext("Released %(count)d claim.", "Released %(count)d claims.", len(claims))
+        self.message_user(request, released % {"count": len(claims)}, messages.SUCCESS)

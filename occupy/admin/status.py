@@ -16,6 +16,7 @@ from django.db.models import Case, CharField, OuterRef, Subquery, TextField, Val
 from django.db.models.functions import Cast, Concat, StrIndex, Substr
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 import occupy
@@ -241,7 +242,9 @@ class OccupyStatusAdminMixin(AdminBackendMixin):
 
                 self.message_user(
                     request,
-                    "The lock store is unavailable: who is editing which row is not shown.",
+                    gettext(
+                        "The lock store is unavailable: who is editing which row is not shown."
+                    ),
                     messages.WARNING,
                 )
         return changelist
@@ -270,7 +273,10 @@ class OccupyStatusAdminMixin(AdminBackendMixin):
             obj, "occupy_username", None
         )
         if not owner.startswith(_ADMIN_PREFIX) and not name:
-            name = "someone else"
+            name = gettext("someone else")
+        name = name or gettext("another user")
         until = getattr(obj, "occupy_until", None)
-        when = "" if until is None else timezone.localtime(until).strftime(" until %H:%M:%S")
-        return f"by {name or 'another user'}{when}"
+        if until is None:
+            return gettext("by %(holder)s") % {"holder": name}
+        until_text = timezone.localtime(until).strftime("%H:%M:%S")
+        return gettext("by %(holder)s until %(until)s") % {"holder": name, "until": until_text}

@@ -26,6 +26,8 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
+from django.utils.text import capfirst
+from django.utils.translation import gettext as _
 
 from occupy.admin.conflicts import RENDERED_FIELD, VERSION_FIELD, conflict_rows, resubmitted
 from occupy.admin.editing import STATE
@@ -92,7 +94,7 @@ def _expect_version(form: forms.ModelForm[Any]) -> None:
     version = form.cleaned_data.get(VERSION_FIELD)
     if version is None:
         raise forms.ValidationError(
-            "This form carries no version: reload the page and make your change again.",
+            _("This form carries no version: reload the page and make your change again."),
             code="version_required",
         )
     form.instance.expect_version(version)
@@ -276,11 +278,12 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
             from django.contrib import messages
             from django.http import HttpResponseRedirect
 
+            text = _(
+                "Nothing was saved: %(model)s %(pk)s changed since this list was loaded. "
+                "Here is the list as it is now."
+            )
             self.message_user(
-                request,
-                f"Nothing was saved: {self.model._meta.verbose_name} "
-                f"{e.pk} changed since this list was loaded. Here is the list as it is now.",
-                messages.ERROR,
+                request, text % {"model": self.model._meta.verbose_name, "pk": e.pk}, messages.ERROR
             )
             return HttpResponseRedirect(request.get_full_path())
 
@@ -335,7 +338,7 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
         if obj is not None and not isinstance(form.instance, type(obj)):
             current = type(form.instance)._base_manager.filter(pk=form.instance.pk).first()
         if obj is None or current is None:
-            return self._conflict_page(request, {"title": "Deleted meanwhile", "gone": True})
+            return self._conflict_page(request, {"title": _("Deleted meanwhile"), "gone": True})
         rows, kept = conflict_rows(form, current)
         change_url = self._object_url(object_id)
         state = getattr(request, STATE, None)
@@ -344,8 +347,8 @@ class VersionedAdminMixin(_VersionFieldMixin, _ModelAdmin):
         return self._conflict_page(
             request,
             {
-                "title": f"{self.model._meta.verbose_name.capitalize()} changed while you "
-                "edited it",
+                "title": _("%(model)s changed while you edited it")
+                % {"model": capfirst(self.model._meta.verbose_name)},
                 "object": obj,
                 "changed": current,
                 "related": None if current is obj else f"{related} “{current}”",

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured, ObjectDoesNotExist
 from django.http import Http404
 from django.utils.http import parse_etags
+from django.utils.translation import gettext as _
 from rest_framework import status
 from rest_framework.exceptions import APIException
 from rest_framework.request import Request
@@ -124,7 +125,8 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_VERSION:
             raise _malformed(
-                f"{name!r} must be a whole number from 1 to {MAX_VERSION}, not {str(value)[:40]!r}."
+                _("%(field)s must be a whole number from 1 to %(max)d, not %(value)s.")
+                % {"field": repr(name), "max": MAX_VERSION, "value": repr(str(value)[:40])}
             )
         return value
 
@@ -145,9 +147,15 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
                 versions = {http.tag_version(tag) for tag in tags}
                 if body is not None and body not in versions:
                     raise _malformed(
-                        f"If-Match ({header[:80]}) and the body's "
-                        f"{self.get_body_version_field()!r} ({body}) name different "
-                        "versions; send one of them, or the same in both."
+                        _(
+                            "If-Match (%(header)s) and the body's %(field)s (%(version)s) name "
+                            "different versions; send one of them, or the same in both."
+                        )
+                        % {
+                            "header": header[:80],
+                            "field": repr(self.get_body_version_field()),
+                            "version": body,
+                        }
                     )
                 self.occupy_if_match = True
                 current = get_version(instance)

@@ -1,15 +1,17 @@
 """The DRF exceptions of occupy's HTTP contract (see :mod:`occupy.http`).
 
-Each sets ``status_code``, ``default_detail`` and ``default_code`` and nothing else, like
-DRF's own; the extra body members (``holder``, ``current_version``, ``retry_after``) and
-headers (``ETag``, ``Retry-After``) of the :class:`~occupy.http.Problem` travel on the
-exception as ``problem``, and :class:`~occupy.rest_framework.mixins.OccupyErrorsMixin` or
+Each sets ``status_code``, ``default_detail`` (translatable, as DRF's are) and
+``default_code`` and nothing else, like DRF's own; the extra body members (``holder``,
+``current_version``, ``retry_after``) and headers (``ETag``, ``Retry-After``) of the
+:class:`~occupy.http.Problem` travel on the exception as ``problem``, and
+:class:`~occupy.rest_framework.mixins.OccupyErrorsMixin` or
 :func:`~occupy.rest_framework.handlers.problem_exception_handler` put them on the
 response. A custom ``EXCEPTION_HANDLER`` still sees ordinary ``APIException`` s.
 """
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_lazy as _
 from rest_framework import status
 from rest_framework.exceptions import APIException
 
@@ -58,7 +60,7 @@ class PreconditionFailed(OccupyAPIException):
     """``If-Match`` does not match the current version."""
 
     status_code = status.HTTP_412_PRECONDITION_FAILED
-    default_detail = "The object changed since you read it."
+    default_detail = _("The object changed since you read it.")
     default_code = "precondition_failed"
 
 
@@ -66,7 +68,7 @@ class PreconditionRequired(OccupyAPIException):
     """A write that must be conditional came without ``If-Match`` or a body version."""
 
     status_code = status.HTTP_428_PRECONDITION_REQUIRED
-    default_detail = "This request must be conditional."
+    default_detail = _("This request must be conditional.")
     default_code = "precondition_required"
 
 
@@ -74,7 +76,7 @@ class MalformedPreconditionError(OccupyAPIException):
     """An ``If-Match`` header that is no list of entity tags."""
 
     status_code = status.HTTP_400_BAD_REQUEST
-    default_detail = "Malformed If-Match header."
+    default_detail = _("Malformed If-Match header.")
     default_code = "malformed_precondition"
 
 
@@ -82,7 +84,7 @@ class VersionConflictError(OccupyAPIException):
     """The body's version is stale, or another writer changed the same fields."""
 
     status_code = status.HTTP_409_CONFLICT
-    default_detail = "The object changed since you read it."
+    default_detail = _("The object changed since you read it.")
     default_code = "version_conflict"
 
 
@@ -90,7 +92,7 @@ class FencedOutError(OccupyAPIException):
     """The writer's lease was taken over or expired before the write."""
 
     status_code = status.HTTP_409_CONFLICT
-    default_detail = "Your edit lease expired or was taken over."
+    default_detail = _("Your edit lease expired or was taken over.")
     default_code = "fenced_out"
 
 
@@ -98,7 +100,7 @@ class LeaseLostError(OccupyAPIException):
     """The presented lease token holds nothing any more."""
 
     status_code = status.HTTP_409_CONFLICT
-    default_detail = "Your edit lease is no longer held."
+    default_detail = _("Your edit lease is no longer held.")
     default_code = "lease_lost"
 
 
@@ -106,7 +108,7 @@ class Locked(OccupyAPIException):
     """Someone else holds the object's lease."""
 
     status_code = status.HTTP_423_LOCKED
-    default_detail = "This object is being edited by someone else."
+    default_detail = _("This object is being edited by someone else.")
     default_code = "locked"
 
 
@@ -114,7 +116,7 @@ class StoreUnavailableError(OccupyAPIException):
     """The lock store cannot be reached; nothing was written."""
 
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_detail = "The lock store cannot be reached right now."
+    default_detail = _("The lock store cannot be reached right now.")
     default_code = "store_unavailable"
 
 
@@ -122,7 +124,7 @@ class LeaseTokenRequired(OccupyAPIException):
     """A lease request came without the lease's token."""
 
     status_code = status.HTTP_428_PRECONDITION_REQUIRED
-    default_detail = "Send the lease's token."
+    default_detail = _("Send the lease's token.")
     default_code = "lease_token_required"
 
 
@@ -130,7 +132,7 @@ class InvalidKey(OccupyAPIException):
     """The object's lock key cannot be built (its primary key), so it cannot be locked."""
 
     status_code = status.HTTP_400_BAD_REQUEST
-    default_detail = "This object cannot be locked."
+    default_detail = _("This object cannot be locked.")
     default_code = "invalid_key"
 
 
@@ -138,7 +140,7 @@ class InvalidClient(OccupyAPIException):
     """A lease request named its client (``Occupy-Client``) with control characters."""
 
     status_code = status.HTTP_400_BAD_REQUEST
-    default_detail = "Invalid client name."
+    default_detail = _("Invalid client name.")
     default_code = "invalid_client"
 
 
@@ -146,7 +148,7 @@ class InvalidTTL(OccupyAPIException):
     """A lease request asked for a ttl that is no number of seconds within bounds."""
 
     status_code = status.HTTP_400_BAD_REQUEST
-    default_detail = "Invalid ttl."
+    default_detail = _("Invalid ttl.")
     default_code = "invalid_ttl"
 
 

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, ClassVar
 
 from django.core.checks import CheckMessage
+from django.utils.translation import gettext as _
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
@@ -27,7 +28,7 @@ from occupy.checks import Rule
 from occupy.conf import occupy_settings
 from occupy.exceptions import LeaseLost, Occupied, TakeoverRefused
 from occupy.history import log_entry
-from occupy.http import Problem, requester_pk
+from occupy.http import requester_pk
 from occupy.leases import Holder, Lease
 from occupy.owners import parse_owner, same_user
 from occupy.rest_framework.exceptions import from_problem
@@ -118,14 +119,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
             return float(default or own)
         ttl = seconds(value)
         if ttl is None or not 1 <= ttl <= longest:
-            raise from_problem(
-                Problem(
-                    400,
-                    "invalid_ttl",
-                    f"ttl must be a number of seconds from 1 to {longest:g}, "
-                    f"not {str(value)[:40]!r}.",
-                )
-            )
+            raise from_problem(http.invalid_ttl(longest, value))
         return ttl
 
     def get_lease_wait(self, request: Request) -> int | None:
@@ -195,7 +189,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
     def _leased_object(self, request: Request) -> Any:
         instance = self.get_object()
         if not self.has_lease_permission(request, instance):
-            raise PermissionDenied("Leasing this object needs the permission to change it.")
+            raise PermissionDenied(_("Leasing this object needs the permission to change it."))
         return instance
 
     def _lease_body(self, lease: Lease, *, token: bool) -> dict[str, Any]:
@@ -252,7 +246,9 @@ class EditLeaseMixin(OccupiedWritesMixin):
         """Tell who holds the object (never the token); needs the view permission."""
         instance = self.get_object()
         if not self.has_holder_permission(request, instance):
-            raise PermissionDenied("Seeing who edits this object needs the permission to view it.")
+            raise PermissionDenied(
+                _("Seeing who edits this object needs the permission to view it.")
+            )
         key = self.get_lease_key(instance)
         return Response(self._holder_body(occupy.holder(key, backend=self.get_occupy_backend())))
 
@@ -329,7 +325,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         take over ``if_fence`` of what was read; read and decide again if the store
         says the holder changed meanwhile."""
         refused: Occupied | None = None
-        for _ in range(TAKEOVER_TRIES):
+        for _attempt in range(TAKEOVER_TRIES):
             holder = occupy.holder(key, backend=self.get_occupy_backend())
             if holder is None:
                 try:  # free: take it only if still free
@@ -359,7 +355,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
                     continue
             if not self.may_take_over(request, instance, holder):
                 raise PermissionDenied(
-                    "Taking over another user's edit lease needs the takeover permission."
+                    _("Taking over another user's edit lease needs the takeover permission.")
                 )
             try:
                 return occupy.takeover(

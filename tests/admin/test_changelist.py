@@ -55,7 +55,7 @@ def test_list_editable_is_refused_while_a_row_is_edited(users: StaffUsers) -> No
         html = client.post(LIST, data, follow=True).content.decode()
         # A statement stalled past its bound on a loaded machine says so, and nothing
         # is written: the same request, sent again, must then go through.
-        if STORE_UNAVAILABLE not in html:
+        if str(STORE_UNAVAILABLE) not in html:
             break
     assert "Nothing was saved" not in html, html
     first.refresh_from_db()

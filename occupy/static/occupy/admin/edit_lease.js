@@ -10,6 +10,7 @@
  * object is free, "Edit again" takes it again with the input kept. Read-only (someone
  * else edits, or the lock store is down): asks every few seconds whether that is over
  * and reloads the page (editable) once it is. Every request carries the CSRF token.
+ * What it says is translated by the page (.occupy-texts, in the active language).
  */
 (function () {
   "use strict";
@@ -70,6 +71,16 @@
       message.hidden = false;
     }
 
+    function text(name, values) {
+      /* The page's translation of sentence `name`, each {key} of `values` filled in. */
+      var node = box.querySelector(".occupy-texts [data-text='" + name + "']");
+      var result = node ? node.textContent : name;
+      Object.keys(values || {}).forEach(function (key) {
+        result = result.split("{" + key + "}").join(values[key]);
+      });
+      return result;
+    }
+
     function timeOf(iso) {
       return iso ? new Date(iso).toLocaleTimeString() : "";
     }
@@ -126,17 +137,16 @@
     }
 
     function editingSaid(until) {
-      say("You are editing" + (box.dataset.version ? " version " + box.dataset.version
-        : "") + ": others see this object read-only until you save or leave " +
-        "(lease until " + timeOf(until) + ").", "info");
+      var version = box.dataset.version;
+      say(text(version ? "editing-version" : "editing",
+        {version: version, until: timeOf(until)}), "info");
     }
 
     function lost(data) {
       stop();
       setState("lost");
       enableWriting(false);
-      say(data && data.message ? data.message
-        : "Your edit lease was lost: nothing can be saved from this page.", "error");
+      say(data && data.message ? data.message : text("lost"), "error");
       every(poll, watchFree);
     }
 
@@ -161,8 +171,7 @@
 
     function unavailable(data) {
       box.dataset.storeDown = "1";
-      say(data && data.message ? data.message
-        : "The lock store is unavailable: try again in a moment.", "error");
+      say(data && data.message ? data.message : text("unavailable"), "error");
     }
 
     function renew(reacquire) {
@@ -225,9 +234,11 @@
           }
         });
       }
-      say((data.holder || "Someone else") + " is editing this object" +
-        (data.since ? " since " + timeOf(data.since) : "") + ", until " +
-        timeOf(data.until) + ". This page turns editable when they are done.", "warning");
+      say(text(data.since ? "readonly-since" : "readonly", {
+        holder: data.holder || text("someone-else"),
+        since: timeOf(data.since),
+        until: timeOf(data.until)
+      }), "warning");
       every(poll, checkFree);
     }
 
