@@ -137,6 +137,7 @@ def main() -> None:
         "plain": "plain DRF ModelViewSet",
         "floor": "plain DRF + 2 raw Redis round trips",
         "conditional": "ConditionalMixin (If-Match)",
+        "txfloor": "ConditionalMixin + a raw transaction lock",
         "redis": "OccupyViewMixin, Redis backend",
         "database": "OccupyViewMixin, database backend",
     }

@@ -58,6 +58,21 @@ class ConditionalViewSet(ConditionalMixin, PlainViewSet):
     serializer_class = OccupySerializer
 
 
+class TransactionFloorViewSet(ConditionalViewSet):
+    """``ConditionalMixin`` with its save in a transaction that first takes a raw
+    transaction-scoped advisory lock on the object (one ``SELECT``): what holding a key
+    for a write's own transaction costs at least, the floor of ``OccupyViewMixin`` on
+    the database backend."""
+
+    def perform_update(self, serializer: Any) -> None:
+        from django.db import connection, transaction
+
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [serializer.instance.pk])
+            super().perform_update(serializer)
+
+
 class RedisViewSet(OccupyViewMixin, PlainViewSet):
     """Conditional, and each write holds the object's key on the Redis backend."""
 
@@ -66,15 +81,19 @@ class RedisViewSet(OccupyViewMixin, PlainViewSet):
 
 
 class DatabaseViewSet(RedisViewSet):
-    """The same with the key on the database backend (PostgreSQL)."""
+    """The same with the key on the database backend, in the database the object is
+    written to (PostgreSQL), as a project with one database has it: a write without a
+    lease is held by its own transaction (``scope="transaction"``), edit leases are
+    claims in the lock table."""
 
-    occupy_backend = "db-postgresql"
+    occupy_backend = "default"
 
 
 ROUTES = {
     "plain": PlainViewSet,
     "floor": FloorViewSet,
     "conditional": ConditionalViewSet,
+    "txfloor": TransactionFloorViewSet,
     "redis": RedisViewSet,
     "database": DatabaseViewSet,
 }
