@@ -19,7 +19,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from occupy.backends.base import Attempt
+from occupy.backends.attempt import Attempt
 from occupy.backends.claims import now_us
 from occupy.backends.etcd.client import (
     NOT_FOUND,

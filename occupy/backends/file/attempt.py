@@ -9,7 +9,7 @@ import secrets
 import time
 from typing import NoReturn
 
-from occupy.backends.base import Attempt
+from occupy.backends.attempt import Attempt
 from occupy.backends.claims import Entry, digest, now_us
 from occupy.backends.file.records import Queued
 from occupy.backends.file.store import FileStore

@@ -37,7 +37,7 @@ filesystem gone) fails every call with :class:`~occupy.exceptions.StoreUnavailab
 
 OPTIONS: ``POLL_INTERVAL`` (longest pause between two tries of the first three in a
 queue, default 0.05 s; every waiter but the head looks at its place without the key's
-lock, paced by the queue: :meth:`~occupy.backends.base.Attempt.note_place`), ``PENDING_TTL``
+lock, paced by the queue: :meth:`~occupy.backends.attempt.Attempt.note_place`), ``PENDING_TTL``
 (how long a waiter's queued claim outlives its last heartbeat, default 10 s),
 ``FOREIGN_TTL`` (how long an unreadable claim file holds its key after it was last
 written, default 600 s). POSIX only (``fcntl``).
