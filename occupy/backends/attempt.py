@@ -18,7 +18,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -63,6 +63,9 @@ class AttemptBackend(Protocol):
 
     def unavailable(self, key: str | None, error: BaseException) -> StoreUnavailable:
         """Return the error for a store that failed while occupy worked on ``key``."""
+
+    def reaching(self, key: str | None) -> AbstractContextManager[None]:
+        """Raise the store's errors from inside the block as ``StoreUnavailable``."""
 
 
 class Attempt(Pacing):
