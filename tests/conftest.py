@@ -40,6 +40,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``extra`` each test bound to the backend under test (``OCCUPY_TEST_BACKEND``,
+    alias ``extra``), whichever parameter binds it: ``pytest tests -m extra`` is then
+    the whole generic suite for a third-party backend (docs/backends/writing.md), with
+    no list of test files to keep up to date. (First, so that ``-m`` sees the mark.)"""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "extra" in [
+            value for value in callspec.params.values() if isinstance(value, str)
+        ]:
+            item.add_marker(pytest.mark.extra)
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_test_environment: None, django_db_blocker) -> Iterator[None]:
     """Create and migrate the test database of every configured alias, once."""

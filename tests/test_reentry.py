@@ -13,12 +13,9 @@ import pytest
 import occupy
 from occupy.backends import get_backend
 from tests.support import multiproc
-from tests.support.aliases import CONTRACT_BACKENDS, ONE_PROCESS_BACKENDS, backend_params
+from tests.support.aliases import RACE_BACKENDS, SHARED_BACKENDS, backend_params
 from tests.support.exclusion import assert_exclusive, count_with_failed_release, try_acquire
 from tests.testapp.models import Counter
-
-#: Backends whose store other processes can see (locmem is one process's memory).
-SHARED_BACKENDS = [alias for alias in CONTRACT_BACKENDS if alias not in ONE_PROCESS_BACKENDS]
 
 
 def test_the_holding_thread_reenters_by_token(alias: str) -> None:
@@ -142,9 +139,7 @@ def test_a_lost_lease_is_not_reentered(alias: str) -> None:
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize(
-    "alias", backend_params(["default", "db-postgresql", "db-mysql", "redis", "cache", "files"])
-)
+@pytest.mark.parametrize("alias", backend_params(RACE_BACKENDS))
 def test_a_worker_whose_release_failed_does_not_starve_the_others(
     alias: str, live_db: None
 ) -> None:

@@ -11,7 +11,7 @@ import pytest
 import occupy
 from occupy import signals
 from tests.support import multiproc
-from tests.support.aliases import backend_params
+from tests.support.aliases import RACE_BACKENDS, backend_params
 from tests.support.takeover_race import OWNER_B, race_worker
 from tests.support.waiting import watch_waiters
 
@@ -133,9 +133,7 @@ def test_async_takeover_and_resume(alias: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize(
-    "alias", backend_params(["default", "db-postgresql", "db-mysql", "redis", "cache", "files"])
-)
+@pytest.mark.parametrize("alias", backend_params(RACE_BACKENDS))
 def test_a_conditional_takeover_never_replaces_a_grant_it_did_not_read(
     alias: str, live_db: None
 ) -> None:

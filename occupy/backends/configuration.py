@@ -1,73 +1,17 @@
-"""A backend's configuration: :class:`ConfiguredBackend`, the part of
-:class:`~occupy.backends.base.BaseBackend` that reads ``OCCUPY["BACKENDS"][alias]``
-(``LOCATION`` and the ``OPTIONS`` its :attr:`~ConfiguredBackend.options_schema`
-declares) and reports what is wrong with it, when it is built and in ``manage.py
-check`` alike; and the messages of ``check --database`` about its store."""
+"""What a backend says about its store to an operator: the driver's reason in one
+sentence (:func:`store_reason`), and the messages of ``check --database``
+(:func:`unknown_claims`, :func:`unreachable_store`). The configuration itself is read
+and checked by :class:`~occupy.backends.base.BaseBackend`."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any, ClassVar
 
-from django.core.checks import CheckMessage, Error, Warning
+from django.core.checks import CheckMessage, Warning
 
-from occupy.backends.options import Option, raise_problems, read_options, where
-from occupy.docs import docs_url
+from occupy.backends.options import where
 
-__all__ = ["ConfiguredBackend", "store_reason", "unknown_claims", "unreachable_store"]
-
-
-class ConfiguredBackend:
-    """A backend built from its configuration, ``params`` (``OCCUPY["BACKENDS"][alias]``):
-    refused, naming the alias and the key, when that configuration is wrong."""
-
-    #: The ``OPTIONS`` keys this backend takes; any other key is refused (a typo).
-    options_schema: ClassVar[Mapping[str, Option]] = {}
-    #: Whether the configuration must give a ``LOCATION`` (a directory, a URL).
-    requires_location: ClassVar[bool] = False
-
-    def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
-        options, problems = read_options(alias, params, self.options_schema)
-        raise_problems(problems + self.config_problems(alias, params, options))
-        self.alias = alias
-        self.params = params
-        self.options: dict[str, Any] = options
-        self.location = params.get("LOCATION")
-
-    @classmethod
-    def config_problems(
-        cls, alias: str, params: Mapping[str, Any], options: Mapping[str, Any]
-    ) -> list[str]:
-        """Return what is wrong with the configuration beyond each option's own type and
-        range: ``LOCATION``, options that must agree with each other. ``options`` holds
-        every option, defaults filled in. The default checks only that a backend which
-        :attr:`requires_location` has one."""
-        if cls.requires_location and not params.get("LOCATION"):
-            return [f"{where(alias)} ({cls.__name__}) has no LOCATION."]
-        return []
-
-    @classmethod
-    def check(cls, alias: str, params: Mapping[str, Any]) -> list[CheckMessage]:
-        """Return the system check messages for this backend's configuration.
-
-        ``manage.py check`` calls it for every alias. The default reports what building
-        the backend would refuse (``occupy.E006``); a backend adds what it can only
-        check against the rest of the settings (a database or cache that is not
-        configured, a cache that cannot lock) with ``super().check(...) + [...]``.
-        """
-        options, problems = read_options(alias, params, cls.options_schema)
-        problems += cls.config_problems(alias, params, options)
-        return [
-            Error(
-                problem,
-                obj=where(alias),
-                id="occupy.E006",
-                hint=f"{cls.__name__}'s options are listed in its options_schema "
-                f"and, for occupy's backends, at {docs_url('backends/')}.",
-            )
-            for problem in problems
-        ]
+__all__ = ["store_reason", "unknown_claims", "unreachable_store"]
 
 
 #: The longest reason :func:`store_reason` gives, in characters.

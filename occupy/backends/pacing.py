@@ -1,5 +1,5 @@
 """How long a waiter pauses between two tries: :class:`Pacing`, the part of an
-:class:`~occupy.backends.base.Attempt` that backends whose waiters poll rely on."""
+:class:`~occupy.backends.attempt.Attempt` that backends whose waiters poll rely on."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from occupy.backends.cutoff import Cutoffs
+from occupy.backends.db.cutoff import Cutoffs
 
 
 @pytest.fixture

@@ -52,11 +52,11 @@ def test_a_killed_holders_key_is_free_within_its_ttl_plus_a_second(etcd: Any) ->
 
 def test_the_fence_is_the_grants_create_revision(etcd: Any) -> None:
     lease = occupy.acquire("book:1", owner="alice", ttl=30, backend="etcd")
-    kvs, revision = etcd.client.range(etcd.grants("book:1") + lease.token)
+    kvs, revision = etcd.client.range(etcd.store.grants("book:1") + lease.token)
     assert [kv.create_revision for kv in kvs] == [lease.fence]
     assert lease.fence <= revision
     occupy.release(lease)
-    assert etcd.client.range(etcd.grants("book:1") + lease.token)[0] == []
+    assert etcd.client.range(etcd.store.grants("book:1") + lease.token)[0] == []
 
 
 def test_waiters_are_served_in_the_order_they_came(etcd: Any) -> None:
@@ -111,7 +111,7 @@ def test_a_grant_outlives_the_shortest_etcd_lease_when_extended(etcd: Any) -> No
     moves it to a lease of that length."""
     lease = occupy.acquire("book:1", ttl=0.2, backend="etcd")
     lease.extend(30)
-    kvs, _ = etcd.client.range(etcd.grants("book:1") + lease.token)
+    kvs, _ = etcd.client.range(etcd.store.grants("book:1") + lease.token)
     assert kvs[0].value["L"] >= 30
     lease.ensure_held()
     occupy.release(lease)
@@ -219,7 +219,7 @@ def test_a_release_whose_reply_was_lost_is_a_release(etcd: Any, etcd_cluster: Et
             backend.release(lease)
             assert proxy.lost == depth
             assert occupy.holder("book:r", backend="etcd") is None
-            marks = backend.released("book:r")
+            marks = backend.store.released("book:r")
             assert backend.client.range(marks, prefix_end(marks))[0] == []  # revoked
             with pytest.raises(occupy.LeaseLost):  # released once, and only once
                 backend.release(lease)

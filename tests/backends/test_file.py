@@ -136,7 +136,7 @@ def test_a_waiter_behind_others_looks_without_the_keys_lock(live_db: None) -> No
         attempts.append(attempt)
     assert [attempt.ahead for attempt in attempts] == [0, 1, 2]
     pauses = [attempts[2].next_delay() for _ in range(20)]
-    assert max(pauses) <= backend.poll_interval  # third in line: a lone waiter's pace
+    assert max(pauses) <= backend.store.poll_interval  # third in line: a lone waiter's pace
 
     locked, done = threading.Event(), threading.Event()
 
@@ -183,7 +183,7 @@ def test_a_claim_file_occupy_did_not_write_is_held_until_it_expires(
     holder = occupy.holder("book:1", backend=ALIAS)
     assert (holder.owner, holder.fence) == (UNKNOWN_OWNER, 0)
     assert holder.expires_at.timestamp() == pytest.approx(
-        os.stat(path).st_mtime + backend.foreign_ttl, abs=0.01
+        os.stat(path).st_mtime + backend.store.foreign_ttl, abs=0.01
     )
     with pytest.raises(occupy.Occupied) as info:
         occupy.acquire("book:1", owner="alice", timeout=0, backend=ALIAS)
@@ -195,7 +195,7 @@ def test_a_claim_file_occupy_did_not_write_is_held_until_it_expires(
     call_command("list_locks", backend=[ALIAS])
     assert UNKNOWN_OWNER in capsys.readouterr().out
     # Written FOREIGN_TTL ago: expired. A grant replaces it; so does a sweep.
-    old = time.time_ns() - round((backend.foreign_ttl + 1) * 1e9)
+    old = time.time_ns() - round((backend.store.foreign_ttl + 1) * 1e9)
     os.utime(path, ns=(old, old))
     assert occupy.holder("book:1", backend=ALIAS) is None
     lease = occupy.acquire("book:1", owner="alice", timeout=0, backend=ALIAS)

@@ -13,8 +13,10 @@ __all__ = [
     "CONTRACT_BACKENDS",
     "DATABASE_BACKENDS",
     "ONE_PROCESS_BACKENDS",
+    "RACE_BACKENDS",
     "SERVERS",
     "SERVER_OF",
+    "SHARED_BACKENDS",
     "backend_params",
     "database_params",
     "server_skip",
@@ -52,6 +54,21 @@ ONE_PROCESS_BACKENDS = [
     "cache-locmem",
     "memory",
     *(["extra"] if os.environ.get("OCCUPY_TEST_BACKEND_ONE_PROCESS") == "1" else []),
+]
+
+#: The backends whose store other processes see (every one not in one process's memory).
+SHARED_BACKENDS = [alias for alias in CONTRACT_BACKENDS if alias not in ONE_PROCESS_BACKENDS]
+#: The backends the slow races of several OS processes on one key run on: the built-in
+#: stores of each kind (the others share their code), and a backend under test
+#: (``OCCUPY_TEST_BACKEND``) whose store other processes see.
+RACE_BACKENDS = [
+    "default",
+    "db-postgresql",
+    "db-mysql",
+    "redis",
+    "cache",
+    "files",
+    *(["extra"] if "extra" in SHARED_BACKENDS else []),
 ]
 
 #: The occupy backend that keeps its claims in each database alias.

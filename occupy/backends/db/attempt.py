@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError
 
-from occupy.backends.base import Attempt
+from occupy.backends.attempt import Attempt
 from occupy.backends.claims import digest
 from occupy.backends.db.dialects import Dialect
 from occupy.backends.db.statements import GuardTimedOut, Result

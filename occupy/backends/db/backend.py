@@ -27,7 +27,7 @@ waiting for a release in flight to commit, and its first pause is short; after t
 polling only notices a holder or waiter that vanished without a word. Elsewhere
 waiters poll: the first three in line every interval at most, a waiter further back
 as often as the queue's pace says its turn may be near (up to a second apart), reading
-its place without writing (:meth:`~occupy.backends.base.Attempt.note_place`).
+its place without writing (:meth:`~occupy.backends.attempt.Attempt.note_place`).
 
 OPTIONS: ``DATABASE`` (the database alias, default ``"default"``), ``POLL_INTERVAL``
 (the longest pause between two tries near the head of a queue, default 0.02 s;

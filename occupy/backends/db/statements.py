@@ -9,7 +9,7 @@ next statement that gets a connection, in any thread, so that a waiter whose dat
 restarted under it does not block the key until its claim expires. A statement
 is held to its time left: connecting, the server's own statement bound where the dialect
 has one (:meth:`Dialect.bound`), and a cut of the socket for a server that does not
-answer (:mod:`occupy.backends.cutoff`). A store that cannot be reached or used raises
+answer (:mod:`occupy.backends.db.cutoff`). A store that cannot be reached or used raises
 :class:`~occupy.exceptions.StoreUnavailable`; one without occupy's table raises
 :class:`~occupy.exceptions.StoreNotMigrated`, which says what to run.
 """
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, IntegrityError, connections
 
 from occupy import telemetry
-from occupy.backends.cutoff import Cut, cutoffs
 from occupy.backends.db.checks import migrate_hint, migration_recorded
+from occupy.backends.db.cutoff import Cut, cutoffs
 from occupy.exceptions import StoreNotMigrated, StoreUnavailable
 
 if TYPE_CHECKING:

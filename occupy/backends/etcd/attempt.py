@@ -19,7 +19,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from occupy.backends.base import Attempt
+from occupy.backends.attempt import Attempt, AttemptBackend
 from occupy.backends.claims import now_us
 from occupy.backends.etcd.client import (
     NOT_FOUND,
@@ -32,7 +32,7 @@ from occupy.backends.etcd.client import (
     prefix_end,
     put_op,
 )
-from occupy.backends.etcd.store import EtcdStore
+from occupy.backends.etcd.store import EtcdStore, lease_of
 from occupy.leases import Holder, Lease
 
 __all__ = ["EtcdAttempt"]
@@ -46,12 +46,13 @@ _REARM = 5.0
 class EtcdAttempt(Attempt):
     """A try at one key: a grant transaction, a queued key, and a watch."""
 
-    backend: EtcdStore
-
-    def __init__(self, backend: EtcdStore, key: str, owner: str, ttl: float) -> None:
+    def __init__(
+        self, backend: AttemptBackend, store: EtcdStore, key: str, owner: str, ttl: float
+    ) -> None:
         super().__init__(backend, key, owner, ttl)
-        self.grants = backend.grants(key)
-        self.queue = backend.queue(key)
+        self.store = store
+        self.grants = store.grants(key)
+        self.queue = store.queue(key)
         self.name = self.grants + self.token
         self.place = self.queue + self.token
         #: The lease a grant will be bound to: (id, TTL granted, when it was granted).
@@ -69,7 +70,7 @@ class EtcdAttempt(Attempt):
     @property
     def client(self) -> Any:
         """Return the backend's etcd client."""
-        return self.backend.client
+        return self.store.client
 
     def _bound(self) -> float | None:
         return self.time_left()
@@ -113,7 +114,7 @@ class EtcdAttempt(Attempt):
             "L": granted,
         }
         compare = [empty(self.grants)]
-        success = [put_op(self.name, self.backend.value(**fields), lease_id)]
+        success = [put_op(self.name, self.store.value(**fields), lease_id)]
         if self.queued is None:
             compare.append(empty(self.queue))
         else:
@@ -141,9 +142,9 @@ class EtcdAttempt(Attempt):
         if not fresh:  # the lease has aged while waiting: give it its whole TTL again
             self.client.keep_alive(lease_id, self._bound())
         self._granted()
-        self.backend.schedule(self.token, self.name, revision, lease_id, started + self.ttl)
-        return self.backend.lease_of(
-            KeyValue(self.name, fields, revision, revision, lease_id), self.ttl
+        self.store.schedule(self.token, self.name, revision, lease_id, started + self.ttl)
+        return lease_of(
+            self.backend, KeyValue(self.name, fields, revision, revision, lease_id), self.ttl
         )
 
     def _granted(self) -> None:
@@ -161,19 +162,19 @@ class EtcdAttempt(Attempt):
         """Write this attempt's waiter key; its ``create_revision`` is its place."""
         with self.backend.reaching(self.key):
             lease_id, _granted = self.client.grant(
-                lease_seconds(self.backend.queue_ttl), self._bound()
+                lease_seconds(self.store.queue_ttl), self._bound()
             )
             self.place_lease = (lease_id, time.monotonic())
             now = now_us()
-            place = round(self.backend.queue_ttl * 1e6)
-            value = self.backend.value(k=self.key, o=self.owner, s=now, e=now + place)
+            place = round(self.store.queue_ttl * 1e6)
+            value = self.store.value(k=self.key, o=self.owner, s=now, e=now + place)
             _ok, revision, _ = self.client.txn([], [put_op(self.place, value, lease_id)])
             self.queued = revision
         return None
 
     def next_delay(self) -> float:
         """Return the longest block between two renewals of the waiter's place."""
-        return self.backend.queue_ttl / 3
+        return self.store.queue_ttl / 3
 
     def wait(self, seconds: float) -> None:
         """Block until the key before this attempt's (or the grant) is deleted, or
@@ -196,7 +197,7 @@ class EtcdAttempt(Attempt):
         if self.place_lease is None:
             return
         lease_id, renewed = self.place_lease
-        if time.monotonic() - renewed < self.backend.queue_ttl / 3:
+        if time.monotonic() - renewed < self.store.queue_ttl / 3:
             return
         if self.client.keep_alive(lease_id, self._bound()) < 0:
             self._unwatch()  # the place was lost (this process stalled): queue again
@@ -266,7 +267,7 @@ class EtcdAttempt(Attempt):
         seen = self.seen
         if seen is None:
             with self.backend.reaching(self.key):
-                seen = self.backend.current_grant(self.key)
+                seen = self.store.current_grant(self.key)
         if seen is None:
             return None, None
-        return self.backend.holder_of(seen), self.backend.remaining(seen)
+        return self.store.holder_of(seen), self.store.remaining(seen)

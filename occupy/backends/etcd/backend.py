@@ -30,16 +30,18 @@ that process is gone. The guarantees and limits are in docs/backends/etcd.md.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import suppress
+from typing import Any
 
-from occupy.backends.base import Claim
+from occupy.backends.base import BaseBackend, Claim
 from occupy.backends.claims import UNKNOWN_OWNER, from_us, now_us
 from occupy.exceptions import InvalidBackendError
 from occupy.leases import Holder, Lease, new_token
 
 try:
     from occupy.backends.etcd.client import (
+        EtcdClient,
         EtcdError,
         KeyValue,
         create_is,
@@ -56,7 +58,7 @@ except ImportError as e:  # pragma: no cover - depends on the installation
     ) from e
 
 from occupy.backends.etcd.attempt import EtcdAttempt
-from occupy.backends.etcd.store import EtcdStore
+from occupy.backends.etcd.store import OPTIONS, EtcdStore, lease_of, option_problems
 
 __all__ = ["EtcdBackend"]
 
@@ -65,51 +67,72 @@ __all__ = ["EtcdBackend"]
 _RETRIES = 20
 
 
-class EtcdBackend(EtcdStore):
-    """Locks in an etcd cluster, fenced by ``create_revision``; see the module docstring."""
+class EtcdBackend(BaseBackend):
+    """Locks in an etcd cluster, fenced by ``create_revision``; see the module docstring.
+    The client, the key layout and the expirer are its :attr:`store`'s."""
+
+    store_errors = (EtcdError,)
+    options_schema = OPTIONS
+
+    @classmethod
+    def config_problems(
+        cls, alias: str, params: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> list[str]:
+        """Add: ``CERT`` and ``KEY`` come together; a password needs a user."""
+        return super().config_problems(alias, params, options) + option_problems(alias, options)
+
+    def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.store = EtcdStore(self.options)
+        self.prefix = self.store.prefix
+
+    @property
+    def client(self) -> EtcdClient:
+        """Return the store's etcd client (made on first use)."""
+        return self.store.client
 
     # --- the contract ------------------------------------------------------------------
     def attempt(self, key: str, owner: str, ttl: float) -> EtcdAttempt:
         """Return an attempt to take ``key``: a grant transaction, then a place in the
         queue watched by revision order."""
-        return EtcdAttempt(self, key, owner, ttl)
+        return EtcdAttempt(self, self.store, key, owner, ttl)
 
     def release(self, lease: Lease) -> None:
         """Undo one level of ``lease``; the last deletes the grant (if its token still
         holds it, in the transaction that deletes) and revokes its lease."""
-        name = self.grants(lease.key) + lease.token
-        mark = self.released(lease.key) + lease.token
+        name = self.store.grants(lease.key) + lease.token
+        mark = self.store.released(lease.key) + lease.token
         with self.reaching(lease.key):
             for _ in range(_RETRIES):
-                kv = self._read(name)
+                kv = self.store.read(name)
                 if kv is None:
-                    done = self._read(mark)  # released, but the reply was lost?
+                    done = self.store.read(mark)  # released, but the reply was lost?
                     if done is None:
                         break
-                    self.expirer.forget(lease.token)
+                    self.store.expirer.forget(lease.token)
                     with suppress(EtcdError):
-                        self.client.revoke(done.lease)
+                        self.store.client.revoke(done.lease)
                     return
-                if self.expirer.passed(lease.token):
+                if self.store.expirer.passed(lease.token):
                     break
                 depth = int(kv.value.get("d", 1))
                 if depth > 1:
-                    value = self.value(**{**kv.value, "d": depth - 1})
-                    ok, rev, _ = self.client.txn(
+                    value = self.store.value(**{**kv.value, "d": depth - 1})
+                    ok, rev, _ = self.store.client.txn(
                         [mod_is(name, kv.mod_revision)], [put_op(name, value, kv.lease)]
                     )
                     if ok:
-                        self.expirer.rewritten(lease.token, rev)
+                        self.store.expirer.rewritten(lease.token, rev)
                         return
                     continue
-                ok, _rev, _ = self.client.txn(
+                ok, _rev, _ = self.store.client.txn(
                     [mod_is(name, kv.mod_revision)],
                     [{"request_delete_range": {"key": encode(name)}}, put_op(mark, "", kv.lease)],
                 )
                 if ok:
-                    self.expirer.forget(lease.token)
+                    self.store.expirer.forget(lease.token)
                     with suppress(EtcdError):
-                        self.client.revoke(kv.lease)
+                        self.store.client.revoke(kv.lease)
                     return
         raise lease.mark_lost("it expired or was taken over before its release")
 
@@ -130,12 +153,12 @@ class EtcdBackend(EtcdStore):
     def _rewrite(
         self, key: str, token: str, ttl: float, *, deeper: int, never_shorter: bool
     ) -> Lease | None:
-        name = self.grants(key) + token
+        name = self.store.grants(key) + token
         with self.reaching(key):
             for _ in range(_RETRIES):
                 started, started_us = time.monotonic(), now_us()
-                kv = self._read(name)
-                if kv is None or self.expirer.passed(token):
+                kv = self.store.read(name)
+                if kv is None or self.store.expirer.passed(token):
                     return None
                 expires_us = started_us + round(ttl * 1e6)
                 if never_shorter:
@@ -143,27 +166,28 @@ class EtcdBackend(EtcdStore):
                 seconds = lease_seconds((expires_us - started_us) / 1e6)
                 granted = int(kv.value.get("L", 0))
                 if seconds == granted:
-                    if self.client.keep_alive(kv.lease) < 0:
+                    if self.store.client.keep_alive(kv.lease) < 0:
                         return None
                     lease_id = kv.lease
                 else:
-                    lease_id, granted = self.client.grant(seconds)
+                    lease_id, granted = self.store.client.grant(seconds)
                 fields = {**kv.value, "d": int(kv.value.get("d", 1)) + deeper}
                 fields.update(e=expires_us, L=granted)
-                ok, rev, _ = self.client.txn(
-                    [mod_is(name, kv.mod_revision)], [put_op(name, self.value(**fields), lease_id)]
+                ok, rev, _ = self.store.client.txn(
+                    [mod_is(name, kv.mod_revision)],
+                    [put_op(name, self.store.value(**fields), lease_id)],
                 )
                 if not ok:
                     if lease_id != kv.lease:
-                        self.client.revoke(lease_id)
+                        self.store.client.revoke(lease_id)
                     continue
                 if lease_id != kv.lease:
                     with suppress(EtcdError):
-                        self.client.revoke(kv.lease)
+                        self.store.client.revoke(kv.lease)
                 at = started + (expires_us - started_us) / 1e6
-                self.schedule(token, name, rev, lease_id, at)
+                self.store.schedule(token, name, rev, lease_id, at)
                 renewed = KeyValue(name, fields, kv.create_revision, rev, lease_id)
-                return self.lease_of(renewed, ttl)
+                return lease_of(self, renewed, ttl)
         return None
 
     def takeover(
@@ -173,12 +197,12 @@ class EtcdBackend(EtcdStore):
         the grant with fence ``if_fence``, if given) and writes a new one, whose
         ``create_revision`` is higher. Waiters keep their places."""
         token = new_token()
-        name = self.grants(key) + token
+        name = self.store.grants(key) + token
         with self.reaching(key):
-            lease_id, granted = self.client.grant(lease_seconds(ttl))
+            lease_id, granted = self.store.client.grant(lease_seconds(ttl))
             for _ in range(_RETRIES):
                 started, started_us = time.monotonic(), now_us()
-                current = self.current_grant(key)
+                current = self.store.current_grant(key)
                 if current is not None and current.key == name:
                     # A takeover whose reply was lost and that was sent again: it is done
                     # (whom it replaced went unheard with the reply).
@@ -188,9 +212,9 @@ class EtcdBackend(EtcdStore):
                     current is None or current.create_revision != if_fence
                 ):
                     with suppress(EtcdError):
-                        self.client.revoke(lease_id)
-                    held = None if current is None else self.holder_of(current)
-                    raise self.takeover_refused(key, if_fence, held, self.remaining(current))
+                        self.store.client.revoke(lease_id)
+                    held = None if current is None else self.store.holder_of(current)
+                    raise self.takeover_refused(key, if_fence, held, self.store.remaining(current))
                 fields = {
                     "k": key,
                     "o": owner,
@@ -199,12 +223,12 @@ class EtcdBackend(EtcdStore):
                     "s": started_us,
                     "L": granted,
                 }
-                put = put_op(name, self.value(**fields), lease_id)
+                put = put_op(name, self.store.value(**fields), lease_id)
                 if current is None:
-                    start = self.grants(key)
-                    ok, rev, _ = self.client.txn([empty(start)], [put])
+                    start = self.store.grants(key)
+                    ok, rev, _ = self.store.client.txn([empty(start)], [put])
                 else:
-                    ok, rev, _ = self.client.txn(
+                    ok, rev, _ = self.store.client.txn(
                         [create_is(current.key, current.create_revision)],
                         [{"request_delete_range": {"key": encode(current.key)}}, put],
                     )
@@ -213,25 +237,25 @@ class EtcdBackend(EtcdStore):
             else:
                 raise self.unavailable(key, EtcdError("the key kept changing; try again"))
         if current is not None:
-            self.expirer.forget(current.key.rpartition("/")[2])
+            self.store.expirer.forget(current.key.rpartition("/")[2])
             with suppress(EtcdError):
-                self.client.revoke(current.lease)
-        self.schedule(token, name, rev, lease_id, started + ttl)
-        lease = self.lease_of(KeyValue(name, fields, rev, rev, lease_id), ttl)
-        return lease, None if current is None else self.holder_of(current)
+                self.store.client.revoke(current.lease)
+        self.store.schedule(token, name, rev, lease_id, started + ttl)
+        lease = lease_of(self, KeyValue(name, fields, rev, rev, lease_id), ttl)
+        return lease, None if current is None else self.store.holder_of(current)
 
     def holder(self, key: str) -> Holder | None:
         """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""
         with self.reaching(key):
-            current = self.current_grant(key)
-        return None if current is None else self.holder_of(current)
+            current = self.store.current_grant(key)
+        return None if current is None else self.store.holder_of(current)
 
     def is_held(self, lease: Lease) -> bool:
         """Return whether ``lease``'s token still holds its key."""
-        if self.expirer.passed(lease.token):
+        if self.store.expirer.passed(lease.token):
             return False
         with self.reaching(lease.key):
-            return self._read(self.grants(lease.key) + lease.token) is not None
+            return self.store.read(self.store.grants(lease.key) + lease.token) is not None
 
     def claims(self) -> Iterable[Claim]:
         """Return holders (``using``) and waiters (``pending``), by key; never tokens."""
@@ -239,7 +263,7 @@ class EtcdBackend(EtcdStore):
         with self.reaching(None):
             for part, state in (("g/", "using"), ("w/", "pending")):
                 start = self.prefix + part
-                kvs, _rev = self.client.range(start, prefix_end(start))
+                kvs, _rev = self.store.client.range(start, prefix_end(start))
                 for kv in kvs:
                     v, since = kv.value, kv.value.get("s")
                     found.append(
@@ -257,16 +281,16 @@ class EtcdBackend(EtcdStore):
 
     def drop_claim(self, key: str) -> None:
         """Delete the grant on ``key`` behind its holder's back (a test hook)."""
-        start = self.grants(key)
+        start = self.store.grants(key)
         with self.reaching(key):
-            self.client.post(
+            self.store.client.post(
                 "kv/deleterange", {"key": encode(start), "range_end": encode(prefix_end(start))}
             )
 
     # --- the store ---------------------------------------------------------------------
     def describe_store(self) -> str:
         """Return the etcd endpoints the locks are on."""
-        return f"etcd at {', '.join(self.endpoints)}"
+        return f"etcd at {', '.join(self.store.endpoints)}"
 
     def store_fix(self) -> str:
         """Return what to check when etcd cannot be used."""
@@ -277,6 +301,4 @@ class EtcdBackend(EtcdStore):
 
     def close(self) -> None:
         """Close the HTTP sessions; grants this process holds still end at their ttl."""
-        client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        self.store.close()

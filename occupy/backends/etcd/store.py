@@ -1,7 +1,8 @@
-"""``EtcdStore``: the part of :class:`~occupy.backends.etcd.EtcdBackend` that its attempts
-share with it: its configuration, its client, the key layout and the reading of a grant
-(see :mod:`.backend` for the protocol and its guarantees). The attempts stand on it and
-the backend on both, so neither of the two imports the other.
+"""``EtcdStore``: what :class:`~occupy.backends.etcd.EtcdBackend` and its attempts
+share, held by the backend rather than inherited: its client, the key layout, the
+reading of a grant and the expirer (see :mod:`.backend` for the protocol and its
+guarantees); and the backend's options. The attempts and the backend both use it, so
+neither of the two imports the other.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any
 
-from occupy.backends.base import BaseBackend
+from occupy.backends.attempt import AttemptBackend
 from occupy.backends.claims import UNKNOWN_OWNER, digest, from_us, now_us
 from occupy.backends.etcd.client import (
     EtcdClient,
@@ -24,9 +25,10 @@ from occupy.backends.etcd.client import (
 )
 from occupy.backends.etcd.expiry import Deadline, Expirer
 from occupy.backends.options import Option, where
+from occupy.backends.outcomes import make_holder
 from occupy.leases import Holder, Lease
 
-__all__ = ["EtcdStore"]
+__all__ = ["OPTIONS", "EtcdStore", "lease_of", "option_problems"]
 
 
 def _endpoints_problem(value: Any) -> str | None:
@@ -40,46 +42,46 @@ def _prefix_problem(value: str) -> str | None:
     return None if value else "must not be empty"
 
 
-class EtcdStore(BaseBackend):
-    """Locks in an etcd cluster; see :class:`~occupy.backends.etcd.EtcdBackend`."""
+#: The etcd backend's ``OPTIONS``.
+OPTIONS = {
+    "ENDPOINTS": Option(
+        (list, tuple),
+        ["http://127.0.0.1:2379"],
+        "the members' client URLs, tried in turn",
+        check=_endpoints_problem,
+    ),
+    "PREFIX": Option(
+        str, "occupy/", "what every key occupy writes starts with", check=_prefix_problem
+    ),
+    "USERNAME": Option((str, type(None)), None, "etcd user (authentication on)"),
+    "PASSWORD": Option((str, type(None)), None, "that user's password"),
+    "CA_CERT": Option((str, type(None)), None, "CA bundle to verify https endpoints"),
+    "CERT": Option((str, type(None)), None, "client certificate (TLS), with KEY"),
+    "KEY": Option((str, type(None)), None, "client certificate's key (TLS), with CERT"),
+    "TIMEOUT": Option(float, 5.0, "longest a call to etcd may take", positive=True),
+    "QUEUE_TTL": Option(
+        float, 3.0, "how long a waiter's place outlives its process", positive=True
+    ),
+}
 
-    store_errors = (EtcdError,)
 
-    options_schema = {
-        "ENDPOINTS": Option(
-            (list, tuple),
-            ["http://127.0.0.1:2379"],
-            "the members' client URLs, tried in turn",
-            check=_endpoints_problem,
-        ),
-        "PREFIX": Option(
-            str, "occupy/", "what every key occupy writes starts with", check=_prefix_problem
-        ),
-        "USERNAME": Option((str, type(None)), None, "etcd user (authentication on)"),
-        "PASSWORD": Option((str, type(None)), None, "that user's password"),
-        "CA_CERT": Option((str, type(None)), None, "CA bundle to verify https endpoints"),
-        "CERT": Option((str, type(None)), None, "client certificate (TLS), with KEY"),
-        "KEY": Option((str, type(None)), None, "client certificate's key (TLS), with CERT"),
-        "TIMEOUT": Option(float, 5.0, "longest a call to etcd may take", positive=True),
-        "QUEUE_TTL": Option(
-            float, 3.0, "how long a waiter's place outlives its process", positive=True
-        ),
-    }
+def option_problems(alias: str, options: Mapping[str, Any]) -> list[str]:
+    """Return what is wrong with options that must agree: ``CERT`` and ``KEY`` come
+    together; a password needs a user."""
+    problems = []
+    if (options["CERT"] is None) != (options["KEY"] is None):
+        problems.append(f"{where(alias)}['OPTIONS'] must give CERT and KEY together.")
+    if options["PASSWORD"] is not None and options["USERNAME"] is None:
+        problems.append(f"{where(alias)}['OPTIONS'] gives a PASSWORD but no USERNAME.")
+    return problems
 
-    @classmethod
-    def config_problems(
-        cls, alias: str, params: Mapping[str, Any], options: Mapping[str, Any]
-    ) -> list[str]:
-        """Add: ``CERT`` and ``KEY`` come together; a password needs a user."""
-        problems = super().config_problems(alias, params, options)
-        if (options["CERT"] is None) != (options["KEY"] is None):
-            problems.append(f"{where(alias)}['OPTIONS'] must give CERT and KEY together.")
-        if options["PASSWORD"] is not None and options["USERNAME"] is None:
-            problems.append(f"{where(alias)}['OPTIONS'] gives a PASSWORD but no USERNAME.")
-        return problems
 
-    def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
-        super().__init__(alias, params)
+class EtcdStore:
+    """Locks in an etcd cluster; see :class:`~occupy.backends.etcd.EtcdBackend`.
+    ``options`` are the backend's, checked."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = options
         self.endpoints: list[str] = list(self.options["ENDPOINTS"])
         self.prefix: str = self.options["PREFIX"]
         self.timeout = float(self.options["TIMEOUT"])
@@ -127,24 +129,11 @@ class EtcdStore(BaseBackend):
         return encode(json.dumps(fields, separators=(",", ":")))
 
     # --- what the attempt and the calls share ------------------------------------------
-    def lease_of(self, kv: KeyValue, ttl: float) -> Lease:
-        """Return the lease a grant's key stands for."""
-        v = kv.value
-        return self.make_lease(
-            v.get("k", ""),
-            owner=v.get("o", UNKNOWN_OWNER),
-            token=kv.key.rpartition("/")[2],
-            fence=kv.create_revision,
-            expires_at=from_us(int(v.get("e", 0))),
-            ttl=ttl,
-            depth=int(v.get("d", 1)),
-        )
-
     def holder_of(self, kv: KeyValue) -> Holder:
         """Return who holds the grant ``kv`` (never its token)."""
         v = kv.value
         since = v.get("s")
-        return self.make_holder(
+        return make_holder(
             v.get("o", UNKNOWN_OWNER),
             from_us(int(v.get("e", now_us()))),
             kv.create_revision,
@@ -173,7 +162,8 @@ class EtcdStore(BaseBackend):
             if ok:
                 self.client.revoke(deadline.lease)
 
-    def _read(self, name: str) -> KeyValue | None:
+    def read(self, name: str) -> KeyValue | None:
+        """Return the key ``name`` in etcd, or ``None``."""
         kvs, _rev = self.client.range(name)
         return kvs[0] if kvs else None
 
@@ -182,3 +172,23 @@ class EtcdStore(BaseBackend):
         start = self.grants(key)
         kvs, _rev = self.client.range(start, prefix_end(start), limit=1)
         return kvs[0] if kvs else None
+
+    def close(self) -> None:
+        """Close the HTTP sessions; grants this process holds still end at their ttl."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+
+def lease_of(backend: AttemptBackend, kv: KeyValue, ttl: float) -> Lease:
+    """Return the lease ``backend`` grants by the grant ``kv``."""
+    v = kv.value
+    return backend.make_lease(
+        v.get("k", ""),
+        owner=v.get("o", UNKNOWN_OWNER),
+        token=kv.key.rpartition("/")[2],
+        fence=kv.create_revision,
+        expires_at=from_us(int(v.get("e", 0))),
+        ttl=ttl,
+        depth=int(v.get("d", 1)),
+    )

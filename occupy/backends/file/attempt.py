@@ -9,10 +9,10 @@ import secrets
 import time
 from typing import NoReturn
 
-from occupy.backends.base import Attempt
+from occupy.backends.attempt import Attempt, AttemptBackend
 from occupy.backends.claims import Entry, digest, now_us
 from occupy.backends.file.records import Queued
-from occupy.backends.file.store import FileStore
+from occupy.backends.file.store import FileStore, holder_of, lease_of
 from occupy.leases import Holder, Lease
 from occupy.validation import MAX_FENCE
 
@@ -24,13 +24,15 @@ __all__ = ["FileAttempt"]
 class FileAttempt(Attempt):
     """One try at a key: the fast path, then a pending claim that waits its turn."""
 
-    def __init__(self, backend: FileStore, key: str, owner: str, ttl: float) -> None:
+    def __init__(
+        self, backend: AttemptBackend, store: FileStore, key: str, owner: str, ttl: float
+    ) -> None:
         super().__init__(backend, key, owner, ttl)
-        self.backend: FileStore = backend
-        self.directory = backend.directory
-        self.max_delay = backend.poll_interval
+        self.store = store
+        self.directory = store.directory
+        self.max_delay = store.poll_interval
         # A queued claim is heartbeated by the tries: pause well within its ttl.
-        self.longest_queued_pause = min(self.longest_queued_pause, backend.pending_ttl / 4)
+        self.longest_queued_pause = min(self.longest_queued_pause, store.pending_ttl / 4)
         self.digest = digest(key)
         self.ticket: str | None = None  # our pending file's name, once queued
         self.beat_at = 0.0
@@ -44,7 +46,7 @@ class FileAttempt(Attempt):
         return ``None``."""
         if self.ahead and self._behind():
             return None
-        with self.backend.reaching(self.key), self.backend.locks.hold(self.digest):
+        with self.backend.reaching(self.key), self.store.locks.hold(self.digest):
             self.in_doubt = True
             lease = self._try(now_us())
         self.in_doubt = False
@@ -54,7 +56,7 @@ class FileAttempt(Attempt):
         # Pending claims first, then the granted one: under the key's lock both reads
         # are one step, and the order decides who is served.
         ahead = self._pending_ahead(now)
-        claim = self.backend._claim(self.digest)
+        claim = self.store.claim(self.digest)
         self.seen = claim
         if claim is not None and claim.live(now):
             self._heartbeat()  # held, whoever by: owners do not re-enter (occupy.reentry)
@@ -116,11 +118,11 @@ class FileAttempt(Attempt):
         if entry is None:  # only if flock is not shared on this filesystem
             return None
         self._dequeue()
-        return self.backend._lease(self.key, self.ttl, entry)
+        return lease_of(self.backend, self.key, self.ttl, entry)
 
     def enqueue(self) -> None:
         """Write the pending claim that holds this caller's place in the queue."""
-        with self.backend.reaching(self.key), self.backend.locks.hold(self.digest):
+        with self.backend.reaching(self.key), self.store.locks.hold(self.digest):
             self._enqueue(self.directory.tickets(self.digest))
 
     def _enqueue(self, tickets: list[str]) -> None:
@@ -151,7 +153,7 @@ class FileAttempt(Attempt):
 
     def _heartbeat(self, force: bool = False) -> None:
         """Push our pending claim's expiry (its mtime) ``PENDING_TTL`` past now."""
-        pending_ttl = self.backend.pending_ttl
+        pending_ttl = self.store.pending_ttl
         if self.ticket is None or (not force and time.monotonic() - self.beat_at < pending_ttl / 3):
             return
         # Removed as expired meanwhile: it stays removed, and the next try queues again.
@@ -169,13 +171,13 @@ class FileAttempt(Attempt):
         """Remove our pending claim, and a grant we may have made without hearing of it."""
         if self.ticket is None and not self.in_doubt:
             return  # nothing of ours is in the store
-        with self.backend.reaching(self.key), self.backend.locks.hold(self.digest):
+        with self.backend.reaching(self.key), self.store.locks.hold(self.digest):
             self._dequeue()
             if self.in_doubt:
-                claim = self.backend._claim(self.digest)
+                claim = self.store.claim(self.digest)
                 if claim is not None and claim.token == self.token:
                     # If it was re-entered meanwhile (by its token), only our level goes.
-                    self.backend._unwind(self.digest, claim)
+                    self.store.unwind(self.digest, claim)
 
     def current_holder(self) -> tuple[Holder | None, float | None]:
         """Return the holder the last try saw and its seconds left, for the error."""
@@ -183,4 +185,4 @@ class FileAttempt(Attempt):
         now = now_us()
         if claim is None or not claim.live(now):
             return None, None
-        return self.backend._holder(claim), (claim.expires_us - now) / 1e6
+        return holder_of(claim), (claim.expires_us - now) / 1e6

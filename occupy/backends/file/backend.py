@@ -37,7 +37,7 @@ filesystem gone) fails every call with :class:`~occupy.exceptions.StoreUnavailab
 
 OPTIONS: ``POLL_INTERVAL`` (longest pause between two tries of the first three in a
 queue, default 0.05 s; every waiter but the head looks at its place without the key's
-lock, paced by the queue: :meth:`~occupy.backends.base.Attempt.note_place`), ``PENDING_TTL``
+lock, paced by the queue: :meth:`~occupy.backends.attempt.Attempt.note_place`), ``PENDING_TTL``
 (how long a waiter's queued claim outlives its last heartbeat, default 10 s),
 ``FOREIGN_TTL`` (how long an unreadable claim file holds its key after it was last
 written, default 600 s). POSIX only (``fcntl``).
@@ -46,14 +46,23 @@ written, default 600 s). POSIX only (``fcntl``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable
+import os
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any
 
 from django.core.checks import CheckMessage, Warning
 
-from occupy.backends.base import Claim
+from occupy.backends.base import BaseBackend, Claim
 from occupy.backends.claims import digest, from_us, now_us
 from occupy.backends.file.attempt import FileAttempt
-from occupy.backends.file.store import FileStore
+from occupy.backends.file.store import (
+    OPTIONS,
+    FileStore,
+    holder_of,
+    lease_of,
+    location_problems,
+    location_warnings,
+)
 from occupy.backends.options import where
 from occupy.exceptions import OccupyError
 from occupy.leases import Holder, Lease
@@ -70,30 +79,76 @@ FENCE_MEMORY_US = 3600 * 1_000_000
 TMP_MEMORY_US = 60 * 1_000_000
 
 
-class FileBackend(FileStore):
-    """Locks stored as files in a directory (see the module docstring)."""
+class FileBackend(BaseBackend):
+    """Locks stored as files in a directory (see the module docstring); the files are
+    its :attr:`store`'s."""
+
+    #: A ``LOCATION`` that cannot be used (under a regular file, not writable, a
+    #: network filesystem gone) fails with one of these.
+    store_errors = (OSError,)
+    expires_by_itself = False
+    requires_location = True
+    options_schema = OPTIONS
+
+    @classmethod
+    def config_problems(
+        cls, alias: str, params: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> list[str]:
+        """Add: ``LOCATION`` must be a path."""
+        return location_problems(alias, params) or super().config_problems(alias, params, options)
+
+    @classmethod
+    def check(cls, alias: str, params: Mapping[str, Any]) -> list[CheckMessage]:
+        """Add ``occupy.W003`` (a relative ``LOCATION``) and ``occupy.W005`` (a
+        ``LOCATION`` this process cannot write)."""
+        return super().check(alias, params) + location_warnings(alias, params)
+
+    def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
+        super().__init__(alias, params)
+        # A str or os.PathLike: config_problems refused anything else.
+        self.root = os.path.abspath(os.fspath(params["LOCATION"]))
+        self.store = FileStore(self.root, self.options)
+        # The store's parts, which the calls below use under each key's lock.
+        self.locks = self.store.locks
+        self.directory = self.store.directory
 
     def __repr__(self) -> str:
         return f"<FileBackend alias={self.alias!r} location={self.root!r}>"
 
+    def using_path(self, key: str) -> str:
+        """Return the path of ``key``'s granted claim."""
+        return self.store.using_path(key)
+
+    def close(self) -> None:
+        """Close this process's lock files."""
+        self.store.close()
+
+    def describe_store(self) -> str:
+        """Return the directory the claims are in."""
+        return f"directory {self.root} (occupy backend {self.alias!r})"
+
+    def store_fix(self) -> str:
+        """Return what to check when the directory cannot be used."""
+        return "check that it exists on a mounted file system and that this user may write it"
+
     # --- the contract -------------------------------------------------------------
     def attempt(self, key: str, owner: str, ttl: float) -> FileAttempt:
         """Return an attempt to take ``key`` (see :class:`FileAttempt`)."""
-        return FileAttempt(self, key, owner, ttl)
+        return FileAttempt(self, self.store, key, owner, ttl)
 
     def release(self, lease: Lease) -> None:
         """Retire the lease's claim (or undo one level of it); never another's claim."""
         d = digest(lease.key)
         lost = None
         with self.reaching(lease.key), self.locks.hold(d):
-            claim = self._claim(d)
+            claim = self.store.claim(d)
             if claim is None or claim.token != lease.token:
                 lost = "it expired or was taken over before release"
             elif not claim.live(now_us()):
                 self.directory.retire(d)
                 lost = "it expired before release"
             else:
-                self._unwind(d, claim)
+                self.store.unwind(d, claim)
         if lost:  # outside the key's lock: lease_lost receivers may lock keys themselves
             raise lease.mark_lost(lost)
 
@@ -102,7 +157,7 @@ class FileBackend(FileStore):
         d = digest(lease.key)
         extended = None
         with self.reaching(lease.key), self.locks.hold(d):
-            claim = self._claim(d)
+            claim = self.store.claim(d)
             now = now_us()
             if claim is not None and claim.token == lease.token and claim.live(now):
                 extended = claim._replace(expires_us=now + round(ttl * 1e6))
@@ -116,7 +171,7 @@ class FileBackend(FileStore):
         kept at least ``ttl`` more), or ``None``."""
         d = digest(key)
         with self.reaching(key), self.locks.hold(d):
-            claim = self._claim(d)
+            claim = self.store.claim(d)
             now = now_us()
             if claim is None or claim.token != token or not claim.live(now):
                 return None
@@ -125,7 +180,7 @@ class FileBackend(FileStore):
                 expires_us=max(claim.expires_us, now + round(ttl * 1e6)),
             )
             self.directory.rewrite(d, claim)
-        return self._lease(key, ttl, claim)
+        return lease_of(self, key, ttl, claim)
 
     def takeover(
         self, key: str, owner: str, ttl: float, *, if_fence: int | None = None
@@ -135,12 +190,12 @@ class FileBackend(FileStore):
         is retired, its fence kept, and a new one granted; return the lease and the
         holder replaced."""
         d = digest(key)
-        attempt = FileAttempt(self, key, owner, ttl)
+        attempt = self.attempt(key, owner, ttl)
         with self.reaching(key), self.locks.hold(d):
             now = now_us()
-            claim = self._claim(d)
+            claim = self.store.claim(d)
             live = claim if claim is not None and claim.live(now) else None
-            previous = None if live is None else self._holder(live)
+            previous = None if live is None else holder_of(live)
             if if_fence is not None and (live is None or live.fence != if_fence):
                 raise self.takeover_refused(
                     key, if_fence, previous, None if live is None else (live.expires_us - now) / 1e6
@@ -162,18 +217,18 @@ class FileBackend(FileStore):
         """Return who holds ``key`` (owner, expiry, fence; never the token), or ``None``."""
         d = digest(key)
         with self.reaching(key), self.locks.hold(d):
-            claim = self._claim(d)
+            claim = self.store.claim(d)
             if claim is None:  # free, unless its fence file cannot be written
                 self.directory.check_fence_file(d)
         if claim is None or not claim.live(now_us()):
             return None
-        return self._holder(claim)
+        return holder_of(claim)
 
     def is_held(self, lease: Lease) -> bool:
         """Return whether the lease's token still holds an unexpired claim."""
         d = digest(lease.key)
         with self.reaching(lease.key), self.locks.hold(d):
-            claim = self._claim(d)
+            claim = self.store.claim(d)
         return claim is not None and claim.token == lease.token and claim.live(now_us())
 
     def sweep(
@@ -201,7 +256,7 @@ class FileBackend(FileStore):
         strays: list[str] = []
         for d in directory.granted(strays):
             with self.locks.hold(d):
-                claim = self._claim(d)
+                claim = self.store.claim(d)
                 if claim is not None and not claim.live(now):
                     count += 1
                     removed(claim.key)
@@ -242,7 +297,7 @@ class FileBackend(FileStore):
         strays: list[str] = []
         for d in directory.granted(strays):
             with self.locks.hold(d):
-                claim = self._claim(d)
+                claim = self.store.claim(d)
             if claim is not None and claim.live(now):
                 foreign = not claim.token
                 found.append(
