@@ -29,7 +29,7 @@ from asgiref.sync import sync_to_async
 from occupy import telemetry
 from occupy.backends.cleanup import chain_beneath, clean_up_after
 from occupy.backends.configuration import store_reason
-from occupy.backends.contract import MAX_SWEEP_BATCH, BackendContract
+from occupy.backends.contract import DEFAULT_SWEEP_BATCH, MAX_SWEEP_BATCH, BackendContract
 from occupy.backends.outcomes import occupied
 from occupy.backends.pacing import Pacing
 from occupy.backends.rows import Claim, OccupationRows
@@ -37,6 +37,7 @@ from occupy.exceptions import LeaseLost, LockTimeout, Occupied, OccupyError
 from occupy.leases import Holder, Lease, new_token
 
 __all__ = [
+    "DEFAULT_SWEEP_BATCH",
     "MAX_SWEEP_BATCH",
     "STORE_GRACE",
     "Attempt",

@@ -120,6 +120,30 @@ def test_batch_size_sets_how_many_rows_each_statement_deletes(
     assert all(count == size for count in batches[: 2_500 // size])
 
 
+def test_a_sweep_deletes_ten_thousand_claims_a_statement_unless_told(
+    alias: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, 1,000: a PostgreSQL sweep spent most of its time on the statements'
+    # round trips and commits, and ran at a fraction of one bare DELETE's rate.
+    database = _database(alias)
+    insert_claims(database, 12_000, tag="expired", expired=True)
+    backend = get_backend(alias)
+    windows = backend.dialect.sweep_windows()
+    passed = windows[1] if windows else backend.dialect.sweep_batches()[0]
+    batches: list[int] = []
+    execute = backend.execute
+
+    def counting(sql: str, params: list, **kwargs: object) -> tuple[int, list]:
+        result = execute(sql, params, **kwargs)
+        if sql == passed and result[0]:
+            batches.append(result[0])
+        return result
+
+    monkeypatch.setattr(backend, "execute", counting)
+    assert sweep("--backend", alias) == f"{alias}: deleted 12000 expired claims\n"
+    assert len(batches) == 2 and max(batches) <= 10_000, batches
+
+
 @pytest.mark.parametrize("size", ["0", "-5", "1000001", "9223372036854775808"])
 def test_batch_size_must_be_within_its_one_bound(alias: str, size: str) -> None:
     # Before, 2**63 raised a bare OverflowError on SQLite and was reported as the

@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterator
 from django.apps import apps
 from django.db import DatabaseError
 
-from occupy.backends.base import Claim
+from occupy.backends.base import DEFAULT_SWEEP_BATCH, Claim
 from occupy.backends.claims import digest
 from occupy.backends.db import transaction
 from occupy.backends.db.attempt import DatabaseAttempt
@@ -247,7 +247,7 @@ class DatabaseBackend(DatabaseStore):
     def sweep(
         self,
         *,
-        batch_size: int = 1000,
+        batch_size: int = DEFAULT_SWEEP_BATCH,
         dry_run: bool = False,
         removed: Callable[[str], None] | None = None,
     ) -> int:

@@ -50,7 +50,7 @@ from collections.abc import Callable, Collection, Iterable
 
 from django.core.checks import CheckMessage, Warning
 
-from occupy.backends.base import Claim
+from occupy.backends.base import DEFAULT_SWEEP_BATCH, Claim
 from occupy.backends.claims import digest, from_us, now_us
 from occupy.backends.file.attempt import FileAttempt
 from occupy.backends.file.store import FileStore
@@ -179,7 +179,7 @@ class FileBackend(FileStore):
     def sweep(
         self,
         *,
-        batch_size: int = 1000,
+        batch_size: int = DEFAULT_SWEEP_BATCH,
         dry_run: bool = False,
         removed: Callable[[str], None] | None = None,
     ) -> int:
