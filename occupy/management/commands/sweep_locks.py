@@ -50,8 +50,8 @@ class Command(BaseCommand):
             default=DEFAULT_SWEEP_BATCH,
             metavar="N",
             help=(
-                f"Claims deleted per statement, 1 to {MAX_SWEEP_BATCH:,} "
-                f"(default {DEFAULT_SWEEP_BATCH:,})."
+                f"Claims deleted per statement (about as many on PostgreSQL), 1 to "
+                f"{MAX_SWEEP_BATCH:,} (default {DEFAULT_SWEEP_BATCH:,})."
             ),
         )
         parser.add_argument(
