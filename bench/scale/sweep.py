@@ -6,7 +6,7 @@ For each size (ascending; the databases alternate within a size): the table hold
 made again and deleted by one bare ``DELETE`` (the floor). Figures: rows deleted per
 second, that rate against the floor's, and memory while the sweep runs: the growth of
 the process's peak resident memory (``VmHWM``, reset first) and the ``tracemalloc``
-peak. Targets: memory flat whatever the backlog (batches of 1,000, never a row loaded
+peak. Targets: memory flat whatever the backlog (batches of 10,000, never a row loaded
 into Python); the rate at the largest backlog within 1.2x of the rate at the smallest
 (every batch a range of the expiry index, whatever lies before it), and at least 0.3x
 one ``DELETE`` of the same rows. The live claims are checked after each sweep: none may
@@ -133,7 +133,7 @@ def run(report: Report, stores: list[Store], sizes: Any) -> None:
         )
     notes.append("target: sweep_locks at least 0.3x one DELETE of the same rows")
     report.table(
-        f"5. sweep_locks against expired claims ({LIVE:,} live beside them, batches of 1,000)",
+        f"5. sweep_locks against expired claims ({LIVE:,} live beside them, batches of 10,000)",
         [
             "database",
             "expired",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from occupy.backends.base import Attempt, BaseBackend, Claim
+from occupy.backends.base import DEFAULT_SWEEP_BATCH, Attempt, BaseBackend, Claim
 from occupy.backends.options import Option
 from occupy.leases import Holder, Lease, new_token
 
@@ -213,7 +213,7 @@ class MemoryBackend(BaseBackend):
     def sweep(
         self,
         *,
-        batch_size: int = 1000,
+        batch_size: int = DEFAULT_SWEEP_BATCH,
         dry_run: bool = False,
         removed: Callable[[str], None] | None = None,
     ) -> int:

@@ -49,18 +49,20 @@ with the app.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 
 from django.apps import apps
 from django.db import DatabaseError
 
-from occupy.backends.base import Claim
+from occupy.backends.base import DEFAULT_SWEEP_BATCH, Claim
 from occupy.backends.claims import digest
 from occupy.backends.db import transaction
 from occupy.backends.db.attempt import DatabaseAttempt
 from occupy.backends.db.rows import DatabaseOccupationRows
 from occupy.backends.db.statements import Result
 from occupy.backends.db.store import DatabaseStore
+from occupy.backends.db.windows import sweep_windows
 from occupy.exceptions import OccupyError
 from occupy.leases import Holder, Lease, TransactionHold, new_token
 
@@ -245,16 +247,18 @@ class DatabaseBackend(DatabaseStore):
     def sweep(
         self,
         *,
-        batch_size: int = 1000,
+        batch_size: int = DEFAULT_SWEEP_BATCH,
         dry_run: bool = False,
         removed: Callable[[str], None] | None = None,
     ) -> int:
         """Delete expired claims ``batch_size`` at a time; return how many; tell
         ``removed`` the key of each (the batches then return their keys).
 
-        Each of the dialect's :meth:`~occupy.backends.db.dialects.Dialect.sweep_batches`
-        runs until it deletes nothing: a short batch may just have met claims renewed
-        while it ran (kept, so not counted), with more expired after.
+        Where the dialect has :meth:`~occupy.backends.db.dialects.Dialect.sweep_windows`
+        (PostgreSQL), the claims whose expiry has passed go first, in windows of about
+        ``batch_size`` (:mod:`.windows`). Each of its ``sweep_batches`` runs until it
+        deletes nothing: a short batch may just have met claims renewed while it ran
+        (kept, so not counted), with more expired after.
         """
         sql = self.dialect
         if dry_run:
@@ -265,6 +269,11 @@ class DatabaseBackend(DatabaseStore):
                 removed(key)
             return len(keys)
         total = 0
+        windows = sql.sweep_windows(returning=removed is not None)
+        if windows is not None:
+            probe, window = windows
+            run = functools.partial(self.execute, prepare=False)
+            total += sweep_windows(run, probe, window, batch_size, removed)
         for statement in sql.sweep_batches(returning=removed is not None):
             while True:
                 deleted, rows = self.execute(statement, [batch_size], prepare=False)

@@ -52,7 +52,7 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Warning
 
-from occupy.backends.base import BaseBackend, Claim
+from occupy.backends.base import DEFAULT_SWEEP_BATCH, BaseBackend, Claim
 from occupy.backends.claims import digest, from_us, now_us
 from occupy.backends.file.attempt import FileAttempt
 from occupy.backends.file.store import (
@@ -234,7 +234,7 @@ class FileBackend(BaseBackend):
     def sweep(
         self,
         *,
-        batch_size: int = 1000,
+        batch_size: int = DEFAULT_SWEEP_BATCH,
         dry_run: bool = False,
         removed: Callable[[str], None] | None = None,
     ) -> int:

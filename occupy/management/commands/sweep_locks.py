@@ -18,7 +18,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from occupy.backends import get_backend
-from occupy.backends.base import MAX_SWEEP_BATCH, BaseBackend
+from occupy.backends.base import DEFAULT_SWEEP_BATCH, MAX_SWEEP_BATCH, BaseBackend
 from occupy.conf import occupy_settings
 from occupy.exceptions import OccupyError
 from occupy.management.trouble import trouble
@@ -47,9 +47,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--batch-size",
             type=int,
-            default=1000,
+            default=DEFAULT_SWEEP_BATCH,
             metavar="N",
-            help=f"Claims deleted per statement, 1 to {MAX_SWEEP_BATCH:,} (default 1000).",
+            help=(
+                f"Claims deleted per statement (about as many on PostgreSQL), 1 to "
+                f"{MAX_SWEEP_BATCH:,} (default {DEFAULT_SWEEP_BATCH:,})."
+            ),
         )
         parser.add_argument(
             "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."

@@ -378,19 +378,19 @@ class Dialect(Sessions, TransactionLocks):
     def sweep_batch(self) -> str:
         """Delete up to ``%s`` expired claims without loading them, found through the
         expiry index (SQLite serves each half of :meth:`expired` with a range of it).
-
-        The outer condition is checked again on each row, so a claim renewed while the
-        batch runs is kept.
-        """
+        The outer condition is checked again on each row: a claim renewed meanwhile is kept."""
         return (
             f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} "
             f"WHERE {self.expired()} LIMIT %s) AND {self.expired()}"
         )
 
+    def sweep_windows(self, *, returning: bool = False) -> tuple[str, str] | None:
+        """The probe and window of a sweep in windows of expiry (``db/windows.py``), or None."""
+        return None
+
     def sweep_batches(self, *, returning: bool = False) -> tuple[str, ...]:
-        """Return the statements of a sweep, each run until it deletes nothing: each
-        deletes up to ``%s`` expired claims (:meth:`sweep_batch`), returning the key of
-        each if ``returning``."""
+        """Return the statements of a sweep, each run until it deletes nothing (each a
+        :meth:`sweep_batch`, returning the key of each claim if ``returning``)."""
         keys = f" RETURNING {self.quote}key{self.quote}" if returning else ""
         return (f"{self.sweep_batch()}{keys}",)
 

@@ -208,28 +208,35 @@ class PostgreSQLDialect(Dialect):
             )
         )
 
-    def sweep_batches(self, *, returning: bool = False) -> tuple[str, ...]:
-        """Return the two statements of a sweep: claims whose expiry has passed, then
-        claims that say they expire beyond :attr:`farthest` (see :meth:`expired`).
+    def sweep_windows(self, *, returning: bool = False) -> tuple[str, str]:
+        """Return the probe and the window of a sweep of the claims whose expiry has
+        passed (:mod:`occupy.backends.db.windows`); ``statement_timestamp()`` is one
+        value for the whole statement, so each bound is a range of the expiry index."""
+        keys = f" RETURNING {self.quote}key{self.quote}" if returning else ""
+        passed = (
+            f"expires_at >= COALESCE(%s, '-infinity'::timestamptz) AND expires_at <= {self.now}"
+        )
+        return (
+            f"SELECT (SELECT min(expires_at) FROM {TABLE} WHERE {passed}), (SELECT "
+            f"expires_at FROM {TABLE} WHERE {passed} ORDER BY expires_at OFFSET %s LIMIT 1), "
+            f"{self.now}",
+            f"DELETE FROM {TABLE} WHERE expires_at >= %s AND expires_at < %s "
+            f"AND expires_at <= {self.now}{keys}",
+        )
 
-        Each half of :meth:`expired` is a range of the expiry index, walked in its order
-        from the end nearest the range (an ``OR`` of the two, or :meth:`expired`'s
-        ``IS TRUE``, would scan the table, or bitmap every expired row, once per batch).
-        ``statement_timestamp()`` is one value for the whole statement, so the planner
-        may compare the index with it. ``ANY(ARRAY(…))`` runs the batch's ``SELECT``
-        once, then deletes the batch by row address (with ``id IN (SELECT …)`` the
-        planner may hash-join the batch against every expired row). A row renewed
-        meanwhile has a new address and a later expiry: the range, checked again on the
-        row's latest version, keeps it.
+    def sweep_batches(self, *, returning: bool = False) -> tuple[str, ...]:
+        """Return the statement that sweeps the claims that say they expire beyond
+        :attr:`farthest` (see :meth:`expired`), after :meth:`sweep_windows`: the range of
+        the expiry index past it, walked from its end. ``ANY(ARRAY(…))`` runs the batch's
+        ``SELECT`` once, then deletes by row address (``id IN (SELECT …)`` may be
+        hash-joined against every such row). A row renewed meanwhile has a new address
+        and a live expiry, and the range, checked again on its latest version, keeps it.
         """
         keys = f" RETURNING {self.quote}key{self.quote}" if returning else ""
-        return tuple(
+        where = f"expires_at > {self.farthest}"
+        return (
             f"DELETE FROM {TABLE} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {TABLE} "
-            f"WHERE {where} ORDER BY expires_at{order} LIMIT %s)) AND {where}{keys}"
-            for where, order in (
-                (f"expires_at <= {self.now}", ""),
-                (f"expires_at > {self.farthest}", " DESC"),
-            )
+            f"WHERE {where} ORDER BY expires_at DESC LIMIT %s)) AND {where}{keys}",
         )
 
     # --- transaction locks --------------------------------------------------------------
