@@ -139,6 +139,32 @@ class TestTransactionLock:
         finally:
             occupy.release(lease)
 
+    def test_without_the_function_the_savepoint_path_holds_and_refuses(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A database migrated before ``occupy_hold`` existed: the key is held by the
+        savepoint's statements, refused all the same, and the transaction stays usable."""
+        from occupy.backends.db import transaction as held_for_transactions
+
+        monkeypatch.setattr(held_for_transactions, "_holds_at_once", lambda *args: False)
+        with (
+            transaction.atomic(using=DATABASE),
+            occupy.lock("tx:old", scope="transaction", timeout=0, backend=BACKEND),
+        ):
+            assert advisory_held("tx:old") == [backend_pid()]
+        lease = occupy.acquire("tx:old", owner="editor", backend=BACKEND)
+        try:
+            with transaction.atomic(using=DATABASE):
+                with (
+                    pytest.raises(occupy.Occupied),
+                    occupy.lock("tx:old", scope="transaction", timeout=0, backend=BACKEND),
+                ):
+                    pass
+                assert advisory_held("tx:old") == []
+                assert backend_pid() > 0
+        finally:
+            occupy.release(lease)
+
     def test_it_waits_for_a_lease_to_end(self) -> None:
         lease = occupy.acquire("tx:5", owner="editor", backend=BACKEND)
         threading.Timer(0.3, occupy.release, [lease]).start()

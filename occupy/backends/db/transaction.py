@@ -125,25 +125,22 @@ def hold_for_transaction(
         )
     sql = backend.dialect
     deadline = None if timeout is None else time.monotonic() + timeout
-    ident = sql.tx_id(key)
-    check = (
-        (sql.tx_no_lease(), [digest(key)])
-        if lease is None
-        else (sql.tx_own_lease(), [digest(key), lease.token])
-    )
+    ident, slot = sql.tx_id(key), digest(key)
     pause = backend.poll_interval
     wait = False
     at_once = _holds_at_once(backend, connection)
     while True:
         left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        if wait:
-            why = _run(
-                backend, connection, key, [(sql.tx_wait(), [sql.tx_bound(left), ident]), check]
-            )
-        elif at_once:
-            why = _hold_at_once(backend, connection, key, ident, lease)
+        if at_once and not wait:
+            why = _hold_at_once(backend, connection, key, [slot, ident, lease and lease.token])
         else:
-            why = _run(backend, connection, key, [(sql.tx_try(), [ident]), check])
+            take = (sql.tx_wait(), [sql.tx_bound(left), ident]) if wait else (sql.tx_try(), [ident])
+            check = (
+                (sql.tx_no_lease(), [slot])
+                if lease is None
+                else (sql.tx_own_lease(), [slot, lease.token])
+            )
+            why = _run(backend, connection, key, [take, check])
         if why is None:
             return TransactionHold(key=key, alias=backend.alias, database=database)
         if why == "isolation":
@@ -252,20 +249,16 @@ def _lock_table_full(backend: DatabaseStore, key: str) -> StoreUnavailable:
 
 
 def _hold_at_once(
-    backend: DatabaseStore,
-    connection: BaseDatabaseWrapper,
-    key: str,
-    ident: int,
-    lease: Lease | None,
+    backend: DatabaseStore, connection: BaseDatabaseWrapper, key: str, params: list[Any]
 ) -> str | None:
     """Hold ``key`` if it is free now, in one statement (the ``occupy_hold`` function of
-    migration 0001, which gives the lock back itself when a lease holds the key); return
+    migration 0001, which gives the lock back itself when a lease holds the key), given
+    ``params``: its digest, its advisory id, the caller's lease token or ``None``; return
     ``None`` when held, else why not. Never leaves the caller's transaction aborted for
     a refusal: only a failure of the statement itself (a lost connection) raises."""
-    token = None if lease is None else lease.token
     try:
         with connection.cursor() as cursor:
-            cursor.execute(backend.dialect.tx_hold(), [digest(key), ident, token])
+            cursor.execute(backend.dialect.tx_hold(), params)
             (why,) = cursor.fetchone()
     except DatabaseError as e:
         raise backend.statements.failure(key, e) from e
