@@ -105,6 +105,66 @@ class TestTransactionLock:
         finally:
             occupy.release(lease)
 
+    def test_a_free_key_is_held_in_one_statement_without_a_savepoint(self) -> None:
+        """The uncontended hold is one statement (``occupy_hold``), not a savepoint and
+        the statements in it; a refusal (a lease) is one statement too, and the
+        transaction stays usable."""
+        from django.test.utils import CaptureQueriesContext
+
+        database = connections[DATABASE]
+        with transaction.atomic(using=DATABASE):
+            with occupy.lock("tx:warm", scope="transaction", backend=BACKEND):
+                pass
+            with (
+                CaptureQueriesContext(database) as captured,
+                occupy.lock("tx:once", scope="transaction", backend=BACKEND),
+            ):
+                pass
+            assert advisory_held("tx:once") == [backend_pid()]
+        sent = [query["sql"] for query in captured.captured_queries]
+        assert len(sent) == 1 and "SAVEPOINT" not in sent[0], sent
+        lease = occupy.acquire("tx:once", owner="editor", backend=BACKEND)
+        try:
+            with transaction.atomic(using=DATABASE):
+                with (
+                    CaptureQueriesContext(database) as captured,
+                    pytest.raises(occupy.Occupied),
+                    occupy.lock("tx:once", scope="transaction", timeout=0, backend=BACKEND),
+                ):
+                    pass
+                assert advisory_held("tx:once") == []
+                assert backend_pid() > 0
+            sent = [query["sql"] for query in captured.captured_queries]
+            assert "SAVEPOINT" not in sent[0], sent
+        finally:
+            occupy.release(lease)
+
+    def test_without_the_function_the_savepoint_path_holds_and_refuses(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A database migrated before ``occupy_hold`` existed: the key is held by the
+        savepoint's statements, refused all the same, and the transaction stays usable."""
+        from occupy.backends.db import transaction as held_for_transactions
+
+        monkeypatch.setattr(held_for_transactions, "_holds_at_once", lambda *args: False)
+        with (
+            transaction.atomic(using=DATABASE),
+            occupy.lock("tx:old", scope="transaction", timeout=0, backend=BACKEND),
+        ):
+            assert advisory_held("tx:old") == [backend_pid()]
+        lease = occupy.acquire("tx:old", owner="editor", backend=BACKEND)
+        try:
+            with transaction.atomic(using=DATABASE):
+                with (
+                    pytest.raises(occupy.Occupied),
+                    occupy.lock("tx:old", scope="transaction", timeout=0, backend=BACKEND),
+                ):
+                    pass
+                assert advisory_held("tx:old") == []
+                assert backend_pid() > 0
+        finally:
+            occupy.release(lease)
+
     def test_it_waits_for_a_lease_to_end(self) -> None:
         lease = occupy.acquire("tx:5", owner="editor", backend=BACKEND)
         threading.Timer(0.3, occupy.release, [lease]).start()

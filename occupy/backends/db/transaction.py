@@ -5,17 +5,26 @@ SHA-256 of the key, see :func:`~occupy.backends.db.dialects.postgresql.advisory_
 taken on the connection of the caller's ``transaction.atomic()`` on the lock table's
 database, and held until that transaction commits or rolls back. Invariants:
 
-- One round trip when the key is free: ``SAVEPOINT``, the lock (``pg_try_*``), a check
-  that no live lease holds the key, ``RELEASE SAVEPOINT``, sent as one query. The check
-  is a statement of its own, so that its snapshot is taken after the lock was granted
-  (READ COMMITTED): a lease granted while the lock was awaited is seen.
+- One statement when the key is free: ``SELECT occupy_hold(…)``, a PL/pgSQL function
+  (migration 0001) that takes the lock (``pg_try_*``), then checks that no live lease
+  holds the key in a snapshot taken after the lock was granted (a ``VOLATILE``
+  function's queries each take a fresh one, READ COMMITTED), and gives the lock back
+  by leaving its ``BEGIN … EXCEPTION`` block when one does. It returns why not instead
+  of raising, so no savepoint of the caller's is needed; its plans are kept for the
+  session. Plain SQL cannot do it in one statement: a statement's snapshot is taken
+  before anything it calls, so "check, then ``pg_try``" misses a grant that commits
+  between the two, and "``pg_try``, then check" cannot give the lock back.
+- Waiting (and a database without the function): ``SAVEPOINT``, the lock, the check
+  as a statement of its own (its snapshot taken after the lock was granted, so a lease
+  granted while the lock was awaited is seen), ``RELEASE SAVEPOINT``, sent as one query.
 - Every lease grant of the database backend takes the same advisory lock for its own
   short transaction (the dialect's grant guard), so a transaction lock and a lease of
   one key never overlap: a grant waits for the transaction to end, and the transaction
   lock finds the lease a grant committed.
 - Whatever refuses the lock (taken by another transaction, a lease, a wait that ran out,
-  the server's lock table full) raises inside the savepoint, which is rolled back: the
-  caller's transaction stays usable and holds nothing for the key. (Plain SQL has no
+  the server's lock table full) raises inside the function's block or the savepoint,
+  which is rolled back: the caller's transaction stays usable and holds nothing for
+  the key. (Plain SQL has no
   ``RAISE``: the statements fail a cast whose text names the reason.)
 - A key is never held for a transaction that reads from a snapshot older than the
   lock: REPEATABLE READ and SERIALIZABLE fix their snapshot at the first statement,
@@ -116,21 +125,22 @@ def hold_for_transaction(
         )
     sql = backend.dialect
     deadline = None if timeout is None else time.monotonic() + timeout
-    check = (
-        (sql.tx_no_lease(), [digest(key)])
-        if lease is None
-        else (sql.tx_own_lease(), [digest(key), lease.token])
-    )
+    ident, slot = sql.tx_id(key), digest(key)
     pause = backend.poll_interval
     wait = False
+    at_once = _holds_at_once(backend, connection)
     while True:
         left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        take = (
-            (sql.tx_wait(), [sql.tx_bound(left), sql.tx_id(key)])
-            if wait
-            else (sql.tx_try(), [sql.tx_id(key)])
-        )
-        why = _run(backend, connection, key, [take, check])
+        if at_once and not wait:
+            why = _hold_at_once(backend, connection, key, [slot, ident, lease and lease.token])
+        else:
+            take = (sql.tx_wait(), [sql.tx_bound(left), ident]) if wait else (sql.tx_try(), [ident])
+            check = (
+                (sql.tx_no_lease(), [slot])
+                if lease is None
+                else (sql.tx_own_lease(), [slot, lease.token])
+            )
+            why = _run(backend, connection, key, [take, check])
         if why is None:
             return TransactionHold(key=key, alias=backend.alias, database=database)
         if why == "isolation":
@@ -209,16 +219,7 @@ def _run(
         except DatabaseError as failed:
             raise backend.statements.failure(key, failed) from e
         if why == "capacity":
-            raise StoreUnavailable(
-                f"occupy could not hold {key!r} for the transaction on database "
-                f"{backend.database!r}: the server's lock table is full (out of shared "
-                "memory). Each held key takes a slot of it until its transaction ends; "
-                "the server has max_locks_per_transaction x (max_connections + "
-                "max_prepared_transactions) slots in all. Hold fewer keys per transaction, "
-                "or raise max_locks_per_transaction (a server restart).",
-                key=key,
-                backend=backend.alias,
-            ) from e
+            raise _lock_table_full(backend, key) from e
         if why is None:
             raise backend.statements.failure(key, e) from e
         return why
@@ -231,3 +232,60 @@ def _sends_several(connection: BaseDatabaseWrapper) -> bool:
     ``server_side_binding``, whose statements are prepared one at a time."""
     options = connection.settings_dict.get("OPTIONS") or {}
     return not options.get("server_side_binding")
+
+
+def _lock_table_full(backend: DatabaseStore, key: str) -> StoreUnavailable:
+    """Return the error for a server whose shared lock table is full."""
+    return StoreUnavailable(
+        f"occupy could not hold {key!r} for the transaction on database "
+        f"{backend.database!r}: the server's lock table is full (out of shared "
+        "memory). Each held key takes a slot of it until its transaction ends; "
+        "the server has max_locks_per_transaction x (max_connections + "
+        "max_prepared_transactions) slots in all. Hold fewer keys per transaction, "
+        "or raise max_locks_per_transaction (a server restart).",
+        key=key,
+        backend=backend.alias,
+    )
+
+
+def _hold_at_once(
+    backend: DatabaseStore, connection: BaseDatabaseWrapper, key: str, params: list[Any]
+) -> str | None:
+    """Hold ``key`` if it is free now, in one statement (the ``occupy_hold`` function of
+    migration 0001, which gives the lock back itself when a lease holds the key), given
+    ``params``: its digest, its advisory id, the caller's lease token or ``None``; return
+    ``None`` when held, else why not. Never leaves the caller's transaction aborted for
+    a refusal: only a failure of the statement itself (a lost connection) raises."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(backend.dialect.tx_hold(), params)
+            (why,) = cursor.fetchone()
+    except DatabaseError as e:
+        raise backend.statements.failure(key, e) from e
+    if why == "ok":
+        return None
+    if why == "capacity":
+        raise _lock_table_full(backend, key)
+    return str(why)
+
+
+#: Whether ``occupy_hold`` is there, by database (alias, server, name): looked up once.
+_AT_ONCE: dict[tuple[str, Any, Any, Any], bool] = {}
+
+
+def _holds_at_once(backend: DatabaseStore, connection: BaseDatabaseWrapper) -> bool:
+    """Return whether the database has the ``occupy_hold`` function (its migration is
+    applied there); without it, a free key is held by the statements of the savepoint
+    path. The look-up cannot fail, so it may run in the caller's transaction."""
+    settings = connection.settings_dict
+    where = (connection.alias, settings.get("HOST"), settings.get("PORT"), settings.get("NAME"))
+    found = _AT_ONCE.get(where)
+    if found is None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(backend.dialect.tx_has_hold())
+                found = bool(cursor.fetchone()[0])
+        except DatabaseError as e:
+            raise backend.statements.failure("", e) from e
+        _AT_ONCE[where] = found
+    return found

@@ -249,6 +249,16 @@ class PostgreSQLDialect(Dialect):
         ``busy``; parameter: the advisory id (see :data:`TX_TRY`)."""
         return TX_TRY
 
+    def tx_hold(self) -> str:
+        """Return the call of ``occupy_hold`` (migration 0001): holds a free key at once,
+        else returns why not; parameters: digest, advisory id, the caller's lease token
+        (``NULL``: no lease of its own)."""
+        return "SELECT occupy_hold(%s, %s::bigint, %s)"
+
+    def tx_has_hold(self) -> str:
+        """Return the statement that says whether ``occupy_hold`` exists."""
+        return "SELECT to_regprocedure('occupy_hold(text,bigint,text)') IS NOT NULL"
+
     def tx_wait(self) -> str:
         """Return the statements that wait for the key's advisory lock up to a bound;
         parameters: the bound, the advisory id (see :data:`TX_WAIT`)."""

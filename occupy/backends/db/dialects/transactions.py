@@ -57,6 +57,14 @@ class TransactionLocks:
         """Return the statement that takes a transaction lock at once or raises."""
         raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
 
+    def tx_hold(self) -> str:
+        """Return the statement that holds a free key at once and says why not."""
+        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
+
+    def tx_has_hold(self) -> str:
+        """Return the statement that says whether :meth:`tx_hold`'s function exists."""
+        raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
+
     def tx_wait(self) -> str:
         """Return the statements that wait for a transaction lock up to a bound."""
         raise NotImplementedError(f"{type(self).__name__} has no transaction locks")
