@@ -42,7 +42,6 @@ from occupy.leases import Holder, Lease, TransactionHold
 
 __all__ = [
     "DEFAULT_SWEEP_BATCH",
-    "DEFAULT_SWEEP_BATCH",
     "MAX_SWEEP_BATCH",
     "STORE_GRACE",
     "Attempt",
