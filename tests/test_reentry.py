@@ -149,10 +149,12 @@ def test_a_worker_whose_release_failed_does_not_starve_the_others(
     alias: str, live_db: None
 ) -> None:
     """Four workers loop over one key; the first one's first release fails. Its claim
-    expires by its ttl, and then every worker gets the key again, in turn."""
+    expires by its ttl, and then every worker gets the key again, in turn (each stops
+    after five turns; a starved one goes on for 6 s)."""
     Counter.objects.create(name="stock", value=0)
     results = multiproc.run(
-        count_with_failed_release, [(alias, "stock", 6.0, index == 0) for index in range(4)]
+        count_with_failed_release,
+        [(alias, "stock", 6.0, index == 0, 5) for index in range(4)],
     )
     sections = [spans for spans, _failed in results]
     assert [failed for _spans, failed in results] == [True, False, False, False]
