@@ -15,6 +15,7 @@ from occupy.backends import get_backend
 from tests.support import multiproc
 from tests.support.aliases import CONTRACT_BACKENDS, ONE_PROCESS_BACKENDS, backend_params
 from tests.support.exclusion import assert_exclusive, count_with_failed_release, try_acquire
+from tests.support.waiting import wait_until
 from tests.testapp.models import Counter
 
 #: Backends whose store other processes can see (locmem is one process's memory).
@@ -132,7 +133,7 @@ def test_a_failed_release_leaves_nothing_held_in_process(
 
 def test_a_lost_lease_is_not_reentered(alias: str) -> None:
     lease = occupy.acquire("book:1", owner="alice", ttl=0.3, backend=alias)
-    time.sleep(0.5)
+    wait_until(lambda: occupy.holder("book:1", backend=alias) is None, what="the lease to expire")
     fresh = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, backend=alias)
     assert fresh.token != lease.token and fresh.fence > lease.fence and fresh.depth == 1
     with pytest.raises(occupy.LeaseLost):
