@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"  # as multiproc._child sets it
 try:
     import django
 
