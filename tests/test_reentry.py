@@ -15,6 +15,7 @@ from occupy.backends import get_backend
 from tests.support import multiproc
 from tests.support.aliases import RACE_BACKENDS, SHARED_BACKENDS, backend_params
 from tests.support.exclusion import assert_exclusive, count_with_failed_release, try_acquire
+from tests.support.waiting import wait_until
 from tests.testapp.models import Counter
 
 
@@ -129,7 +130,7 @@ def test_a_failed_release_leaves_nothing_held_in_process(
 
 def test_a_lost_lease_is_not_reentered(alias: str) -> None:
     lease = occupy.acquire("book:1", owner="alice", ttl=0.3, backend=alias)
-    time.sleep(0.5)
+    wait_until(lambda: occupy.holder("book:1", backend=alias) is None, what="the lease to expire")
     fresh = occupy.acquire("book:1", owner="alice", ttl=30, timeout=0, backend=alias)
     assert fresh.token != lease.token and fresh.fence > lease.fence and fresh.depth == 1
     with pytest.raises(occupy.LeaseLost):
@@ -144,10 +145,12 @@ def test_a_worker_whose_release_failed_does_not_starve_the_others(
     alias: str, live_db: None
 ) -> None:
     """Four workers loop over one key; the first one's first release fails. Its claim
-    expires by its ttl, and then every worker gets the key again, in turn."""
+    expires by its ttl, and then every worker gets the key again, in turn (each stops
+    after five turns; a starved one goes on for 6 s)."""
     Counter.objects.create(name="stock", value=0)
     results = multiproc.run(
-        count_with_failed_release, [(alias, "stock", 6.0, index == 0) for index in range(4)]
+        count_with_failed_release,
+        [(alias, "stock", 6.0, index == 0, 5) for index in range(4)],
     )
     sections = [spans for spans, _failed in results]
     assert [failed for _spans, failed in results] == [True, False, False, False]

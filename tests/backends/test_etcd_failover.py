@@ -25,6 +25,7 @@ from tests.support.ports import top_ports
 
 pytestmark = [
     pytest.mark.multiprocess,
+    pytest.mark.slow,  # a failover soak: 16 s of faults and a cluster started, about 25 s
     pytest.mark.skipif(etcd_missing() is not None, reason=etcd_missing() or ""),
     pytest.mark.skipif("postgresql" in settings.SKIPS, reason=settings.SKIPS.get("postgresql", "")),
 ]

@@ -238,6 +238,7 @@ def count_through_restarts(port: int, prefix: str, key: str, stop: Any) -> tuple
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow  # five servers started in turn, workers through three restarts: ~18 s
 def test_no_overlap_and_rising_fences_while_the_server_restarts(
     tmp_path: Path, live_db: None
 ) -> None:

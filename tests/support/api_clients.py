@@ -119,13 +119,18 @@ def patch_while_leased(url: str, user: str, tries: int) -> list[tuple[float, flo
     return answers
 
 
-def hold_and_renew(url: str, user: str, seconds: float) -> dict[str, int]:
+def _going(deadline: float, stop: Any) -> bool:
+    """Return whether a race loop goes on: before ``deadline``, ``stop`` (an event) unset."""
+    return time.monotonic() < deadline and not stop.is_set()
+
+
+def hold_and_renew(url: str, user: str, seconds: float, stop: Any) -> dict[str, int]:
     """The first user of the takeover race: take the lease (waiting out 423s), renew it
-    a few times, release it; for ``seconds``. Return how many grants she got and how
-    many of them were lost (a renew or release answered 409)."""
+    a few times, release it; for ``seconds`` or until ``stop`` is set. Return how many
+    grants she got and how many of them were lost (a renew or release answered 409)."""
     grants = lost = 0
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while _going(deadline, stop):
         status, _head, body = call("POST", url + "lease/", user, {"ttl": 30})
         if status == 423:
             time.sleep(0.002)
@@ -151,14 +156,14 @@ def hold_and_renew(url: str, user: str, seconds: float) -> dict[str, int]:
     return {"grants": grants, "lost": lost}
 
 
-def take_over_own(url: str, user: str, seconds: float) -> list[tuple[int, Any]]:
+def take_over_own(url: str, user: str, seconds: float, stop: Any) -> list[tuple[int, Any]]:
     """The second user of the takeover race (no takeover permission): keep taking his
     own lease over (another of his processes takes and releases it), releasing what he
-    gets; for ``seconds``. Return every takeover's status and the holder it says it
-    replaced."""
+    gets; for ``seconds`` or until ``stop`` is set. Return every takeover's status and
+    the holder it says it replaced."""
     answers = []
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while _going(deadline, stop):
         status, _head, body = call("POST", url + "lease/takeover/", user, {"ttl": 1})
         assert status in (201, 403, 423), (status, body)
         replaced = (body or {}).get("replaced") if status == 201 else None
@@ -170,13 +175,13 @@ def take_over_own(url: str, user: str, seconds: float) -> list[tuple[int, Any]]:
     return answers
 
 
-def flicker(url: str, user: str, seconds: float) -> int:
+def flicker(url: str, user: str, seconds: float, stop: Any) -> int:
     """Take a short lease, hold it a moment and release it, over and over, for
-    ``seconds``: the holder the other side reads keeps ending; return how many leases
-    were taken."""
+    ``seconds`` or until ``stop`` is set: the holder the other side reads keeps ending;
+    return how many leases were taken."""
     taken = 0
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while _going(deadline, stop):
         status, _head, body = call("POST", url + "lease/", user, {"ttl": 1})
         if status == 201:
             taken += 1
@@ -186,14 +191,15 @@ def flicker(url: str, user: str, seconds: float) -> int:
     return taken
 
 
-def takeover_race(role: str, url: str, user: str, seconds: float) -> Any:
-    """One side of the takeover race: ``"hold"`` takes and renews leases, ``"take"``
-    keeps taking his own lease over, ``"flicker"`` takes his lease and lets it go."""
+def takeover_race(role: str, url: str, user: str, seconds: float, stop: Any) -> Any:
+    """One side of the takeover race, for ``seconds`` or until ``stop`` (an event) is
+    set: ``"hold"`` takes and renews leases, ``"take"`` keeps taking his own lease
+    over, ``"flicker"`` takes his lease and lets it go."""
     if role == "hold":
-        return hold_and_renew(url, user, seconds)
+        return hold_and_renew(url, user, seconds, stop)
     if role == "flicker":
-        return flicker(url, user, seconds)
-    return take_over_own(url, user, seconds)
+        return flicker(url, user, seconds, stop)
+    return take_over_own(url, user, seconds, stop)
 
 
 def plain_appends(url: str, user: str, name: str, rounds: int) -> list[tuple[int, Any, Any]]:

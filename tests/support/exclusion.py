@@ -130,12 +130,13 @@ def count_in_either_scope(using: str, key: str, rounds: int, hold: float, scope:
 
 
 def count_with_failed_release(
-    alias: str, key: str, seconds: float, fail_first: bool
+    alias: str, key: str, seconds: float, fail_first: bool, enough: int
 ) -> tuple[list[Span], bool]:
-    """Loop over ``key`` for ``seconds`` as a worker does, incrementing its Counter row
-    under the lock (ttl 1 s); with ``fail_first``, the first release fails as it would
-    when the store is restarted. Return the ``(entered, left, fence)`` spans and whether
-    a release failed."""
+    """Loop over ``key`` as a worker does, incrementing its Counter row under the lock
+    (ttl 1 s), until it was granted the key ``enough`` times (distinct fences) or
+    ``seconds`` passed; with ``fail_first``, the first release fails as it would when
+    the store is restarted. Return the ``(entered, left, fence)`` spans and whether a
+    release failed."""
     import occupy
     from occupy.backends import get_backend
     from tests.testapp.models import Counter
@@ -152,7 +153,10 @@ def count_with_failed_release(
         backend.release = failing_release  # type: ignore[method-assign]
     spans = []
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    # Grants, not spans: re-entries of an orphaned claim share its fence, so a worker
+    # that re-enters its orphan (and a worker it starves) loops on to the deadline,
+    # while a passing run lasts about the orphan's ttl, not ``seconds``.
+    while time.monotonic() < deadline and len({fence for *_, fence in spans}) < enough:
         try:
             with occupy.lock(key, ttl=1, timeout=10, backend=alias) as lease:
                 entered = time.monotonic()
