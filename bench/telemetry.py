@@ -55,8 +55,9 @@ TARGETS = {
 #: The periodic reader's default interval (seconds): one collection per interval.
 EXPORT_INTERVAL = 60.0
 CONTENDERS, HOLD = 8, 0.002
-#: The key of the in-situ unit costs in :func:`uncontended`'s answer, and their rounds.
-IN_SITU, IN_SITU_ROUNDS = "in situ", 5
+#: The key of the in-situ unit costs in :func:`uncontended`'s answer, and their rounds
+#: (each times three runs of half the pairs of a round and two runs with a call each).
+IN_SITU, IN_SITU_ROUNDS = "in situ", 3
 
 _ctx = multiprocessing.get_context("spawn")
 
@@ -266,7 +267,7 @@ def _timer(variant: str, alias: str, conn: Any) -> None:
             run(ops)
             conn.send(time.perf_counter() - started)
         elif what == "in-situ":
-            conn.send(_in_situ(key, alias, ops, IN_SITU_ROUNDS))
+            conn.send(_in_situ(key, alias, max(ops // 2, 100), IN_SITU_ROUNDS))
         else:
             conn.send(_units(sdk, run, ops))
 
