@@ -10,13 +10,13 @@
 2. Beside each measured ratio, the ratio predicted from the SDK's own unit costs,
    measured during the same run: a histogram record and a span (start and end, through
    the batch processor), each made by a private SDK (not the global one) after every
-   uninstrumented pair, against pairs alone, rounds alternating, in the uninstrumented
-   process (what the call costs *in* a lock path, where the SDK's code and data are no
-   longer in the CPU's caches: about twice its cost in a loop of its own, which is also
-   printed); and a collection of occupy's observable instruments (one per
-   :data:`EXPORT_INTERVAL`, as the periodic reader does); times how many of each a pair
-   made (read back from the SDK). What the measured ratio lacks of the predicted one is
-   occupy's own share (target ≤ 3 %).
+   uninstrumented pair, against pairs alone (CPU time), rounds alternating, in the
+   uninstrumented process (what the call costs *in* a lock path, where the SDK's code
+   and data are no longer in the CPU's caches: about twice its cost in a loop of its
+   own, which is also printed); and a collection of occupy's observable instruments (one
+   per :data:`EXPORT_INTERVAL`, as the periodic reader does); times how many of each a
+   pair made (read back from the SDK). What the measured ratio lacks of the predicted
+   one is occupy's own share (target ≤ 3 %).
 3. The wait histogram of a contended run: eight processes under the SDK take one Redis
    key in a loop; their ``occupy.lock.wait.duration`` buckets are added up and drawn
    (``docs/images/telemetry-wait-histogram.png``, with matplotlib from the ``bench``
@@ -133,8 +133,9 @@ def _dropped() -> Any:
 def _in_situ(key: str, alias: str, ops: int, rounds: int) -> dict[str, float]:
     """Return what a histogram record and a span cost (seconds) each made after an
     uninstrumented acquire + release, by a private SDK that occupy does not see: the
-    median over rounds of (pairs with one call each − pairs alone) / ``ops``, the pairs
-    alone timed before and after, so that a machine that changes speed moves both."""
+    median over rounds of (pairs with one call each − pairs alone) / ``ops`` in this
+    thread's CPU time, the pairs alone timed before and after, so that a machine that
+    changes speed moves both."""
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
@@ -165,11 +166,13 @@ def _in_situ(key: str, alias: str, ops: int, rounds: int) -> dict[str, float]:
     acquire, release = occupy.acquire, occupy.release
 
     def pairs(then: Any) -> float:
-        began = time.perf_counter()
+        # CPU time of this thread: a call's cost is CPU work, and the waits for the store
+        # and the neighbours' turns on the CPU would only add noise to a difference.
+        began = time.thread_time()
         for _ in range(ops):
             release(acquire(key, owner="bench", ttl=60, timeout=0, backend=alias))
             then()
-        return (time.perf_counter() - began) / ops
+        return (time.thread_time() - began) / ops
 
     def nothing() -> None:
         return None
