@@ -8,11 +8,15 @@
    with the SDK, metrics and the default tracing (target ≥ 0.90× Redis, ≥ 0.93×
    PostgreSQL), and with every section traced (≥ 0.70×, ≥ 0.80×).
 2. Beside each measured ratio, the ratio predicted from the SDK's own unit costs,
-   measured in the same process during the same run: a histogram record, a span (start
-   and end, through the batch processor), a collection of occupy's observable
-   instruments (one per :data:`EXPORT_INTERVAL`, as the periodic reader does), times how
-   many of each a pair made (read back from the SDK). What the measured ratio lacks of
-   the predicted one is occupy's own share (target ≤ 3 %).
+   measured during the same run: a histogram record and a span (start and end, through
+   the batch processor), each made by a private SDK (not the global one) after every
+   uninstrumented pair, against pairs alone (CPU time), rounds alternating, in the
+   uninstrumented process (what the call costs *in* a lock path, where the SDK's code
+   and data are no longer in the CPU's caches: about twice its cost in a loop of its
+   own, which is also printed); and a collection of occupy's observable instruments (one
+   per :data:`EXPORT_INTERVAL`, as the periodic reader does); times how many of each a
+   pair made (read back from the SDK). What the measured ratio lacks of the predicted
+   one is occupy's own share (target ≤ 3 %).
 3. The wait histogram of a contended run: eight processes under the SDK take one Redis
    key in a loop; their ``occupy.lock.wait.duration`` buckets are added up and drawn
    (``docs/images/telemetry-wait-histogram.png``, with matplotlib from the ``bench``
@@ -51,6 +55,9 @@ TARGETS = {
 #: The periodic reader's default interval (seconds): one collection per interval.
 EXPORT_INTERVAL = 60.0
 CONTENDERS, HOLD = 8, 0.002
+#: The key of the in-situ unit costs in :func:`uncontended`'s answer, and their rounds
+#: (each times three runs of half the pairs of a round and two runs with a call each).
+IN_SITU, IN_SITU_ROUNDS = "in situ", 3
 
 _ctx = multiprocessing.get_context("spawn")
 
@@ -92,13 +99,7 @@ def _instrument(variant: str) -> Any:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-
-    class Dropped(SpanExporter):  # type: ignore[misc]
-        """Export nowhere: what is measured is the SDK's work in the lock path."""
-
-        def export(self, spans: Any) -> Any:
-            return SpanExportResult.SUCCESS
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     class Counted(SpanProcessor):  # type: ignore[misc]
         """Count the spans ended (to say how many a pair made)."""
@@ -111,10 +112,78 @@ def _instrument(variant: str) -> Any:
     reader = InMemoryMetricReader()
     metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    provider.add_span_processor(BatchSpanProcessor(_dropped()))
     provider.add_span_processor(Counted())
     trace.set_tracer_provider(provider)
     return reader, Counted
+
+
+def _dropped() -> Any:
+    """Return a span exporter that exports nowhere: what is measured is the SDK's work
+    in the lock path."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class Dropped(SpanExporter):  # type: ignore[misc]
+        def export(self, spans: Any) -> Any:
+            return SpanExportResult.SUCCESS
+
+    return Dropped()
+
+
+def _in_situ(key: str, alias: str, ops: int, rounds: int) -> dict[str, float]:
+    """Return what a histogram record and a span cost (seconds) each made after an
+    uninstrumented acquire + release, by a private SDK that occupy does not see: the
+    median over rounds of (pairs with one call each − pairs alone) / ``ops`` in this
+    thread's CPU time, the pairs alone timed before and after, so that a machine that
+    changes speed moves both."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import SpanKind
+
+    import occupy
+    from occupy.telemetry.instruments import SECONDS_BUCKETS
+
+    meter = MeterProvider(metric_readers=[InMemoryMetricReader()]).get_meter("bench")
+    histogram = meter.create_histogram(
+        "bench.unit", unit="s", explicit_bucket_boundaries_advisory=list(SECONDS_BUCKETS)
+    )
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(_dropped()))
+    tracer = provider.get_tracer("bench")
+    attributes = {"a.backend": alias, "a.store": "s", "a.family": "f", "a.end": "released"}
+    started = time.time_ns()
+
+    def record() -> None:
+        histogram.record(0.001, attributes)
+
+    def span() -> None:
+        tracer.start_span(
+            "bench", kind=SpanKind.INTERNAL, attributes=attributes, start_time=started
+        ).end()
+
+    acquire, release = occupy.acquire, occupy.release
+
+    def pairs(then: Any) -> float:
+        # CPU time of this thread: a call's cost is CPU work, and the waits for the store
+        # and the neighbours' turns on the CPU would only add noise to a difference.
+        began = time.thread_time()
+        for _ in range(ops):
+            release(acquire(key, owner="bench", ttl=60, timeout=0, backend=alias))
+            then()
+        return (time.thread_time() - began) / ops
+
+    def nothing() -> None:
+        return None
+
+    found: dict[str, list[float]] = {"record": [], "span": []}
+    for _ in range(rounds):
+        for name, call in (("record", record), ("span", span)):
+            before, with_call, after = pairs(nothing), pairs(call), pairs(nothing)
+            found[name].append(with_call - (before + after) / 2)
+    provider.shutdown()
+    return {name: max(statistics.median(values), 0.0) for name, values in found.items()}
 
 
 def _configure(variant: str) -> None:
@@ -188,7 +257,8 @@ def _timer(variant: str, alias: str, conn: Any) -> None:
     setup_django()
     sdk = _instrument(variant)
     _configure(variant)
-    run = occupy_cycle(f"bench-telemetry:{os.getpid()}", alias)
+    key = f"bench-telemetry:{os.getpid()}"
+    run = occupy_cycle(key, alias)
     run(100)  # warm-up
     while True:
         message = conn.recv()
@@ -199,6 +269,8 @@ def _timer(variant: str, alias: str, conn: Any) -> None:
             started = time.perf_counter()
             run(ops)
             conn.send(time.perf_counter() - started)
+        elif what == "in-situ":
+            conn.send(_in_situ(key, alias, max(ops // 2, 100), IN_SITU_ROUNDS))
         else:
             conn.send(_units(sdk, run, ops))
 
@@ -223,6 +295,8 @@ def uncontended(alias: str, ops: int, rounds: int) -> tuple[list[Result], dict[s
         for variant, conn in pipes.items():
             conn.send(("units", ops))
             units[variant] = conn.recv()
+        pipes[NONE].send(("in-situ", ops))
+        units[IN_SITU] = pipes[NONE].recv()
     finally:
         for conn in pipes.values():
             conn.send(None)
@@ -233,12 +307,13 @@ def uncontended(alias: str, ops: int, rounds: int) -> tuple[list[Result], dict[s
     return [Result(variant, rates[variant]) for variant in VARIANTS], units
 
 
-def predicted(reference: Result, cost: dict[str, float]) -> float:
-    """Return the ratio to ``reference`` that the SDK's unit costs alone predict."""
+def predicted(reference: Result, cost: dict[str, float], in_situ: dict[str, float]) -> float:
+    """Return the ratio to ``reference`` that the SDK's unit costs alone predict: its
+    records and spans at their cost in a lock path (``in_situ``), its collections."""
     if not cost:
         return 1.0
     pair = 1 / reference.rate
-    sdk = cost["records"] * cost["record"] + cost["spans"] * cost["span"]
+    sdk = cost["records"] * in_situ["record"] + cost["spans"] * in_situ["span"]
     sdk += cost["collect"] / (EXPORT_INTERVAL * reference.rate)  # one collection a minute
     return pair / (pair + sdk)
 
@@ -262,14 +337,19 @@ def report(alias: str, results: list[Result], units: dict[str, Any]) -> None:
             f"{measured:5.2f}× ({min(ratios):.2f}–{max(ratios):.2f})"
         )
         if result is not reference:
-            expected = predicted(reference, units.get(result.name, {}))
+            expected = predicted(reference, units.get(result.name, {}), units[IN_SITU])
             line += f"  predicted {expected:5.2f}×  occupy's own {expected / measured - 1:+6.1%}"
         print(line)
+    in_situ = units[IN_SITU]
+    print(
+        f"  after a pair: a record {in_situ['record'] * 1e6:.1f} µs, a span "
+        f"{in_situ['span'] * 1e6:.1f} µs (the costs predicted from)"
+    )
     for variant in (SDK, EVERY):
         cost = units.get(variant)
         if cost:
             print(
-                f"  {variant}: a record {cost['record'] * 1e6:.1f} µs, a span "
+                f"  {variant}: in a loop, a record {cost['record'] * 1e6:.1f} µs, a span "
                 f"{cost['span'] * 1e6:.1f} µs, a collection {cost['collect'] * 1e6:.0f} µs; "
                 f"per pair {cost['records']:.2f} records, {cost['spans']:.2f} spans"
             )

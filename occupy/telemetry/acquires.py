@@ -44,6 +44,7 @@ OCCUPIED, TIMED_OUT, FAILED = "occupied", "timed_out", "store_error"
 #: The outcome of a grant in the wait histogram (everything in it waited).
 GRANTED = "granted"
 OUTCOME = "occupy.outcome"
+ACQUIRES = "occupy.lock.acquires"
 
 
 class Acquire:
@@ -81,7 +82,15 @@ class Acquire:
         ended = perf_counter_ns()
         _acquire.reset(self.reset)
         try:
-            self._record(exc_type, ended)
+            if exc_type is None and self.waited_at is None and _write.get() is None:
+                # Granted at first try, outside a guarded write: only its tally (the
+                # common case, kept to the fewest calls).
+                found = self.attributes
+                if found is None:
+                    found = self.attributes = key_attributes(self.backend, self.key)
+                count(ACQUIRES, found.plus(OUTCOME, GRANTED_AT_ONCE))
+            else:
+                self._record(exc_type, ended)
         except Exception:
             report_failure()
 
@@ -100,7 +109,7 @@ class Acquire:
         else:
             return  # cancelled or interrupted: no outcome
         attributes = self.key_attributes()
-        count("occupy.lock.acquires", attributes.plus(OUTCOME, outcome))
+        count(ACQUIRES, attributes.plus(OUTCOME, outcome))
         if waited:
             seconds = (ended - self.started) / 1e9
             histogram_outcome = GRANTED if error is None else outcome

@@ -59,14 +59,17 @@ class Backend(Protocol):
 
 class AttributeSet:
     """One set of attributes, made once and shared: :attr:`attributes` is what the SDK
-    is given, :attr:`ident` its content (the key of the in-process tallies)."""
+    is given, :attr:`ident` its content (the key of the in-process tallies), :attr:`cells`
+    its tally of each counter once found (so that a count does not hash :attr:`ident`)."""
 
-    __slots__ = ("_more", "attributes", "ident")
+    __slots__ = ("_more", "attributes", "cells", "ident")
 
     def __init__(self, attributes: dict[str, Value]) -> None:
         self.attributes = attributes
         self.ident: tuple[tuple[str, Value], ...] = tuple(attributes.items())
         self._more: dict[tuple[str, Value], AttributeSet] = {}
+        #: Counter name -> its tally under this set (written by ``instruments.count``).
+        self.cells: dict[str, list[Any]] = {}
 
     def plus(self, name: str, value: Value) -> AttributeSet:
         """Return this set with ``name`` = ``value`` added, made once."""
@@ -146,6 +149,7 @@ def _guarded(hook: Callable[[str], Any], path: str) -> Callable[[str], str]:
 def _forget_family() -> None:
     global _family
     _family = None
+    _by_key.clear()  # the family function, and a backend's class, may have changed
 
 
 occupy_settings.on_reload(_forget_family)
@@ -176,8 +180,24 @@ _key_sets: dict[tuple[str, str, str], AttributeSet] = {}
 _other_sets: dict[tuple[tuple[str, Value], ...], AttributeSet] = {}
 
 
+#: The common attributes by (backend class, alias, key): a bounded cache in front of
+#: :func:`family` and :func:`store_kind`, emptied when full (keys may be many, sets are
+#: few) and on a settings reload.
+_by_key: dict[tuple[type, str, str], AttributeSet] = {}
+
+
 def key_attributes(backend: Backend, key: str) -> AttributeSet:
     """Return the common attributes of ``key`` on ``backend``."""
+    found = _by_key.get((type(backend), backend.alias, key))
+    if found is None:
+        found = _key_set(backend, key)
+        if len(_by_key) >= FAMILY_CACHE_SIZE:
+            _by_key.clear()
+        _by_key[(type(backend), backend.alias, key)] = found
+    return found
+
+
+def _key_set(backend: Backend, key: str) -> AttributeSet:
     name = family(key)
     kind = store_kind(backend)
     found = _key_sets.get((backend.alias, kind, name))

@@ -79,9 +79,12 @@ def granted(
             if acquired is None:
                 entry = Held(lease, key_attributes(backend, lease.key), perf_counter_ns())
             else:
-                entry = Held(lease, acquired.key_attributes(), acquired.started)
+                entry = Held(
+                    lease, acquired.attributes or acquired.key_attributes(), acquired.started
+                )
             held[ident] = entry
-        instruments()  # the instruments exist from the first lease on, so it is observed
+        if acquired is None:  # a watched acquire's tally has made them already
+            instruments()  # the instruments exist from the first lease on, so it is observed
         if span_settings()[1]:
             waited = None
             if acquired is not None and acquired.waited_at is not None:

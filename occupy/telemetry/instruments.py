@@ -223,22 +223,30 @@ _tally_lock = threading.Lock()
 
 def count(name: str, attributes: AttributeSet, change: int = 1) -> None:
     """Add ``change`` to counter ``name``'s tally under ``attributes``."""
-    _add(_tallies[name], attributes, change)
+    _add(_tallies[name], name, attributes, change)
 
 
 def waiting(attributes: AttributeSet, change: int) -> None:
     """Note that an acquire under ``attributes`` began (1) or stopped (-1) waiting."""
-    _add(_waiting, attributes, change)
+    _add(_waiting, WAITING, attributes, change)
 
 
-def _add(table: dict[Any, list[Any]], attributes: AttributeSet, change: int) -> None:
+#: The name under which :func:`waiting`'s tallies are kept in an attribute set's cells.
+WAITING = "occupy.lock.waiting"
+
+
+def _add(table: dict[Any, list[Any]], name: str, attributes: AttributeSet, change: int) -> None:
+    # The set keeps its cell, so a count after the first neither hashes its ident nor
+    # looks the table up. A cell is the table's, found by the ident: a set rebuilt with
+    # the same content gets the same cell.
+    cell = attributes.cells.get(name)
+    if cell is None:
+        with _tally_lock:
+            cell = table.setdefault(attributes.ident, [attributes.attributes, 0])
+        attributes.cells[name] = cell
+        instruments()  # the instruments exist from the first tally on, so it is observed
     with _tally_lock:
-        entry = table.get(attributes.ident)
-        if entry is not None:
-            entry[1] += change
-            return
-        table[attributes.ident] = [attributes.attributes, change]
-    instruments()  # the instruments exist from the first tally on, so it is observed
+        cell[1] += change
 
 
 def _observations(table: dict[Any, list[Any]]) -> Iterator[Any]:

@@ -88,6 +88,23 @@ def test_the_family_function_is_called_once_per_key(
     assert _at_once(otel, family) == 11
 
 
+def test_a_new_key_family_setting_regroups_keys_seen_before(otel: Recorded, live_db: None) -> None:
+    # A key's attributes are cached: a reload of the settings must forget them.
+    tenant = uuid.uuid4().hex[:8]
+    key = f"tenant-{tenant}/report:9"
+    with occupy.lock(key, backend="memory"):
+        pass
+    with (
+        _telemetry(KEY_FAMILY="tests.telemetry.test_family.tenant_family"),
+        occupy.lock(key, backend="memory"),
+    ):
+        pass
+    with occupy.lock(key, backend="memory"):
+        pass
+    assert _at_once(otel, f"tenant-{tenant}/report") == 2
+    assert _at_once(otel, f"report-{tenant}") == 1
+
+
 @pytest.mark.parametrize("hook", ["failing_family", "not_a_str_family"])
 @pytest.mark.parametrize("alias", backend_params(["memory", "redis"]))
 def test_a_family_function_that_fails_never_fails_a_lock(
