@@ -107,9 +107,11 @@ CANDIDATES = [
 #: ``LEASE_WAIT_MAX``), and the ttl of its lease.
 QUEUED_WAIT = 10
 QUEUED_TTL = 10
-#: Threads per worker for the queued rows: 4 workers × 4 threads serve 8 waiting clients
-#: and the holder's requests.
-QUEUED_THREADS = 4
+#: Threads per worker for the queued rows. A gthread worker accepts connections while
+#: its threads are busy and queues them, so the kernel may hand every client to one
+#: worker: with 4 threads a worker, 8 clients stalled until their waits were spent
+#: (0.8 increments/s). Each worker has a thread for every client and one more.
+QUEUED_THREADS = max(CLIENTS) + 1
 
 
 # --- in the client processes: HTTP only ---------------------------------------------
