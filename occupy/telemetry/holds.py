@@ -79,9 +79,7 @@ def granted(
             if acquired is None:
                 entry = Held(lease, key_attributes(backend, lease.key), perf_counter_ns())
             else:
-                entry = Held(
-                    lease, acquired.attributes or acquired.key_attributes(), acquired.started
-                )
+                entry = Held(lease, acquired.key_attributes(), acquired.started)
             held[ident] = entry
         if acquired is None:  # a watched acquire's tally has made them already
             instruments()  # the instruments exist from the first lease on, so it is observed
