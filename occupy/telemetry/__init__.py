@@ -105,8 +105,7 @@ def store_error(backend: Backend, key: str | None) -> None:
         return
     try:
         if key is None:
-            kind = store_kind(backend)
-            attributes = attribute_set(("occupy.backend", backend.alias), ("occupy.store", kind))
+            attributes = attribute_set(("occupy.backend", backend.alias))
         else:
             attributes = key_attributes(backend, key)
         count("occupy.store.errors", attributes)

@@ -248,7 +248,7 @@ class _WriteLock:
         if not (news or every_section):
             return
         values: dict[str, Any] = {
-            **self.attributes.plus(OUTCOME, self.outcome).attributes,
+            **self.attributes.plus(OUTCOME, self.outcome).span_attributes,
             "occupy.wait.duration": (ended - self.started) / 1e9,
         }
         if self.error is not None:

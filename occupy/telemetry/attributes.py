@@ -1,8 +1,14 @@
-"""The attributes occupy records: the backend alias, the store kind and the key's family,
-plus one value from a fixed set (an outcome, a reason), never a full key, an owner or a
-token. Each set is made once per (backend, family, outcome) and shared.
+"""The attributes occupy records: the backend alias and the key's family, plus one value
+from a fixed set (an outcome, a reason), never a full key, an owner or a token; spans and
+events also carry the store kind. Each set is made once per (backend, family, outcome)
+and shared.
 
 Invariants:
+
+- A metric record carries as few attributes as tell its series apart: the SDK copies and
+  hashes every attribute of every synchronous record (about a tenth of a record's cost
+  each), so the store kind, which the backend alias already fixes, is left to spans
+  (:attr:`AttributeSet.span_attributes`).
 
 - The key-family function (``OCCUPY["TELEMETRY"]["KEY_FAMILY"]``) is called once per key
   (a bounded cache: :data:`FAMILY_CACHE_SIZE` keys). If it raises, returns something
@@ -58,14 +64,20 @@ class Backend(Protocol):
 
 
 class AttributeSet:
-    """One set of attributes, made once and shared: :attr:`attributes` is what the SDK
-    is given, :attr:`ident` its content (the key of the in-process tallies), :attr:`cells`
-    its tally of each counter once found (so that a count does not hash :attr:`ident`)."""
+    """One set of attributes, made once and shared: :attr:`attributes` is what the SDK's
+    metric instruments are given, :attr:`span_attributes` what spans and events are
+    given (the same plus ``spans_only``), :attr:`ident` the metric content (the key of
+    the in-process tallies), :attr:`cells` its tally of each counter once found (so that
+    a count does not hash :attr:`ident`)."""
 
-    __slots__ = ("_more", "attributes", "cells", "ident")
+    __slots__ = ("_more", "_spans_only", "attributes", "cells", "ident", "span_attributes")
 
-    def __init__(self, attributes: dict[str, Value]) -> None:
+    def __init__(
+        self, attributes: dict[str, Value], spans_only: dict[str, Value] | None = None
+    ) -> None:
         self.attributes = attributes
+        self._spans_only = spans_only
+        self.span_attributes = attributes if spans_only is None else {**attributes, **spans_only}
         self.ident: tuple[tuple[str, Value], ...] = tuple(attributes.items())
         self._more: dict[tuple[str, Value], AttributeSet] = {}
         #: Counter name -> its tally under this set (written by ``instruments.count``).
@@ -76,7 +88,8 @@ class AttributeSet:
         found = self._more.get((name, value))
         if found is None:
             found = self._more.setdefault(
-                (name, value), AttributeSet({**self.attributes, name: value})
+                (name, value),
+                AttributeSet({**self.attributes, name: value}, self._spans_only),
             )
         return found
 
@@ -205,7 +218,8 @@ def _key_set(backend: Backend, key: str) -> AttributeSet:
         found = _key_sets.setdefault(
             (backend.alias, kind, name),
             AttributeSet(
-                {"occupy.backend": backend.alias, "occupy.store": kind, "occupy.key.family": name}
+                {"occupy.backend": backend.alias, "occupy.key.family": name},
+                {"occupy.store": kind},
             ),
         )
     return found

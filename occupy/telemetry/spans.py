@@ -134,7 +134,7 @@ def finished(
     span = tracer().start_span(
         name,
         kind=SpanKind.INTERNAL,
-        attributes=attributes.attributes,
+        attributes=attributes.span_attributes,
         start_time=started + offset,
     )
     if failure is not None:
@@ -145,7 +145,7 @@ def finished(
 def start_section(attributes: AttributeSet, started: int, waited: float | None) -> Any:
     """Start a section's span, back-dated to ``started`` (perf_counter ns); with the
     seconds its acquire ``waited``, if it did."""
-    values: dict[str, Any] = attributes.attributes
+    values: dict[str, Any] = attributes.span_attributes
     if waited is not None:
         values = {**values, "occupy.wait.duration": waited}
     return tracer().start_span(
