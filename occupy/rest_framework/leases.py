@@ -51,6 +51,8 @@ LEASE_ACTIONS = frozenset(
 TAKEOVER_TRIES = 5
 #: The lease actions that need the lease's token in the header.
 _TOKEN_ACTIONS = frozenset({"renew_lease", "end_lease"})
+#: The form field ``…/lease/release/`` takes the token in (:class:`LeaseReleaseSerializer`).
+TOKEN_FIELD = "token"
 
 
 class EditLeaseMixin(OccupiedWritesMixin):
@@ -205,7 +207,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         token = self.get_lease_token(request)
         if token is None:
             raise from_problem(
-                http.lease_token_required(occupy_settings.REST_FRAMEWORK["LEASE_HEADER"])
+                http.lease_token_required(header=occupy_settings.REST_FRAMEWORK["LEASE_HEADER"])
             )
         return token
 
@@ -293,9 +295,9 @@ class EditLeaseMixin(OccupiedWritesMixin):
         """Release the lease whose token the form body carries (``navigator.sendBeacon``
         cannot set headers); CSRF-protected like any other session request."""
         instance = self._leased_object(request)
-        token = lease_request_body(request).get("token")
+        token = lease_request_body(request).get(TOKEN_FIELD)
         if not token:
-            raise from_problem(http.lease_token_required("'token' form field"))
+            raise from_problem(http.lease_token_required(field=TOKEN_FIELD))
         return self._release(self.get_lease_key(instance), _checked_token(token))
 
     @action(detail=True, methods=["post"], url_path="lease/takeover", url_name="lease-takeover")
