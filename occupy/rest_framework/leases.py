@@ -27,7 +27,7 @@ from occupy import http
 from occupy.checks import Rule
 from occupy.conf import occupy_settings
 from occupy.exceptions import LeaseLost, Occupied, TakeoverRefused
-from occupy.history import log_entry
+from occupy.history import log_entry, took_over_message
 from occupy.http import requester_pk
 from occupy.leases import Holder, Lease
 from occupy.owners import parse_owner, same_user
@@ -389,9 +389,4 @@ def _log_takeover(request: Request, instance: Any, holder: Holder, display: str)
         return
     from django.contrib.admin.models import CHANGE
 
-    log_entry(
-        request.user.pk,
-        instance,
-        CHANGE,
-        f"Took over the edit lease from {display} (fence {holder.fence}).",
-    )
+    log_entry(request.user.pk, instance, CHANGE, took_over_message(display, holder.fence))

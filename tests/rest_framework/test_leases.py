@@ -14,6 +14,7 @@ from django.utils.dateparse import parse_datetime
 
 import occupy
 from occupy.exceptions import InvalidBackendError
+from occupy.history import get_change_message
 from occupy.owners import admin_owner, lease_owner, parse_owner, write_owner
 from tests.testapp.models import Book, Document
 
@@ -123,7 +124,7 @@ def test_a_takeover_names_the_holder_it_replaced(users, client_for, her_lease):
     assert took.json()["replaced"]["owner_display"] == "Editor"
     entry = LogEntry.objects.get()
     assert entry.user_id == users.editor.pk
-    assert entry.change_message == (
+    assert get_change_message(entry) == (
         f"Took over the edit lease from Editor (fence {lease['fence']})."
     )
 
