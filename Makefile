@@ -126,7 +126,9 @@ databases:
 ## bench: occupy against its peers on the local servers, figures and ratios (the HTTP
 ## benchmarks last: occupy's DRF mixins against plain DRF with one client, then several
 ## client processes incrementing one object through gunicorn, which the bench extra brings;
-## then the one-client DRF benchmark by instruction counts, under valgrind, a few minutes)
+## then the one-client DRF benchmark by instruction counts, under valgrind, a few minutes);
+## it writes nothing into docs/ (`python -m bench telemetry --draw PATH` draws the
+## telemetry how-to's picture)
 bench: venv databases
 	$(PY) -m pip install --quiet -e ".[dev,bench]"
 	$(PY) -m bench

@@ -6,8 +6,9 @@ timing requests (:mod:`bench.http_instructions`; ``make bench`` runs it after th
 ``python -m bench faults [options]`` the fault soak (``make faults``); neither is part
 of ``make bench``: see :mod:`bench.scale` and :mod:`bench.faults` for their options.
 ``python -m bench failover [--rounds N]`` runs the failover comparison alone (``make
-bench`` runs it with the default rounds), ``python -m bench telemetry [--quick]`` the
-telemetry costs alone.
+bench`` runs it with the default rounds), ``python -m bench telemetry [--quick] [--draw
+PATH]`` the telemetry costs alone. No benchmark writes into ``docs/``: the telemetry
+how-to's picture is drawn only when asked, with ``--draw``.
 """
 
 from __future__ import annotations

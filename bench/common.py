@@ -1,4 +1,5 @@
-"""What every benchmark shares: Django set-up, alternating rounds, and the report table.
+"""What every benchmark shares: Django set-up, the options that pick among names,
+alternating rounds, and the report table.
 
 Figures are rates from the median of several rounds; the candidates' rounds alternate
 (A, B, C, A, B, C, …) so that a noisy neighbour slows every candidate alike. A ratio is
@@ -9,12 +10,13 @@ sides of a ratio together; its spread is printed beside it.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["Result", "alternate", "occupy_cycle", "print_table", "setup_django"]
+__all__ = ["Result", "alternate", "choose", "occupy_cycle", "print_table", "setup_django"]
 
 
 def setup_django(database: str = "postgresql") -> None:
@@ -30,6 +32,31 @@ def setup_django(database: str = "postgresql") -> None:
 
     for alias in connections:
         call_command("migrate", database=alias, verbosity=0)
+
+
+def choose(
+    parser: argparse.ArgumentParser,
+    option: str,
+    value: str,
+    names: Sequence[str],
+    aliases: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Return the names the comma-separated ``value`` of ``option`` picks, in the order
+    given, each alias read as the name it stands for (empty: none given).
+
+    A name that is neither is an error, never a silent empty pick: exit through
+    ``parser.error`` naming it and every name ``option`` takes.
+    """
+    aliases = aliases or {}
+    given = [v.strip().lower() for v in value.split(",") if v.strip()]
+    unknown = [v for v in given if aliases.get(v, v) not in names]
+    if unknown:
+        also = f" (or {', '.join(sorted(aliases))})" if aliases else ""
+        parser.error(
+            f"{option}: unknown {', '.join(map(repr, unknown))}; "
+            f"the names are {', '.join(names)}{also}"
+        )
+    return list(dict.fromkeys(aliases.get(v, v) for v in given))
 
 
 def occupy_cycle(key: str, alias: str, ttl: float = 60) -> Callable[[int], None]:

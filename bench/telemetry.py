@@ -18,9 +18,11 @@
    pair made (read back from the SDK). What the measured ratio lacks of the predicted
    one is occupy's own share (target ≤ 3 %).
 3. The wait histogram of a contended run: eight processes under the SDK take one Redis
-   key in a loop; their ``occupy.lock.wait.duration`` buckets are added up and drawn
-   (``docs/images/telemetry-wait-histogram.png``, with matplotlib from the ``bench``
-   extra), the picture of the telemetry how-to, drawn from the exported metrics.
+   key in a loop; their ``occupy.lock.wait.duration`` buckets are added up and printed.
+   ``--draw PATH`` also draws them into ``PATH`` (with matplotlib from the ``bench``
+   extra); the picture of the telemetry how-to is drawn so, from a full run:
+   ``python -m bench telemetry --draw docs/images/telemetry-wait-histogram.png``.
+   Nothing is drawn without it, so a run leaves the checkout as it was.
 
 The SDK's version is pinned by the ``bench`` extra (``pip install -e ".[bench]"``): its
 unit costs change from one release to the next, so figures from another version are
@@ -431,8 +433,20 @@ def draw(buckets: dict[float, int], path: Path, seconds: float) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the telemetry benchmarks and print their tables."""
-    parser = argparse.ArgumentParser(prog="python -m bench telemetry")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench telemetry",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="a short run that shows it works")
+    parser.add_argument(
+        "--draw",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="draw the wait histogram into PATH, a PNG (default: draw nothing); the "
+        "how-to's is docs/images/telemetry-wait-histogram.png, from a full run",
+    )
     options = parser.parse_args(argv or [])
     ops, rounds, seconds = (300, 2, 2.0) if options.quick else (2000, 5, 6.0)
     setup_django()
@@ -458,11 +472,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     for bound, count in buckets.items():
         print(f"  ≤ {bound:>8g} s  {count:>7}")
-    if options.quick:
-        return  # the picture of the docs comes from a full run
-    image = Path(__file__).resolve().parent.parent / "docs/images/telemetry-wait-histogram.png"
-    if draw(buckets, image, seconds):
-        print(f"drawn: {image}")
+    if options.draw is None:
+        return
+    if draw(buckets, options.draw, seconds):
+        print(f"drawn: {options.draw}")
     else:
         print("matplotlib is not installed (pip install -e '.[bench]'): not drawn")
 

@@ -391,7 +391,10 @@ def invalid_ttl(longest: float, value: object) -> Problem:
     )
 
 
-def lease_token_required(header: str) -> Problem:
-    """Return the 428 for a lease request that lacks its token."""
-    detail = _("Send the lease's token in the %(header)s header.") % {"header": header}
+def lease_token_required(*, header: str = "", field: str = "") -> Problem:
+    """Return the 428 for a lease request without its token (header or form field)."""
+    if field:
+        detail = _("Send the lease's token in the %(field)s form field.") % {"field": repr(field)}
+    else:
+        detail = _("Send the lease's token in the %(header)s header.") % {"header": header}
     return Problem(428, "lease_token_required", detail)

@@ -15,19 +15,22 @@ import re
 import shutil
 import struct
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.template.loader import render_to_string
-from django.test import override_settings
+from django.test import Client, override_settings
 from django.utils import translation
 
 from occupy import http
 from occupy.admin.editing import STORE_UNAVAILABLE
 from occupy.exceptions import Occupied, StoreUnavailable
+from occupy.history import get_change_message, log_entry, took_over_message
 from occupy.leases import Holder
 from occupy.owners import owner_display
 from occupy.rest_framework.exceptions import Locked
@@ -128,6 +131,9 @@ FRENCH = {
         "%(holder)s modifie cet objet ; réessayez plus tard."
     ),
     "someone else": "quelqu'un d'autre",
+    "Took over the edit lease from %(holder)s (fence %(fence)s).": (
+        "Bail de modification repris à %(holder)s (jeton %(fence)s)."
+    ),
     "You are editing: others see this object read-only until you save or leave (lease "
     "until %(until)s).": "Vous modifiez cet objet jusqu'à %(until)s.",
 }
@@ -154,11 +160,19 @@ def write_mo(path: Path, messages: dict[str, str]) -> None:
     path.write_bytes(header + array.array("i", table).tobytes() + ids + strs)
 
 
+@contextmanager
+def in_french(catalogs: Path) -> Iterator[None]:
+    """Make French active, from a catalog in ``catalogs`` that translates
+    :data:`FRENCH`."""
+    write_mo(catalogs / "fr" / "LC_MESSAGES" / "django.mo", FRENCH)
+    with override_settings(LOCALE_PATHS=[str(catalogs)]), translation.override("fr"):
+        yield
+
+
 @pytest.fixture
 def french(tmp_path: Path) -> Iterator[None]:
     """Make French active, from a catalog that translates :data:`FRENCH`."""
-    write_mo(tmp_path / "fr" / "LC_MESSAGES" / "django.mo", FRENCH)
-    with override_settings(LOCALE_PATHS=[str(tmp_path)]), translation.override("fr"):
+    with in_french(tmp_path):
         yield
 
 
@@ -181,3 +195,29 @@ def test_the_admin_messages_and_the_scripts_sentences_are_translated() -> None:
     )
     # The sentence the script says on each renewal, its {until} left for it to fill.
     assert '<span data-text="editing">Vous modifiez cet objet jusqu\'à {until}.' in html, html
+
+
+@pytest.mark.django_db
+def test_a_history_entry_is_read_in_the_readers_language(
+    admin_client: Client, admin_user: Any, tmp_path: Path
+) -> None:
+    """An entry is stored untranslated and read in the language of whoever reads it,
+    on the object's History page too; Django's own reading of it is its own words."""
+    from django.contrib.admin.models import CHANGE, LogEntry
+
+    from tests.testapp.models import Document
+
+    doc = Document.objects.create(body="draft")
+    log_entry(admin_user.pk, doc, CHANGE, took_over_message("Editor", 7))
+    entry = LogEntry.objects.get()
+    history = f"/admin/testapp/document/{doc.pk}/history/"
+    english = "Took over the edit lease from Editor (fence 7)."
+    assert get_change_message(entry) == english
+    assert english in admin_client.get(history).content.decode()
+    with in_french(tmp_path):
+        french = "Bail de modification repris à Editor (jeton 7)."
+        assert get_change_message(entry) == french
+        page = admin_client.get(history).content.decode()
+        assert french in page and english not in page
+    # Where occupy does not read it (an admin without occupy's mixins), Django does.
+    assert entry.get_change_message() == "Changed edit lease."

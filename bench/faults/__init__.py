@@ -48,6 +48,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
+from bench.common import choose
 from bench.faults.analysis import Tally
 from bench.faults.servers import PG_BIN, MariaDB, PostgreSQL, Redis, Server, describe
 from bench.faults.soak import REPO, SERVER_FAULTS, Plan, Store, soak
@@ -143,13 +144,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--short", action="store_true", help="a round of about 2 minutes")
     parser.add_argument("--seconds", type=float, default=None, help="per store")
-    parser.add_argument("--stores", default="", help="comma-separated store names")
+    parser.add_argument(
+        "--stores",
+        default="",
+        help=f"comma-separated, from {', '.join(s.name for s in STORES)} (default: all)",
+    )
     parser.add_argument("--port-base", type=int, default=16700)
     parser.add_argument(
         "--require", action="store_true", help="fail when a store's server or driver is missing"
     )
     parser.add_argument(
-        "--faults", default="", help="comma-separated fault kinds to inject (default: all)"
+        "--faults",
+        default="",
+        help=f"comma-separated fault kinds to inject, from {', '.join(SERVER_FAULTS)} "
+        "(default: all)",
     )
     parser.add_argument(
         "--pending-ttl",
@@ -171,15 +179,9 @@ def _plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Plan:
         plan = dataclasses.replace(
             plan, seconds=args.seconds, interval=min(plan.interval, max(0.5, args.seconds / 10))
         )
-    if args.faults:
-        kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
-        unknown_kinds = set(kinds) - set(SERVER_FAULTS)
-        if unknown_kinds:
-            parser.error(
-                f"unknown faults: {', '.join(sorted(unknown_kinds))}; "
-                f"from {', '.join(SERVER_FAULTS)}"
-            )
-        plan = dataclasses.replace(plan, faults=kinds)
+    kinds = choose(parser, "--faults", args.faults, SERVER_FAULTS)
+    if kinds:
+        plan = dataclasses.replace(plan, faults=tuple(kinds))
     return plan
 
 
@@ -188,10 +190,8 @@ def _stores(
 ) -> tuple[list[Store], dict[str, str]]:
     """Return the stores to soak, and why each store that cannot run is skipped (or
     exit, with ``--require``)."""
-    names = [s for s in args.stores.split(",") if s] or [s.name for s in STORES]
-    unknown = set(names) - {s.name for s in STORES}
-    if unknown:
-        parser.error(f"unknown stores: {', '.join(sorted(unknown))}")
+    every = [s.name for s in STORES]
+    names = choose(parser, "--stores", args.stores, every, {"mysql": "mariadb"}) or every
     stores = [s for s in STORES if s.name in names]
     binary = {
         "postgresql": str(PG_BIN / "postgres"),

@@ -18,8 +18,10 @@ plot title starts with the machine line. Rounds alternate between stores and bet
 sizes wherever the store allows it, and every ratio comes from the same run.
 
 Options: ``--quick`` (sizes lowered a hundredfold or so, for a look in a few minutes),
-``--parts live,handoff,keys,footprint,sweep``, ``--stores postgresql,redis,…`` (by
-label or backend alias), ``--out DIR``.
+``--parts live,handoff,keys,footprint,sweep``, ``--stores postgresql,redis,…`` (from
+postgresql, mariadb, sqlite, redis, cache, files, or their backend aliases; ``mysql``
+is MariaDB, as Django's engine names it), ``--out DIR``. An unknown name, or a store
+named that is not reachable here, stops the run before it measures anything.
 """
 
 from __future__ import annotations
@@ -32,9 +34,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.common import choose
+
 __all__ = ["FULL", "QUICK", "Sizes", "main"]
 
 PARTS = ("live", "handoff", "keys", "footprint", "sweep")
+#: The stores ``--stores`` names (their labels' first words, in lower case), and the
+#: other names it takes for them: their backend aliases, and Django's engine's name.
+STORES = ("postgresql", "mariadb", "sqlite", "redis", "cache", "files")
+STORE_ALIASES = {
+    "db-postgresql": "postgresql",
+    "db-mysql": "mariadb",
+    "mysql": "mariadb",
+    "db-sqlite": "sqlite",
+}
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
@@ -132,13 +145,16 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--parts", default=",".join(PARTS), help=f"comma-separated, from {', '.join(PARTS)}"
     )
-    parser.add_argument("--stores", default="", help="comma-separated labels or aliases")
+    parser.add_argument(
+        "--stores",
+        default="",
+        help=f"comma-separated, from {', '.join(STORES)} or their backend aliases "
+        "(default: every one reachable)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="where results go")
     args = parser.parse_args(argv)
-    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    unknown = set(parts) - set(PARTS)
-    if unknown:
-        parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
+    parts = choose(parser, "--parts", args.parts, PARTS) or list(PARTS)
+    named = choose(parser, "--stores", args.stores, STORES, STORE_ALIASES)
     sizes = QUICK if args.quick else FULL
     out = args.out or (RESULTS / "quick" if args.quick else RESULTS)
 
@@ -151,7 +167,14 @@ def main(argv: list[str]) -> None:
     line = machine.describe()
     load_at_start = machine.load_average()
     report = Report(out, line)
-    stores = available_stores([s for s in args.stores.split(",") if s])
+    stores = available_stores(named)
+    missing = set(named) - {s.name.lower().split(" ")[0] for s in stores}
+    if missing:
+        raise SystemExit(
+            f"python -m bench scale: --stores names what is not reachable here: "
+            f"{', '.join(sorted(missing))} (a server that does not answer, or a driver "
+            f"that is missing); reachable: {', '.join(s.name for s in stores) or 'nothing'}"
+        )
     print(line)
     print(
         f"stores: {', '.join(s.name for s in stores)}; load average {load_at_start}; "

@@ -7,6 +7,7 @@ give a ``ModelAdmin`` edit leases, version checks and an "is being edited" colum
         list_display = ["name", "status", "occupy_status"]
 """
 
+from occupy.admin.history import OccupyHistoryAdminMixin
 from occupy.admin.leases import EditLeaseAdminMixin
 from occupy.admin.occupation import OccupationAdmin
 from occupy.admin.status import OccupiedListFilter, OccupyStatusAdminMixin
@@ -16,6 +17,7 @@ __all__ = [
     "EditLeaseAdminMixin",
     "OccupationAdmin",
     "OccupiedListFilter",
+    "OccupyHistoryAdminMixin",
     "OccupyStatusAdminMixin",
     "VersionedAdminMixin",
     "VersionedInlineMixin",

@@ -30,6 +30,7 @@ from occupy.admin.editing import (
 )
 from occupy.admin.fields import LEASE_FIELD, TAB_FIELD
 from occupy.exceptions import LeaseLost, Occupied, StoreUnavailable
+from occupy.history import took_over_message
 from occupy.owners import owner_display
 
 __all__ = ["LeaseEndpointsMixin"]
@@ -222,9 +223,6 @@ class LeaseEndpointsMixin(EditLeaseBase):
             return HttpResponseRedirect(self._change_url(obj))
         for holder in replaced:
             self.log_change(
-                request,
-                obj,
-                f"Took over the edit lease from {owner_display(holder.owner)} "
-                f"(fence {holder.fence}).",
+                request, obj, took_over_message(owner_display(holder.owner), holder.fence)
             )
         return HttpResponseRedirect(f"{self._change_url(obj)}?{urlencode({TAB_FIELD: tab})}")

@@ -34,6 +34,7 @@ from django.utils.translation import gettext as _
 from occupy.admin.editing import STATE, TAB, EditState, new_tab
 from occupy.admin.endpoints import LeaseEndpointsMixin
 from occupy.admin.fields import LEASE_FIELD, TAB_FIELD
+from occupy.admin.history import OccupyHistoryAdminMixin
 from occupy.admin.saving import WriteRefused, confirm_leases, once_more_if_stale
 from occupy.admin.sentences import KEPT, STORE_UNAVAILABLE, STORE_UNAVAILABLE_DELETE
 from occupy.exceptions import FencedOut, LeaseLost, Misconfigured, Occupied, StoreUnavailable
@@ -44,7 +45,7 @@ from occupy.versions import get_version
 __all__ = ["EditLeaseAdminMixin"]
 
 
-class EditLeaseAdminMixin(LeaseEndpointsMixin):
+class EditLeaseAdminMixin(OccupyHistoryAdminMixin, LeaseEndpointsMixin):
     """Give a ``ModelAdmin``'s change form an edit lease per browser tab.
 
     Attributes: ``occupy_backend`` (the occupy backend alias of the leases; by default

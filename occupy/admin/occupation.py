@@ -16,7 +16,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from occupy.history import log_entry
+from occupy.history import force_released_message, log_entry
 from occupy.models import Occupation
 from occupy.owners import owner_display, parse_task_owner
 
@@ -136,8 +136,7 @@ class OccupationAdmin(_ModelAdmin):
                 request.user.pk,
                 claim,
                 DELETION,
-                f"Force-released {claim.key!r} (fence {claim.fence}, {claim.state}) "
-                f"held by {claim.owner!r}.",
+                force_released_message(claim.key, claim.fence, str(claim.state), claim.owner),
             )
             logger.warning("%s force-released %r held by %r", request.user, claim.key, claim.owner)
         queryset.filter(pk__in=[c.pk for c in claims]).delete()

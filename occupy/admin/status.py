@@ -20,6 +20,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 import occupy
+from occupy.admin.history import OccupyHistoryAdminMixin
 from occupy.admin.stores import AdminBackendMixin
 from occupy.backends import get_backend
 from occupy.checks import alias_problem
@@ -161,7 +162,7 @@ class OccupiedListFilter(admin.SimpleListFilter):
         return queryset
 
 
-class OccupyStatusAdminMixin(AdminBackendMixin):
+class OccupyStatusAdminMixin(OccupyHistoryAdminMixin, AdminBackendMixin):
     """Add a changelist column "being edited by … until …" and a list filter.
 
     Put ``"occupy_status"`` in ``list_display`` yourself to place it; otherwise it is

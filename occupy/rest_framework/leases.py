@@ -27,7 +27,7 @@ from occupy import http
 from occupy.checks import Rule
 from occupy.conf import occupy_settings
 from occupy.exceptions import LeaseLost, Occupied, TakeoverRefused
-from occupy.history import log_entry
+from occupy.history import log_entry, took_over_message
 from occupy.http import requester_pk
 from occupy.leases import Holder, Lease
 from occupy.owners import parse_owner, same_user
@@ -51,6 +51,8 @@ LEASE_ACTIONS = frozenset(
 TAKEOVER_TRIES = 5
 #: The lease actions that need the lease's token in the header.
 _TOKEN_ACTIONS = frozenset({"renew_lease", "end_lease"})
+#: The form field ``…/lease/release/`` takes the token in (:class:`LeaseReleaseSerializer`).
+TOKEN_FIELD = "token"
 
 
 class EditLeaseMixin(OccupiedWritesMixin):
@@ -205,7 +207,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         token = self.get_lease_token(request)
         if token is None:
             raise from_problem(
-                http.lease_token_required(occupy_settings.REST_FRAMEWORK["LEASE_HEADER"])
+                http.lease_token_required(header=occupy_settings.REST_FRAMEWORK["LEASE_HEADER"])
             )
         return token
 
@@ -293,9 +295,9 @@ class EditLeaseMixin(OccupiedWritesMixin):
         """Release the lease whose token the form body carries (``navigator.sendBeacon``
         cannot set headers); CSRF-protected like any other session request."""
         instance = self._leased_object(request)
-        token = lease_request_body(request).get("token")
+        token = lease_request_body(request).get(TOKEN_FIELD)
         if not token:
-            raise from_problem(http.lease_token_required("'token' form field"))
+            raise from_problem(http.lease_token_required(field=TOKEN_FIELD))
         return self._release(self.get_lease_key(instance), _checked_token(token))
 
     @action(detail=True, methods=["post"], url_path="lease/takeover", url_name="lease-takeover")
@@ -387,9 +389,4 @@ def _log_takeover(request: Request, instance: Any, holder: Holder, display: str)
         return
     from django.contrib.admin.models import CHANGE
 
-    log_entry(
-        request.user.pk,
-        instance,
-        CHANGE,
-        f"Took over the edit lease from {display} (fence {holder.fence}).",
-    )
+    log_entry(request.user.pk, instance, CHANGE, took_over_message(display, holder.fence))

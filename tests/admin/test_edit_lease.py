@@ -9,6 +9,7 @@ import pytest
 from django.contrib.admin.models import LogEntry
 
 import occupy
+from occupy.history import get_change_message
 from occupy.models import object_key
 from tests.admin.conftest import LeasePages
 from tests.support.users import StaffUsers, login
@@ -79,7 +80,7 @@ def test_a_taken_over_tab_cannot_save(users: StaffUsers, doc: Document, pages: L
     html, new = pages.open(supervisor, response["Location"])
     assert new["state"] == "editing"
     entry = LogEntry.objects.get(object_id=str(doc.pk))
-    assert entry.change_message.startswith("Took over the edit lease from Editor (fence")
+    assert get_change_message(entry).startswith("Took over the edit lease from Editor (fence")
     response = editor.post(
         pages.url(doc),
         {

@@ -19,6 +19,7 @@ from django.contrib.admin.models import LogEntry
 import occupy
 from occupy import signals
 from occupy.admin import EditLeaseAdminMixin
+from occupy.history import get_change_message
 from occupy.owners import owner_user_pk
 from tests.support import multiproc
 from tests.support.admin_race import CAP, ROUNDS, race_worker
@@ -93,9 +94,7 @@ def test_no_grant_goes_to_a_user_without_the_permission(users: StaffUsers, lease
         for new, old, fence in replaced
         if owner_user_pk(new) != owner_user_pk(old)
     )
-    logged = Counter(
-        LogEntry.objects.filter(object_id=str(doc.pk)).values_list("change_message", flat=True)
-    )
+    logged = Counter(map(get_change_message, LogEntry.objects.filter(object_id=str(doc.pk))))
     assert logged == expected
     assert all(
         re.match(r"Took over the edit lease from (Editor|Other) \(fence \d+\)\.$", m)

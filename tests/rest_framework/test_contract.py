@@ -10,6 +10,7 @@ from django.db import connection
 from django.db.models.signals import pre_save
 
 import occupy
+from occupy.history import get_change_message
 from tests.testapp.models import Book, Document, Label, UUIDBook
 
 pytestmark = pytest.mark.usefixtures("users")
@@ -285,7 +286,7 @@ def test_takeover_fences_out_the_old_holder(users, client_for):
     from django.contrib.admin.models import LogEntry
 
     entry = LogEntry.objects.get(user=users.supervisor)
-    assert "Took over the edit lease from Editor" in entry.change_message
+    assert "Took over the edit lease from Editor" in get_change_message(entry)
 
 
 def test_the_same_user_may_take_over_their_own_lease(users, client_for):

@@ -14,6 +14,7 @@ from django.utils.dateparse import parse_datetime
 
 import occupy
 from occupy.exceptions import InvalidBackendError
+from occupy.history import get_change_message
 from occupy.owners import admin_owner, lease_owner, parse_owner, write_owner
 from tests.testapp.models import Book, Document
 
@@ -80,6 +81,18 @@ def test_another_user_cannot_release_her_lease(users, client_for, her_lease, how
     _survives(doc, lease)
 
 
+def test_a_missing_token_is_asked_for_where_it_goes(users, client_for, her_lease):
+    """The header for a renew or a release, the form field for the beacon's release."""
+    doc, _lease = her_lease
+    api = client_for(users.editor)
+    header = api.delete(_url(doc, "lease/"))
+    field = api.post(_url(doc, "lease/release/"), {})
+    assert (header.status_code, field.status_code) == (428, 428)
+    assert header.json()["code"] == field.json()["code"] == "lease_token_required"
+    assert header.json()["detail"] == "Send the lease's token in the Occupy-Lease header."
+    assert field.json()["detail"] == "Send the lease's token in the 'token' form field."
+
+
 def test_another_user_cannot_take_her_lease_with_her_token(users, client_for, her_lease):
     doc, lease = her_lease
     api = client_for(users.other)
@@ -111,7 +124,7 @@ def test_a_takeover_names_the_holder_it_replaced(users, client_for, her_lease):
     assert took.json()["replaced"]["owner_display"] == "Editor"
     entry = LogEntry.objects.get()
     assert entry.user_id == users.editor.pk
-    assert entry.change_message == (
+    assert get_change_message(entry) == (
         f"Took over the edit lease from Editor (fence {lease['fence']})."
     )
 
