@@ -16,10 +16,12 @@ does not query the index again), a project made by
   extra it needs (a backend: ``InvalidBackendError``) when that extra is not installed;
 - ``manage.py check`` passes;
 - the extra's how-to runs as written: a lock on the database (``none``, ``telemetry``),
-  on PostgreSQL (``postgres``) or Redis (``redis``); the DRF how-to's view answers with an
-  ``ETag``, 412 for a stale ``If-Match`` and 200 for the current one (``drf``); a Celery
-  worker started with the project's ``app.autodiscover_tasks()``, on RabbitMQ, runs one
-  ``OccupyTask`` under its lease (``celery``); a task of Django's tasks framework runs
+  on PostgreSQL (``postgres``) or Redis (``redis``); the admin how-to's change page
+  under an edit lease for its first editor, read-only for the next (``none``); the DRF
+  how-to's view answers with an ``ETag``, 412 for a stale ``If-Match`` and 200 for the
+  current one (``drf``); a Celery worker started with the project's
+  ``app.autodiscover_tasks()``, on RabbitMQ, runs one ``OccupyTask`` under its lease
+  (``celery``); a task of Django's tasks framework runs
   under its lease, on Django 6.1 with only the ``tasks`` extra and on 5.2 with the
   backport (``tasks``); the etcd backend passes ``check`` (its how-to needs a cluster,
   which the suite's etcd tests start).

@@ -54,7 +54,9 @@ PUBLIC = {
 }
 
 SETTINGS = {
-    "none": "",
+    "none": """
+INSTALLED_APPS += ["shop"]
+""",
     "telemetry": "",
     "redis": """
 CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache",
@@ -94,6 +96,35 @@ TASKS = {{"default": {{"BACKEND": "{framework}.backends.immediate.ImmediateBacke
 
 #: The project's files each how-to adds (relative to the project).
 FILES = {
+    # The admin how-to (docs/howto/admin.md), which needs no extra.
+    "none": {
+        "shop/__init__.py": "",
+        "shop/models.py": """
+from django.db import models
+from occupy.models import OccupiableMixin, VersionedMixin
+
+
+class Book(VersionedMixin, OccupiableMixin, models.Model):
+    class Status(models.TextChoices):
+        FREE = "free"
+        LENT = "lent"
+
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.FREE)
+""",
+        "shop/admin.py": """
+from django.contrib import admin
+from occupy.admin import EditLeaseAdminMixin, OccupyStatusAdminMixin, VersionedAdminMixin
+
+from shop.models import Book
+
+
+@admin.register(Book)
+class BookAdmin(EditLeaseAdminMixin, VersionedAdminMixin, OccupyStatusAdminMixin, admin.ModelAdmin):
+    list_display = ["name", "status", "occupy_status"]
+    edit_lease_ttl = 120  # seconds (the default); the page renews every ttl/3
+""",
+    },
     "drf": {
         "shop/__init__.py": "",
         "shop/models.py": """
@@ -225,7 +256,7 @@ def run(extra: str) -> None:
     check_imports(extra)
     from django.core.management import call_command
 
-    if extra == "drf":
+    if extra in ("drf", "none"):
         call_command("makemigrations", "shop", verbosity=0)
     call_command("migrate", verbosity=0)
     HOWTOS.get(extra, _lock)(extra)
@@ -249,6 +280,31 @@ def _lock(extra: str) -> None:
         holder = occupy.holder(lease.key, backend=alias)
         assert holder is not None and holder.owner == lease.owner and lease.fence > 0
     assert occupy.holder(f"clean:{CELL}", backend=alias) is None
+
+
+def _admin(extra: str) -> None:
+    """The admin how-to: the first editor of a book gets its change form under an edit
+    lease, a second one a read-only page naming her, and the changelist its filter."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from shop.models import Book
+
+    book = Book.objects.create(name="Dune")
+    url = f"/admin/shop/book/{book.pk}/change/"
+    pages = []
+    for name in ("Ann", "Bob"):
+        user = User.objects.create_superuser(name.lower(), password="pw", first_name=name)
+        client = Client(HTTP_HOST="localhost")  # a host startproject's DEBUG settings allow
+        client.force_login(user)
+        page = client.get(url)
+        assert page.status_code == 200, page
+        pages.append((user, client, page.content.decode()))
+    (ann, client, first), (_bob, _client, second) = pages
+    holder = book.get_holder()
+    assert holder is not None and holder.owner.startswith(f"admin:user:{ann.pk}:"), holder
+    assert 'name="name"' in first and 'name="name"' not in second
+    assert "Ann is editing this object" in second, second
+    assert "being edited" in client.get("/admin/shop/book/").content.decode()
 
 
 def _drf(extra: str) -> None:
@@ -322,7 +378,18 @@ def _tasks(extra: str) -> None:
     assert occupy.holder("report:7") is None
 
 
-HOWTOS = {"drf": _drf, "celery": _celery, "tasks": _tasks, "etcd": lambda extra: None}
+def _none(extra: str) -> None:
+    _lock(extra)
+    _admin(extra)
+
+
+HOWTOS = {
+    "none": _none,
+    "drf": _drf,
+    "celery": _celery,
+    "tasks": _tasks,
+    "etcd": lambda extra: None,
+}
 
 if __name__ == "__main__":
     sys.path.insert(0, os.getcwd())

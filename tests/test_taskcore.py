@@ -1,6 +1,6 @@
 """The one task core under both integrations (occupy.taskcore): one rule for the
 enqueue-once key, claims per task and key, the same errors for a key template that does
-not fit a call, and the system checks of the tasks' options (occupy.E401-E404)."""
+not fit a call, and the system checks of the tasks' options (occupy.E401-E406)."""
 
 from __future__ import annotations
 
@@ -173,6 +173,38 @@ def test_check_reports_a_celery_tasks_bad_backend_ttl_and_on_busy(
     assert annotated.name in found["occupy.E404"][0]
     with pytest.raises(ValueError, match="occupy_ttl must be positive"):
         annotated.delay(1)  # and using it says the same
+
+
+def test_check_makes_the_tasks_of_the_projects_celery_app_as_a_worker_does(
+    declared: None,
+) -> None:
+    """Celery makes a task only when its app is finalized, which a worker does at start:
+    ``check`` finalizes the project's app (the current one) first, so that a task
+    refused when it is made is ``occupy.E406`` and a task's unconfigured backend
+    ``occupy.E401``, instead of a clean ``check`` and a worker that dies or fails."""
+    celery = pytest.importorskip("celery")
+    from occupy.celery import OccupyTask
+
+    previous = celery.current_app._get_current_object()
+    try:
+        misrouted = celery.Celery("occupy_misrouted", broker="memory://")  # made current
+
+        @misrouted.task(shared=False, base=OccupyTask, occupy_key="k:{x}", occupy_backend="nope")
+        def elsewhere(x: int) -> None: ...
+
+        [e401] = _task_errors()["occupy.E401"]
+        assert "occupy_misrouted" not in e401 and "elsewhere's occupy_backend is 'nope'" in e401
+
+        broken = celery.Celery("occupy_broken", broker="memory://")
+
+        @broken.task(shared=False, base=OccupyTask, occupy_key="x:{missing}")
+        def misnamed(n: int) -> None: ...
+
+        [e406] = _task_errors()["occupy.E406"]
+        assert "Celery app 'occupy_broken' raised ValueError" in e406
+        assert "'x:{missing}' names ['missing']" in e406
+    finally:
+        previous.set_current()
 
 
 @pytest.mark.skipif(not HAS_FRAMEWORK, reason="Django's tasks framework is not installed")

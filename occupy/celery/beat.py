@@ -15,8 +15,11 @@ sends due tasks. The invariants:
 
 Configuration (Celery settings): ``occupy_beat_key`` (default ``"celery-beat:<app
 name>"``), ``occupy_beat_ttl`` (default 30 s), ``occupy_beat_backend`` (default
-``"default"``). The owner of the lease is ``celery-beat:<host>:<pid>``
-(:mod:`occupy.owners`).
+``"default"``). A value beat cannot use stops it at start (``ValueError``, or
+``InvalidBackendError`` for an alias ``OCCUPY["BACKENDS"]`` does not configure) rather
+than at its first due task or, for the alias, never: beat would log at every due task
+that it cannot take its lease, and send nothing. The owner of the lease is
+``celery-beat:<host>:<pid>`` (:mod:`occupy.owners`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 from celery.beat import PersistentScheduler
 
 from occupy import api
+from occupy.backends import get_backend
 from occupy.exceptions import LeaseLost, Occupied, OccupyError
 from occupy.leases import Lease
 from occupy.owners import beat_owner
@@ -47,6 +51,13 @@ class OccupySchedulerMixin:
 
     occupy_lease: Lease | None = None
     app: Any  # the scheduler's Celery app
+
+    def setup_schedule(self) -> None:
+        """Check the beat lease's settings (see the module docstring), then set the
+        schedule up."""
+        _key, _ttl, alias = self._occupy_conf()
+        get_backend(alias)
+        super().setup_schedule()  # type: ignore[misc]
 
     def _occupy_conf(self) -> tuple[str, float, str]:
         conf = self.app.conf

@@ -1,9 +1,12 @@
-"""The system checks of the tasks' options (``occupy.E401`` to ``occupy.E405``): every
-task of occupy's integrations records itself (:func:`declared`) when it is made."""
+"""The system checks of the tasks' options (``occupy.E401`` to ``occupy.E406``): every
+task of occupy's integrations records itself (:func:`declared`) when it is made, and
+``check`` first makes the tasks a worker would make (:func:`_discover`,
+:func:`_celery_tasks`)."""
 
 from __future__ import annotations
 
 import importlib
+import sys
 import weakref
 from typing import Any, Protocol
 
@@ -61,12 +64,39 @@ def _discover() -> list[CheckMessage]:
     return problems
 
 
+def _celery_tasks() -> list[CheckMessage]:
+    """Have the project's Celery app make its tasks, as ``celery worker`` does when it
+    starts: ``@shared_task`` and ``@app.task`` make a task class only when the app is
+    finalized, so a task refused when it is made (a key template naming no parameter)
+    or whose ``occupy_backend`` is not configured would pass ``check`` and stop or fail
+    the worker. Return ``occupy.E406`` when that raised. Nothing where Celery was not
+    imported (the project's Celery app, imported with its settings, imports it)."""
+    celery = sys.modules.get("celery")
+    if celery is None:
+        return []
+    app = celery.current_app
+    try:
+        app.finalize()
+    except Exception as e:
+        return [
+            Error(
+                f"Celery app {app.main!r} raised {type(e).__name__} when it made its tasks, "
+                f"so its workers cannot start: {e}",
+                hint="Fix what the error names (celery worker makes the same tasks when it "
+                "starts).",
+                obj=str(app.main),
+                id="occupy.E406",
+            )
+        ]
+    return []
+
+
 @register(Tags.compatibility)
 def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Check the occupy options of every task declared (``occupy.E401`` to ``E404``),
     after importing each installed app's ``tasks`` module (``occupy.E405`` for one that
-    raised)."""
-    messages = _discover()
+    raised) and having the project's Celery app make its tasks (``occupy.E406``)."""
+    messages = _discover() + _celery_tasks()
     for ref in list(_declared):
         task = ref()
         if task is None:
