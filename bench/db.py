@@ -70,7 +70,7 @@ class OccupyLock:
     def server_pid(self) -> int:
         from occupy.backends import get_backend
 
-        return get_backend(BACKEND).execute("SELECT pg_backend_pid()", [])[1][0][0]
+        return get_backend(BACKEND).store.execute("SELECT pg_backend_pid()", [])[1][0][0]
 
     def take(self, key: str) -> Any:
         import occupy
@@ -351,7 +351,7 @@ def sweep(database: str) -> None:
 
     backend = f"db-{database}"
     vendor = connections[database].vendor
-    dialect = get_backend(backend).dialect
+    dialect = get_backend(backend).store.dialect
     now = dialect.now.replace("%%", "%")
     key = f"{dialect.quote}key{dialect.quote}"
     live = set()

@@ -13,7 +13,7 @@ from occupy.backends import get_backend
 
 
 def claims_in_store() -> int:
-    rows = get_backend("default").execute("SELECT COUNT(*) FROM occupy_occupation", [])[1]
+    rows = get_backend("default").store.execute("SELECT COUNT(*) FROM occupy_occupation", [])[1]
     return int(rows[0][0])
 
 

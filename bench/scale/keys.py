@@ -65,10 +65,11 @@ def keys_loop(
 
 def _server_pid(backend: Any) -> int | None:
     """Return the PostgreSQL server process of this thread's backend connection."""
-    dialect = getattr(backend, "dialect", None)
+    store = getattr(backend, "store", None)  # a database backend's: its dialect, its statements
+    dialect = getattr(store, "dialect", None)
     if dialect is None or dialect.vendor != "postgresql":
         return None
-    return int(backend.execute("SELECT pg_backend_pid()", [])[1][0][0])
+    return int(store.execute("SELECT pg_backend_pid()", [])[1][0][0])
 
 
 def run(report: Report, stores: list[Store], sizes: Any) -> None:

@@ -373,7 +373,7 @@ def explain(report: Report, stores: list[Store]) -> None:
         if not isinstance(store, DatabaseStore):
             continue
         backend: Any = get_backend(store.alias)
-        dialect = backend.dialect
+        dialect = backend.store.dialect
         grant = dialect.grant_if_free()
         grant_params = [
             *dialect.guard_params("scale:probe:0", None),

@@ -218,7 +218,7 @@ class DatabaseStore(Store):
             from occupy.backends import get_backend
 
             backend: Any = get_backend(self.alias)
-            pid = backend.execute("SELECT pg_backend_pid()", [])[1][0][0]
+            pid = backend.store.execute("SELECT pg_backend_pid()", [])[1][0][0]
             return cpu_seconds(int(pid))
         if self.vendor == "mysql":
             return sum(cpu_seconds(pid) for pid in self.server_pids())

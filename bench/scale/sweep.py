@@ -49,7 +49,7 @@ def one_delete(store: DatabaseStore, expired: int) -> float:
     from occupy.backends.db.dialects import TABLE
 
     fill(store, expired)
-    now = get_backend(store.alias).dialect.now.replace("%%", "%")
+    now = get_backend(store.alias).store.dialect.now.replace("%%", "%")
     started = time.perf_counter()
     store.execute(f"DELETE FROM {TABLE} WHERE expires_at <= {now}")
     return expired / (time.perf_counter() - started)

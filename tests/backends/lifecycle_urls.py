@@ -15,7 +15,7 @@ from occupy.backends import get_backend
 def lock(request: HttpRequest) -> HttpResponse:
     """Take and release a lock; answer with the backend's server session."""
     with occupy.lock("lifecycle-request", ttl=30, backend="db-postgresql"):
-        session = get_backend("db-postgresql").execute("SELECT pg_backend_pid()", [])[1][0][0]
+        session = get_backend("db-postgresql").store.execute("SELECT pg_backend_pid()", [])[1][0][0]
     return HttpResponse(str(session))
 
 

@@ -16,7 +16,7 @@ AHEAD = 10**12  # a fence this far ahead of the clock in µs: eleven days
 
 def _push_fence_ahead(alias: str, key: str) -> int:
     backend = get_backend(alias)
-    backend.execute(
+    backend.store.execute(
         "UPDATE occupy_occupation SET fence = fence + %s WHERE slot IS NOT NULL", [AHEAD]
     )
     return occupy.holder(key, backend=alias).fence
@@ -56,11 +56,13 @@ def test_a_fences_clock_is_when_the_row_is_written_not_when_its_statement_began(
     ``UTC_TIMESTAMP`` is the statement's start; the fault soak caught a read refused
     35 ms after its acquire.)"""
     backend = get_backend(alias)
-    if backend.dialect.vendor not in WAITED:
+    if backend.store.dialect.vendor not in WAITED:
         pytest.skip("SQLite's clock is a Python function, called as the row is written")
-    wait, began = WAITED[backend.dialect.vendor]
-    [(late,)] = backend.execute(f"SELECT {backend.dialect.clock_us} - {began} {wait}", [])[1]
+    wait, began = WAITED[backend.store.dialect.vendor]
+    [(late,)] = backend.store.execute(
+        f"SELECT {backend.store.dialect.clock_us} - {began} {wait}", []
+    )[1]
     assert int(late) >= 250_000, f"the fence's clock was {int(late)} µs past the start"
-    if backend.dialect.vendor == "mysql":  # SYSDATE answers in the session's zone
-        [(zone,)] = backend.execute("SELECT @@session.time_zone", [])[1]
+    if backend.store.dialect.vendor == "mysql":  # SYSDATE answers in the session's zone
+        [(zone,)] = backend.store.execute("SELECT @@session.time_zone", [])[1]
         assert zone == "+00:00"

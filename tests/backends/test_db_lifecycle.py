@@ -50,7 +50,7 @@ def alias(request: pytest.FixtureRequest, live_db: None) -> Iterator[str]:
 def _session_of_this_thread(alias: str) -> int:
     """Take and release a lock, and return the server session it ran on."""
     occupy.release(occupy.acquire("lifecycle", ttl=30, backend=alias))
-    return int(get_backend(alias).execute("SELECT pg_backend_pid()", [])[1][0][0])
+    return int(get_backend(alias).store.execute("SELECT pg_backend_pid()", [])[1][0][0])
 
 
 def _open(sessions: set[int]) -> set[int]:

@@ -24,7 +24,7 @@ from tests.support.waiting import wait_for_waiters
 
 @pytest.fixture(params=backend_params(DATABASE_BACKENDS))
 def alias(request: pytest.FixtureRequest, live_db: None) -> str:
-    if get_backend(request.param).dialect.vendor == "sqlite":
+    if get_backend(request.param).store.dialect.vendor == "sqlite":
         pytest.skip("SQLite has no connection that could drop")
     return request.param
 
@@ -54,7 +54,7 @@ def lose_reply(alias: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable
     backend = get_backend(alias)
     armed: list[str] = []
     running = threading.local()  # the statement this thread runs next
-    cursor_of = backend.own_connections.cursor
+    cursor_of = backend.store.own_connections.cursor
 
     def cursor(own: Any) -> Any:
         real = cursor_of(own)
@@ -62,21 +62,21 @@ def lose_reply(alias: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable
             return _LosingCursor(own.wrapper, real, armed)
         return real
 
-    execute = backend.execute
+    execute = backend.store.execute
 
     def tracking(sql: str, params: Any, **kwargs: Any) -> Any:
         running.sql = sql
         return execute(sql, params, **kwargs)
 
-    monkeypatch.setattr(backend.own_connections, "cursor", cursor)
-    monkeypatch.setattr(backend, "execute", tracking)
+    monkeypatch.setattr(backend.store.own_connections, "cursor", cursor)
+    monkeypatch.setattr(backend.store, "execute", tracking)
     yield armed.append
     assert not armed, "the statement whose reply was to be lost never ran"
 
 
 def test_a_grant_whose_reply_was_lost_is_one_level(alias: str, lose_reply) -> None:
     backend = get_backend(alias)
-    lose_reply(backend.dialect.grant_if_free())
+    lose_reply(backend.store.dialect.grant_if_free())
     lease = occupy.acquire("lost:1", owner="alice", ttl=30, timeout=0, backend=alias)
     assert lease.depth == 1
     occupy.release(lease)
@@ -95,7 +95,7 @@ def test_a_promotion_whose_reply_was_lost_is_kept(alias: str, lose_reply) -> Non
             got.append(e)
 
     waiter = threading.Thread(target=wait)
-    dialect = backend.dialect
+    dialect = backend.store.dialect
     # The waiter's thread: the same backend. (Where waiters are woken, every promotion
     # waits for a release in flight.)
     lose_reply(dialect.promote_when_released() if dialect.wakes_waiters else dialect.promote())
@@ -116,7 +116,7 @@ def test_a_queued_claim_whose_reply_was_lost_is_not_queued_twice(alias: str, los
     # PENDING_TTL (10 s) passed, and keep the waiter itself from its turn.
     backend = get_backend(alias)
     holder = occupy.acquire("lost:3", owner="alice", ttl=30, timeout=0, backend=alias)
-    lose_reply(backend.dialect.enqueue())
+    lose_reply(backend.store.dialect.enqueue())
     got: list[occupy.Lease] = []
     waiter = threading.Thread(
         target=lambda: got.append(
@@ -141,7 +141,7 @@ def test_an_unwind_whose_reply_was_lost_takes_one_level(alias: str, lose_reply) 
     outer = occupy.acquire("lost:4", owner="alice", ttl=30, timeout=0, backend=alias)
     inner = occupy.acquire("lost:4", owner="alice", ttl=30, timeout=0, backend=alias)
     assert inner.depth == 2
-    lose_reply(backend.dialect.unwind())
+    lose_reply(backend.store.dialect.unwind())
     occupy.release(inner)
     assert occupy.holder("lost:4", backend=alias).owner == "alice"
     outer.ensure_held()

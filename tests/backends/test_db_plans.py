@@ -56,7 +56,7 @@ def test_cached_plans_stay_index_lookups_when_the_table_grows(alias: str, live_d
     insert_claims("postgresql", 20_000, tag="plan-expired", expired=True)
     _lock_and_wait(alias, "plan:after")
 
-    rows = backend.execute(
+    rows = backend.store.execute(
         "SELECT name, parameter_types::text[], generic_plans FROM pg_prepared_statements",
         [],
         prepare=False,
@@ -66,7 +66,7 @@ def test_cached_plans_stay_index_lookups_when_the_table_grows(alias: str, live_d
     assert any(generic for _, _, generic in rows), rows  # some plans were cached
     for name, types, _ in rows:
         args = ", ".join(f"NULL::{t}" for t in types)
-        plan = backend.execute(
+        plan = backend.store.execute(
             f"EXPLAIN EXECUTE {name}({args})" if args else f"EXPLAIN EXECUTE {name}",
             [],
             prepare=False,

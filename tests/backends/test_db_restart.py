@@ -28,7 +28,7 @@ KEY = "restart:1"
 
 @pytest.fixture(params=backend_params(DATABASE_BACKENDS))
 def alias(request: pytest.FixtureRequest, live_db: None) -> str:
-    if get_backend(request.param).dialect.vendor == "sqlite":
+    if get_backend(request.param).store.dialect.vendor == "sqlite":
         pytest.skip("SQLite has no server to restart")
     return request.param
 
@@ -56,18 +56,18 @@ def _kill_sessions_through(alias: str, proxy: TcpProxy) -> int:
     """Kill, on the server, the sessions that came through ``proxy``; return how many."""
     ports = [sock.getsockname()[1] for sock in proxy.sockets[1::2]]
     backend = get_backend(alias)
-    if backend.dialect.vendor == "postgresql":
-        found = backend.execute(
+    if backend.store.dialect.vendor == "postgresql":
+        found = backend.store.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND client_port = ANY(%s)",
             [ports],
         )[1]
         return len(found)
-    rows = backend.execute("SELECT ID, HOST FROM information_schema.PROCESSLIST", [])[1]
+    rows = backend.store.execute("SELECT ID, HOST FROM information_schema.PROCESSLIST", [])[1]
     killed = 0
     for session, host in rows:
         if host and host.rsplit(":", 1)[-1].isdigit() and int(host.rsplit(":", 1)[-1]) in ports:
-            backend.execute(f"KILL {int(session)}", [])
+            backend.store.execute(f"KILL {int(session)}", [])
             killed += 1
     return killed
 

@@ -37,7 +37,7 @@ def statements_sent(alias: str) -> Iterator[list[str]]:
         sent.append(sql)
         return execute(sql, params, many, context)
 
-    with get_backend(alias).own_connections.get().wrapper.execute_wrapper(record):
+    with get_backend(alias).store.own_connections.get().wrapper.execute_wrapper(record):
         yield sent
 
 
@@ -47,7 +47,7 @@ def test_extend_is_one_statement_where_update_returning_exists(alias: str) -> No
     before = lease.expires_at
     with statements_sent(alias) as sent:
         lease.extend(60)
-    assert len(sent) == (1 if backend.dialect.update_returning else 2), sent
+    assert len(sent) == (1 if backend.store.dialect.update_returning else 2), sent
     assert sent[0].lstrip().startswith("UPDATE")
     # The expiry the lease was given is the one the database keeps.
     assert lease.expires_at > before

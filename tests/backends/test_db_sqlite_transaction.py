@@ -108,7 +108,7 @@ def test_a_waiter_takes_the_key_once_the_other_writer_commits(
     try: here every statement gives up after 50 ms (a short busy timeout), so the first
     try, and the insert that would queue the waiter, fail long before the writer
     commits."""
-    own = get_backend(BACKEND).own_connections.get()  # this thread's, the acquire's
+    own = get_backend(BACKEND).store.own_connections.get()  # this thread's, the acquire's
     monkeypatch.setattr(own, "wait_ms", 50)
     with another_writer() as other:
         commit = threading.Timer(1.5, other.execute, args=["COMMIT"])

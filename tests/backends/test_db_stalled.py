@@ -36,7 +36,7 @@ SLACK = 2 * STORE_GRACE + 0.5
 
 @pytest.fixture(params=backend_params(DATABASE_BACKENDS))
 def alias(request: pytest.FixtureRequest, live_db: None) -> str:
-    if get_backend(request.param).dialect.vendor == "sqlite":
+    if get_backend(request.param).store.dialect.vendor == "sqlite":
         pytest.skip("SQLite has no server to stall (its busy wait is bounded instead)")
     return request.param
 
@@ -45,7 +45,7 @@ def alias(request: pytest.FixtureRequest, live_db: None) -> str:
 def _stopped(alias: str) -> Iterator[None]:
     """Stop the PostgreSQL server process of the backend's session in this thread."""
     backend = get_backend(alias)
-    pid = backend.execute("SELECT pg_backend_pid()", [])[1][0][0]
+    pid = backend.store.execute("SELECT pg_backend_pid()", [])[1][0][0]
     try:
         os.kill(pid, signal.SIGSTOP)
     except PermissionError:
@@ -85,7 +85,7 @@ def _table_locked(alias: str) -> Iterator[None]:
 
 
 def _stall(alias: str):
-    if get_backend(alias).dialect.vendor == "postgresql":
+    if get_backend(alias).store.dialect.vendor == "postgresql":
         return _stopped(alias)
     return _table_locked(alias)
 

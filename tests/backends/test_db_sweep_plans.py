@@ -44,7 +44,7 @@ def _expiry_index(database: str) -> str:
 def _plan(backend: DatabaseBackend, sql: str, params: list[Any]) -> list[str]:
     vendor = connections[backend.database].vendor
     explain = {"sqlite": "EXPLAIN QUERY PLAN "}.get(vendor, "EXPLAIN ")
-    rows = backend.execute(explain + sql, params, prepare=False)[1]
+    rows = backend.store.execute(explain + sql, params, prepare=False)[1]
     if vendor == "mysql":  # id, select_type, table, type, possible_keys, key, …
         return [f"{row[2]} type={row[3]} key={row[5]}" for row in rows]
     return [str(row[-1]) for row in rows]
@@ -80,14 +80,14 @@ def test_every_sweep_batch_is_a_range_of_the_expiry_index(
         with connections[database].cursor() as cursor:
             cursor.execute(f"ANALYZE {TABLE}")
     plans: dict[str, list[str]] = {}
-    execute = backend.execute
+    execute = backend.store.execute
 
     def explaining(sql: str, params: list[Any], **kwargs: Any) -> Any:
         if sql.startswith(("DELETE", "SELECT (SELECT min")) and sql not in plans:
             plans[sql] = _plan(backend, sql, params)
         return execute(sql, params, **kwargs)
 
-    monkeypatch.setattr(backend, "execute", explaining)
+    monkeypatch.setattr(backend.store, "execute", explaining)
     removed: list[str] = []
     swept = backend.sweep(batch_size=1000, removed=removed.append if listing else None)
 
@@ -131,13 +131,13 @@ def test_claims_that_share_an_expiry_or_lie_years_apart_take_few_statements(
             _plant(backend.alias, f"expired:{group}:{n}", "pending", now - ago)
     insert_claims(backend.database, 3, tag="live", expired=False)
     statements: list[str] = []
-    execute = backend.execute
+    execute = backend.store.execute
 
     def counting(sql: str, params: list[Any], **kwargs: Any) -> Any:
         statements.append(sql)
         return execute(sql, params, **kwargs)
 
-    monkeypatch.setattr(backend, "execute", counting)
+    monkeypatch.setattr(backend.store, "execute", counting)
     assert backend.sweep(batch_size=1) == 12
     assert count_claims(backend.database) == 3
     # LIMIT batches: 12 of one claim and an empty one, then the far half's; windows:

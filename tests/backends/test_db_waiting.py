@@ -34,7 +34,7 @@ def queue(request: pytest.FixtureRequest, live_db: None) -> Iterator[str]:
     every 30 s, so that only notifications wake its waiters."""
     alias = request.param
     backend = get_backend(alias)
-    if backend.dialect.vendor != "postgresql":
+    if backend.store.dialect.vendor != "postgresql":
         yield alias
         return
     backends = {
@@ -226,7 +226,7 @@ def test_a_waiter_behind_others_reads_its_place_and_pauses_for_it(
     ``SELECT``, no write lock) and with ``k > 2`` ahead pauses in proportion to ``k - 2``,
     so a long queue does not make every waiter poll every interval."""
     backend = get_backend(alias)
-    if backend.dialect.wakes_waiters:
+    if backend.store.dialect.wakes_waiters:
         pytest.skip("waiters are woken here, not polling")
     holder = occupy.acquire("book:1", owner="holder", ttl=30, backend=alias)
     attempts = []
@@ -238,7 +238,7 @@ def test_a_waiter_behind_others_reads_its_place_and_pauses_for_it(
         assert attempt.try_acquire() is None  # the first promotion: it learns its place
         attempts.append(attempt)
     assert [attempt.ahead for attempt in attempts] == [0, 1, 2, 3]
-    interval = backend.poll_interval
+    interval = backend.store.poll_interval
     for k, attempt in enumerate(attempts):
         pauses = [attempt.next_delay() for _ in range(20)]
         if k < 3:  # the first three in line: a lone waiter's pace
@@ -247,9 +247,9 @@ def test_a_waiter_behind_others_reads_its_place_and_pauses_for_it(
             assert interval * 0.75 <= min(pauses) <= max(pauses) <= interval, (k, pauses)
 
     ran: list[str] = []
-    execute = backend.execute
+    execute = backend.store.execute
     with patch.object(
-        backend,
+        backend.store,
         "execute",
         side_effect=lambda sql, *a, **kw: ran.append(sql) or execute(sql, *a, **kw),
     ):

@@ -91,11 +91,11 @@ def test_batch_size_sets_how_many_rows_each_statement_deletes(
     insert_claims(database, 2_500, tag="expired", expired=True)
     backend = get_backend(alias)
     batches: list[int] = []
-    execute = backend.execute
+    execute = backend.store.execute
 
-    windows = backend.dialect.sweep_windows()
+    windows = backend.store.dialect.sweep_windows()
     # The statement that deletes claims whose expiry has passed.
-    passed = windows[1] if windows else backend.dialect.sweep_batches()[0]
+    passed = windows[1] if windows else backend.store.dialect.sweep_batches()[0]
 
     def counting(sql: str, params: list, **kwargs: object) -> tuple[int, list]:
         result = execute(sql, params, **kwargs)
@@ -103,7 +103,7 @@ def test_batch_size_sets_how_many_rows_each_statement_deletes(
             batches.append(result[0])
         return result
 
-    monkeypatch.setattr(backend, "execute", counting)
+    monkeypatch.setattr(backend.store, "execute", counting)
     assert sweep("--backend", alias, f"--batch-size={size}") == (
         f"{alias}: deleted 2500 expired claims\n"
     )
@@ -128,10 +128,10 @@ def test_a_sweep_deletes_ten_thousand_claims_a_statement_unless_told(
     database = _database(alias)
     insert_claims(database, 12_000, tag="expired", expired=True)
     backend = get_backend(alias)
-    windows = backend.dialect.sweep_windows()
-    passed = windows[1] if windows else backend.dialect.sweep_batches()[0]
+    windows = backend.store.dialect.sweep_windows()
+    passed = windows[1] if windows else backend.store.dialect.sweep_batches()[0]
     batches: list[int] = []
-    execute = backend.execute
+    execute = backend.store.execute
 
     def counting(sql: str, params: list, **kwargs: object) -> tuple[int, list]:
         result = execute(sql, params, **kwargs)
@@ -139,7 +139,7 @@ def test_a_sweep_deletes_ten_thousand_claims_a_statement_unless_told(
             batches.append(result[0])
         return result
 
-    monkeypatch.setattr(backend, "execute", counting)
+    monkeypatch.setattr(backend.store, "execute", counting)
     assert sweep("--backend", alias) == f"{alias}: deleted 12000 expired claims\n"
     assert len(batches) == 2 and max(batches) <= 10_000, batches
 
@@ -178,7 +178,7 @@ def test_a_claim_renewed_while_the_sweep_runs_is_kept(alias: str) -> None:
     the claim expired, must wait for the renewal, and then must leave the claim alone."""
     database = _database(alias)
     backend = get_backend(alias)
-    sql = backend.dialect
+    sql = backend.store.dialect
     insert_claims(database, 2_000, tag="expired", expired=True)
     lease = occupy.acquire("book:1", owner="alice", ttl=1, backend=alias)
     renewal = connections.create_connection(database)
@@ -207,8 +207,8 @@ def test_a_claim_renewed_while_the_sweep_runs_is_kept(alias: str) -> None:
 
 def _now(alias: str) -> datetime:
     backend = get_backend(alias)
-    rows = backend.execute(f"SELECT {backend.dialect.now}", [])[1]
-    return backend.dialect.to_datetime(rows[0][0])
+    rows = backend.store.execute(f"SELECT {backend.store.dialect.now}", [])[1]
+    return backend.store.dialect.to_datetime(rows[0][0])
 
 
 # --- list_locks ---------------------------------------------------------------------------

@@ -397,13 +397,13 @@ def test_a_write_lock_costs_one_statement_and_no_commit_of_its_own(users, client
     api = client_for(users.editor)
     backend = get_backend("default")
     own: list[str] = []
-    execute = backend.execute
+    execute = backend.store.execute
 
     def counted(sql, *args, **kwargs):
         own.append(sql)
         return execute(sql, *args, **kwargs)
 
-    monkeypatch.setattr(backend, "execute", counted)
+    monkeypatch.setattr(backend.store, "execute", counted)
     with CaptureQueriesContext(connection) as app:
         response = api.patch(_url(book), {"name": "x"}, format="json", HTTP_IF_MATCH='"1"')
     assert response.status_code == 200, response.content

@@ -34,7 +34,7 @@ def drop_claim(backend: BaseBackend, key: str) -> None:
 
 @drop_claim.register
 def _(backend: DatabaseBackend, key: str) -> None:
-    backend.execute(f"DELETE FROM {TABLE} WHERE slot = %s", [digest(key)], key=key)
+    backend.store.execute(f"DELETE FROM {TABLE} WHERE slot = %s", [digest(key)], key=key)
 
 
 @drop_claim.register

@@ -31,33 +31,34 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import IntegrityError
 
-from occupy.backends.attempt import Attempt
+from occupy.backends.attempt import Attempt, AttemptBackend
 from occupy.backends.claims import digest
-from occupy.backends.db.dialects import Dialect
 from occupy.backends.db.statements import GuardTimedOut, Result
+from occupy.backends.db.store import DatabaseStore
 from occupy.exceptions import StoreUnavailable
 from occupy.leases import Holder, Lease
 from occupy.validation import MAX_FENCE, MAX_TTL
-
-if TYPE_CHECKING:
-    from occupy.backends.db.store import DatabaseStore
 
 __all__ = ["DatabaseAttempt"]
 
 
 class DatabaseAttempt(Attempt):
-    """One try at a key: the fast path, then a pending claim that waits its turn."""
+    """One try at a key: the fast path, then a pending claim that waits its turn. The
+    statements run on the backend's ``store``; its dialect is :attr:`sql`."""
 
-    def __init__(self, backend: DatabaseStore, key: str, owner: str, ttl: float) -> None:
+    def __init__(
+        self, backend: AttemptBackend, store: DatabaseStore, key: str, owner: str, ttl: float
+    ) -> None:
         super().__init__(backend, key, owner, ttl)
-        self.backend: DatabaseStore = backend
-        self.max_delay = backend.poll_interval
+        self.store = store
+        self.sql = store.dialect
+        self.max_delay = store.poll_interval
         # A queued claim is heartbeated by the tries: pause well within its ttl.
-        self.longest_queued_pause = min(self.longest_queued_pause, backend.pending_ttl / 4)
+        self.longest_queued_pause = min(self.longest_queued_pause, store.pending_ttl / 4)
         self.digest = digest(key)
         self.pending_id: int | None = None
         #: Whether the caller waits in the queue (``enqueue`` was called): a try that
@@ -74,16 +75,11 @@ class DatabaseAttempt(Attempt):
         #: Just queued: the next pause is skipped (see the module docstring).
         self.fresh = False
         self.pauses = 0
-        self.content_type_id, self.object_id = backend.object_of(key)
-
-    @property
-    def sql(self) -> Dialect:
-        """Return the backend's dialect."""
-        return self.backend.dialect
+        self.content_type_id, self.object_id = store.object_of(key)
 
     def run(self, statement: str, params: Sequence[Any]) -> Result:
         """Run a statement held to the attempt's time left; return ``(rowcount, rows)``."""
-        return self.backend.execute(statement, params, key=self.key, bound=self.time_left())
+        return self.store.execute(statement, params, key=self.key, bound=self.time_left())
 
     def lease(self, token: str, fence: Any, expires_at: Any) -> Lease:
         """Return the lease for a grant of this attempt's."""
@@ -114,26 +110,18 @@ class DatabaseAttempt(Attempt):
                 self.enqueue()  # its first insert met SQLite's write lock
             return lease
         except StoreUnavailable as e:
-            if not self._locked_by_another(e):
+            if not self.store.locked_by_another(e):
                 raise
             # The statement did nothing: one more try that did not get the key, while
             # the caller has time left.
             self.claimed = self.pending_id is not None
             if self.out_of_time():
-                raise self.backend.statements.stayed_locked(self.key) from e.__cause__
+                raise self.store.statements.stayed_locked(self.key) from e.__cause__
             return None
-
-    def _locked_by_another(self, error: StoreUnavailable) -> bool:
-        """Return whether ``error`` is SQLite's write lock held by another writer for the
-        statement's whole busy wait (the caller's own transaction is an error of its
-        own, which says so)."""
-        return self.sql.is_busy(error.__cause__) and not self.sql.caller_transaction(
-            self.backend.database
-        )
 
     def _grant_if_free(self) -> Lease | None:
         self.claimed = True
-        rows = self.backend.execute(
+        rows = self.store.execute(
             self.sql.grant_if_free(),
             [
                 *self.sql.guard_params(self.key, self.guard_left()),
@@ -187,7 +175,7 @@ class DatabaseAttempt(Attempt):
             return self._grant_if_free()
         top = max((int(row[4]) for row in rows if row[4] is not None), default=0)
         if top >= MAX_FENCE:  # the grant refused to count past it
-            raise self.backend.fence_exhausted(self.key, top)
+            raise self.store.fence_exhausted(self.key, top)
         now = self.sql.to_datetime(rows[0][7])
         farthest = now + timedelta(seconds=MAX_TTL)  # a later expiry is not occupy's
         expired = any(not now < self.sql.to_datetime(row[6]) <= farthest for row in rows)
@@ -204,7 +192,7 @@ class DatabaseAttempt(Attempt):
         self.waits = self.claimed = True
         try:
             self.pending_id = int(
-                self.backend.execute(
+                self.store.execute(
                     self.sql.enqueue(),
                     [
                         self.key,
@@ -213,7 +201,7 @@ class DatabaseAttempt(Attempt):
                         self.object_id,
                         self.owner,
                         self.token,
-                        self.sql.seconds(self.backend.pending_ttl),
+                        self.sql.seconds(self.store.pending_ttl),
                     ],
                     key=self.key,
                     settled=self._queued,
@@ -227,25 +215,20 @@ class DatabaseAttempt(Attempt):
             self.claimed = False
             self.pending_id = None
             self.note_place(None)
-            if not self._locked_by_another(e):
+            if not self.store.locked_by_another(e):
                 raise
             if self.out_of_time():
-                raise self.backend.statements.stayed_locked(self.key) from e.__cause__
+                raise self.store.statements.stayed_locked(self.key) from e.__cause__
             return
         self.beat_at = time.monotonic()
         self.fresh = True
         self.pauses = 0
         self.note_place(None)
-        if self.sql.wakes_waiters and self.backend.hears_wake_ups and not self.asynchronous:
+        if self.store.hears_wake_ups and not self.asynchronous:
             self._unlisten()  # queued again under a new id: listen on the new channel
-            self.backend.forget_listen()
+            self.store.forget_listen()
             self.listening = self.sql.channel(self.pending_id)
-            self._listen(self.listening)
-
-    def _listen(self, channel: str) -> None:
-        """Listen on this claim's channel, on the connection the next statements use."""
-        self.run(self.sql.listen(channel), [])
-        self.listener = self.backend.own_connections.get().wrapper.connection
+            self.listener = self.store.listen(self.listening, key=self.key, bound=self.time_left())
 
     def _at_head(self) -> bool:
         """Read this claim's place in the queue (a waiter that polls: it is not woken);
@@ -277,7 +260,7 @@ class DatabaseAttempt(Attempt):
             params = [*guard, *params]
         for _ in range(2):
             try:
-                count, rows = self.backend.execute(
+                count, rows = self.store.execute(
                     statement, params, key=self.key, settled=self._granted, bound=self.time_left()
                 )
                 break
@@ -302,20 +285,16 @@ class DatabaseAttempt(Attempt):
                 return None
         if self.listening:
             # UNLISTEN waits for the release: the holder starts work now.
-            self.backend.unlisten_later(self.listening)
+            self.store.unlisten_later(self.listening)
             self.listening = None
         return self.lease(self.token, *rows[0][:2])
 
     def _keep_queued(self) -> None:
         """Heartbeat the pending claim; if it expired meanwhile, queue again."""
-        if time.monotonic() - self.beat_at < self.backend.pending_ttl / 3:
+        if time.monotonic() - self.beat_at < self.store.pending_ttl / 3:
             return
         count = self.run(
-            self.sql.heartbeat(),
-            [
-                self.sql.seconds(self.backend.pending_ttl),
-                self.pending_id,
-            ],
+            self.sql.heartbeat(), [self.sql.seconds(self.store.pending_ttl), self.pending_id]
         )[0]
         self.beat_at = time.monotonic()
         if not count:
@@ -334,10 +313,9 @@ class DatabaseAttempt(Attempt):
         if not channel or seconds <= 0:
             time.sleep(seconds)
             return
-        own = self.backend.own_connections.get()
-        if own.wrapper.connection is not self.listener:
-            self._listen(channel)
-        self.sql.await_wake(own, channel, seconds)
+        self.listener = self.store.await_wake(
+            channel, self.listener, seconds, key=self.key, bound=self.time_left()
+        )
 
     def next_delay(self) -> float:
         """Return the next pause: none right after queueing; then while listening the
@@ -369,8 +347,8 @@ class DatabaseAttempt(Attempt):
             except StoreUnavailable:
                 # Moot once the claim has expired by itself: a pending claim after its
                 # heartbeat's PENDING_TTL, a grant in doubt after its ttl.
-                until = time.monotonic() + max(self.backend.pending_ttl, self.ttl)
-                self.backend.statements.defer(steps[i:], until)
+                until = time.monotonic() + max(self.store.pending_ttl, self.ttl)
+                self.store.statements.defer(steps[i:], until)
                 self.listening = None  # its session is gone, and what it listened to
                 raise
         self._unlisten()
@@ -383,6 +361,6 @@ class DatabaseAttempt(Attempt):
     def current_holder(self) -> tuple[Holder | None, float | None]:
         """Return the holder and its remaining seconds, by the database's clock; raise
         ``StoreUnavailable`` instead if no grant could be made for want of a fence."""
-        self.backend.refuse_exhausted_fence(self.key)
-        found = self.backend.holder_and_remaining(self.key)
+        self.store.refuse_exhausted_fence(self.key)
+        found = self.store.holder_and_remaining(self.key)
         return (None, None) if found is None else found

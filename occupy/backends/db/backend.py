@@ -50,18 +50,21 @@ with the app.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Any
 
 from django.apps import apps
+from django.core.checks import CheckMessage
 from django.db import DatabaseError
 
-from occupy.backends.base import DEFAULT_SWEEP_BATCH, Claim
+from occupy.backends.base import DEFAULT_SWEEP_BATCH, BaseBackend, Claim
 from occupy.backends.claims import digest
 from occupy.backends.db import transaction
 from occupy.backends.db.attempt import DatabaseAttempt
+from occupy.backends.db.checks import database_errors, occupation_table_warnings
 from occupy.backends.db.rows import DatabaseOccupationRows
 from occupy.backends.db.statements import Result
-from occupy.backends.db.store import DatabaseStore
+from occupy.backends.db.store import OPTIONS, DatabaseStore
 from occupy.backends.db.windows import sweep_windows
 from occupy.exceptions import OccupyError
 from occupy.leases import Holder, Lease, TransactionHold, new_token
@@ -69,43 +72,93 @@ from occupy.leases import Holder, Lease, TransactionHold, new_token
 __all__ = ["DatabaseBackend"]
 
 
-class DatabaseBackend(DatabaseStore):
-    """Locks stored as :class:`~occupy.models.Occupation` rows in a Django database."""
+class DatabaseBackend(BaseBackend):
+    """Locks stored as :class:`~occupy.models.Occupation` rows in a Django database (see
+    the module docstring); its connections, statements and dialect are its
+    :attr:`store`'s."""
+
+    options_schema = OPTIONS
+    expires_by_itself = False
+
+    @classmethod
+    def check(cls, alias: str, params: Mapping[str, Any]) -> list[CheckMessage]:
+        """Add ``occupy.E003``: ``OPTIONS["DATABASE"]`` is not in ``settings.DATABASES``."""
+        return super().check(alias, params) + database_errors(alias, params)
+
+    def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.store = DatabaseStore(self, self.options)
+        #: The alias of the database that holds the claims (``OPTIONS["DATABASE"]``).
+        self.database = self.store.database
+
+    def check_store(self, databases: Collection[str]) -> list[CheckMessage]:
+        """Add ``occupy.W001`` (the claims table is missing though occupy's migration is
+        recorded as applied), ``occupy.W006`` (occupy's migration was never applied) and
+        ``occupy.W007`` (the database cannot be reached): ``check --database``."""
+        if self.database not in databases:
+            return []
+        try:
+            return occupation_table_warnings(self.alias, self.database)
+        except DatabaseError as e:
+            return [self.unreachable_store(e)]
 
     def occupation_rows(self) -> DatabaseOccupationRows:
         """Return this backend's claims as ``Occupation`` rows, for the model side."""
-        return DatabaseOccupationRows(self, self.database, self.dialect)
+        return DatabaseOccupationRows(self, self.database, self.store.dialect)
+
+    def describe_store(self) -> str:
+        """Return the database, its vendor and where it is."""
+        return self.store.describe()
+
+    def store_fix(self) -> str:
+        """Return what to check when the database cannot be used."""
+        return (
+            f"check that the database server answers and that settings.DATABASES"
+            f"[{self.database!r}] is right"
+        )
+
+    def close(self) -> None:
+        """Close the connections this backend opened in this process, in every thread."""
+        self.store.close()
+
+    def close_if_unusable_or_obsolete(self) -> None:
+        """Close this thread's connection if it is unusable or older than the
+        database's ``CONN_MAX_AGE`` (at the start and end of a request)."""
+        self.store.close_if_unusable_or_obsolete()
 
     # --- the contract -------------------------------------------------------------------
     def attempt(self, key: str, owner: str, ttl: float) -> DatabaseAttempt:
         """Return an attempt to take ``key`` (see :class:`DatabaseAttempt`)."""
-        return DatabaseAttempt(self, key, owner, ttl)
+        return DatabaseAttempt(self, self.store, key, owner, ttl)
 
     def release(self, lease: Lease) -> None:
         """Delete the lease's claim (or undo one level of it) and wake the next waiter
         where the dialect wakes waiters; never another's claim."""
         d = digest(lease.key)
-        sql = self.dialect
-        count = sql.released(*self.execute(sql.release_and_wake(), [d, lease.token], key=lease.key))
-        self.forget_listen()
+        store = self.store
+        sql = store.dialect
+        count = sql.released(
+            *store.execute(sql.release_and_wake(), [d, lease.token], key=lease.key)
+        )
+        store.forget_listen()
         if count:
             return
         for _ in range(5):  # the depth may change between the read and the write
-            rows = self.execute(sql.granted(), [d, lease.token], key=lease.key)[1]
+            rows = store.execute(sql.granted(), [d, lease.token], key=lease.key)[1]
             depth = int(rows[0][2]) if rows else 0
             if depth < 2:
                 break
 
             def unwound(depth: int = depth) -> Result | None:
-                now = self.execute(sql.granted(), [d, lease.token], key=lease.key)[1]
+                now = store.execute(sql.granted(), [d, lease.token], key=lease.key)[1]
                 return (1, []) if now and int(now[0][2]) == depth - 1 else None
 
-            if self.execute(sql.unwind(), [d, lease.token, depth], key=lease.key, settled=unwound)[
+            if store.execute(sql.unwind(), [d, lease.token, depth], key=lease.key, settled=unwound)[
                 0
             ]:
                 return
         # Not held any more: clear our own expired row, which nobody else may touch.
-        self.execute(sql.forget(), [d, lease.token], key=lease.key)
+        store.execute(sql.forget(), [d, lease.token], key=lease.key)
         raise lease.mark_lost("it expired or was taken over before release")
 
     def extend(self, lease: Lease, ttl: float) -> None:
@@ -113,12 +166,13 @@ class DatabaseBackend(DatabaseStore):
         guarded ``UPDATE`` that returns the new expiry where ``UPDATE … RETURNING``
         exists (MariaDB reads it after)."""
         d = digest(lease.key)
-        sql = self.dialect
-        count, rows = self.execute(sql.extend(), [sql.seconds(ttl), d, lease.token], key=lease.key)
+        store = self.store
+        sql = store.dialect
+        count, rows = store.execute(sql.extend(), [sql.seconds(ttl), d, lease.token], key=lease.key)
         if not (rows if sql.update_returning else count):
             raise lease.mark_lost("it expired or was taken over before it was extended")
         if not sql.update_returning:
-            rows = self.execute(sql.extended(), [d, lease.token], key=lease.key)[1]
+            rows = store.execute(sql.extended(), [d, lease.token], key=lease.key)[1]
             if not rows:
                 raise lease.mark_lost("it expired or was taken over right after it was extended")
         lease.expires_at = sql.to_datetime(rows[0][0])
@@ -127,10 +181,13 @@ class DatabaseBackend(DatabaseStore):
         """Return the lease ``token`` holds on ``key`` (a level deeper if ``deeper``,
         kept at least ``ttl`` more), or ``None``: one guarded ``UPDATE``."""
         d = digest(key)
-        sql = self.dialect
-        count, rows = self.execute(sql.resume(), [int(deeper), sql.seconds(ttl), d, token], key=key)
+        store = self.store
+        sql = store.dialect
+        count, rows = store.execute(
+            sql.resume(), [int(deeper), sql.seconds(ttl), d, token], key=key
+        )
         if not sql.update_returning and count:
-            rows = self.execute(sql.resumed(), [d, token], key=key)[1]
+            rows = store.execute(sql.resumed(), [d, token], key=key)[1]
         if not rows:
             return None
         owner, fence, expires_at, depth = rows[0]
@@ -157,17 +214,18 @@ class DatabaseBackend(DatabaseStore):
         then read again, and refused.
         """
         d = digest(key)
-        sql = self.dialect
+        store = self.store
+        sql = store.dialect
         token = new_token()
         seconds = sql.seconds(ttl)
 
         def settled() -> Result | None:  # a lost reply: did our grant commit?
-            mine = self.execute(sql.granted(), [d, token], key=key)[1]
+            mine = store.execute(sql.granted(), [d, token], key=key)[1]
             return (1, mine) if mine else None
 
-        self.refuse_exhausted_fence(key)
+        store.refuse_exhausted_fence(key)
         for _ in range(10):
-            rows = self.execute(sql.holding(), [d], key=key)[1]
+            rows = store.execute(sql.holding(), [d], key=key)[1]
             if rows:
                 old_token, old_owner, expires_at, fence, since, now = rows[0]
                 previous = self.make_holder(
@@ -176,21 +234,21 @@ class DatabaseBackend(DatabaseStore):
                 if if_fence is not None and previous.fence != if_fence:
                     remaining = (previous.expires_at - sql.to_datetime(now)).total_seconds()
                     raise self.takeover_refused(key, if_fence, previous, remaining)
-                count, granted = self.execute(
+                count, granted = store.execute(
                     sql.seize(),
                     [*sql.guard_params(key, None), owner, token, d, seconds, d, old_token],
                     key=key,
                     settled=settled,
                 )
                 if count and not sql.update_returning:
-                    granted = self.execute(sql.granted(), [d, token], key=key)[1]
+                    granted = store.execute(sql.granted(), [d, token], key=key)[1]
             else:
                 if if_fence is not None:
                     raise self.takeover_refused(key, if_fence, None, None)
                 previous = None
-                self.execute(sql.purge_expired_of_key(), [d], key=key)
-                content_type_id, object_id = self.object_of(key)
-                granted = self.execute(
+                store.execute(sql.purge_expired_of_key(), [d], key=key)
+                content_type_id, object_id = store.object_of(key)
+                granted = store.execute(
                     sql.grant_over_queue(),
                     [
                         *sql.guard_params(key, None),
@@ -224,24 +282,26 @@ class DatabaseBackend(DatabaseStore):
         """Return why this backend cannot hold a key for a transaction on ``database``
         (not PostgreSQL, not the lock table's database, or not where the routers send
         writes), or ``None`` (see :mod:`.transaction`)."""
-        return transaction.refusal(self, database)
+        return transaction.refusal(self.store, database)
 
     def hold_for_transaction(
         self, key: str, *, timeout: float | None, lease: Lease | None = None
     ) -> TransactionHold:
         """Hold ``key`` for the transaction open on the backend's database until it
         ends (see :mod:`.transaction`)."""
-        return transaction.hold_for_transaction(self, key, timeout=timeout, lease=lease)
+        return transaction.hold_for_transaction(self.store, key, timeout=timeout, lease=lease)
 
     def holder(self, key: str) -> Holder | None:
         """Return the live ``using`` claim's owner, expiry and fence, or ``None``."""
-        found = self.holder_and_remaining(key)
+        found = self.store.holder_and_remaining(key)
         return None if found is None else found[0]
 
     def is_held(self, lease: Lease) -> bool:
         """Return whether the lease's token still holds a live ``using`` claim."""
         return bool(
-            self.execute(self.dialect.granted(), [digest(lease.key), lease.token], key=lease.key)[1]
+            self.store.execute(
+                self.store.dialect.granted(), [digest(lease.key), lease.token], key=lease.key
+            )[1]
         )
 
     def sweep(
@@ -260,11 +320,12 @@ class DatabaseBackend(DatabaseStore):
         deletes nothing: a short batch may just have met claims renewed while it ran
         (kept, so not counted), with more expired after.
         """
-        sql = self.dialect
+        store = self.store
+        sql = store.dialect
         if dry_run:
             if removed is None:
-                return int(self.execute(sql.count_expired(), [], prepare=False)[1][0][0])
-            keys = self.execute(sql.expired_keys(), [], prepare=False)[1]
+                return int(store.execute(sql.count_expired(), [], prepare=False)[1][0][0])
+            keys = store.execute(sql.expired_keys(), [], prepare=False)[1]
             for (key,) in keys:
                 removed(key)
             return len(keys)
@@ -272,11 +333,11 @@ class DatabaseBackend(DatabaseStore):
         windows = sql.sweep_windows(returning=removed is not None)
         if windows is not None:
             probe, window = windows
-            run = functools.partial(self.execute, prepare=False)
+            run = functools.partial(store.execute, prepare=False)
             total += sweep_windows(run, probe, window, batch_size, removed)
         for statement in sql.sweep_batches(returning=removed is not None):
             while True:
-                deleted, rows = self.execute(statement, [batch_size], prepare=False)
+                deleted, rows = store.execute(statement, [batch_size], prepare=False)
                 if removed is not None:
                     deleted = len(rows)
                     for (key,) in rows:
@@ -291,7 +352,7 @@ class DatabaseBackend(DatabaseStore):
         occupation = apps.get_model("occupy", "Occupation")
         rows = (
             occupation._default_manager.using(self.database)
-            .filter(expires_at__gt=self.now(), expires_at__lte=self.farthest())
+            .filter(expires_at__gt=self.store.now(), expires_at__lte=self.store.farthest())
             .order_by("key", "id")
             .values_list("key", "owner", "state", "created_at", "expires_at", "fence")
         )
@@ -299,4 +360,4 @@ class DatabaseBackend(DatabaseStore):
             for key, owner, state, since, expires_at, fence in rows.iterator():
                 yield Claim(key, owner, state, since, expires_at, fence)
         except DatabaseError as e:
-            raise self.statements.failure(None, e) from e
+            raise self.store.statements.failure(None, e) from e

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from django.core.checks import CheckMessage, Warning
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from occupy.backends.db.dialects import TABLE
 from occupy.backends.options import where
 
-__all__ = ["migrate_hint", "migration_recorded", "no_database", "occupation_table_warnings"]
+__all__ = [
+    "database_errors",
+    "migrate_hint",
+    "migration_recorded",
+    "no_database",
+    "occupation_table_warnings",
+]
 
 
 def no_database(alias: str, database: str) -> str:
@@ -18,6 +27,22 @@ def no_database(alias: str, database: str) -> str:
         f"occupy backend {alias!r} uses database {database!r}, which is not in "
         f"settings.DATABASES ({sorted(connections.settings)})."
     )
+
+
+def database_errors(alias: str, params: Mapping[str, Any]) -> list[CheckMessage]:
+    """Return ``occupy.E003`` when ``OPTIONS["DATABASE"]`` of ``params`` (backend
+    ``alias``'s configuration) is not in ``settings.DATABASES``."""
+    database = (params.get("OPTIONS") or {}).get("DATABASE", "default")
+    if not isinstance(database, str) or database in connections.settings:
+        return []
+    return [
+        Error(
+            no_database(alias, database),
+            hint=f"Set OPTIONS['DATABASE'] to one of {sorted(connections.settings)}.",
+            obj=where(alias),
+            id="occupy.E003",
+        )
+    ]
 
 
 def migration_recorded(connection: BaseDatabaseWrapper) -> bool:

@@ -1,92 +1,70 @@
-"""What :class:`~occupy.backends.db.DatabaseBackend` and its attempts share:
-:class:`DatabaseStore`, the backend's configuration, its own connections and the
-statements it runs on them (:mod:`.statements`), its dialect, the wake-ups it listens
-for, the store's clock as ORM expressions, and the errors about a key's fence. The
-protocol itself is in :mod:`.backend` and :mod:`.attempt`."""
+"""What :class:`~occupy.backends.db.DatabaseBackend` and its attempts share, held by the
+backend rather than inherited: :class:`DatabaseStore`, the backend's configuration, its
+own connections and the statements it runs on them (:mod:`.statements`), its dialect,
+the wake-ups it listens for, the store's clock as ORM expressions, and the errors about
+a key's fence; and the backend's options. The protocol itself is in :mod:`.backend`
+and :mod:`.attempt`, which both use the store."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
-from django.core.checks import CheckMessage, Error
 from django.core.exceptions import FieldError
 from django.db import DatabaseError, connections, router, transaction
 from django.db.models.expressions import RawSQL
 
-from occupy.backends.base import BaseBackend
 from occupy.backends.claims import digest
-from occupy.backends.db.checks import no_database, occupation_table_warnings
+from occupy.backends.db.checks import no_database
 from occupy.backends.db.connections import OwnConnections, borrowing
 from occupy.backends.db.dialects import TABLE, Dialect, dialect_for
 from occupy.backends.db.rows import farthest_expiry, store_now
 from occupy.backends.db.statements import Result, Statements
-from occupy.backends.options import Option, where
+from occupy.backends.options import Option
+from occupy.backends.outcomes import make_holder
 from occupy.exceptions import InvalidBackendError, StoreUnavailable
 from occupy.keys import ObjectKey, parse_object_key
 from occupy.leases import Holder
 from occupy.validation import MAX_FENCE
 
-__all__ = ["DatabaseStore"]
+if TYPE_CHECKING:
+    from occupy.backends.base import BaseBackend
+
+__all__ = ["OPTIONS", "DatabaseStore"]
+
+#: The database backend's ``OPTIONS``.
+OPTIONS = {
+    "DATABASE": Option(str, "default", "the database alias"),
+    "POLL_INTERVAL": Option(
+        float, 0.02, "longest pause between two tries near the head of a queue", positive=True
+    ),
+    "PENDING_TTL": Option(
+        float, 10, "how long a waiter's queued claim outlives its last heartbeat", positive=True
+    ),
+    "PREPARE": Option(bool, True, "PostgreSQL with psycopg 3: prepare the statements"),
+}
 
 
-class DatabaseStore(BaseBackend):
+class DatabaseStore:
     """Claims as ``Occupation`` rows in a Django database; see
-    :class:`~occupy.backends.db.DatabaseBackend`."""
+    :class:`~occupy.backends.db.DatabaseBackend`. ``backend`` is the backend that holds
+    it (its errors name it), ``options`` that backend's options, checked; raise
+    ``InvalidBackendError`` when ``DATABASE`` is not in ``settings.DATABASES``."""
 
-    options_schema = {
-        "DATABASE": Option(str, "default", "the database alias"),
-        "POLL_INTERVAL": Option(
-            float, 0.02, "longest pause between two tries near the head of a queue", positive=True
-        ),
-        "PENDING_TTL": Option(
-            float, 10, "how long a waiter's queued claim outlives its last heartbeat", positive=True
-        ),
-        "PREPARE": Option(bool, True, "PostgreSQL with psycopg 3: prepare the statements"),
-    }
-
-    expires_by_itself = False
-
-    def __init__(self, alias: str, params: Mapping[str, Any]) -> None:
-        super().__init__(alias, params)
-        self.database: str = self.options["DATABASE"]
+    def __init__(self, backend: BaseBackend, options: Mapping[str, Any]) -> None:
+        self.backend = backend
+        self.alias = backend.alias
+        self.database: str = options["DATABASE"]
         if self.database not in connections.settings:
-            raise InvalidBackendError(no_database(alias, self.database))
-        self.poll_interval = float(self.options["POLL_INTERVAL"])
-        self.pending_ttl = float(self.options["PENDING_TTL"])
-        self.prepare: bool = self.options["PREPARE"]
+            raise InvalidBackendError(no_database(self.alias, self.database))
+        self.poll_interval = float(options["POLL_INTERVAL"])
+        self.pending_ttl = float(options["PENDING_TTL"])
+        self.prepare: bool = options["PREPARE"]
         #: Per thread: ``stale_channel``, the channel a granted claim listened on.
         self._local = threading.local()
-
-    @classmethod
-    def check(cls, alias: str, params: Mapping[str, Any]) -> list[CheckMessage]:
-        """Add ``occupy.E003``: ``OPTIONS["DATABASE"]`` is not in ``settings.DATABASES``."""
-        messages = super().check(alias, params)
-        database = (params.get("OPTIONS") or {}).get("DATABASE", "default")
-        if isinstance(database, str) and database not in connections.settings:
-            messages.append(
-                Error(
-                    no_database(alias, database),
-                    hint=f"Set OPTIONS['DATABASE'] to one of {sorted(connections.settings)}.",
-                    obj=where(alias),
-                    id="occupy.E003",
-                )
-            )
-        return messages
-
-    def check_store(self, databases: Collection[str]) -> list[CheckMessage]:
-        """Add ``occupy.W001`` (the claims table is missing though occupy's migration is
-        recorded as applied), ``occupy.W006`` (occupy's migration was never applied) and
-        ``occupy.W007`` (the database cannot be reached): ``check --database``."""
-        if self.database not in databases:
-            return []
-        try:
-            return occupation_table_warnings(self.alias, self.database)
-        except DatabaseError as e:
-            return [self.unreachable_store(e)]
 
     # --- the parts ----------------------------------------------------------------------
     @cached_property
@@ -108,7 +86,7 @@ class DatabaseStore(BaseBackend):
     @cached_property
     def statements(self) -> Statements:
         """Return what runs the backend's statements (see :mod:`.statements`)."""
-        return Statements(self, self.database, self.dialect, self.own_connections)
+        return Statements(self.backend, self.database, self.dialect, self.own_connections)
 
     def execute(
         self,
@@ -143,8 +121,35 @@ class DatabaseStore(BaseBackend):
             self._local.stale_channel = None
             self.execute(self.dialect.unlisten(channel), [])
 
+    def listen(self, channel: str, *, key: str, bound: float | None) -> Any:
+        """Listen on ``channel`` on this thread's connection (for a queued claim of
+        ``key``, within ``bound`` seconds); return the driver connection that listens: a
+        new connection must listen again (see :meth:`await_wake`)."""
+        self.execute(self.dialect.listen(channel), [], key=key, bound=bound)
+        return self.own_connections.get().wrapper.connection
+
+    def await_wake(
+        self, channel: str, listener: Any, seconds: float, *, key: str, bound: float | None
+    ) -> Any:
+        """Wait at most ``seconds`` for a wake-up on ``channel``, listening again first
+        if this thread's driver connection is not ``listener`` (it dropped and was made
+        anew); return the driver connection that listens."""
+        own = self.own_connections.get()
+        if own.wrapper.connection is not listener:
+            listener = self.listen(channel, key=key, bound=bound)
+        self.dialect.await_wake(own, channel, seconds)
+        return listener
+
+    def locked_by_another(self, error: StoreUnavailable) -> bool:
+        """Return whether ``error`` is SQLite's write lock held by another writer for the
+        statement's whole busy wait (the caller's own transaction is an error of its
+        own, which says so)."""
+        return self.dialect.is_busy(error.__cause__) and not self.dialect.caller_transaction(
+            self.database
+        )
+
     def close(self) -> None:
-        """Close the connections this backend opened in this process, in every thread."""
+        """Close the connections the store opened in this process, in every thread."""
         own = self.__dict__.get("own_connections")  # made on first use only
         if own is not None:
             own.close()
@@ -189,9 +194,9 @@ class DatabaseStore(BaseBackend):
         owner, expires_at, fence, since, now = rows[0]
         expires = sql.to_datetime(expires_at)
         remaining = (expires - sql.to_datetime(now)).total_seconds()
-        return self.make_holder(owner, expires, fence, sql.to_datetime(since)), remaining
+        return make_holder(owner, expires, fence, sql.to_datetime(since)), remaining
 
-    def describe_store(self) -> str:
+    def describe(self) -> str:
         """Return the database, its vendor and where it is."""
         settings_dict = connections.settings[self.database]
         host = settings_dict.get("HOST") or "localhost"
@@ -202,13 +207,6 @@ class DatabaseStore(BaseBackend):
             else f"{settings_dict.get('NAME')!r} at {host}{port}"
         )
         return f"database {self.database!r} ({self.dialect.vendor}, {where_})"
-
-    def store_fix(self) -> str:
-        """Return what to check when the database cannot be used."""
-        return (
-            f"check that the database server answers and that settings.DATABASES"
-            f"[{self.database!r}] is right"
-        )
 
     def now(self) -> RawSQL:
         """Return the store's now as an ORM expression (see :func:`.rows.store_now`)."""

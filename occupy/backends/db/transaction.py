@@ -60,30 +60,30 @@ __all__ = ["hold_for_transaction", "refusal"]
 LONGEST_PAUSE = 1.0
 
 
-def refusal(backend: DatabaseStore, database: str | None = None) -> str | None:
-    """Return why ``backend`` cannot hold a key for a transaction (on ``database``, the
-    alias the caller's writes go to, if given), or ``None``."""
-    if not backend.dialect.holds_for_transaction:
+def refusal(store: DatabaseStore, database: str | None = None) -> str | None:
+    """Return why the backend that holds ``store`` cannot hold a key for a transaction
+    (on ``database``, the alias the caller's writes go to, if given), or ``None``."""
+    if not store.dialect.holds_for_transaction:
         return (
-            f"occupy backend {backend.alias!r} keeps its claims in {backend.describe_store()}: "
+            f"occupy backend {store.alias!r} keeps its claims in {store.describe()}: "
             "a key is held for a transaction only on PostgreSQL, whose transaction-scoped "
             "advisory locks end with the transaction on its own connection (MariaDB's "
             "GET_LOCK belongs to the session, not the transaction; SQLite has one write "
             "lock per file). Take a lease instead: occupy.lock(key) without scope."
         )
-    if database is not None and database != backend.database:
+    if database is not None and database != store.database:
         return (
-            f"occupy backend {backend.alias!r} keeps its claims in database "
-            f"{backend.database!r}, not in {database!r}: a lock held by a transaction on "
-            f"{database!r} would not exclude the leases of {backend.database!r}."
+            f"occupy backend {store.alias!r} keeps its claims in database "
+            f"{store.database!r}, not in {database!r}: a lock held by a transaction on "
+            f"{database!r} would not exclude the leases of {store.database!r}."
         )
     writes_to = _routed_writes()
-    if writes_to is not None and writes_to != backend.database:
+    if writes_to is not None and writes_to != store.database:
         return (
-            f"occupy backend {backend.alias!r} keeps its claims in database "
-            f"{backend.database!r}, but the database routers send writes to {writes_to!r}: "
-            f"{backend.database!r} is a replica for them, where a lock excludes nobody. "
-            f"Set OPTIONS['DATABASE'] of backend {backend.alias!r} to {writes_to!r}."
+            f"occupy backend {store.alias!r} keeps its claims in database "
+            f"{store.database!r}, but the database routers send writes to {writes_to!r}: "
+            f"{store.database!r} is a replica for them, where a lock excludes nobody. "
+            f"Set OPTIONS['DATABASE'] of backend {store.alias!r} to {writes_to!r}."
         )
     return None
 
@@ -101,9 +101,10 @@ def _routed_writes() -> str | None:
 
 
 def hold_for_transaction(
-    backend: DatabaseStore, key: str, *, timeout: float | None, lease: Lease | None = None
+    store: DatabaseStore, key: str, *, timeout: float | None, lease: Lease | None = None
 ) -> TransactionHold:
-    """Hold ``key`` for the transaction open on the backend's database, until it ends.
+    """Hold ``key`` for the transaction open on the database of ``store`` (the
+    backend's), until it ends.
 
     ``timeout`` bounds the wait for another transaction or a lease (``0``: none,
     ``None``: for ever): raise :class:`~occupy.Occupied` or :class:`~occupy.LockTimeout`.
@@ -111,10 +112,10 @@ def hold_for_transaction(
     transaction only while that lease is the key's live one, else
     :class:`~occupy.LeaseLost`.
     """
-    why = refusal(backend)
+    why = refusal(store)
     if why is not None:
         raise TransactionLockRefused(why, key=key)
-    database = backend.database
+    database = store.database
     connection = connections[database]
     if not connection.in_atomic_block:
         raise TransactionLockRefused(
@@ -123,16 +124,16 @@ def hold_for_transaction(
             f"transaction.atomic(using={database!r}).",
             key=key,
         )
-    sql = backend.dialect
+    sql = store.dialect
     deadline = None if timeout is None else time.monotonic() + timeout
     ident, slot = sql.tx_id(key), digest(key)
-    pause = backend.poll_interval
+    pause = store.poll_interval
     wait = False
-    at_once = _holds_at_once(backend, connection)
+    at_once = _holds_at_once(store, connection)
     while True:
         left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         if at_once and not wait:
-            why = _hold_at_once(backend, connection, key, [slot, ident, lease and lease.token])
+            why = _hold_at_once(store, connection, key, [slot, ident, lease and lease.token])
         else:
             take = (sql.tx_wait(), [sql.tx_bound(left), ident]) if wait else (sql.tx_try(), [ident])
             check = (
@@ -140,9 +141,9 @@ def hold_for_transaction(
                 if lease is None
                 else (sql.tx_own_lease(), [slot, lease.token])
             )
-            why = _run(backend, connection, key, [take, check])
+            why = _run(store, connection, key, [take, check])
         if why is None:
-            return TransactionHold(key=key, alias=backend.alias, database=database)
+            return TransactionHold(key=key, alias=store.alias, database=database)
         if why == "isolation":
             raise TransactionLockRefused(
                 f"occupy.lock({key!r}, scope='transaction') was refused: the transaction on "
@@ -176,7 +177,7 @@ def hold_for_transaction(
             raise occupied(key, None, None, waited=timeout or None)
         # A lease holds the key.
         if timeout == 0 or out_of_time:
-            found = backend.holder_and_remaining(key)
+            found = store.holder_and_remaining(key)
             holder, remaining = (None, None) if found is None else found
             raise occupied(key, holder, remaining, waited=timeout or None)
         left = None if deadline is None else deadline - time.monotonic()
@@ -187,7 +188,7 @@ def hold_for_transaction(
 
 
 def _run(
-    backend: DatabaseStore,
+    store: DatabaseStore,
     connection: BaseDatabaseWrapper,
     key: str,
     statements: list[tuple[str, list[Any]]],
@@ -195,7 +196,7 @@ def _run(
     """Run ``statements`` in the savepoint, as one query where the driver can send
     several (client-side binding), else one by one; return ``None`` when they passed
     (the savepoint released), else why not (it rolled back)."""
-    sql = backend.dialect
+    sql = store.dialect
     savepoint = sql.tx_savepoint()
     parts: list[tuple[str, list[Any]]] = [(f"SAVEPOINT {savepoint}", [])]
     parts += statements
@@ -217,11 +218,11 @@ def _run(
                 cursor.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
                 cursor.execute(f"RELEASE SAVEPOINT {savepoint}")
         except DatabaseError as failed:
-            raise backend.statements.failure(key, failed) from e
+            raise store.statements.failure(key, failed) from e
         if why == "capacity":
-            raise _lock_table_full(backend, key) from e
+            raise _lock_table_full(store, key) from e
         if why is None:
-            raise backend.statements.failure(key, e) from e
+            raise store.statements.failure(key, e) from e
         return why
     return None
 
@@ -234,22 +235,22 @@ def _sends_several(connection: BaseDatabaseWrapper) -> bool:
     return not options.get("server_side_binding")
 
 
-def _lock_table_full(backend: DatabaseStore, key: str) -> StoreUnavailable:
+def _lock_table_full(store: DatabaseStore, key: str) -> StoreUnavailable:
     """Return the error for a server whose shared lock table is full."""
     return StoreUnavailable(
         f"occupy could not hold {key!r} for the transaction on database "
-        f"{backend.database!r}: the server's lock table is full (out of shared "
+        f"{store.database!r}: the server's lock table is full (out of shared "
         "memory). Each held key takes a slot of it until its transaction ends; "
         "the server has max_locks_per_transaction x (max_connections + "
         "max_prepared_transactions) slots in all. Hold fewer keys per transaction, "
         "or raise max_locks_per_transaction (a server restart).",
         key=key,
-        backend=backend.alias,
+        backend=store.alias,
     )
 
 
 def _hold_at_once(
-    backend: DatabaseStore, connection: BaseDatabaseWrapper, key: str, params: list[Any]
+    store: DatabaseStore, connection: BaseDatabaseWrapper, key: str, params: list[Any]
 ) -> str | None:
     """Hold ``key`` if it is free now, in one statement (the ``occupy_hold`` function of
     migration 0001, which gives the lock back itself when a lease holds the key), given
@@ -258,14 +259,14 @@ def _hold_at_once(
     a refusal: only a failure of the statement itself (a lost connection) raises."""
     try:
         with connection.cursor() as cursor:
-            cursor.execute(backend.dialect.tx_hold(), params)
+            cursor.execute(store.dialect.tx_hold(), params)
             (why,) = cursor.fetchone()
     except DatabaseError as e:
-        raise backend.statements.failure(key, e) from e
+        raise store.statements.failure(key, e) from e
     if why == "ok":
         return None
     if why == "capacity":
-        raise _lock_table_full(backend, key)
+        raise _lock_table_full(store, key)
     return str(why)
 
 
@@ -273,7 +274,7 @@ def _hold_at_once(
 _AT_ONCE: dict[tuple[str, Any, Any, Any], bool] = {}
 
 
-def _holds_at_once(backend: DatabaseStore, connection: BaseDatabaseWrapper) -> bool:
+def _holds_at_once(store: DatabaseStore, connection: BaseDatabaseWrapper) -> bool:
     """Return whether the database has the ``occupy_hold`` function (its migration is
     applied there); without it, a free key is held by the statements of the savepoint
     path. The look-up cannot fail, so it may run in the caller's transaction."""
@@ -283,9 +284,9 @@ def _holds_at_once(backend: DatabaseStore, connection: BaseDatabaseWrapper) -> b
     if found is None:
         try:
             with connection.cursor() as cursor:
-                cursor.execute(backend.dialect.tx_has_hold())
+                cursor.execute(store.dialect.tx_has_hold())
                 found = bool(cursor.fetchone()[0])
         except DatabaseError as e:
-            raise backend.statements.failure("", e) from e
+            raise store.statements.failure("", e) from e
         _AT_ONCE[where] = found
     return found
