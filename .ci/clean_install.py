@@ -21,10 +21,10 @@ does not query the index again), a project made by
   how-to's view answers with an ``ETag``, 412 for a stale ``If-Match`` and 200 for the
   current one (``drf``); a Celery worker started with the project's
   ``app.autodiscover_tasks()``, on RabbitMQ, runs one ``OccupyTask`` under its lease
-  (``celery``); a task of Django's tasks framework runs
-  under its lease, on Django 6.1 with only the ``tasks`` extra and on 5.2 with the
-  backport (``tasks``); the etcd backend passes ``check`` (its how-to needs a cluster,
-  which the suite's etcd tests start).
+  (``celery``); a task of Django's tasks framework runs under its lease, on 5.2 with
+  the backport (``tasks``), on 6.1 with Django's own both with the ``tasks`` extra and
+  with none (``none``: the how-to says Django 6 needs no extra); the etcd backend
+  passes ``check`` (its how-to needs a cluster, which the suite's etcd tests start).
 
 Servers: PostgreSQL, Redis and RabbitMQ on 127.0.0.1, as CI has them. Exit status 1 if
 any cell failed; each failed cell's log is printed. README.md and docs/development.md

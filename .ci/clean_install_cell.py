@@ -22,7 +22,8 @@ CELL = os.environ.get("CLEAN_CELL", "cell")
 DJANGO_6 = importlib.util.find_spec("django.tasks") is not None
 FRAMEWORK = "django.tasks" if DJANGO_6 else "django_tasks"
 
-#: The public modules the docs name, and the extra each needs (None: none).
+#: The public modules the docs name (``module:name``: a name loaded on first use), and
+#: the extra each needs (None: none).
 PUBLIC = {
     "occupy": None,
     "occupy.models": None,
@@ -44,6 +45,7 @@ PUBLIC = {
     "occupy.taskcore": None,
     "occupy.django_tasks": None,
     "occupy.django_tasks.base": None if DJANGO_6 else "tasks",
+    "occupy.django_tasks:task": None if DJANGO_6 else "tasks",  # the how-to's import
     "occupy.backends.redis": "redis",
     "occupy.backends.etcd": "etcd",
     "occupy.celery": "celery",
@@ -53,10 +55,10 @@ PUBLIC = {
     "occupy.rest_framework.schema": "drf",
 }
 
+#: The settings each how-to adds (``"shop"``, the project's app for the how-to's files,
+#: is added by setup() when there are any).
 SETTINGS = {
-    "none": """
-INSTALLED_APPS += ["shop"]
-""",
+    "none": "",
     "telemetry": "",
     "redis": """
 CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache",
@@ -79,20 +81,22 @@ DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "occ
                          "USER": "postgres", "HOST": "127.0.0.1", "PORT": 5432}}
 """,
     "drf": """
-INSTALLED_APPS += ["rest_framework", "drf_spectacular", "shop"]
+INSTALLED_APPS += ["rest_framework", "drf_spectacular"]
 REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
 """,
     "celery": """
-INSTALLED_APPS += ["shop"]
 CELERY_BROKER_URL = "amqp://guest:guest@127.0.0.1:5672//"
 CELERY_TASK_DEFAULT_QUEUE = "occupy-clean-{cell}"
 CELERY_TASK_IGNORE_RESULT = True
 """,
-    "tasks": """
-INSTALLED_APPS += ["shop"{backport}]
-TASKS = {{"default": {{"BACKEND": "{framework}.backends.immediate.ImmediateBackend"}}}}
-""",
+    "tasks": ("" if DJANGO_6 else 'INSTALLED_APPS += ["django_tasks"]\n')
+    + f'TASKS = {{"default": {{"BACKEND": "{FRAMEWORK}.backends.immediate.ImmediateBackend"}}}}\n',
 }
+
+#: The how-tos a cell runs beyond its extra's own. Django 6's tasks framework needs no
+#: extra ("install occupy alone", docs/howto/django-tasks.md), so there the cell without
+#: one also runs the tasks how-to, on django.tasks with no backport installed.
+ALSO = {"none": ["tasks"]} if DJANGO_6 else {}
 
 #: The project's files each how-to adds (relative to the project).
 FILES = {
@@ -217,18 +221,23 @@ def build_report(account_id: int) -> list:
 }
 
 
+def howtos(extra: str) -> list[str]:
+    """Return the how-tos the cell of ``extra`` runs."""
+    return [extra, *ALSO.get(extra, [])]
+
+
 def setup(extra: str) -> None:
-    """Add ``"occupy"`` and the extra's settings and files to the project."""
+    """Add ``"occupy"`` and the settings and files of the cell's how-tos to the project."""
     settings = Path("proj/settings.py")
     text = settings.read_text().replace(
         "INSTALLED_APPS = [", 'INSTALLED_APPS = [\n    "occupy",', 1
     )
-    backport = ', "django_tasks"' if not DJANGO_6 else ""
-    add = SETTINGS[extra].replace("{cell}", CELL)
-    if extra == "tasks":
-        add = SETTINGS[extra].format(backport=backport, framework=FRAMEWORK)
-    settings.write_text(text + add)
-    for name, content in FILES.get(extra, {}).items():
+    text += "".join(SETTINGS[howto] for howto in howtos(extra)).replace("{cell}", CELL)
+    files = {name: body for howto in howtos(extra) for name, body in FILES.get(howto, {}).items()}
+    if any(name.startswith("shop/") for name in files):
+        text += 'INSTALLED_APPS += ["shop"]\n'
+    settings.write_text(text)
+    for name, content in files.items():
         path = Path(name)
         path.parent.mkdir(exist_ok=True)
         path.write_text(content.lstrip())
@@ -236,14 +245,17 @@ def setup(extra: str) -> None:
 
 def check_imports(extra: str) -> None:
     """Import every public module: it imports, or names the extra it needs."""
-    for module, needs in PUBLIC.items():
+    for public, needs in PUBLIC.items():
+        module, _, name = public.partition(":")
         try:
-            importlib.import_module(module)
+            imported = importlib.import_module(module)
+            if name:
+                getattr(imported, name)
         except Exception as e:
             if needs is None or needs == extra or f"django-occupy[{needs}]" not in str(e):
-                raise AssertionError(f"import {module}: {type(e).__name__}: {e}") from e
+                raise AssertionError(f"import {public}: {type(e).__name__}: {e}") from e
         else:
-            assert needs in (None, extra), f"{module} imported without the {needs} extra"
+            assert needs in (None, extra), f"{public} imported without the {needs} extra"
 
 
 def run(extra: str) -> None:
@@ -259,7 +271,8 @@ def run(extra: str) -> None:
     if extra in ("drf", "none"):
         call_command("makemigrations", "shop", verbosity=0)
     call_command("migrate", verbosity=0)
-    HOWTOS.get(extra, _lock)(extra)
+    for howto in howtos(extra):
+        HOWTOS.get(howto, _lock)(extra)
     print(f"{CELL}: ok")
 
 
@@ -371,6 +384,8 @@ def _tasks(extra: str) -> None:
 
     import occupy
 
+    framework = importlib.import_module(f"{FRAMEWORK}.base")
+    assert isinstance(build_report, framework.Task), type(build_report).__mro__
     result = build_report.enqueue(account_id=7)
     assert str(result.status) == "SUCCESSFUL", result.errors
     key, fence, owner = result.return_value
