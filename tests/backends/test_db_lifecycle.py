@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
@@ -26,6 +27,7 @@ from django.test import Client, override_settings
 
 import occupy
 from occupy.backends import close_connections, get_backend
+from occupy.exceptions import StoreUnavailable
 from tests.support import multiproc
 from tests.support.aliases import backend_params
 
@@ -71,6 +73,26 @@ def _wait_gone(sessions: set[int]) -> set[int]:
 def test_a_thread_that_ends_closes_its_connection(alias: str) -> None:
     sessions: list[int] = []
     thread = threading.Thread(target=lambda: sessions.append(_session_of_this_thread(alias)))
+    thread.start()
+    thread.join()
+    assert sessions
+    assert _wait_gone(set(sessions)) == set()
+
+
+def test_a_thread_whose_statement_failed_closes_its_connection(alias: str) -> None:
+    # A statement's error keeps the frames that ran it, and so their thread's
+    # connection, for as long as its traceback lives, and Django's error wrapper puts
+    # that traceback in a reference cycle (its __exit__ frame holds the error): only the
+    # garbage collector frees it. An acquire meets such an error in its normal course (a
+    # grant that loses a race for the key's slot catches an IntegrityError).
+    sessions: list[int] = []
+
+    def fail_once() -> None:
+        sessions.append(_session_of_this_thread(alias))
+        with suppress(StoreUnavailable):
+            get_backend(alias).store.execute("SELECT 1 / 0", [])
+
+    thread = threading.Thread(target=fail_once)
     thread.start()
     thread.join()
     assert sessions

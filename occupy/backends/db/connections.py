@@ -60,8 +60,15 @@ class OwnConnections:
             own = local.own = self._new()
             self._opened.add(own)
             # Closes the session when the thread ends (its locals die with it), in the
-            # process that made it only: a forked child must not end its parent's.
-            weakref.finalize(own, _close_raw, own.wrapper, own.pid)
+            # process that made it only: a forked child must not end its parent's. Tied
+            # to a token that only the thread's locals hold, not to the connection: a
+            # caught error's traceback keeps the frames that ran a statement, and with
+            # them the connection, in a reference cycle of Django's error wrapper (an
+            # acquire that loses a race for a key's slot catches an IntegrityError), so
+            # the connection itself may outlive its thread until the garbage collector
+            # runs.
+            local.ends = _ThreadEnd()
+            weakref.finalize(local.ends, _close_raw, own.wrapper, own.pid)
         wrapper = own.wrapper
         if wrapper.connection is None:
             if cutoff is not None:
@@ -130,6 +137,12 @@ class OwnConnections:
             _close_raw(own.wrapper, own.pid)
         self._opened = weakref.WeakSet()
         self._local = threading.local()
+
+
+class _ThreadEnd:
+    """Dies when its thread ends: only that thread's locals hold one."""
+
+    __slots__ = ("__weakref__",)
 
 
 @contextmanager
