@@ -17,7 +17,7 @@ from occupy.backends import get_backend
 from occupy.exceptions import LeaseLost
 from occupy.testing import MemoryBackend, clock
 from tests.support.claims import drop_claim
-from tests.support.waiting import watch_waiters
+from tests.support.waiting import wait_until, watch_waiters
 
 
 def pass_time(alias: str, seconds: float) -> None:
@@ -310,13 +310,35 @@ def test_lock_many_takes_all_or_nothing(alias: str) -> None:
     assert occupy.holder("k:1", backend=alias) is None
 
 
-def test_renew_keeps_the_lease_alive(alias: str) -> None:
+def test_renew_keeps_the_lease_alive(alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # A ttl with room for a renewal (every ttl / 3) late by a loaded machine's second.
     with occupy.lock("book:1", ttl=1.5, renew=True, backend=alias) as lease:
-        time.sleep(3.5)  # more than twice the ttl
+        granted = time.monotonic()
+        renewals = _count_renewals(lease, monkeypatch)
+        # Renewed three times (due every ttl / 3) and past the grant's own expiry: held
+        # by the renewals alone.
+        wait_until(
+            lambda: len(renewals) >= 3 and time.monotonic() - granted > lease.ttl,
+            what="three renewals, past the grant's own ttl",
+        )
         lease.ensure_held()
         assert occupy.holder("book:1", backend=alias).owner == lease.owner
     assert occupy.holder("book:1", backend=alias) is None
+
+
+def _count_renewals(lease: occupy.Lease, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Return the list to which each extend of ``lease``'s backend (the watchdog's
+    renewals) appends its ttl once the store has taken it."""
+    backend = lease.backend
+    extend = backend.extend
+    renewals: list[float] = []
+
+    def counted(lease: occupy.Lease, ttl: float) -> None:
+        extend(lease, ttl)
+        renewals.append(ttl)
+
+    monkeypatch.setattr(backend, "extend", counted)
+    return renewals
 
 
 def test_renew_marks_the_lease_lost_when_taken_behind_its_back(alias: str) -> None:
