@@ -441,7 +441,9 @@ def test_holder_since_is_when_the_holder_was_granted_the_key(
 @pytest.mark.parametrize(
     "forever", [1e10, 1e300, 10**400, float("inf")], ids=["1e10", "1e300", "10**400", "inf"]
 )
-def test_a_huge_timeout_waits_forever_and_grants_like_any_other(alias: str, forever: float) -> None:
+def test_a_huge_timeout_waits_forever_and_grants_like_any_other(
+    alias: str, forever: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Before, Redis and the cache raised redis-py's OverflowError from the socket's
     # timeout after the script had granted the key (an orphan held until its ttl), a
     # database arming its cut-off that far ahead killed the cut-off thread, and SQLite
@@ -450,12 +452,26 @@ def test_a_huge_timeout_waits_forever_and_grants_like_any_other(alias: str, fore
     assert occupy.holder("book:1", backend=alias).fence == lease.fence
     occupy.release(lease)
     assert occupy.holder("book:1", backend=alias) is None
-    # Held by someone else, the wait is forever: it ends when the key is released.
+    # Held by someone else, the wait is forever: it ends when the key is released (as
+    # soon as alice waits: no fixed pause).
     other = occupy.acquire("book:1", owner="bob", ttl=30, backend=alias)
-    timer = threading.Timer(0.2, occupy.release, args=[other])
-    timer.start()
+    waiting = watch_waiters(alias, monkeypatch)
+
+    errors: list[BaseException] = []
+
+    def release_once_alice_waits() -> None:
+        try:
+            waiting.wait_for(1)
+        except BaseException as e:  # reported by the test's thread
+            errors.append(e)
+        finally:  # whatever happened: the test fails, it does not hang
+            occupy.release(other)
+
+    releaser = threading.Thread(target=release_once_alice_waits)
+    releaser.start()
     lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=forever, backend=alias)
-    timer.join()
+    releaser.join()
+    assert not errors, errors
     assert lease.fence > other.fence
     occupy.release(lease)
 
