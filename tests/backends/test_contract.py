@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime, timezone
 
@@ -113,16 +114,47 @@ def test_lock_timeout_honours_the_timeout(alias: str) -> None:
     occupy.release(occupy.acquire("book:1", owner="carol", timeout=0, backend=alias))
 
 
-def test_a_waiter_gets_the_key_when_it_is_released(alias: str) -> None:
+def test_a_waiter_gets_the_key_when_it_is_released(
+    alias: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lease = occupy.acquire("book:1", owner="alice", ttl=30, backend=alias)
-    timer = threading.Timer(0.3, occupy.release, args=[lease])
-    timer.start()
-    started = time.monotonic()
+    released = _release_once_waited(alias, lease, monkeypatch)
     second = occupy.acquire("book:1", owner="bob", timeout=5, backend=alias)
-    assert 0.25 < time.monotonic() - started < 2
+    granted = time.monotonic()
+    release_began = released()
+    assert 0 < granted - release_began < 2  # after the release, not at the timeout
     assert second.fence > lease.fence
     occupy.release(second)
-    timer.join()
+
+
+def _release_once_waited(
+    alias: str, lease: occupy.Lease, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[], float]:
+    """Release ``lease`` from another thread as soon as an attempt on ``alias`` begins to
+    wait (no fixed pause). Return a function that joins that thread, fails the test if no
+    attempt waited, and returns when the release began (``time.monotonic()``)."""
+    waiting = watch_waiters(alias, monkeypatch)
+    errors: list[BaseException] = []
+    began: list[float] = []
+
+    def release_once_one_waits() -> None:
+        try:
+            waiting.wait_for(1)
+        except BaseException as e:  # reported by the test's thread
+            errors.append(e)
+        finally:  # whatever happened: the test fails, it does not hang
+            began.append(time.monotonic())
+            occupy.release(lease)
+
+    releaser = threading.Thread(target=release_once_one_waits)
+    releaser.start()
+
+    def join() -> float:
+        releaser.join(10)
+        assert not errors, errors
+        return began[0]
+
+    return join
 
 
 def test_the_same_owner_reenters(alias: str) -> None:
@@ -452,26 +484,11 @@ def test_a_huge_timeout_waits_forever_and_grants_like_any_other(
     assert occupy.holder("book:1", backend=alias).fence == lease.fence
     occupy.release(lease)
     assert occupy.holder("book:1", backend=alias) is None
-    # Held by someone else, the wait is forever: it ends when the key is released (as
-    # soon as alice waits: no fixed pause).
+    # Held by someone else, the wait is forever: it ends when the key is released.
     other = occupy.acquire("book:1", owner="bob", ttl=30, backend=alias)
-    waiting = watch_waiters(alias, monkeypatch)
-
-    errors: list[BaseException] = []
-
-    def release_once_alice_waits() -> None:
-        try:
-            waiting.wait_for(1)
-        except BaseException as e:  # reported by the test's thread
-            errors.append(e)
-        finally:  # whatever happened: the test fails, it does not hang
-            occupy.release(other)
-
-    releaser = threading.Thread(target=release_once_alice_waits)
-    releaser.start()
+    released = _release_once_waited(alias, other, monkeypatch)
     lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=forever, backend=alias)
-    releaser.join()
-    assert not errors, errors
+    released()
     assert lease.fence > other.fence
     occupy.release(lease)
 
