@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime, timezone
 
@@ -18,7 +17,7 @@ from occupy.backends import get_backend
 from occupy.exceptions import LeaseLost
 from occupy.testing import MemoryBackend, clock
 from tests.support.claims import drop_claim
-from tests.support.waiting import wait_until, watch_waiters
+from tests.support.waiting import release_once_waiting, wait_until, watch_waiters
 
 
 def pass_time(alias: str, seconds: float) -> None:
@@ -118,43 +117,13 @@ def test_a_waiter_gets_the_key_when_it_is_released(
     alias: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lease = occupy.acquire("book:1", owner="alice", ttl=30, backend=alias)
-    released = _release_once_waited(alias, lease, monkeypatch)
+    released = release_once_waiting(alias, lease, monkeypatch)
     second = occupy.acquire("book:1", owner="bob", timeout=5, backend=alias)
     granted = time.monotonic()
     release_began = released()
     assert 0 < granted - release_began < 2  # after the release, not at the timeout
     assert second.fence > lease.fence
     occupy.release(second)
-
-
-def _release_once_waited(
-    alias: str, lease: occupy.Lease, monkeypatch: pytest.MonkeyPatch
-) -> Callable[[], float]:
-    """Release ``lease`` from another thread as soon as an attempt on ``alias`` begins to
-    wait (no fixed pause). Return a function that joins that thread, fails the test if no
-    attempt waited, and returns when the release began (``time.monotonic()``)."""
-    waiting = watch_waiters(alias, monkeypatch)
-    errors: list[BaseException] = []
-    began: list[float] = []
-
-    def release_once_one_waits() -> None:
-        try:
-            waiting.wait_for(1)
-        except BaseException as e:  # reported by the test's thread
-            errors.append(e)
-        finally:  # whatever happened: the test fails, it does not hang
-            began.append(time.monotonic())
-            occupy.release(lease)
-
-    releaser = threading.Thread(target=release_once_one_waits)
-    releaser.start()
-
-    def join() -> float:
-        releaser.join(10)
-        assert not errors, errors
-        return began[0]
-
-    return join
 
 
 def test_the_same_owner_reenters(alias: str) -> None:
@@ -486,7 +455,7 @@ def test_a_huge_timeout_waits_forever_and_grants_like_any_other(
     assert occupy.holder("book:1", backend=alias) is None
     # Held by someone else, the wait is forever: it ends when the key is released.
     other = occupy.acquire("book:1", owner="bob", ttl=30, backend=alias)
-    released = _release_once_waited(alias, other, monkeypatch)
+    released = release_once_waiting(alias, other, monkeypatch)
     lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=forever, backend=alias)
     released()
     assert lease.fence > other.fence
