@@ -56,8 +56,8 @@ test: venv mysql-driver
 	    "make test-slow runs them (make test SLOW=1: everything)"; exit $$status
 
 ## test-slow: the tests marked slow (the race demo, the 100,000-row sweep, the API fuzz,
-## the admin heartbeat and takeover race, the etcd failover and Redis restart runs); CI
-## runs them after `make test`
+## the admin heartbeat and takeover race, the etcd failover and Redis restart runs, the
+## PostgreSQL wake-up soak); CI runs them after `make test`
 test-slow: venv mysql-driver
 	$(PY) -m pytest -m slow
 

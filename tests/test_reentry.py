@@ -113,7 +113,7 @@ def test_a_failed_release_leaves_nothing_held_in_process(
     _fail_next_release(monkeypatch, backend)
     with (
         pytest.raises(occupy.OccupyError, match="went away"),
-        occupy.lock("book:1", owner="worker", ttl=1, timeout=0, backend=alias) as orphan,
+        occupy.lock("book:1", owner="worker", ttl=0.5, timeout=0, backend=alias) as orphan,
     ):
         pass
     # The orphaned claim is not this thread's any more: no re-entry, no shared token.

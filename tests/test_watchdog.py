@@ -6,19 +6,19 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-import time
 
 import pytest
 
 import occupy
 from occupy import signals
 from occupy.backends import get_backend
+from occupy.watchdog import watchdog
 from tests.support.waiting import wait_until
 
 
 def test_a_dropped_lease_is_no_longer_renewed(alias: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="occupy.watchdog")
-    lease = occupy.acquire("book:1", owner="alice", ttl=0.6, renew=True, backend=alias)
+    lease = occupy.acquire("book:1", owner="alice", ttl=0.3, renew=True, backend=alias)
     del lease  # dropped without a release: nobody can release it any more
     gc.collect()
 
@@ -75,12 +75,22 @@ def test_a_release_during_a_renewal_is_not_a_lost_lease(
     caplog.set_level(logging.WARNING, logger="occupy.watchdog")
     backend = get_backend(alias)
     extend = backend.extend
-    in_flight, released = threading.Event(), threading.Event()
+    in_flight, released, handled = threading.Event(), threading.Event(), threading.Event()
 
     def extend_after_the_release(lease, ttl):
         in_flight.set()
         released.wait(5)
         return extend(lease, ttl)
+
+    renew = watchdog._renew
+
+    def renew_and_tell(lease):
+        try:
+            renew(lease)
+        finally:
+            handled.set()
+
+    monkeypatch.setattr(watchdog, "_renew", renew_and_tell)
 
     lost: list = []
     signals.lease_lost.connect(
@@ -92,7 +102,7 @@ def test_a_release_during_a_renewal_is_not_a_lost_lease(
         assert in_flight.wait(5)
         occupy.release(lease)
         released.set()
-        time.sleep(0.3)  # the extend fails and the watchdog handles it
+        assert handled.wait(5)  # the extend failed and the watchdog handled it
         assert not lease.lost
         assert lost == []
         assert "stopped renewing" not in caplog.text

@@ -23,7 +23,8 @@ from tests.testapp.models import Book, Document
 Make = Callable[..., Browser]
 #: A lease renewed only every 30 s: what the page notices sooner is not the renewal's.
 LONG_TTL = 90
-#: The page checks every 3 s (``edit_lease_check``); allow for a loaded machine.
+#: The page checks every second (the test admin's ``edit_lease_check``); allow for a
+#: loaded machine.
 NOTICED_WITHIN = 15
 #: How long a page may take to load and answer on a loaded machine.
 LOAD = 30

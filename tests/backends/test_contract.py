@@ -17,7 +17,7 @@ from occupy.backends import get_backend
 from occupy.exceptions import LeaseLost
 from occupy.testing import MemoryBackend, clock
 from tests.support.claims import drop_claim
-from tests.support.waiting import watch_waiters
+from tests.support.waiting import release_once_waiting, wait_until, watch_waiters
 
 
 def pass_time(alias: str, seconds: float) -> None:
@@ -113,16 +113,17 @@ def test_lock_timeout_honours_the_timeout(alias: str) -> None:
     occupy.release(occupy.acquire("book:1", owner="carol", timeout=0, backend=alias))
 
 
-def test_a_waiter_gets_the_key_when_it_is_released(alias: str) -> None:
+def test_a_waiter_gets_the_key_when_it_is_released(
+    alias: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lease = occupy.acquire("book:1", owner="alice", ttl=30, backend=alias)
-    timer = threading.Timer(0.3, occupy.release, args=[lease])
-    timer.start()
-    started = time.monotonic()
+    released = release_once_waiting(alias, lease, monkeypatch)
     second = occupy.acquire("book:1", owner="bob", timeout=5, backend=alias)
-    assert 0.25 < time.monotonic() - started < 2
+    granted = time.monotonic()
+    release_began = released()
+    assert 0 < granted - release_began < 2  # after the release, not at the timeout
     assert second.fence > lease.fence
     occupy.release(second)
-    timer.join()
 
 
 def test_the_same_owner_reenters(alias: str) -> None:
@@ -310,13 +311,35 @@ def test_lock_many_takes_all_or_nothing(alias: str) -> None:
     assert occupy.holder("k:1", backend=alias) is None
 
 
-def test_renew_keeps_the_lease_alive(alias: str) -> None:
+def test_renew_keeps_the_lease_alive(alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # A ttl with room for a renewal (every ttl / 3) late by a loaded machine's second.
     with occupy.lock("book:1", ttl=1.5, renew=True, backend=alias) as lease:
-        time.sleep(3.5)  # more than twice the ttl
+        granted = time.monotonic()
+        renewals = _count_renewals(lease, monkeypatch)
+        # Renewed three times (due every ttl / 3) and past the grant's own expiry: held
+        # by the renewals alone.
+        wait_until(
+            lambda: len(renewals) >= 3 and time.monotonic() - granted > lease.ttl,
+            what="three renewals, past the grant's own ttl",
+        )
         lease.ensure_held()
         assert occupy.holder("book:1", backend=alias).owner == lease.owner
     assert occupy.holder("book:1", backend=alias) is None
+
+
+def _count_renewals(lease: occupy.Lease, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Return the list to which each extend of ``lease``'s backend (the watchdog's
+    renewals) appends its ttl once the store has taken it."""
+    backend = lease.backend
+    extend = backend.extend
+    renewals: list[float] = []
+
+    def counted(lease: occupy.Lease, ttl: float) -> None:
+        extend(lease, ttl)
+        renewals.append(ttl)
+
+    monkeypatch.setattr(backend, "extend", counted)
+    return renewals
 
 
 def test_renew_marks_the_lease_lost_when_taken_behind_its_back(alias: str) -> None:
@@ -419,7 +442,9 @@ def test_holder_since_is_when_the_holder_was_granted_the_key(
 @pytest.mark.parametrize(
     "forever", [1e10, 1e300, 10**400, float("inf")], ids=["1e10", "1e300", "10**400", "inf"]
 )
-def test_a_huge_timeout_waits_forever_and_grants_like_any_other(alias: str, forever: float) -> None:
+def test_a_huge_timeout_waits_forever_and_grants_like_any_other(
+    alias: str, forever: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Before, Redis and the cache raised redis-py's OverflowError from the socket's
     # timeout after the script had granted the key (an orphan held until its ttl), a
     # database arming its cut-off that far ahead killed the cut-off thread, and SQLite
@@ -430,10 +455,9 @@ def test_a_huge_timeout_waits_forever_and_grants_like_any_other(alias: str, fore
     assert occupy.holder("book:1", backend=alias) is None
     # Held by someone else, the wait is forever: it ends when the key is released.
     other = occupy.acquire("book:1", owner="bob", ttl=30, backend=alias)
-    timer = threading.Timer(0.2, occupy.release, args=[other])
-    timer.start()
+    released = release_once_waiting(alias, other, monkeypatch)
     lease = occupy.acquire("book:1", owner="alice", ttl=30, timeout=forever, backend=alias)
-    timer.join()
+    released()
     assert lease.fence > other.fence
     occupy.release(lease)
 

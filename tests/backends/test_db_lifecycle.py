@@ -243,9 +243,11 @@ def test_threads_and_processes_leave_no_session_for_the_drop(alias: str) -> None
     before = _sessions_on_the_test_database()
     ContentType.objects.clear_cache()  # as after a test database's flush
     start = threading.Barrier(4)
+    # The processes take their locks while the threads take theirs, not after them.
+    workers = multiproc.start(_take_and_renew, [(alias, 10 + n) for n in range(2)])
     with ThreadPoolExecutor(4) as pool:
         taken = list(pool.map(lambda n: _take_and_renew(alias, n, start), range(4)))
-    taken += multiproc.run(_take_and_renew, [(alias, 10 + n) for n in range(2)])
+    taken += multiproc.collect(workers)
     assert sum(taken) > 0
     # What Django does before it drops a (test) database.
     with connections["postgresql"]._nodb_cursor() as cursor:

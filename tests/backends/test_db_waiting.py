@@ -186,6 +186,7 @@ def test_a_waiter_whose_connection_drops_keeps_waiting(alias: str, live_db: None
     occupy.release(outcome[0])
 
 
+@pytest.mark.slow  # a soak: two processes for 6 s, up to three times
 @pytest.mark.parametrize("alias", backend_params(["db-postgresql"]))
 def test_a_claim_queued_while_a_release_is_in_flight_is_woken(alias: str, live_db: None) -> None:
     """Two processes hand one key back and forth, each asking again the moment it

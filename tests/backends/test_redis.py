@@ -27,7 +27,13 @@ from occupy.exceptions import InvalidBackendError
 from occupy.leases import Lease
 from tests.support import multiproc
 from tests.support.aliases import backend_params, server_skip
-from tests.support.waiting import wait_for_waiters, wait_until, waiters, watch_waiters
+from tests.support.waiting import (
+    release_once_waiting,
+    wait_for_waiters,
+    wait_until,
+    waiters,
+    watch_waiters,
+)
 
 pytestmark = pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or "")
 
@@ -376,13 +382,14 @@ def test_fences_are_exact_integers_up_to_2_63(backend, start: int) -> None:
     assert fences == [start + 1, start + 2, start + 3, start + 4]
 
 
-def test_a_waiter_handed_the_key_gets_an_exact_fence(backend) -> None:
+def test_a_waiter_handed_the_key_gets_an_exact_fence(
+    backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     backend.link.client.set(backend.link.keys("book:1").fence, 2**62)
     first = occupy.acquire("book:1", owner="alice", ttl=30, backend=backend.alias)
-    timer = threading.Timer(0.2, occupy.release, args=[first])
-    timer.start()
+    released = release_once_waiting(backend.alias, first, monkeypatch)
     second = occupy.acquire("book:1", owner="bob", ttl=30, timeout=10, backend=backend.alias)
-    timer.join()
+    released()
     assert (first.fence, second.fence) == (2**62 + 1, 2**62 + 2)
     occupy.release(second)
 
@@ -437,7 +444,7 @@ BAD_QUEUES = {
 
 @pytest.mark.parametrize(("suffix", "plant"), BAD_QUEUES.values(), ids=BAD_QUEUES.keys())
 def test_a_queue_occupy_did_not_write_is_refused_by_name_and_repaired_by_takeover(
-    backend, suffix: str, plant
+    backend, suffix: str, plant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before, WRONGTYPE from the script on every try that met the queue, and a takeover
     left the queue as it was, so its own release failed too: the key was blocked for
@@ -462,10 +469,9 @@ def test_a_queue_occupy_did_not_write_is_refused_by_name_and_repaired_by_takeove
     lease = occupy.takeover("book:1", owner="carol", ttl=30, backend=backend.alias)
     assert backend.link.client.type(name) in (b"none", "none")
     # Repaired: the queue works again, a waiter included.
-    timer = threading.Timer(0.2, occupy.release, args=[lease])
-    timer.start()
+    released = release_once_waiting(backend.alias, lease, monkeypatch)
     waited = occupy.acquire("book:1", owner="dave", ttl=30, timeout=10, backend=backend.alias)
-    timer.join()
+    released()
     assert waited.fence > lease.fence
     occupy.release(waited)
     assert occupy.holder("book:1", backend=backend.alias) is None

@@ -30,7 +30,9 @@ def serve(*, static: bool = False) -> Iterator[str]:
         app = StaticFilesHandler(app)
     httpd = ThreadedWSGIServer(("127.0.0.1", 0), Quiet, allow_reuse_address=False)
     httpd.set_app(app)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next look at its flag: every 0.5 s by default,
+    # half a second at the end of each test that serves.
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     hosts = override_settings(ALLOWED_HOSTS=[*settings.ALLOWED_HOSTS, "127.0.0.1"])
     hosts.enable()

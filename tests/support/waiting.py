@@ -19,8 +19,16 @@ import pytest
 
 from occupy.backends import get_backend
 from occupy.backends.base import Attempt, BaseBackend
+from occupy.leases import Lease
 
-__all__ = ["WaitingAttempts", "wait_for_waiters", "wait_until", "waiters", "watch_waiters"]
+__all__ = [
+    "WaitingAttempts",
+    "release_once_waiting",
+    "wait_for_waiters",
+    "wait_until",
+    "waiters",
+    "watch_waiters",
+]
 
 T = TypeVar("T")
 
@@ -130,3 +138,39 @@ def watch_waiters(alias: str, monkeypatch: pytest.MonkeyPatch) -> WaitingAttempt
 
     monkeypatch.setattr(backend, "attempt", attempt)
     return watch
+
+
+def release_once_waiting(
+    alias: str, lease: Lease, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[], float]:
+    """Release ``lease`` from another thread as soon as an attempt on backend ``alias``
+    begins to wait (:func:`watch_waiters`), instead of after a fixed pause.
+
+    Return a function that joins that thread, fails the test if no attempt began to
+    wait, and returns when the release began (``time.monotonic()``). The lease is
+    released whatever happens, so a test that goes wrong fails instead of hanging.
+    """
+    import occupy
+
+    waiting = watch_waiters(alias, monkeypatch)
+    errors: list[BaseException] = []
+    began: list[float] = []
+
+    def release_once_one_waits() -> None:
+        try:
+            waiting.wait_for(1)
+        except BaseException as e:  # reported by the test's thread
+            errors.append(e)
+        finally:
+            began.append(time.monotonic())
+            occupy.release(lease)
+
+    releaser = threading.Thread(target=release_once_one_waits)
+    releaser.start()
+
+    def join() -> float:
+        releaser.join(TIMEOUT + 5)
+        assert not errors, errors
+        return began[0]
+
+    return join

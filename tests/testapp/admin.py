@@ -20,6 +20,9 @@ TTL = 6
 class FullAdmin(EditLeaseAdminMixin, VersionedAdminMixin, OccupyStatusAdminMixin, admin.ModelAdmin):
     edit_lease_ttl = TTL
     edit_lease_poll = 1
+    # A page notices a lease lost to a force release or a takeover within a second (3 s
+    # by default): the browser tests wait for it.
+    edit_lease_check = 1
 
 
 @admin.register(Book)
