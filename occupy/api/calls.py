@@ -144,7 +144,9 @@ def _take_on(
     watch = None
     if lease is None:
         with telemetry.acquiring(backend, key, held_here=reentrant) as watch:
-            lease = backend.acquire(key, owner=owner, ttl=ttl, timeout=timeout)
+            lease = backend.acquire(
+                key, owner=owner, ttl=ttl, timeout=timeout, waiting=watch.began_waiting
+            )
     if reentrant:
         reentry.record(lease, deeper=deeper)
     return _granted(backend, lease, renew, held_here=reentrant, deeper=deeper, watch=watch)
@@ -302,7 +304,9 @@ async def _atake_on(
     watch = None
     if lease is None:
         with telemetry.acquiring(backend, key, held_here=reentrant) as watch:
-            lease = await backend.aacquire(key, owner=owner, ttl=ttl, timeout=timeout)
+            lease = await backend.aacquire(
+                key, owner=owner, ttl=ttl, timeout=timeout, waiting=watch.began_waiting
+            )
     if reentrant:
         reentry.record(lease, deeper=deeper)
     return _granted(backend, lease, renew, held_here=reentrant, deeper=deeper, watch=watch)

@@ -156,11 +156,12 @@ class lock(
         backend, key = get_backend(self.kwargs["backend"]), check_key(self.key)
         # Counted as an acquire (its outcome, and its wait if it waited); a hold that ends
         # with its transaction has no release, so no hold time is recorded.
-        with telemetry.acquiring(backend, key, held_here=False):
+        with telemetry.acquiring(backend, key, held_here=False) as watch:
             return backend.hold_for_transaction(
                 key,
                 timeout=occupy_settings.TIMEOUT if timeout is DEFAULT else timeout,
                 lease=self.lease,
+                waiting=watch.began_waiting,
             )
 
     async def _atake(self) -> Lease:

@@ -220,11 +220,16 @@ class BaseBackend:
         )
 
     def hold_for_transaction(
-        self, key: str, *, timeout: float | None, lease: Lease | None = None
+        self,
+        key: str,
+        *,
+        timeout: float | None,
+        lease: Lease | None = None,
+        waiting: Callable[[], None] | None = None,
     ) -> TransactionHold:
         """Hold ``key`` for the caller's open transaction until it commits or rolls back
         (``occupy.lock(key, scope="transaction")``); with ``lease``, only while that
-        lease of the caller's holds the key. Raise
+        lease of the caller's holds the key; ``waiting`` as for :meth:`acquire`. Raise
         :class:`~occupy.exceptions.TransactionLockRefused` where the backend cannot
         (see :meth:`transaction_refusal`)."""
         raise TransactionLockRefused(self.transaction_refusal() or "", key=key)
@@ -362,8 +367,18 @@ class BaseBackend:
         return f"<{type(self).__name__} alias={self.alias!r}>"
 
     # --- generic work ----------------------------------------------------------------
-    def acquire(self, key: str, *, owner: str, ttl: float, timeout: float | None) -> Lease:
-        """Take ``key``, waiting at most ``timeout`` seconds (``None``: forever)."""
+    def acquire(
+        self,
+        key: str,
+        *,
+        owner: str,
+        ttl: float,
+        timeout: float | None,
+        waiting: Callable[[], None] | None = None,
+    ) -> Lease:
+        """Take ``key``, waiting at most ``timeout`` seconds (``None``: forever).
+        ``waiting`` is called once, when the first try found the key held and the
+        acquire goes on to wait (telemetry's wait starts there)."""
         # One thread makes every call on this attempt, so they need no mutex.
         attempt = self.attempt(key, owner, ttl)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -371,7 +386,8 @@ class BaseBackend:
         try:
             lease = attempt.try_acquire()
             if lease is None and timeout != 0:
-                telemetry.began_waiting()
+                if waiting is not None:
+                    waiting()
                 lease = attempt.enqueue()
                 while lease is None and (remaining := _left(deadline)) > 0:
                     attempt.wait(_pause(attempt, remaining))
@@ -384,7 +400,15 @@ class BaseBackend:
             clean_up_after(error, attempt.cancel)
             raise
 
-    async def aacquire(self, key: str, *, owner: str, ttl: float, timeout: float | None) -> Lease:
+    async def aacquire(
+        self,
+        key: str,
+        *,
+        owner: str,
+        ttl: float,
+        timeout: float | None,
+        waiting: Callable[[], None] | None = None,
+    ) -> Lease:
         """Async twin of :meth:`acquire`; cancelling it leaves no claim behind."""
         attempt = self.attempt(key, owner, ttl)
         attempt.asynchronous = True
@@ -394,7 +418,8 @@ class BaseBackend:
         try:
             lease = await run(attempt.try_acquire)
             if lease is None and timeout != 0:
-                telemetry.began_waiting()
+                if waiting is not None:
+                    waiting()
                 lease = await run(attempt.enqueue)
                 while lease is None and (remaining := _left(deadline)) > 0:
                     await attempt.await_wake(_pause(attempt, remaining))

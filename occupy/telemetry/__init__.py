@@ -30,7 +30,7 @@ from __future__ import annotations
 from occupy import signals
 from occupy.exceptions import ConflictError, FencedOut, VersionConflict
 from occupy.telemetry import spans
-from occupy.telemetry.acquires import Watch, acquiring, began_waiting, taking_over, write_lock
+from occupy.telemetry.acquires import Watch, acquiring, taking_over, write_lock
 from occupy.telemetry.attributes import (
     OTHER,
     Backend,
@@ -59,7 +59,6 @@ __all__ = [
     "Watch",
     "acquiring",
     "active",
-    "began_waiting",
     "enter_section",
     "family",
     "granted",

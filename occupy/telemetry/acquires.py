@@ -4,12 +4,15 @@ span) when there is news: a wait past ``WAIT_SPAN_THRESHOLD``, a refusal, a time
 failure.
 
 Invariant: an acquire granted at first try records no SDK call at all (its outcome is an
-in-process tally); whether it waited is said by the backend's waiting loop
-(:func:`began_waiting`), never guessed from its duration.
+in-process tally); whether it waited is said by the backend's waiting loop, which calls
+the hook it was handed (:meth:`Acquire.began_waiting`), never guessed from its duration.
+The hook is passed, not found in a context variable: setting and resetting one per
+acquire cost a twentieth of an uncontended pair's telemetry.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
 from time import perf_counter_ns
 from types import TracebackType
@@ -33,7 +36,6 @@ __all__ = [
     "Unwatched",
     "Watch",
     "acquiring",
-    "began_waiting",
     "taking_over",
     "write_lock",
 ]
@@ -51,7 +53,7 @@ class Acquire:
     """One acquire being watched: when it began, when its first try found the key held
     (``None`` while it has not waited), and its attributes once needed."""
 
-    __slots__ = ("attributes", "backend", "held_here", "key", "reset", "started", "waited_at")
+    __slots__ = ("attributes", "backend", "held_here", "key", "started", "waited_at")
 
     def __init__(self, backend: Backend, key: str, held_here: bool) -> None:
         self.backend = backend
@@ -62,9 +64,18 @@ class Acquire:
         self.started = 0
 
     def __enter__(self) -> Acquire:
-        self.reset = _acquire.set(self)
         self.started = perf_counter_ns()
         return self
+
+    def began_waiting(self) -> None:
+        """Note that the first try found the key held and the acquire will wait (the
+        hook the backend's waiting loop calls, once)."""
+        if self.waited_at is None:
+            self.waited_at = perf_counter_ns()
+            try:
+                waiting(self.key_attributes(), 1)
+            except Exception:
+                report_failure()
 
     def key_attributes(self) -> AttributeSet:
         """Return the common attributes of the key (made on first use)."""
@@ -80,7 +91,6 @@ class Acquire:
         tb: TracebackType | None,
     ) -> None:
         ended = perf_counter_ns()
-        _acquire.reset(self.reset)
         try:
             if exc_type is None and self.waited_at is None and _write.get() is None:
                 # Granted at first try, outside a guarded write: only its tally (the
@@ -130,6 +140,9 @@ class Acquire:
 class Unwatched:
     """Stands for :class:`Acquire` (and the other watches) when nothing is recorded."""
 
+    #: No hook for the waiting loop: nothing to note.
+    began_waiting: Callable[[], None] | None = None
+
     def __enter__(self) -> Unwatched:
         return self
 
@@ -140,28 +153,16 @@ class Unwatched:
 _UNWATCHED = Unwatched()
 #: What :func:`acquiring` returns, for :func:`~occupy.telemetry.holds.granted`.
 Watch = Acquire | Unwatched | None
-_acquire: ContextVar[Acquire | None] = ContextVar("occupy_telemetry_acquire", default=None)
 
 
 def acquiring(backend: Backend, key: str, *, held_here: bool) -> Acquire | Unwatched:
     """Return a context manager around an acquire of ``key`` (the backend's waiting
-    loop), which records its outcome and, if it waited, its wait; pass what it returns
-    to :func:`granted`. ``held_here``: the lease will be held by this process."""
+    loop), which records its outcome and, if it waited, its wait; hand its
+    ``began_waiting`` to the waiting loop, and pass what it returns to :func:`granted`.
+    ``held_here``: the lease will be held by this process."""
     if not active():
         return _UNWATCHED
     return Acquire(backend, key, held_here)
-
-
-def began_waiting() -> None:
-    """Note that the acquire being watched in this context found its key held and will
-    wait (called by the backend's waiting loop)."""
-    watch = _acquire.get()
-    if watch is not None and watch.waited_at is None:
-        watch.waited_at = perf_counter_ns()
-        try:
-            waiting(watch.key_attributes(), 1)
-        except Exception:
-            report_failure()
 
 
 class _Takeover:

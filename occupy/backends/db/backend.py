@@ -285,11 +285,18 @@ class DatabaseBackend(BaseBackend):
         return transaction.refusal(self.store, database)
 
     def hold_for_transaction(
-        self, key: str, *, timeout: float | None, lease: Lease | None = None
+        self,
+        key: str,
+        *,
+        timeout: float | None,
+        lease: Lease | None = None,
+        waiting: Callable[[], None] | None = None,
     ) -> TransactionHold:
         """Hold ``key`` for the transaction open on the backend's database until it
         ends (see :mod:`.transaction`)."""
-        return transaction.hold_for_transaction(self.store, key, timeout=timeout, lease=lease)
+        return transaction.hold_for_transaction(
+            self.store, key, timeout=timeout, lease=lease, waiting=waiting
+        )
 
     def holder(self, key: str) -> Holder | None:
         """Return the live ``using`` claim's owner, expiry and fence, or ``None``."""

@@ -38,12 +38,12 @@ second apart, without holding anything, so a lease granted meanwhile goes first.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.db import DatabaseError, connections, router
 
-from occupy import telemetry
 from occupy.backends.claims import digest
 from occupy.backends.outcomes import occupied
 from occupy.exceptions import LeaseLost, LockTimeout, StoreUnavailable, TransactionLockRefused
@@ -101,7 +101,12 @@ def _routed_writes() -> str | None:
 
 
 def hold_for_transaction(
-    store: DatabaseStore, key: str, *, timeout: float | None, lease: Lease | None = None
+    store: DatabaseStore,
+    key: str,
+    *,
+    timeout: float | None,
+    lease: Lease | None = None,
+    waiting: Callable[[], None] | None = None,
 ) -> TransactionHold:
     """Hold ``key`` for the transaction open on the database of ``store`` (the
     backend's), until it ends.
@@ -110,7 +115,8 @@ def hold_for_transaction(
     ``None``: for ever): raise :class:`~occupy.Occupied` or :class:`~occupy.LockTimeout`.
     With ``lease``, the caller holds the key's lease itself: the key is held for the
     transaction only while that lease is the key's live one, else
-    :class:`~occupy.LeaseLost`.
+    :class:`~occupy.LeaseLost`. ``waiting`` is called once, when it first finds the key
+    held and goes on to wait.
     """
     why = refusal(store)
     if why is not None:
@@ -171,7 +177,8 @@ def hold_for_transaction(
             if timeout == 0:
                 raise occupied(key, None, None, waited=None)
             wait = True  # wait in PostgreSQL's queue
-            telemetry.began_waiting()
+            if waiting is not None:
+                waiting()
             continue
         if why == "timeout":
             raise occupied(key, None, None, waited=timeout or None)
@@ -181,7 +188,8 @@ def hold_for_transaction(
             holder, remaining = (None, None) if found is None else found
             raise occupied(key, holder, remaining, waited=timeout or None)
         left = None if deadline is None else deadline - time.monotonic()
-        telemetry.began_waiting()
+        if waiting is not None:
+            waiting()
         time.sleep(pause if left is None else max(0.0, min(pause, left)))
         pause = min(pause * 2, LONGEST_PAUSE)
         wait = False
