@@ -154,7 +154,7 @@ def _in_situ(key: str, alias: str, ops: int, rounds: int) -> dict[str, float]:
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(_dropped()))
     tracer = provider.get_tracer("bench")
-    attributes = {"a.backend": alias, "a.store": "s", "a.family": "f", "a.end": "released"}
+    attributes = {"a.backend": alias, "a.family": "f"}  # as occupy's hold of a release
     started = time.time_ns()
 
     def record() -> None:
@@ -234,7 +234,7 @@ def _units(sdk: Any, run: Any, ops: int) -> dict[str, float]:
     run(ops)
     records, spans = _records(reader) - records, counted.ended - spans
     histogram = metrics.get_meter("bench").create_histogram("bench.unit", unit="s")
-    attributes = {"a.backend": "redis", "a.store": "redis", "a.family": "f", "a.end": "released"}
+    attributes = {"a.backend": "redis", "a.family": "f"}  # as occupy's hold of a release
     tracer = trace.get_tracer("bench")
     started = time.time_ns()
 
@@ -277,9 +277,31 @@ def _timer(variant: str, alias: str, conn: Any) -> None:
             conn.send(_units(sdk, run, ops))
 
 
-def uncontended(alias: str, ops: int, rounds: int) -> tuple[list[Result], dict[str, Any]]:
-    """Time each variant's acquire + release on ``alias``, rounds alternating; return
-    the results and each SDK variant's unit costs."""
+def uncontended(
+    alias: str, ops: int, rounds: int, sets: int = 1
+) -> tuple[list[Result], dict[str, Any]]:
+    """Time each variant's acquire + release on ``alias``, rounds alternating, in
+    ``sets`` sets of fresh processes; return the results (every round of every set) and
+    each variant's unit costs (their medians over the sets). A process's memory layout
+    moves its figures by several percent for its whole life, which more rounds in the
+    same processes cannot average out; new processes can."""
+    rates: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    measured: list[dict[str, Any]] = []
+    for _ in range(sets):
+        measured.append(_one_set(alias, ops, rounds, rates))
+    units = {
+        name: {
+            field: statistics.median(each[name][field] for each in measured)
+            for field in measured[0][name]
+        }
+        for name in measured[0]
+    }
+    return [Result(variant, rates[variant]) for variant in VARIANTS], units
+
+
+def _one_set(alias: str, ops: int, rounds: int, rates: dict[str, list[float]]) -> dict[str, Any]:
+    """Run one set of processes (one per variant): add their rounds' rates to
+    ``rates``; return their unit costs."""
     pipes, procs = {}, []
     for variant in VARIANTS:
         parent, child = _ctx.Pipe()
@@ -287,7 +309,6 @@ def uncontended(alias: str, ops: int, rounds: int) -> tuple[list[Result], dict[s
         proc.start()
         pipes[variant] = parent
         procs.append(proc)
-    rates: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     units: dict[str, Any] = {}
     try:
         for _ in range(rounds):
@@ -296,7 +317,9 @@ def uncontended(alias: str, ops: int, rounds: int) -> tuple[list[Result], dict[s
                 rates[variant].append(ops / conn.recv())
         for variant, conn in pipes.items():
             conn.send(("units", ops))
-            units[variant] = conn.recv()
+            found = conn.recv()
+            if found:
+                units[variant] = found
         pipes[NONE].send(("in-situ", ops))
         units[IN_SITU] = pipes[NONE].recv()
     finally:
@@ -306,7 +329,7 @@ def uncontended(alias: str, ops: int, rounds: int) -> tuple[list[Result], dict[s
             proc.join(30)
             if proc.is_alive():
                 proc.kill()
-    return [Result(variant, rates[variant]) for variant in VARIANTS], units
+    return units
 
 
 def predicted(reference: Result, cost: dict[str, float], in_situ: dict[str, float]) -> float:
@@ -448,7 +471,7 @@ def main(argv: list[str] | None = None) -> None:
         "how-to's is docs/images/telemetry-wait-histogram.png, from a full run",
     )
     options = parser.parse_args(argv or [])
-    ops, rounds, seconds = (300, 2, 2.0) if options.quick else (2000, 5, 6.0)
+    ops, rounds, sets, seconds = (300, 2, 1, 2.0) if options.quick else (2000, 5, 3, 6.0)
     setup_django()
     from django.conf import settings
 
@@ -462,7 +485,7 @@ def main(argv: list[str] | None = None) -> None:
         if server in settings.SKIPS:
             print(f"\n## telemetry on {alias}: skipped, {settings.SKIPS[server]}")
             continue
-        report(alias, *uncontended(alias, ops, rounds))
+        report(alias, *uncontended(alias, ops, rounds, sets))
     if "redis" in settings.SKIPS:
         return
     buckets = contended_histogram(seconds)
