@@ -193,7 +193,11 @@ def test_a_store_where_nothing_ran_fails(ledger: Ledger) -> None:
 def test_the_soak_fails_a_lock_that_does_not_lock(tmp_path: Path) -> None:
     """Worker processes on a backend whose locks live in each process's memory (so
     every process holds every key at once, with fences of its own): the soak's verdict
-    must be a failure, with the overlaps and lost increments counted."""
+    must be a failure. Its fences repeat in every process, so fence violations are
+    certain; the holders at once show as accepted writes that overlap or as writes the
+    fence refused for no reason, in a share that depends on how the processes are
+    scheduled (one that runs ahead has the higher fences, and the others' writes are
+    all refused)."""
     memory = {"memory": {"BACKEND": "occupy.testing.MemoryBackend"}}
     env = {
         **os.environ,
@@ -205,7 +209,6 @@ def test_the_soak_fails_a_lock_that_does_not_lock(tmp_path: Path) -> None:
     plan = Plan(seconds=3, interval=1000, workers=3, keys=1, hold=0.02, max_sections=300)
     t = Soak(Store("memory", None), None, tmp_path, env, plan, seed=0).run()
     assert t.sections > 0
-    assert t.overlaps > 0
-    assert t.lost_increments > 0
+    assert t.overlaps + t.refusals["unexplained"] > 0
     assert t.fence_violations > 0
     assert not t.passed
