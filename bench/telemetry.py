@@ -311,10 +311,14 @@ def _one_set(alias: str, ops: int, rounds: int, rates: dict[str, list[float]]) -
         procs.append(proc)
     units: dict[str, Any] = {}
     try:
-        for _ in range(rounds):
-            for variant, conn in pipes.items():
-                conn.send(("run", ops))
-                rates[variant].append(ops / conn.recv())
+        for number in range(rounds):
+            # Each round starts with another variant: the first of a round runs after
+            # the server and the caches served the last one, and must not always be the
+            # same variant.
+            shift = number % len(VARIANTS)
+            for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+                pipes[variant].send(("run", ops))
+                rates[variant].append(ops / pipes[variant].recv())
         for variant, conn in pipes.items():
             conn.send(("units", ops))
             found = conn.recv()
