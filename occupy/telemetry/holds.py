@@ -48,7 +48,8 @@ __all__ = [
     "taken_over",
 ]
 
-#: Why a held lease ended, the values of ``occupy.lease.end`` / ``occupy.reason``.
+#: Why a held lease ended: the values of ``occupy.reason``, and of ``occupy.lease.end``
+#: but for ``RELEASED``, which the hold record says by leaving that attribute out.
 RELEASED, EXPIRED, TAKEN_OVER, STORE_FAILURE = "released", "expired", "taken_over", "store_failure"
 #: A lost lease this process did not take (an HTTP client's, rebuilt from its token).
 UNKNOWN = "unknown"
