@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+import occupy
 from occupy.backends import get_backend
 from occupy.backends.base import Attempt, BaseBackend
 from occupy.leases import Lease
@@ -150,8 +151,6 @@ def release_once_waiting(
     wait, and returns when the release began (``time.monotonic()``). The lease is
     released whatever happens, so a test that goes wrong fails instead of hanging.
     """
-    import occupy
-
     waiting = watch_waiters(alias, monkeypatch)
     errors: list[BaseException] = []
     began: list[float] = []
