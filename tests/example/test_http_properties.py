@@ -12,11 +12,14 @@ with its forms), and the headers and values that have given 500s before: an
 ``If-Match`` of thousands of digits, foreign, malformed or huge ``Occupy-Lease`` tokens,
 odd ``Occupy-Client`` names, and lease ``ttl`` s that are not numbers in range.
 
-The draws run in four stretches: the store up (no 5xx at all); the store stopped a
-moment after the stretch begins, mid-traffic (503 is the contract's answer then, 500
-never); the store started again a moment after the next one begins (503 until it
-answers, 500 never); the store up again (no 5xx at all). Every failure is collected and
-all are told at the end, so the run is bounded: Hypothesis does not shrink.
+The draws run in four stretches: the store up (no 5xx at all); the store stopped
+mid-traffic, a fifth of the way into the stretch (503 is the contract's answer then, 500
+never); the store started again a fifth of the way into the next one (503 until it
+answers, 500 never); the store up again (no 5xx at all). The switch is counted in
+requests, not seconds, so the stretch always goes on after it: the stop (or start) runs
+beside the requests drawn next and is waited for before the stretch's second half.
+Every failure is collected and all are told at the end, so the run is bounded:
+Hypothesis does not shrink.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import base64
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,8 +57,10 @@ pytestmark = [
 #: stopping and starting falls on whichever operation is running then); each stretch
 #: draws from a seed of its own, the same every run.
 EXAMPLES = 100
-#: When the store stops (or starts again) after its stretch begins, in seconds.
-SWITCH_AFTER = 1.0
+#: After how many of its stretch's requests the store begins to stop (or start again),
+#: and after how many the switch must be complete.
+SWITCH_AT = EXAMPLES // 5
+SWITCHED_BY = EXAMPLES // 2
 #: Who sends a request: mostly the editor, whose requests reach the locks and leases.
 USERS = ("editor", "editor", "reader", None)
 ACCEPTS = ("application/json", "text/html", "text/html; q=1.0, */*")
@@ -129,6 +134,33 @@ def site(lease_store: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> 
         yield running
 
 
+class Switch:
+    """What happens to the store during a stretch: ``action`` (its ``stop`` or
+    ``start``, or nothing) begins on a thread of its own before request
+    :data:`SWITCH_AT`, beside the requests that follow, and is waited for before request
+    :data:`SWITCHED_BY`."""
+
+    def __init__(self, action: Callable[[], None] | None) -> None:
+        self.action = action
+        self.sent = 0
+        self.thread: threading.Thread | None = None
+
+    def before_request(self) -> None:
+        """Count a request about to be sent, starting or awaiting the action first."""
+        if self.action is not None and self.sent == SWITCH_AT:
+            self.thread = threading.Thread(target=self.action)
+            self.thread.start()
+        elif self.sent == SWITCHED_BY:
+            self.wait()
+        self.sent += 1
+
+    def wait(self) -> None:
+        """Wait (at most 30 s) for the action to end."""
+        if self.thread is not None:
+            self.thread.join(timeout=30)
+            assert not self.thread.is_alive(), f"{self.action} did not end in 30 s"
+
+
 def _objects(site: Site) -> dict[str, list[int]]:
     """Create a few books and tasks (a DELETE drawn may take one away); return their ids."""
     ids: dict[str, list[int]] = {"books": [], "tasks": []}
@@ -182,8 +214,10 @@ def _draw_requests(
     tokens: list[str],
     stretch: Stretch,
     number: int,
+    switch: Switch,
 ) -> None:
-    """Send ``EXAMPLES`` drawn requests; judge each answer into ``stretch``."""
+    """Send ``EXAMPLES`` drawn requests, turning ``switch`` as they go; judge each
+    answer into ``stretch``."""
     cases = st.one_of([st.tuples(st.just(op), op.as_strategy()) for op in operations])
     extras = st.fixed_dictionaries(
         {
@@ -212,6 +246,7 @@ def _draw_requests(
         suppress_health_check=list(HealthCheck),
     )
     def run(drawn: tuple[Any, Any], extra: dict[str, Any]) -> None:
+        switch.before_request()
         operation, case = drawn
         kind = operation.path.split("/")[2]
         if "id" in (case.path_parameters or {}):
@@ -237,13 +272,11 @@ def _draw_requests(
             stretch, operation.label, {k: v for k, v in extra.items() if v is not None}, response
         )
 
-    run()
-
-
-def _after(delay: float, action: Any) -> threading.Timer:
-    timer = threading.Timer(delay, action)
-    timer.start()
-    return timer
+    try:
+        run()
+    finally:
+        switch.wait()
+    assert switch.sent > SWITCHED_BY, f"only {switch.sent} requests were drawn"
 
 
 def test_no_request_gets_a_500_while_the_lock_store_goes_and_comes_back(
@@ -276,18 +309,10 @@ def test_no_request_gets_a_500_while_the_lock_store_goes_and_comes_back(
         ids = _objects(site)  # creating needs no lock store
         if number == 0:
             tokens = _tokens(site, ids)
-        timer = None
-        if number == 1:
-            timer = _after(SWITCH_AFTER, lease_store.stop)
-        elif number == 2:
-            timer = _after(SWITCH_AFTER, lease_store.start)
-        elif number == 3:
+        switch = Switch({1: lease_store.stop, 2: lease_store.start}.get(number))
+        if number == 3:
             _wait_for_the_store(site, ids["books"][0])
-        try:
-            _draw_requests(site, operations, ids, tokens, stretch, number)
-        finally:
-            if timer is not None:
-                timer.join(timeout=30)
+        _draw_requests(site, operations, ids, tokens, stretch, number, switch)
     for stretch in stretches:  # shown with -s, and in a failure's report
         print(f"{stretch.name}: {dict(sorted(stretch.statuses.items()))}")
     down = stretches[1].statuses.get(503, 0)
