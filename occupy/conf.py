@@ -238,7 +238,7 @@ def _key_family(path: Any) -> None:
         )
     if not callable(found):
         raise ImproperlyConfigured(
-            f"{name} = {path!r} is a {type(found).__name__}, not a function: it must name a "
+            f"{name} = {path!r} is of type {type(found).__name__}, not a function: it must name a "
             "function that takes a key and returns its family."
         )
 

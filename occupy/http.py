@@ -29,6 +29,7 @@ from occupy.exceptions import (
     FencedOut,
     LeaseLost,
     MalformedPrecondition,
+    Misconfigured,
     Occupied,
     OccupyError,
     StoreUnavailable,
@@ -219,6 +220,28 @@ def holder_body(holder: Holder | None, display: Callable[[str], str]) -> dict[st
     }
 
 
+def _unavailable(exc: StoreUnavailable, write: bool) -> Problem:
+    """Return the 503 for a store that cannot be used, or for a view that cannot lock
+    as configured (:class:`Misconfigured`): the latter without ``Retry-After``, since a
+    retry meets the same settings until the site is fixed."""
+    if isinstance(exc, Misconfigured):
+        return Problem(
+            503,
+            "store_unavailable",
+            _("This object cannot be locked as the site is configured; nothing was written.")
+            if write
+            else _("This object cannot be locked as the site is configured."),
+        )
+    return Problem(
+        503,
+        "store_unavailable",
+        _("The lock store cannot be reached right now; nothing was written. Try again shortly.")
+        if write
+        else _("The lock store cannot be reached right now. Try again shortly."),
+        headers={"Retry-After": "1"},
+    )
+
+
 def problem_for(
     exc: OccupyError,
     *,
@@ -261,14 +284,7 @@ def problem_for(
             headers={"Retry-After": str(seconds)},
         )
     if isinstance(exc, StoreUnavailable):
-        return Problem(
-            503,
-            "store_unavailable",
-            _("The lock store cannot be reached right now; nothing was written. Try again shortly.")
-            if write
-            else _("The lock store cannot be reached right now. Try again shortly."),
-            headers={"Retry-After": "1"},
-        )
+        return _unavailable(exc, write)
     if isinstance(exc, FencedOut):
         return Problem(
             409,

@@ -43,8 +43,12 @@ def test_check_reads_what_as_view_was_given(settings):
 
 
 def _unavailable(response) -> None:
+    """A misconfigured view is 503 ``store_unavailable``, saying the site is configured
+    so, without the ``Retry-After`` that would have clients retry into the same 503."""
     assert response.status_code == 503, (response.status_code, response.content[:500])
     assert response.json()["code"] == "store_unavailable"
+    assert "as the site is configured" in response.json()["detail"], response.json()
+    assert "Retry-After" not in response, response.headers
 
 
 @pytest.mark.parametrize("name", ["UnknownBackend", "ZeroWriteTtl", "TextWriteTtl"])
