@@ -13,13 +13,14 @@ sends due tasks. The invariants:
   in between are not sent: none is lost for longer than the ttl.
 - Only the sender saves schedule state (``sync``), so followers never write over it.
 
-Configuration (Celery settings): ``occupy_beat_key`` (default ``"celery-beat:<app
-name>"``), ``occupy_beat_ttl`` (default 30 s), ``occupy_beat_backend`` (default
-``"default"``). A value beat cannot use stops it at start (``ValueError``, or
-``InvalidBackendError`` for an alias ``OCCUPY["BACKENDS"]`` does not configure) rather
-than at its first due task or, for the alias, never: beat would log at every due task
-that it cannot take its lease, and send nothing. The owner of the lease is
-``celery-beat:<host>:<pid>`` (:mod:`occupy.owners`).
+Configuration (Celery settings, read by :mod:`occupy.taskcore.beat`):
+``occupy_beat_key`` (default ``"celery-beat:<app name>"``), ``occupy_beat_ttl``
+(default 30 s), ``occupy_beat_backend`` (default ``"default"``). A value beat cannot use
+stops it at start (``ValueError`` or ``TypeError``, or ``InvalidBackendError`` for an
+alias ``OCCUPY["BACKENDS"]`` does not configure) rather than at its first due task or,
+for the alias, never: beat would log at every due task that it cannot take its lease,
+and send nothing. ``manage.py check`` reports the same values (``occupy.E407``). The
+owner of the lease is ``celery-beat:<host>:<pid>`` (:mod:`occupy.owners`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from occupy.backends import get_backend
 from occupy.exceptions import LeaseLost, Occupied, OccupyError
 from occupy.leases import Lease
 from occupy.owners import beat_owner
-from occupy.validation import check_key, check_ttl
+from occupy.taskcore.beat import beat_settings
 
 # OccupyDatabaseScheduler is made on first use, by the module __getattr__ below.
 __all__ = ["OccupyScheduler", "OccupySchedulerMixin"]
@@ -55,15 +56,8 @@ class OccupySchedulerMixin:
     def setup_schedule(self) -> None:
         """Check the beat lease's settings (see the module docstring), then set the
         schedule up."""
-        _key, _ttl, alias = self._occupy_conf()
-        get_backend(alias)
+        get_backend(beat_settings(self.app).backend)
         super().setup_schedule()  # type: ignore[misc]
-
-    def _occupy_conf(self) -> tuple[str, float, str]:
-        conf = self.app.conf
-        key = check_key(conf.get("occupy_beat_key") or f"celery-beat:{self.app.main or 'celery'}")
-        ttl = check_ttl(conf.get("occupy_beat_ttl") or 30)
-        return key, ttl, conf.get("occupy_beat_backend") or "default"
 
     def is_leader(self) -> bool:
         """Return whether this instance holds the beat lease, taking it if it is free.
@@ -82,16 +76,17 @@ class OccupySchedulerMixin:
             except OccupyError as e:  # the store did not answer: do not send blind
                 logger.warning("beat could not check its lease on %r: %s", lease.key, e)
                 return False
-        key, ttl, alias = self._occupy_conf()
+        settings = beat_settings(self.app)
+        key = settings.key
         try:
             self.occupy_lease = api.acquire(
                 key,
                 owner=beat_owner(socket.gethostname(), os.getpid()),
-                ttl=ttl,
+                ttl=settings.ttl,
                 timeout=0,
                 renew=True,
                 reentrant=False,
-                backend=alias,
+                backend=settings.backend,
             )
         except Occupied:
             return False

@@ -1,4 +1,5 @@
-"""The system checks of the tasks' options (``occupy.E401`` to ``occupy.E406``): every
+"""The system checks of the tasks' options (``occupy.E401`` to ``occupy.E406``) and of
+the beat scheduler's settings (``occupy.E407``): every
 task of occupy's integrations records itself (:func:`declared`) when it is made, and
 ``check`` first makes the tasks a worker would make (:func:`_discover`,
 :func:`_celery_tasks`)."""
@@ -14,6 +15,7 @@ from django.core.checks import CheckMessage, Error, Tags, register
 from django.utils.module_loading import module_has_submodule
 
 from occupy.checks import unconfigured_alias
+from occupy.taskcore.beat import beat_problems
 from occupy.taskcore.options import TaskOptions
 
 __all__ = ["Declared", "check_tasks", "declared"]
@@ -69,8 +71,9 @@ def _celery_tasks() -> list[CheckMessage]:
     starts: ``@shared_task`` and ``@app.task`` make a task class only when the app is
     finalized, so a task refused when it is made (a key template naming no parameter)
     or whose ``occupy_backend`` is not configured would pass ``check`` and stop or fail
-    the worker. Return ``occupy.E406`` when that raised. Nothing where Celery was not
-    imported (the project's Celery app, imported with its settings, imports it)."""
+    the worker. Return ``occupy.E406`` when that raised, else the app's beat settings'
+    problems (``occupy.E407``). Nothing where Celery was not imported (the project's
+    Celery app, imported with its settings, imports it)."""
     celery = sys.modules.get("celery")
     if celery is None:
         return []
@@ -88,14 +91,15 @@ def _celery_tasks() -> list[CheckMessage]:
                 id="occupy.E406",
             )
         ]
-    return []
+    return beat_problems(app)
 
 
 @register(Tags.compatibility)
 def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Check the occupy options of every task declared (``occupy.E401`` to ``E404``),
     after importing each installed app's ``tasks`` module (``occupy.E405`` for one that
-    raised) and having the project's Celery app make its tasks (``occupy.E406``)."""
+    raised) and having the project's Celery app make its tasks (``occupy.E406``) and
+    read its beat settings (``occupy.E407``)."""
     messages = _discover() + _celery_tasks()
     for ref in list(_declared):
         task = ref()
