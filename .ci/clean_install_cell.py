@@ -51,7 +51,8 @@ PUBLIC = {
 }
 
 #: The settings each how-to adds (``"shop"``, the project's app for the how-to's files,
-#: is added by setup() when there are any).
+#: is added by setup() when there are any), with ``{cell}`` the cell's name and
+#: ``{etcd}`` the client URL of the etcd member the driver started (``CLEAN_ETCD``).
 SETTINGS = {
     "none": "",
     "telemetry": "",
@@ -64,12 +65,19 @@ OCCUPY = {"BACKENDS": {
               "OPTIONS": {"CACHE": "default", "PREFIX": "occupy-clean-{cell}:"}},
 }}
 """,
+    # docs/backends/etcd.md's block, with one member's endpoint.
     "etcd": """
-OCCUPY = {"BACKENDS": {
-    "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
-    "etcd": {"BACKEND": "occupy.backends.etcd.EtcdBackend",
-             "OPTIONS": {"ENDPOINTS": ["http://127.0.0.1:2379"]}},
-}}
+OCCUPY = {
+    "BACKENDS": {
+        "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+        "etcd": {
+            "BACKEND": "occupy.backends.etcd.EtcdBackend",
+            "OPTIONS": {
+                "ENDPOINTS": ["{etcd}"],
+            },
+        },
+    },
+}
 """,
     "postgres": """
 DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "occupy_clean_{cell}",
@@ -227,7 +235,11 @@ def setup(extra: str) -> None:
     text = settings.read_text().replace(
         "INSTALLED_APPS = [", 'INSTALLED_APPS = [\n    "occupy",', 1
     )
-    text += "".join(SETTINGS[howto] for howto in howtos(extra)).replace("{cell}", CELL)
+    text += (
+        "".join(SETTINGS[howto] for howto in howtos(extra))
+        .replace("{cell}", CELL)
+        .replace("{etcd}", os.environ.get("CLEAN_ETCD", "http://127.0.0.1:2379"))
+    )
     files = {name: body for howto in howtos(extra) for name, body in FILES.get(howto, {}).items()}
     if any(name.startswith("shop/") for name in files):
         text += 'INSTALLED_APPS += ["shop"]\n'

@@ -133,12 +133,52 @@ def _none(extra: str) -> None:
     _admin(extra)
 
 
+#: The key of the etcd page's example, and what another process sees of its holder.
+INVOICE = "invoice:run"
+SEE_HOLDER = f"""
+import json, occupy
+held = occupy.holder("{INVOICE}", backend="etcd")
+print(json.dumps(held and {{"owner": held.owner, "fence": held.fence}}))
+"""
+
+
+def _etcd(extra: str) -> None:
+    """The etcd backend's page (docs/backends/etcd.md), on the member the driver started:
+    ``check --database default`` reads the cluster without a warning; the lock of its
+    example is held in etcd (another process sees its owner and fence), gone after the
+    block, and the next grant's fence is higher."""
+    import occupy
+
+    _manage("check", "--database", "default", "--fail-level", "WARNING")
+    with occupy.lock(INVOICE, ttl=30, timeout=5, backend="etcd") as lease:
+        seen = json.loads(_manage("shell", "-c", SEE_HOLDER).splitlines()[-1])
+        assert seen == {"owner": lease.owner, "fence": lease.fence}, (seen, lease)
+        assert lease.fence > 0, lease
+    assert occupy.holder(INVOICE, backend="etcd") is None
+    with occupy.lock(INVOICE, ttl=30, timeout=5, backend="etcd") as second:
+        held = occupy.holder(INVOICE, backend="etcd")
+        assert held is not None and held.fence == second.fence > lease.fence, (held, lease)
+    assert occupy.holder(INVOICE, backend="etcd") is None
+
+
+def _manage(*args: str) -> str:
+    """Run ``manage.py`` with ``args`` in a process of its own, as a user would; print
+    its output for the cell's log, fail unless it exits 0, return its standard output."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args], capture_output=True, text=True, timeout=60
+    )
+    output = done.stdout + done.stderr
+    print(f"$ manage.py {' '.join(args)}\n{output}")
+    assert done.returncode == 0, f"manage.py {args[0]}: exit {done.returncode}"
+    return done.stdout
+
+
 HOWTOS = {
     "none": _none,
     "drf": _drf,
     "celery": _celery,
     "tasks": _tasks,
-    "etcd": lambda extra: None,
+    "etcd": _etcd,
 }
 
 
