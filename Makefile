@@ -107,7 +107,8 @@ test-all: mysql-driver-required
 ## clean-install: occupy as users install it (.ci/clean_install.py): the wheel built once,
 ## then for Django 5.2 and 6.1 and each extra a fresh venv with only that extra, a project
 ## from `django-admin startproject`, the public modules imported, `manage.py check` and the
-## extra's how-to run (PostgreSQL, Redis and RabbitMQ on 127.0.0.1); CI runs it.
+## extra's how-to run (PostgreSQL, Redis and RabbitMQ on 127.0.0.1; etcd's on a member of
+## its own, skipped without etcd unless CI=true or OCCUPY_REQUIRE_SERVERS=1); CI runs it.
 ## CLEAN_INSTALL_ARGS="--django 6.1 --extras celery" picks cells
 clean-install: venv
 	$(PY) .ci/clean_install.py $(CLEAN_INSTALL_ARGS)

@@ -23,31 +23,51 @@ does not query the index again), a project made by
   ``app.autodiscover_tasks()``, on RabbitMQ, runs one ``OccupyTask`` under its lease
   (``celery``); a task of Django's tasks framework runs under its lease, on 5.2 with
   the backport (``tasks``), on 6.1 with Django's own both with the ``tasks`` extra and
-  with none (``none``: the how-to says Django 6 needs no extra); the etcd backend
-  passes ``check`` (its how-to needs a cluster, which the suite's etcd tests start).
+  with none (``none``: the how-to says Django 6 needs no extra); the etcd backend's
+  page, on one etcd member the driver starts for the cell: ``check --database
+  default`` reads it without a warning, and the page's lock is held in etcd (another
+  process sees it, with its fence), released after the block, its next fence higher
+  (``etcd``).
 
-Servers: PostgreSQL, Redis and RabbitMQ on 127.0.0.1, as CI has them. Exit status 1 if
-any cell failed; each failed cell's log is printed. README.md and docs/development.md
-say how long it takes.
+Servers: PostgreSQL, Redis and RabbitMQ on 127.0.0.1, as CI has them; the etcd member on
+two spare ports of ``OCCUPY_TEST_PORTS`` (tests/support/ports.py), its data in a
+temporary directory, stopped when its cell ends. Without the ``etcd`` binary the etcd
+cells are skipped, or fail where ``CI=true`` or ``OCCUPY_REQUIRE_SERVERS=1``. Exit status
+1 if any cell failed; each failed cell's log is printed. README.md and
+docs/development.md say how long it takes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the etcd member and spare ports of the suite's servers
+from tests.support.etcd_cluster import ETCD, EtcdCluster  # noqa: E402
+from tests.support.ports import spare_ports  # noqa: E402
+
 CELL = Path(__file__).resolve().parent / "clean_install_cell.py"
 DJANGOS = {"5.2": "Django~=5.2.0", "6.1": "Django~=6.1.0"}
 EXTRAS = ["none", "redis", "drf", "celery", "tasks", "etcd", "telemetry", "postgres"]
+#: Whether a server the driver would start but cannot is a failure rather than a skip.
+REQUIRE_SERVERS = (
+    os.environ.get("CI", "").lower() == "true" or os.environ.get("OCCUPY_REQUIRE_SERVERS") == "1"
+)
+#: Held while a cell picks its etcd member's ports and starts it, until the member
+#: answers: two cells at a time never pick the same free ports.
+ETCD_START = threading.Lock()
 
 
 def python_for(django: str) -> str:
@@ -107,11 +127,60 @@ def download(django: str, wheel: Path, into: Path) -> None:
         raise SystemExit(f"pip download failed for Django {django}:\n{done.stderr}")
 
 
-def run_cell(django: str, extra: str, wheel: Path, work: Path) -> tuple[bool, float, str]:
-    """Make the cell's venv and project, run its checks; return (passed, seconds, log)."""
+def missing_server(extra: str) -> str | None:
+    """Return why the server the cell of ``extra`` starts cannot be started here, or None."""
+    if extra == "etcd" and ETCD is None:
+        return "the etcd binary is not on PATH (apt-get install etcd-server)"
+    return None
+
+
+@contextlib.contextmanager
+def etcd_member(log: list[str]) -> Iterator[str]:
+    """Start one etcd member (the suite's :class:`EtcdCluster`) on two spare ports, its
+    data in a temporary directory; yield its client URL once it leads; kill it and
+    remove its data on leaving, its log added to ``log``."""
+    with ETCD_START:
+        client, peer = spare_ports(2)
+        member = EtcdCluster(1, client, peer_base=peer)
+        try:
+            member.start()
+        except BaseException:
+            _stop(member, log)
+            raise
+    try:
+        yield member.endpoints[0]
+    finally:
+        _stop(member, log)
+
+
+def _stop(member: EtcdCluster, log: list[str]) -> None:
+    """Stop ``member``, its log (errors only) added to ``log`` first."""
+    path = member.dir / "m0.log"
+    text = path.read_text(errors="replace") if path.exists() else "(not started)\n"
+    log.append(f"$ etcd on {member.endpoints[0]}, peer port {member.peer_port(0)}\n{text}")
+    member.stop()
+
+
+@contextlib.contextmanager
+def servers(extra: str, log: list[str]) -> Iterator[dict[str, str]]:
+    """Start the servers the cell of ``extra`` needs of its own (``etcd``: one member);
+    yield what the cell's environment says of them; stop them on leaving."""
+    if extra != "etcd":
+        yield {}
+        return
+    with etcd_member(log) as endpoint:
+        yield {"CLEAN_ETCD": endpoint}
+
+
+def run_cell(django: str, extra: str, wheel: Path, work: Path) -> tuple[str, float, str]:
+    """Make the cell's venv and project, run its checks; return (outcome: ``ok``,
+    ``FAILED`` or ``skipped``, seconds, log: for a skip, why)."""
     started = time.monotonic()
     cell = work / f"django{django}-{extra}"
     log: list[str] = []
+    missing = missing_server(extra)
+    if missing and not REQUIRE_SERVERS:
+        return "skipped", 0.0, missing
 
     def step(
         *command: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None
@@ -134,6 +203,8 @@ def run_cell(django: str, extra: str, wheel: Path, work: Path) -> tuple[bool, fl
             raise RuntimeError(f"exit {done.returncode}")
 
     try:
+        if missing:
+            raise RuntimeError(f"{missing}, and CI=true or OCCUPY_REQUIRE_SERVERS=1 needs it")
         venv = cell / "venv"
         step(python_for(django), "-m", "venv", "--without-pip", venv)
         python = venv / "bin" / "python"
@@ -151,13 +222,15 @@ def run_cell(django: str, extra: str, wheel: Path, work: Path) -> tuple[bool, fl
             "CLEAN_CELL": f"django{django.replace('.', '')}_{extra}",
         }
         project = cell / "project"
-        step(python, CELL, "setup", extra, cwd=project, env=env)
-        step(python, "manage.py", "check", cwd=project, env=env)
-        step(python, CELL, "run", extra, cwd=project, env=env)
-        return True, time.monotonic() - started, "\n".join(log)
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        with servers(extra, log) as more:
+            env.update(more)
+            step(python, CELL, "setup", extra, cwd=project, env=env)
+            step(python, "manage.py", "check", cwd=project, env=env)
+            step(python, CELL, "run", extra, cwd=project, env=env)
+        return "ok", time.monotonic() - started, "\n".join(log)
+    except (RuntimeError, AssertionError, subprocess.TimeoutExpired) as e:
         log.append(f"FAILED: {e}")
-        return False, time.monotonic() - started, "\n".join(log)
+        return "FAILED", time.monotonic() - started, "\n".join(log)
 
 
 def main() -> int:
@@ -186,17 +259,19 @@ def main() -> int:
         cells = [(d, e) for d in djangos for e in extras]
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = {cell: pool.submit(run_cell, *cell, wheel, work) for cell in cells}
-            failed = []
+            failed, skipped = [], 0
             for (django, extra), future in futures.items():
-                passed, seconds, log = future.result()
-                outcome = "ok" if passed else "FAILED"
-                print(f"Django {django:4} {extra:10} {outcome:6} {seconds:5.1f} s", flush=True)
-                if not passed:
+                outcome, seconds, log = future.result()
+                why = f" ({log})" if outcome == "skipped" else ""
+                print(f"Django {django:4} {extra:10} {outcome:7} {seconds:5.1f} s{why}", flush=True)
+                skipped += outcome == "skipped"
+                if outcome == "FAILED":
                     failed.append(((django, extra), log))
         for (django, extra), log in failed:
             print(f"\n== Django {django}, extra {extra}: log\n{log[-6000:]}")
         total = time.monotonic() - started
-        print(f"\n{len(cells) - len(failed)} passed, {len(failed)} failed in {total:.0f} s")
+        passed = len(cells) - len(failed) - skipped
+        print(f"\n{passed} passed, {skipped} skipped, {len(failed)} failed in {total:.0f} s")
         return 1 if failed else 0
     finally:
         if args.keep:

@@ -4,23 +4,18 @@ Python in the project ``django-admin startproject proj`` made:
     python clean_install_cell.py setup EXTRA   # settings and files the how-to adds
     python clean_install_cell.py run EXTRA     # the public modules, then the how-to
 
-It uses nothing but what the cell installed: Django, occupy's wheel and the extra.
+It uses nothing but what the cell installed: Django, occupy's wheel and the extra. The
+how-tos it runs are in .ci/clean_install_howtos.py.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-CELL = os.environ.get("CLEAN_CELL", "cell")
-DJANGO_6 = importlib.util.find_spec("django.tasks") is not None
-FRAMEWORK = "django.tasks" if DJANGO_6 else "django_tasks"
+from clean_install_howtos import CELL, DJANGO_6, FRAMEWORK, run_howto
 
 #: The public modules the docs name (``module:name``: a name loaded on first use), and
 #: the extra each needs (None: none).
@@ -56,7 +51,8 @@ PUBLIC = {
 }
 
 #: The settings each how-to adds (``"shop"``, the project's app for the how-to's files,
-#: is added by setup() when there are any).
+#: is added by setup() when there are any), with ``{cell}`` the cell's name and
+#: ``{etcd}`` the client URL of the etcd member the driver started (``CLEAN_ETCD``).
 SETTINGS = {
     "none": "",
     "telemetry": "",
@@ -69,12 +65,19 @@ OCCUPY = {"BACKENDS": {
               "OPTIONS": {"CACHE": "default", "PREFIX": "occupy-clean-{cell}:"}},
 }}
 """,
+    # docs/backends/etcd.md's block, with one member's endpoint.
     "etcd": """
-OCCUPY = {"BACKENDS": {
-    "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
-    "etcd": {"BACKEND": "occupy.backends.etcd.EtcdBackend",
-             "OPTIONS": {"ENDPOINTS": ["http://127.0.0.1:2379"]}},
-}}
+OCCUPY = {
+    "BACKENDS": {
+        "default": {"BACKEND": "occupy.backends.db.DatabaseBackend"},
+        "etcd": {
+            "BACKEND": "occupy.backends.etcd.EtcdBackend",
+            "OPTIONS": {
+                "ENDPOINTS": ["{etcd}"],
+            },
+        },
+    },
+}
 """,
     "postgres": """
 DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "occupy_clean_{cell}",
@@ -232,7 +235,11 @@ def setup(extra: str) -> None:
     text = settings.read_text().replace(
         "INSTALLED_APPS = [", 'INSTALLED_APPS = [\n    "occupy",', 1
     )
-    text += "".join(SETTINGS[howto] for howto in howtos(extra)).replace("{cell}", CELL)
+    text += (
+        "".join(SETTINGS[howto] for howto in howtos(extra))
+        .replace("{cell}", CELL)
+        .replace("{etcd}", os.environ.get("CLEAN_ETCD", "http://127.0.0.1:2379"))
+    )
     files = {name: body for howto in howtos(extra) for name, body in FILES.get(howto, {}).items()}
     if any(name.startswith("shop/") for name in files):
         text += 'INSTALLED_APPS += ["shop"]\n'
@@ -272,7 +279,7 @@ def run(extra: str) -> None:
         call_command("makemigrations", "shop", verbosity=0)
     call_command("migrate", verbosity=0)
     for howto in howtos(extra):
-        HOWTOS.get(howto, _lock)(extra)
+        run_howto(howto, extra)
     print(f"{CELL}: ok")
 
 
@@ -283,128 +290,6 @@ def _create_database() -> None:
         c.execute(f"DROP DATABASE IF EXISTS occupy_clean_{CELL}")
         c.execute(f"CREATE DATABASE occupy_clean_{CELL}")
 
-
-def _lock(extra: str) -> None:
-    """The README's first lines: a lease on a key, seen by others, released."""
-    import occupy
-
-    alias = {"redis": "redis"}.get(extra, "default")
-    with occupy.lock(f"clean:{CELL}", ttl=30, timeout=5, backend=alias) as lease:
-        holder = occupy.holder(lease.key, backend=alias)
-        assert holder is not None and holder.owner == lease.owner and lease.fence > 0
-    assert occupy.holder(f"clean:{CELL}", backend=alias) is None
-
-
-def _admin(extra: str) -> None:
-    """The admin how-to: the first editor of a book gets its change form under an edit
-    lease, a second one a read-only page naming her, and the changelist its filter."""
-    from django.contrib.auth.models import User
-    from django.test import Client
-    from shop.models import Book
-
-    book = Book.objects.create(name="Dune")
-    url = f"/admin/shop/book/{book.pk}/change/"
-    pages = []
-    for name in ("Ann", "Bob"):
-        user = User.objects.create_superuser(name.lower(), password="pw", first_name=name)
-        client = Client(HTTP_HOST="localhost")  # a host startproject's DEBUG settings allow
-        client.force_login(user)
-        page = client.get(url)
-        assert page.status_code == 200, page
-        pages.append((user, client, page.content.decode()))
-    (ann, client, first), (_bob, _client, second) = pages
-    holder = book.get_holder()
-    assert holder is not None and holder.owner.startswith(f"admin:user:{ann.pk}:"), holder
-    assert 'name="name"' in first and 'name="name"' not in second
-    assert "Ann is editing this object" in second, second
-    assert "being edited" in client.get("/admin/shop/book/").content.decode()
-
-
-def _drf(extra: str) -> None:
-    from django.contrib.auth.models import Permission, User
-    from django.test import Client
-    from shop.models import Book
-
-    book = Book.objects.create(name="Dune")
-    user = User.objects.create_user("ann", password="pw")
-    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="shop"))
-    client = Client(HTTP_HOST="localhost")  # a host startproject's DEBUG settings allow
-    client.force_login(user)
-    got = client.get(f"/api/books/{book.pk}/")
-    assert got.status_code == 200 and got.headers.get("ETag"), got
-    etag = got.headers["ETag"]
-    ok = client.patch(
-        f"/api/books/{book.pk}/",
-        {"name": "Dune II"},
-        content_type="application/json",
-        headers={"If-Match": etag},
-    )
-    assert ok.status_code == 200 and ok.headers["ETag"] != etag, ok.content
-    stale = client.patch(
-        f"/api/books/{book.pk}/",
-        {"name": "Dune III"},
-        content_type="application/json",
-        headers={"If-Match": etag},
-    )
-    assert stale.status_code == 412, stale.content
-    assert client.get("/api/schema/").status_code == 200
-
-
-def _celery(extra: str) -> None:
-    from proj.celery import app
-
-    out = Path("report.json").resolve()
-    app.control.purge()  # what an earlier run of this cell left in its queue
-    worker = subprocess.Popen(
-        [str(Path(sys.executable).parent / "celery"), "-A", "proj", "worker", "--pool=solo",
-         "--without-heartbeat", "--without-mingle", "--without-gossip", "-l", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        from shop.tasks import build_report
-
-        sent = build_report.delay(7, str(out))
-        deadline = time.monotonic() + 120
-        while not out.exists() and worker.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert out.exists(), "the worker ran no task"
-        time.sleep(0.2)  # the file's write, to its end
-        seen = json.loads(out.read_text())
-        assert seen["key"] == "report:7" and seen["id"] == sent.id and seen["fence"] > 0, seen
-        assert seen["owner"] == f"celery:{build_report.name}:{sent.id}", seen
-    finally:
-        worker.terminate()
-        log = worker.communicate(timeout=30)[0]
-        print(log)
-    assert "Traceback" not in log, log
-
-
-def _tasks(extra: str) -> None:
-    from shop.tasks import build_report
-
-    import occupy
-
-    framework = importlib.import_module(f"{FRAMEWORK}.base")
-    assert isinstance(build_report, framework.Task), type(build_report).__mro__
-    result = build_report.enqueue(account_id=7)
-    assert str(result.status) == "SUCCESSFUL", result.errors
-    key, fence, owner = result.return_value
-    assert key == "report:7" and fence > 0 and owner.endswith(f":{result.id}"), owner
-    assert occupy.holder("report:7") is None
-
-
-def _none(extra: str) -> None:
-    _lock(extra)
-    _admin(extra)
-
-
-HOWTOS = {
-    "none": _none,
-    "drf": _drf,
-    "celery": _celery,
-    "tasks": _tasks,
-    "etcd": lambda extra: None,
-}
 
 if __name__ == "__main__":
     sys.path.insert(0, os.getcwd())

@@ -44,15 +44,17 @@ def _die_with_parent() -> None:
 
 class EtcdCluster:
     """``size`` etcd members on ``127.0.0.1``: clients on ``base``, ``base + 1``, …,
-    peers on ``base + size``, …, with the extra command-line ``options``. Tuned to elect
-    fast (heartbeat 50 ms, election 500 ms)."""
+    peers on ``peer_base``, ``peer_base + 1``, … (default ``base + size``), with the
+    extra command-line ``options``. Tuned to elect fast (heartbeat 50 ms, election
+    500 ms)."""
 
     heartbeat_ms = 50
     election_ms = 500
 
-    def __init__(self, size: int, base: int, *options: str) -> None:
+    def __init__(self, size: int, base: int, *options: str, peer_base: int | None = None) -> None:
         self.size = size
         self.base = base
+        self.peer_base = base + size if peer_base is None else peer_base
         #: More command-line settings of every member (e.g. ``--auth-token-ttl=2``).
         self.options = options
         self.dir = Path(tempfile.mkdtemp(prefix="occupy-etcd-"))
@@ -64,7 +66,7 @@ class EtcdCluster:
 
     def peer_port(self, i: int) -> int:
         """Return member ``i``'s peer port."""
-        return self.base + self.size + i
+        return self.peer_base + i
 
     @property
     def endpoints(self) -> list[str]:
