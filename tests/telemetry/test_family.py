@@ -145,7 +145,10 @@ def test_a_key_family_that_is_not_a_function_never_fails_a_lock(
 @pytest.mark.parametrize(
     ("values", "says"),
     [
-        ({"KEY_FAMILY": "tests.telemetry.test_family.NOT_A_FUNCTION"}, "is of type int, not a function"),
+        (
+            {"KEY_FAMILY": "tests.telemetry.test_family.NOT_A_FUNCTION"},
+            "is of type int, not a function",
+        ),
         ({"KEY_FAMILY": "tests.telemetry.test_family.nowhere"}, "cannot be imported"),
         ({"KEY_FAMILY": 3}, "must be the dotted path of a function"),
         ({"WAIT_SPAN_THRESHOLD": -1}, "0 or more"),
