@@ -37,6 +37,7 @@ __all__ = [
     "composite_pk_unsupported",
     "misconfigured",
     "optional",
+    "settings_misconfigured",
     "unconfigured_alias",
 ]
 
@@ -250,6 +251,24 @@ def misconfigured(problem: str) -> Misconfigured:
         _logged.add(problem)
         logger.error("%s Run manage.py check for every such problem.", problem)
     return Misconfigured(problem)
+
+
+def settings_misconfigured(exc: Exception) -> Misconfigured | None:
+    """Return the :func:`misconfigured` error that answers ``exc`` where a request met
+    it, when ``exc`` is an ``ImproperlyConfigured`` (not already a
+    :class:`~occupy.Misconfigured`) and occupy's own settings are what is wrong (a
+    server that skips ``manage.py check`` serves with them); else ``None``, and ``exc``
+    goes on as Django would handle it. Only the error path pays for reading them."""
+    if isinstance(exc, Misconfigured) or not isinstance(exc, ImproperlyConfigured):
+        return None
+    try:
+        for name in ("TTL", "TIMEOUT", "REST_FRAMEWORK", "TELEMETRY"):
+            getattr(occupy_settings, name)
+        for alias in occupy_settings.BACKENDS:
+            get_backend(alias)
+    except ImproperlyConfigured as e:
+        return misconfigured(str(e))
+    return None
 
 
 def composite_pk_unsupported(model: type[Any], user: type[Any], by: str) -> list[CheckMessage]:

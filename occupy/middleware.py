@@ -11,7 +11,9 @@ DRF's default ``EXCEPTION_HANDLER``, which leaves exceptions it does not know to
 Django) gets the status, JSON body and headers of the exception's row in the status
 table (:mod:`occupy.http`): a ``VersionConflict`` from ``VersionedMixin.save()`` is
 409 ``version_conflict`` with the row's current ``ETag``; ``Occupied`` 423 with
-``Retry-After``; ``StoreUnavailable`` 503 with ``Retry-After``. It uses Django's own
+``Retry-After``; ``StoreUnavailable`` 503 with ``Retry-After``; an
+``ImproperlyConfigured`` raised because ``settings.OCCUPY`` is wrong (on a server that
+skips ``manage.py check``) 503, as :class:`~occupy.Misconfigured`. It uses Django's own
 ``process_exception`` hook: nothing of Django or DRF is patched. Other exceptions go on
 to Django's handling untouched.
 """
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from occupy import http, telemetry
+from occupy.checks import settings_misconfigured
 from occupy.exceptions import OccupyError
 
 __all__ = ["OccupyErrorsMiddleware"]
@@ -40,6 +43,7 @@ class OccupyErrorsMiddleware:
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         """Return the status table's answer to an occupy exception, else ``None``."""
+        exception = settings_misconfigured(exception) or exception
         if not isinstance(exception, OccupyError) or not isinstance(exception, http.ANSWERED):
             return None
         problem = http.answer(

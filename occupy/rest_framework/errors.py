@@ -2,7 +2,7 @@
 :func:`api_exception` for the exception handlers (:mod:`occupy.rest_framework.handlers`).
 
 Every occupy exception a view lets through becomes its row of the status table
-(:mod:`occupy.http`): never a 500.
+(:mod:`occupy.http`): never a 500; nor does a setting of occupy's that is wrong.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rest_framework.response import Response
 
 from occupy import http
+from occupy.checks import settings_misconfigured
 from occupy.exceptions import OccupyError
 from occupy.http import Problem
 from occupy.owners import owner_display
@@ -36,7 +37,9 @@ def api_exception(
 ) -> Exception:
     """Return the API exception answering ``exc`` when it is one of the occupy errors
     of the status table, else ``exc`` itself (``request``: the request answered, whose
-    user's own lease elsewhere is told as theirs)."""
+    user's own lease elsewhere is told as theirs). occupy's own settings, wrong where
+    a request met them, are answered as :class:`~occupy.Misconfigured` (a 503)."""
+    exc = settings_misconfigured(exc) or exc
     if isinstance(exc, OccupyError) and isinstance(exc, http.ANSWERED):
         problem = http.answer(
             exc,

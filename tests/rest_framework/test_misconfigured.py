@@ -5,13 +5,15 @@ id and a hint; a request that meets a misconfigured one is answered 503
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
 import occupy
 from occupy.rest_framework.checks import check_views
 from tests.rest_framework.misconfigured_urls import MISCONFIGURED
-from tests.testapp.models import Document
+from tests.testapp.models import Book, Document
 
 pytestmark = pytest.mark.usefixtures("users")
 
@@ -144,3 +146,86 @@ def test_the_view_check_never_crashes_on_a_urlconf(settings, urlconf):
         settings.ROOT_URLCONF = urlconf
     found = {m.obj.__name__ for m in check_views()}
     assert found == ({*MISCONFIGURED, "DocumentViewSet"} if urlconf == URLCONF else set())
+
+
+#: Mistakes in ``settings.OCCUPY`` itself, which ``check`` reports (E001, E002, E007)
+#: and a server that skips ``check`` serves with, and whether a plain view's call of
+#: the lock API (which reads no HTTP setting) meets them.
+WRONG_SETTINGS = {
+    "an unknown key": ({"TTl": 30}, True),
+    "no default alias": (
+        {"BACKENDS": {"main": {"BACKEND": "occupy.backends.db.DatabaseBackend"}}},
+        True,
+    ),
+    "a backend path that is no class": (
+        {"BACKENDS": {"default": {"BACKEND": "occupy.nowhere.X"}}},
+        True,
+    ),
+    "a lease ttl of 0": ({"REST_FRAMEWORK": {"LEASE_TTL": 0}}, False),
+}
+
+
+def _503_logged_once(answers: list[Any], caplog: pytest.LogCaptureFixture) -> None:
+    for response in answers:
+        assert response.status_code == 503, (response.status_code, response.content[:300])
+        assert response.json()["code"] == "store_unavailable"
+        assert "as the site is configured" in response.json()["detail"]
+        assert "Retry-After" not in response
+    logged = [r.getMessage() for r in caplog.records if r.name == "occupy.checks"]
+    assert len(logged) == 1, logged
+
+
+@pytest.mark.parametrize("wrong", sorted(WRONG_SETTINGS))
+def test_wrong_occupy_settings_are_503_on_occupys_views(
+    users, client_for, settings, caplog, monkeypatch, wrong
+):
+    """A server that skips ``check`` answers them as a view's own misconfiguration: 503
+    without Retry-After, the problem logged once, nothing written."""
+    monkeypatch.setattr("occupy.checks._logged", set())
+    document = Document.objects.create(body="draft")
+    settings.OCCUPY = WRONG_SETTINGS[wrong][0]
+    api = client_for(users.editor)
+    url = f"/api/documents/{document.pk}/"
+    with caplog.at_level(logging.ERROR, logger="occupy.checks"):
+        answers = [api.post(f"{url}lease/", {}, format="json")]
+        if WRONG_SETTINGS[wrong][1]:
+            answers.append(api.patch(url, {"body": "x"}, format="json", HTTP_IF_MATCH='"1"'))
+            answers.append(api.get(f"{url}lease/"))
+    _503_logged_once(answers, caplog)
+    settings.OCCUPY = {}
+    assert Document.objects.get().body == "draft"
+
+
+@pytest.mark.parametrize("wrong", sorted(w for w, (_, met) in WRONG_SETTINGS.items() if met))
+def test_wrong_occupy_settings_are_503_through_the_middleware(
+    users, client_for, settings, caplog, monkeypatch, wrong
+):
+    """A plain view whose code calls the lock API, with occupy's middleware."""
+    monkeypatch.setattr("occupy.checks._logged", set())
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "occupy.middleware.OccupyErrorsMiddleware"]
+    book = Book.objects.create(name="Dune")
+    settings.OCCUPY = WRONG_SETTINGS[wrong][0]
+    monkeypatch.setattr(Book, "save", lambda *args, **kwargs: occupy.holder("k"))
+    with caplog.at_level(logging.ERROR, logger="occupy.checks"):
+        answers = [
+            client_for(users.editor).patch(
+                f"/api/plain-books/{book.pk}/", {"name": "x"}, format="json"
+            )
+        ]
+    _503_logged_once(answers, caplog)
+
+
+def test_an_improperly_configured_of_another_app_stays_django_s(
+    users, client_for, settings, monkeypatch
+):
+    """With occupy's settings right, an ``ImproperlyConfigured`` is somebody else's
+    problem: Django's 500, as before."""
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "occupy.middleware.OccupyErrorsMiddleware"]
+    book = Book.objects.create(name="Dune")
+
+    def wrong(*args, **kwargs):
+        raise ImproperlyConfigured("another app's setting is wrong")
+
+    monkeypatch.setattr(Book, "save", wrong)
+    with pytest.raises(ImproperlyConfigured, match="another app's"):
+        client_for(users.editor).patch(f"/api/plain-books/{book.pk}/", {"name": "x"}, format="json")
