@@ -97,7 +97,8 @@ class ClusterDeployment:
         self.processes.clear()
 
     def wait_ok(self) -> None:
-        """Wait until every node reports ``cluster_state:ok`` and knows all six."""
+        """Wait until every node reports ``cluster_state:ok`` and knows all six, and
+        every primary has a replica whose link is up (:meth:`_paired`)."""
         deadline = time.monotonic() + 60
         last: Any = None
         while time.monotonic() < deadline:
@@ -105,7 +106,9 @@ class ClusterDeployment:
                 states = [_command(port, "CLUSTER", "INFO") for port in self.ports]
                 last = states
                 if all(b"cluster_state:ok" in s and b"cluster_known_nodes:6" in s for s in states):
-                    return
+                    if self._paired():
+                        return
+                    last = "a primary has no replica, or a replica's link is down"
             except Exception as e:
                 last = e
             time.sleep(0.1)
