@@ -97,7 +97,8 @@ class ClusterDeployment:
         self.processes.clear()
 
     def wait_ok(self) -> None:
-        """Wait until every node reports ``cluster_state:ok`` and knows all six."""
+        """Wait until every node reports ``cluster_state:ok`` and knows all six, and
+        every primary has a replica whose link is up (:meth:`_paired`)."""
         deadline = time.monotonic() + 60
         last: Any = None
         while time.monotonic() < deadline:
@@ -105,7 +106,9 @@ class ClusterDeployment:
                 states = [_command(port, "CLUSTER", "INFO") for port in self.ports]
                 last = states
                 if all(b"cluster_state:ok" in s and b"cluster_known_nodes:6" in s for s in states):
-                    return
+                    if self._paired():
+                        return
+                    last = "a primary has no replica, or a replica's link is down"
             except Exception as e:
                 last = e
             time.sleep(0.1)
@@ -128,11 +131,28 @@ class ClusterDeployment:
         return True
 
     def owner(self, key: str) -> int:
-        """Return the port of the primary that serves ``key``'s slot: of the nodes that
-        answer and claim it, the one with the highest config epoch (a primary that was
-        paused still claims its slots, with its old epoch, until it hears of the new)."""
-        slot = int(_command(self._up(), "CLUSTER", "KEYSLOT", key))
-        claims: list[tuple[int, int]] = []
+        """Return the port of the primary that serves ``key``'s slot (see :meth:`owners`)."""
+        return self.owners([key])[key]
+
+    def owners(self, keys: list[str]) -> dict[str, int]:
+        """Return the port of the primary that serves each of ``keys``' slots: of the
+        nodes that answer and claim it, the one with the highest config epoch (a primary
+        that was paused still claims its slots, with its old epoch, until it hears of the
+        new)."""
+        found = self._served(keys)
+        unserved = sorted(key for key in keys if key not in found)
+        if unserved:
+            raise AssertionError(f"no node serves the slot of {unserved}")
+        return found
+
+    def _served(self, keys: list[str]) -> dict[str, int]:
+        """Return :meth:`owners` of the keys whose slot some node serves. Each node is
+        asked once for all the keys, and one that does not answer costs half a second:
+        a round of the watcher stays under a second while a primary is paused."""
+        from redis.crc import key_slot
+
+        slots = {key: key_slot(key.encode()) for key in keys}
+        claims: dict[str, list[tuple[int, int]]] = {key: [] for key in keys}
         for port in self.ports:
             try:
                 lines = _command(port, "CLUSTER", "NODES", timeout=0.5).decode().splitlines()
@@ -142,38 +162,33 @@ class ClusterDeployment:
                 fields = line.split()
                 if "master" not in fields[2] or "fail" in fields[2]:
                     continue
+                claimant = (int(fields[6]), int(fields[1].split("@")[0].rsplit(":", 1)[1]))
                 for part in fields[8:]:
                     if part.startswith("["):
                         continue  # a slot being migrated
                     start, _, end = part.partition("-")
-                    if int(start) <= slot <= int(end or start):
-                        address = fields[1].split("@")[0]
-                        claims.append((int(fields[6]), int(address.rsplit(":", 1)[1])))
-        if not claims:
-            raise AssertionError(f"no node serves slot {slot}")
-        return max(claims)[1]
-
-    def _up(self) -> int:
-        for port in self.ports:
-            with contextlib.suppress(Exception):
-                if _command(port, "PING", timeout=0.3):
-                    return port
-        raise AssertionError("no node answers")
+                    for key, slot in slots.items():
+                        if int(start) <= slot <= int(end or start):
+                            claims[key].append(claimant)
+        return {key: max(found)[1] for key, found in claims.items() if found}
 
     def watch(self, keys: list[str]) -> None:
         """Record (in :attr:`switches`) every change of the primary serving ``keys``."""
         self.watched = list(keys)
-        owners = {key: self.owner(key) for key in keys}
+        owners = self.owners(keys)
         self.switches.extend((0.0, key, port) for key, port in owners.items())
 
         def poll() -> None:
             while not self._stop.is_set():
-                for key in keys:
-                    with contextlib.suppress(Exception):
-                        port = self.owner(key)
+                # A slot is unserved between its primary's failure and the election:
+                # the other keys' primaries are still recorded.
+                with contextlib.suppress(Exception):  # a node's reply cut short
+                    found = self._served(keys)
+                    at = time.time()
+                    for key, port in found.items():
                         if port != owners[key]:
                             owners[key] = port
-                            self.switches.append((time.time(), key, port))
+                            self.switches.append((at, key, port))
                 time.sleep(0.02)
 
         threading.Thread(target=poll, daemon=True).start()

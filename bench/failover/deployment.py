@@ -107,10 +107,21 @@ def _wait_answer(proc: subprocess.Popen[bytes], port: int) -> None:
 
 
 def _command(port: int, *args: str, timeout: float = 2.0) -> Any:
-    """Run one command on the server (or sentinel) at ``port``; return its reply."""
+    """Run one command on the server (or sentinel) at ``port``, once, within about
+    ``timeout`` seconds to connect and as many for the reply; return the reply."""
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
-    client = redis.Redis(port=port, socket_timeout=timeout, socket_connect_timeout=timeout)
+    # No retries: redis-py's default retries a timeout ten times with a backoff, so a
+    # probe of a paused server took about 9 s, not ``timeout``, and a watcher asking
+    # every node saw a failover tens of seconds after the cluster made it.
+    client = redis.Redis(
+        port=port,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+    )
     try:
         return client.execute_command(*args)
     finally:
