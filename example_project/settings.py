@@ -112,7 +112,8 @@ if os.environ.get("EXAMPLE_REDIS", "auto") != "off" and _redis_is_up():
     }
     OCCUPY["BACKENDS"]["redis"] = {
         "BACKEND": "occupy.backends.redis.RedisBackend",
-        "OPTIONS": {"CACHE": "locks"},
+        # The backend writes raw Redis keys: the cache's KEY_PREFIX is not applied.
+        "OPTIONS": {"CACHE": "locks", "PREFIX": "library:occupy:"},
     }
     OCCUPY["BACKENDS"]["cache"] = {
         "BACKEND": "occupy.backends.cache.CacheBackend",

@@ -119,9 +119,15 @@ class OccupySettings:
     def BACKENDS(self) -> dict[str, dict[str, Any]]:
         """Return the backend configurations by alias."""
         backends = self._get("BACKENDS")
-        if not isinstance(backends, dict) or "default" not in backends:
+        if not isinstance(backends, dict):
             raise InvalidBackendError(
-                "settings.OCCUPY['BACKENDS'] must be a dict with a 'default' alias."
+                "settings.OCCUPY['BACKENDS'] must be a dict with a 'default' alias, not "
+                f"{type(backends).__name__}."
+            )
+        if "default" not in backends:
+            raise InvalidBackendError(
+                "settings.OCCUPY['BACKENDS'] must have a 'default' alias; it has "
+                f"{sorted(map(str, backends))}."
             )
         return backends
 

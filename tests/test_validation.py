@@ -156,7 +156,8 @@ def test_printable_escapes_control_characters_as_repr_does() -> None:
     [
         ({"BACKENDS": {"default": {"BACKEND": "no.such.Backend"}}}, "Could not import"),
         ({"BACKENDS": {"default": {"BACKEND": "occupy.api.lock"}}}, "not a subclass"),
-        ({"BACKENDS": {"other": {}}}, "'default' alias"),
+        ({"BACKENDS": {"defualt": {}}}, "must have a 'default' alias; it has ['defualt']"),
+        ({"BACKENDS": ["default"]}, "must be a dict with a 'default' alias, not list"),
         ({"BACKENDS": {"default": {}}}, "dotted class path"),
         (
             {"TTL": 0, "BACKENDS": {"default": {"BACKEND": "occupy.backends.db.DatabaseBackend"}}},
