@@ -104,3 +104,13 @@ def test_check_reports_the_current_apps_beat_settings() -> None:
         assert len(found) == 1 and "'nope'" in found[0].msg, found
     finally:
         previous.set_current()
+
+
+def test_check_warns_of_a_setting_named_like_occupys_that_nothing_reads() -> None:
+    """A misspelled setting is otherwise ignored without a word: beat runs on the
+    default the project meant to change."""
+    [warning] = beat_problems(_app("CELERY", occupy_beat_ttll=5))
+    assert warning.id == "occupy.W407", warning
+    assert "occupy_beat_ttll, which occupy does not read" in warning.msg
+    assert "CELERY_OCCUPY_BEAT_TTL" in warning.msg  # the names it does read, as spelled
+    assert beat_problems(_app(occupy_beat_ttl=10, task_default_queue="q")) == []
