@@ -200,6 +200,12 @@ def test_check_makes_the_tasks_of_the_projects_celery_app_as_a_worker_does(
         @broken.task(shared=False, base=OccupyTask, occupy_key="x:{missing}")
         def misnamed(n: int) -> None: ...
 
+        # In a worker that is starting (its loader's init_worker() ran, then the Django
+        # fixup runs the checks) the app is left to the worker, which finalizes it and
+        # exits with the error (tests/celery/test_worker_start.py).
+        broken.loader.worker_initialized = True
+        assert "occupy.E406" not in _task_errors() and not broken.finalized
+        broken.loader.worker_initialized = False
         [e406] = _task_errors()["occupy.E406"]
         assert "Celery app 'occupy_broken' raised ValueError" in e406
         assert "'x:{missing}' names ['missing']" in e406

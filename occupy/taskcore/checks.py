@@ -73,11 +73,16 @@ def _celery_tasks() -> list[CheckMessage]:
     or whose ``occupy_backend`` is not configured would pass ``check`` and stop or fail
     the worker. Return ``occupy.E406`` when that raised, else the app's beat settings'
     problems (``occupy.E407``). Nothing where Celery was not imported (the project's
-    Celery app, imported with its settings, imports it)."""
+    Celery app, imported with its settings, imports it).
+
+    Not in a worker or beat that is starting (:func:`_starting_worker`): there the
+    app finalizes itself, right after, and a task refused stops the worker."""
     celery = sys.modules.get("celery")
     if celery is None:
         return []
     app = celery.current_app
+    if _starting_worker(app):
+        return beat_problems(app)
     try:
         app.finalize()
     except Exception as e:
@@ -92,6 +97,18 @@ def _celery_tasks() -> list[CheckMessage]:
             )
         ]
     return beat_problems(app)
+
+
+def _starting_worker(app: Any) -> bool:
+    """Return whether ``app`` is starting a worker (or beat): its loader's
+    ``init_worker()`` ran, which is where Celery's Django fixup runs the system checks
+    (it drops what they return) before the worker finalizes the app.
+
+    The checks must not finalize the app there: ``finalize()`` marks the app finalized
+    before it makes the tasks, so the error of a task refused would be reported to no
+    one and the worker would start without the tasks not yet made (they would be
+    unregistered, their messages discarded), instead of exiting with that error."""
+    return bool(getattr(app.loader, "worker_initialized", False))
 
 
 @register(Tags.compatibility)
