@@ -13,7 +13,8 @@ Invariants:
   changed since it was read, it is read and decided again (a few times), never
   replaced on an old read.
 - The store being down (:class:`~occupy.StoreUnavailable`) is a condition the page
-  tells, never a server error.
+  tells, never a server error; so is an admin that cannot lock as configured
+  (:class:`~occupy.Misconfigured`), told apart: it lasts until the settings are fixed.
 - Every sentence is one translatable message (:mod:`occupy.admin.sentences`).
 """
 
@@ -37,10 +38,17 @@ from occupy.admin.sentences import (
     STORE_UNAVAILABLE_DELETE,
     STORE_UNAVAILABLE_NOW,
     busy_text,
+    unavailable_text,
 )
 from occupy.admin.stores import AdminBackendMixin
 from occupy.checks import Rule, attribute_errors, checked_attribute
-from occupy.exceptions import LeaseLost, Occupied, StoreUnavailable, TakeoverRefused
+from occupy.exceptions import (
+    LeaseLost,
+    Misconfigured,
+    Occupied,
+    StoreUnavailable,
+    TakeoverRefused,
+)
 from occupy.leases import Holder, Lease
 from occupy.owners import admin_owner, owner_display, owner_user_pk, parse_owner
 from occupy.validation import check_ttl
@@ -84,8 +92,11 @@ class EditState:
     error: str | None = None
     #: The requesting user's primary key, as text.
     user_pk: str | None = None
-    #: The lease store could not be reached.
+    #: The lease store could not be reached, or used as configured.
     unavailable: bool = False
+    #: The admin cannot lock as configured (:class:`~occupy.Misconfigured`): waiting
+    #: does not help, unlike the store being down.
+    misconfigured: bool = False
     #: The tokens the page carries when no lease could be checked (store down).
     posted_tokens: list[str] = field(default_factory=list)
 
@@ -97,6 +108,12 @@ class EditState:
         if self.error is not None:
             return "lost"
         return "editing" if self.leases else "readonly"
+
+    def refused(self, exc: StoreUnavailable) -> None:
+        """Note that ``exc`` stopped this request from locking (store down or
+        misconfigured)."""
+        self.unavailable = True
+        self.misconfigured = isinstance(exc, Misconfigured)
 
     @property
     def read_only(self) -> bool:
@@ -115,8 +132,8 @@ def new_tab() -> str:
 
 
 #: The edit lease's durations, each with the rule its value follows (``manage.py
-#: check`` reports a value it refuses as ``occupy.E304``; a page meeting one is the
-#: store being unavailable, never a server error).
+#: check`` reports a value it refuses as ``occupy.E304``; a page meeting one is
+#: read-only and says the admin's lock settings are wrong, never a server error).
 DURATIONS: dict[str, Rule] = {
     "edit_lease_ttl": check_ttl,
     "edit_lease_poll": check_ttl,
@@ -143,8 +160,8 @@ class EditLeaseBase(AdminBackendMixin):
 
     def _duration(self, attribute: str) -> float:
         """Return the edit lease's ``attribute`` in seconds; raise
-        :class:`~occupy.Misconfigured` (met as the store being unavailable) when it is
-        not one."""
+        :class:`~occupy.Misconfigured` (a :class:`~occupy.StoreUnavailable`: the page is
+        read-only and says the settings are wrong) when it is not one."""
         seconds: float = checked_attribute(self, attribute, DURATIONS[attribute])
         return seconds
 
@@ -334,8 +351,8 @@ class EditLeaseBase(AdminBackendMixin):
         """Say why the tab's lease is gone and what became of the user's input."""
         try:
             holder = self._holder(state.keys[0])
-        except StoreUnavailable:
-            return f"{STORE_UNAVAILABLE} {KEPT}"
+        except StoreUnavailable as e:
+            return f"{unavailable_text(e, 'save')} {KEPT}"
         state.holder = holder
         # Whether the lease was taken over, or expired before someone took the free
         # object, or was never this page's (a replayed form), the store cannot tell:

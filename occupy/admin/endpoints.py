@@ -5,7 +5,8 @@
 All are behind ``admin_site.admin_view`` and CSRF-protected (the beacon posts the
 token in its form body). A user who may not change the object gets 404; a token that
 is not the posting user's tab's is refused like a lost lease, the lease untouched;
-the store being down answers 503 (JSON) or a message on the page (takeover).
+the store being down answers 503 (JSON) or a message on the page (takeover); so does
+an admin that cannot lock as configured, its 503 marked ``misconfigured``.
 """
 
 from __future__ import annotations
@@ -22,22 +23,27 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 import occupy
-from occupy.admin.editing import (
-    STORE_UNAVAILABLE_NOW,
-    TAB,
-    EditLeaseBase,
-    TakeoverDenied,
-)
+from occupy.admin.editing import TAB, EditLeaseBase, TakeoverDenied
 from occupy.admin.fields import LEASE_FIELD, TAB_FIELD
-from occupy.exceptions import LeaseLost, Occupied, StoreUnavailable
+from occupy.admin.sentences import unavailable_text
+from occupy.exceptions import LeaseLost, Misconfigured, Occupied, StoreUnavailable
 from occupy.history import took_over_message
 from occupy.owners import owner_display
 
 __all__ = ["LeaseEndpointsMixin"]
 
 
-def _unavailable() -> JsonResponse:
-    return JsonResponse({"unavailable": True, "message": STORE_UNAVAILABLE_NOW}, status=503)
+def _unavailable(exc: StoreUnavailable) -> JsonResponse:
+    """Return the 503 the page's script reads: ``misconfigured`` when the admin cannot
+    lock as configured (the page then stops waiting: only a fix of the settings helps)."""
+    return JsonResponse(
+        {
+            "unavailable": True,
+            "misconfigured": isinstance(exc, Misconfigured),
+            "message": unavailable_text(exc, "now"),
+        },
+        status=503,
+    )
 
 
 class LeaseEndpointsMixin(EditLeaseBase):
@@ -137,11 +143,11 @@ class LeaseEndpointsMixin(EditLeaseBase):
                     "message": self._lost_message(request, state, saving=False),
                     **self._holder_body(request, state.keys[0], state.owner),
                 }
-            except StoreUnavailable:
-                return _unavailable()
+            except StoreUnavailable as e:
+                return _unavailable(e)
             return JsonResponse(body, status=409)
-        except StoreUnavailable:
-            return _unavailable()
+        except StoreUnavailable as e:
+            return _unavailable(e)
         return JsonResponse(
             {
                 "tokens": [lease.token for lease in leases],
@@ -172,8 +178,8 @@ class LeaseEndpointsMixin(EditLeaseBase):
                     continue
                 if lease.owner == owner:
                     self._release_all([lease])
-        except StoreUnavailable:
-            return _unavailable()
+        except StoreUnavailable as e:
+            return _unavailable(e)
         return HttpResponse(status=204)
 
     def lease_status_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
@@ -188,8 +194,8 @@ class LeaseEndpointsMixin(EditLeaseBase):
             if owner is not None and not body["mine"]:
                 state = self._state(request, obj, tab)
                 body["message"] = self._lost_message(request, state, saving=False)
-        except StoreUnavailable:
-            return _unavailable()
+        except StoreUnavailable as e:
+            return _unavailable(e)
         return JsonResponse(body)
 
     def takeover_lease_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -214,12 +220,8 @@ class LeaseEndpointsMixin(EditLeaseBase):
                 messages.WARNING,
             )
             return HttpResponseRedirect(self._change_url(obj))
-        except StoreUnavailable:
-            self.message_user(
-                request,
-                _("The lock store is unavailable: nothing was taken over, try again in a moment."),
-                messages.ERROR,
-            )
+        except StoreUnavailable as e:
+            self.message_user(request, unavailable_text(e, "takeover"), messages.ERROR)
             return HttpResponseRedirect(self._change_url(obj))
         for holder in replaced:
             self.log_change(

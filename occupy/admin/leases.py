@@ -12,7 +12,8 @@ only under the tab's lease, checked in the same transaction, and fenced by it fo
 write over the new editor. ``list_editable`` rows, admin actions and deletes take the
 objects' keys for their write and are refused, naming the editor, while a tab edits.
 The store being down is said on the page (read-only form; a refused save keeps the
-user's input), never a server error.
+user's input), never a server error; so is an admin that cannot lock as configured
+(:class:`~occupy.Misconfigured`), in its own words: it does not pass by itself.
 
 The endpoints the script calls are in :mod:`occupy.admin.endpoints`; what both share
 (the user-bound leases, the takeover decided in the store) in :mod:`occupy.admin.editing`.
@@ -36,7 +37,7 @@ from occupy.admin.endpoints import LeaseEndpointsMixin
 from occupy.admin.fields import LEASE_FIELD, TAB_FIELD
 from occupy.admin.history import OccupyHistoryAdminMixin
 from occupy.admin.saving import WriteRefused, confirm_leases, once_more_if_stale
-from occupy.admin.sentences import KEPT, STORE_UNAVAILABLE, STORE_UNAVAILABLE_DELETE
+from occupy.admin.sentences import KEPT, unavailable_text
 from occupy.exceptions import FencedOut, LeaseLost, Misconfigured, Occupied, StoreUnavailable
 from occupy.leases import Lease
 from occupy.owners import owner_display
@@ -55,7 +56,7 @@ class EditLeaseAdminMixin(OccupyHistoryAdminMixin, LeaseEndpointsMixin):
     often an editing page asks whether it still holds the lease). ``manage.py check``
     reports a value that cannot be used (``occupy.E102``, ``occupy.E304``), and an
     ``occupy_backend`` other than the model's (``occupy.W303``); a page that meets one
-    says the store is unavailable, read-only, never a server error.
+    is read-only and says the admin's lock settings are wrong, never a server error.
 
     Hooks: :meth:`get_occupy_keys` (lock related objects too: all or nothing, in
     sorted order, like :class:`~occupy.lock_many`), :meth:`has_takeover_permission`.
@@ -107,8 +108,8 @@ class EditLeaseAdminMixin(OccupyHistoryAdminMixin, LeaseEndpointsMixin):
         if request.method != "POST":
             try:
                 holder = self._holder(keys[0])
-            except StoreUnavailable:
-                self.message_user(request, STORE_UNAVAILABLE_DELETE, messages.WARNING)
+            except StoreUnavailable as e:
+                self.message_user(request, unavailable_text(e, "delete"), messages.WARNING)
             else:
                 if holder is not None and not self._is_users(request, holder):
                     self.message_user(
@@ -130,9 +131,9 @@ class EditLeaseAdminMixin(OccupyHistoryAdminMixin, LeaseEndpointsMixin):
                 request, self._busy(request, e.holder, obj, deleted=True), messages.ERROR
             )
             return HttpResponseRedirect(self._change_url(obj))
-        except StoreUnavailable:
+        except StoreUnavailable as e:
             self._release_all(leases)
-            self.message_user(request, STORE_UNAVAILABLE_DELETE, messages.ERROR)
+            self.message_user(request, unavailable_text(e, "delete"), messages.ERROR)
             return HttpResponseRedirect(self._change_url(obj))
         try:
             return parent(request, object_id, extra_context)
@@ -155,7 +156,7 @@ class EditLeaseAdminMixin(OccupyHistoryAdminMixin, LeaseEndpointsMixin):
             raise WriteRefused(self._busy(request, e.holder, obj, deleted=False)) from e
         except StoreUnavailable as e:
             self._release_all(leases)
-            raise WriteRefused(STORE_UNAVAILABLE) from e
+            raise WriteRefused(unavailable_text(e, "save")) from e
         return leases
 
     def changelist_view(
@@ -268,9 +269,10 @@ class EditLeaseAdminMixin(OccupyHistoryAdminMixin, LeaseEndpointsMixin):
             state.error = self._lost_message(request, state)
             state.leases = []
             response = parent(request, object_id, form_url, extra_context)
-        except StoreUnavailable:  # the save was rolled back
+        except StoreUnavailable as e:  # the save was rolled back
             state.posted_tokens, state.leases = state.tokens, []
-            state.unavailable, state.error = True, f"{STORE_UNAVAILABLE} {KEPT}"
+            state.refused(e)
+            state.error = f"{unavailable_text(e, 'save')} {KEPT}"
             response = parent(request, object_id, form_url, extra_context)
         if request.method == "POST" and state.leases and response.status_code in (301, 302, 303):
             self._release_all(state.leases)  # saved: this tab's edit is over
@@ -284,8 +286,8 @@ class EditLeaseAdminMixin(OccupyHistoryAdminMixin, LeaseEndpointsMixin):
             state.leases = self._take(request, obj, state.keys, state.owner)
         except Occupied as e:
             state.holder = e.holder
-        except StoreUnavailable:
-            state.unavailable = True
+        except StoreUnavailable as e:
+            state.refused(e)
         return state
 
     def _post_state(self, request: HttpRequest, obj: Any) -> EditState:
@@ -297,9 +299,10 @@ class EditLeaseAdminMixin(OccupyHistoryAdminMixin, LeaseEndpointsMixin):
             state.leases = self._resume(request, state, tokens)
         except LeaseLost:
             state.error = self._lost_message(request, state)
-        except StoreUnavailable:
-            state.unavailable, state.posted_tokens = True, tokens
-            state.error = f"{STORE_UNAVAILABLE} {KEPT}"
+        except StoreUnavailable as e:
+            state.refused(e)
+            state.posted_tokens = tokens
+            state.error = f"{unavailable_text(e, 'save')} {KEPT}"
         return state
 
     def render_change_form(
@@ -327,6 +330,7 @@ class EditLeaseAdminMixin(OccupyHistoryAdminMixin, LeaseEndpointsMixin):
         same_user = self._is_users(request, holder)
         return {
             "state": state.name,
+            "misconfigured": state.misconfigured,
             "tab": state.tab,
             "tokens": state.tokens,
             "until": state.leases[0].expires_at if state.leases else None,
@@ -349,8 +353,8 @@ class EditLeaseAdminMixin(OccupyHistoryAdminMixin, LeaseEndpointsMixin):
 
     def _seconds_text(self, attribute: str) -> str:
         """Return a duration as the page's script reads it; empty when it is
-        misconfigured (the page then says the store is unavailable, and the script
-        keeps its own default)."""
+        misconfigured (the page then says the settings are wrong, and the script keeps
+        its own default)."""
         try:
             return f"{self._duration(attribute):g}"
         except Misconfigured:

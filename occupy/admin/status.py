@@ -21,6 +21,7 @@ from django.utils.translation import gettext_lazy as _
 
 import occupy
 from occupy.admin.history import OccupyHistoryAdminMixin
+from occupy.admin.sentences import unavailable_text
 from occupy.admin.stores import AdminBackendMixin
 from occupy.backends import get_backend
 from occupy.checks import alias_problem
@@ -180,7 +181,7 @@ class OccupyStatusAdminMixin(OccupyHistoryAdminMixin, AdminBackendMixin):
     def _status_in_query(self) -> bool:
         """Return whether the backend's claims can be read in the changelist's query:
         they are rows of the database the model is read from (not when the alias is
-        misconfigured: the column then says the store is unavailable)."""
+        misconfigured: the changelist then says the admin's lock settings are wrong)."""
         try:
             alias = self._status_backend()
         except Misconfigured:
@@ -238,16 +239,10 @@ class OccupyStatusAdminMixin(OccupyHistoryAdminMixin, AdminBackendMixin):
                     self._status_backend(),
                     getattr(self, "get_occupy_key", None),
                 )
-            except StoreUnavailable:
+            except StoreUnavailable as e:
                 from django.contrib import messages
 
-                self.message_user(
-                    request,
-                    gettext(
-                        "The lock store is unavailable: who is editing which row is not shown."
-                    ),
-                    messages.WARNING,
-                )
+                self.message_user(request, unavailable_text(e, "list"), messages.WARNING)
         return changelist
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:

@@ -13,6 +13,7 @@ import pytest
 from django.contrib.admin.utils import quote
 
 import occupy
+from occupy.admin.sentences import MISCONFIGURED
 from occupy.models import Occupation, object_key
 from tests.support.browser import Browser
 from tests.support.redis_server import RedisServer
@@ -86,6 +87,35 @@ def test_the_store_killed_part_way(users: StaffUsers, browser: Make, store: Redi
     )
     doc.refresh_from_db()
     assert (doc.body, doc.version) == ("draft", 1)
+
+
+def test_a_misconfigured_admin_says_so_and_waits_for_nothing(
+    users: StaffUsers, browser: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lock settings ``manage.py check`` reports do not pass by themselves: a page
+    meeting them says they are wrong, and neither reloads (the object's holder reads
+    fine: it is not the store that is away) nor says it edits again."""
+    doc = Document.objects.create(body="draft")
+    editor = browser(users.editor)
+    editor.open(_change(doc))
+    editor.wait(lambda: editor.state() == "editing", timeout=LOAD, what="editing")
+    monkeypatch.setattr(DocumentAdmin, "edit_lease_ttl", 0)
+    other = browser(users.other)
+    other.open(_change(doc))
+    _no_server_error(other)
+    assert other.state() == "unavailable"
+    editor.wait(  # its next renewal is refused
+        lambda: editor.text(".occupy-message") == str(MISCONFIGURED["now"]),
+        timeout=NOTICED_WITHIN,
+        what="the editing page meeting the settings",
+    )
+    for page in (editor, other):
+        page.driver.execute_script("window.occupyNotReloaded = true;")
+    time.sleep(4 * max(DocumentAdmin.edit_lease_poll, DocumentAdmin.edit_lease_check))
+    for page in (editor, other):
+        assert page.driver.execute_script("return window.occupyNotReloaded === true;")
+        assert page.text(".occupy-message") == str(MISCONFIGURED["now"])
+    other.screenshot("misconfigured-read-only")
 
 
 def test_a_force_release_and_a_takeover_are_noticed_within_seconds(

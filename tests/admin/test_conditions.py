@@ -43,11 +43,13 @@ def test_the_store_going_down_is_a_message_and_keeps_the_typed_text(
     html, other = pages.open(login(users.other), pages.url(doc))
     assert other["state"] == "unavailable"
     assert "The lock store is unavailable, so nobody can edit this object now" in html
+    assert 'data-misconfigured=""' in html and "lock settings are wrong" not in html
     assert 'name="body"' not in html and 'name="_save"' not in html  # read-only
     for suffix in ("renew/", "release/"):
         response = editor.post(pages.url(doc, f"occupy/{suffix}"), lease)
         assert response.status_code == 503, suffix
         assert response.json()["message"] == UNAVAILABLE
+        assert response.json()["misconfigured"] is False  # the page waits for the store
     assert editor.get(pages.url(doc, "occupy/status/")).status_code == 503
     response = login(users.supervisor).post(
         pages.url(doc, "occupy/takeover/"), {"_occupy_tab": "5" * 16}

@@ -1,15 +1,18 @@
 """Every attribute occupy reads on a model admin is checked by ``manage.py check``, with
-an id and a hint; a page that meets a misconfigured one says the store is unavailable
-(or falls back, for the script's intervals), never a server error."""
+an id and a hint; a page that meets a misconfigured one is read-only and says the
+admin's lock settings are wrong, not that the store is down and will be back (or falls
+back, for the script's intervals), never a server error."""
 
 from __future__ import annotations
 
+from html import unescape
 from typing import Any
 
 import pytest
 from django.contrib import admin
 
 from occupy.admin import EditLeaseAdminMixin, OccupyStatusAdminMixin
+from occupy.admin.sentences import KEPT, MISCONFIGURED
 from tests.admin.conftest import LeasePages
 from tests.support.users import StaffUsers, login
 from tests.testapp.admin import DocumentAdmin
@@ -52,22 +55,39 @@ def test_a_misconfigured_admin_is_reported_and_no_page_answers_500(
     assert page["state"] == state, page
     if state == "unavailable":
         assert not page["token"] and 'name="_save"' not in html
-        assert "The lock store is unavailable" in html
+        assert str(MISCONFIGURED["now"]) in unescape(html)
+        assert 'data-misconfigured="1"' in html  # the script waits for nothing
+        assert "lock store is unavailable" not in html.split('class="occupy-texts"')[0]
+    else:
+        assert 'data-misconfigured=""' in html
     tab = {"_occupy_tab": page["tab"], "_occupy_lease": page["token"] or "ab" * 16}
     answers = {
         "save": client.post(pages.url(doc), {"body": "x", "occupy_version": 1, **tab}),
         "status": client.get(pages.url(doc, "occupy/status/"), {"_occupy_tab": page["tab"]}),
         "renew": client.post(pages.url(doc, "occupy/renew/"), {**tab, "reacquire": "1"}),
-        "takeover": client.post(pages.url(doc, "occupy/takeover/"), tab),
+        "takeover": client.post(pages.url(doc, "occupy/takeover/"), tab, follow=True),
         "list": client.get("/admin/testapp/document/"),
         "delete page": client.get(pages.url(doc, "delete/")),
         "release": client.post(pages.url(doc, "occupy/release/"), tab),
-        "delete": client.post(pages.url(doc, "delete/"), {"post": "yes"}),
+        "delete": client.post(pages.url(doc, "delete/"), {"post": "yes"}, follow=True),
     }
     statuses = {what: a.status_code for what, a in answers.items()}
     assert {what: s for what, s in statuses.items() if s >= 500 and s != 503} == {}, statuses
     if state == "unavailable":
-        assert statuses["renew"] == 503, statuses  # the page's script: the store is away
+        assert statuses["renew"] == 503, statuses  # the script is told which it is
+        assert answers["renew"].json() == {
+            "unavailable": True,
+            "misconfigured": True,
+            "message": str(MISCONFIGURED["now"]),
+        }
+        said = {w: unescape(a.content.decode()) for w, a in answers.items() if w != "renew"}
+        assert said["save"].count(f"{MISCONFIGURED['save']} {KEPT}") == 1
+        assert str(MISCONFIGURED["takeover"]) in said["takeover"]
+        assert str(MISCONFIGURED["delete"]) in said["delete"]
+        if attribute == "occupy_backend":  # the "being edited" column's store
+            assert str(MISCONFIGURED["list"]) in said["list"]
+        for what, text in said.items():
+            assert "lock store is unavailable" not in text.split('class="occupy-texts"')[0], what
         assert Document.objects.get().body == "draft"  # nothing saved, nothing deleted
 
 

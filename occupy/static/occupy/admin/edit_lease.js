@@ -9,7 +9,9 @@
  * lease. A lost lease disables Save and Delete and keeps the user's input; once the
  * object is free, "Edit again" takes it again with the input kept. Read-only (someone
  * else edits, or the lock store is down): asks every few seconds whether that is over
- * and reloads the page (editable) once it is. Every request carries the CSRF token.
+ * and reloads the page (editable) once it is. The admin's lock settings wrong
+ * (data-misconfigured, or a 503 marked misconfigured): nothing changes until they are
+ * fixed, so it says so and asks nothing more. Every request carries the CSRF token.
  * What it says is translated by the page (.occupy-texts, in the active language).
  */
 (function () {
@@ -27,6 +29,7 @@
     var poll = parseFloat(box.dataset.poll) || 2;
     var check = parseFloat(box.dataset.check) || 3;
     var state = box.dataset.state;
+    var misconfigured = box.dataset.misconfigured === "1";
     var submitting = false;
     var timers = [];
     var message = box.querySelector(".occupy-message");
@@ -172,6 +175,11 @@
     function unavailable(data) {
       box.dataset.storeDown = "1";
       say(data && data.message ? data.message : text("unavailable"), "error");
+      if (data && data.misconfigured) {
+        /* No renewal or check succeeds until the settings are fixed: stop asking. */
+        misconfigured = true;
+        stop();
+      }
     }
 
     function renew(reacquire) {
@@ -210,7 +218,7 @@
 
     function stillMine() {
       status().then(function (data) {
-        if (!data || state !== "editing") {
+        if (!data || state !== "editing" || misconfigured) {
           return;
         }
         if (data.httpStatus === 503) {
@@ -289,6 +297,9 @@
         return;
       }
       submitting = false;
+      if (misconfigured) {
+        return;
+      }
       if (state === "editing") {  /* back from the bfcache: the beacon let it go */
         renew(true).then(function () {
           if (state === "editing") {
@@ -300,7 +311,9 @@
       }
     });
 
-    if (state === "editing") {
+    if (misconfigured) {
+      /* Nothing to renew or wait for: the page says why it cannot save. */
+    } else if (state === "editing") {
       if (window.history && window.history.replaceState) {
         /* A reload asks for this tab's own lease, which it takes over from itself. */
         window.history.replaceState(window.history.state, "", ownUrl());
