@@ -1,14 +1,11 @@
-"""The HTTP side of occupy, for any framework: ETags, preconditions, and the one table
-(:func:`problem_for`) that turns every occupy condition into a status, a ``code``,
-headers and a body. The table, condition by condition: docs/topics/rest-framework.md.
+"""The HTTP side of occupy, for any framework: the one table (:func:`problem_for`)
+that turns every occupy condition into a status, a ``code``, headers and a body. The
+table, condition by condition: docs/topics/rest-framework.md. The request headers it
+answers are read by :mod:`occupy.preconditions`.
 
-Invariants: ETags are strong, ``"<version>"``, derived from the version alone;
-``If-Match`` is read with Django's :func:`~django.utils.http.parse_etags` (comma lists
-and weak tags accepted), and text that is no ETag list is refused (400), never ignored;
-numbers in headers are read with bounds (an entity tag over :data:`MAX_VERSION_DIGITS`
-digits is 400, never handed to ``int()``); a person is named only when the holder is
-somebody's edit lease; ``Retry-After`` is whole seconds, at least 1; a ``detail`` is in
-the language active when the answer is made (``gettext``, named placeholders).
+Invariants: a person is named only when the holder is somebody's edit lease;
+``Retry-After`` is whole seconds, at least 1; a ``detail`` is in the language active
+when the answer is made (``gettext``, named placeholders).
 """
 
 from __future__ import annotations
@@ -19,9 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from django.utils.http import parse_etags, parse_header_parameters
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
 
 from occupy.conf import occupy_settings
 from occupy.exceptions import (
@@ -36,32 +31,23 @@ from occupy.exceptions import (
 )
 from occupy.leases import Holder
 from occupy.owners import owner_display, parse_owner, same_user
+from occupy.preconditions import etag_for
 from occupy.versions import get_version_field
 
 __all__ = [
     "ANSWERED",
-    "ANY",
-    "MalformedPrecondition",
     "Problem",
     "answer",
     "current_version",
-    "etag_for",
     "holder_body",
     "invalid_client",
     "invalid_ttl",
     "lease_not_yours",
-    "parse_if_match",
-    "preferred_wait",
     "problem_for",
     "requester_pk",
     "retry_after",
     "unlockable",
 ]
-
-#: ``If-Match: *``: any current representation matches.
-ANY = "*"
-#: The most digits a version in an entity tag may have (a 64-bit number has 20).
-MAX_VERSION_DIGITS = 20
 
 
 @dataclass
@@ -78,88 +64,6 @@ class Problem:
     def body(self) -> dict[str, Any]:
         """Return the DRF-shaped body: ``detail`` and ``code``, then the extra members."""
         return {"detail": self.detail, "code": self.code, **self.extra}
-
-
-def etag_for(version: int | None) -> str | None:
-    """Return the strong ETag of a row at ``version`` (``"7"``), or ``None``."""
-    return None if version is None else f'"{int(version)}"'
-
-
-def parse_if_match(header: str, *, name: str = "If-Match") -> list[str]:
-    """Return the entity tags of an ``If-Match`` header (or another precondition
-    header: ``name``, for the messages), or ``[ANY]`` for ``*``.
-
-    Raise :class:`MalformedPrecondition` for text that is not a list of entity tags
-    (an unquoted version, a stray comma): a client that means a precondition must not
-    have it silently dropped.
-    """
-    tags = parse_etags(header)
-    parts = [part for part in header.split(",") if part.strip()]
-    if not parts or (tags != [ANY] and len(tags) != len(parts)):
-        raise MalformedPrecondition(
-            _("%(header)s must be '*' or a list of entity tags such as '\"3\"', not %(value)s.")
-            % {"header": name, "value": _shown(header)}
-        )
-    for tag in tags:
-        opaque = tag.removeprefix("W/").strip('"')
-        if opaque.isascii() and opaque.isdigit() and len(opaque) > MAX_VERSION_DIGITS:
-            raise MalformedPrecondition(
-                ngettext(
-                    "%(header)s names a version of %(digits)d digit; "
-                    "a version has at most %(max)d.",
-                    "%(header)s names a version of %(digits)d digits; "
-                    "a version has at most %(max)d.",
-                    len(opaque),
-                )
-                % {"header": name, "digits": len(opaque), "max": MAX_VERSION_DIGITS}
-            )
-    return tags
-
-
-#: The most digits a ``wait`` preference may have (more is no wait anyone means).
-MAX_WAIT_DIGITS = 9
-
-
-def preferred_wait(header: str | None) -> int | None:
-    """Return the seconds of the ``wait`` preference of a ``Prefer`` header (RFC 7240,
-    4.3: ``wait=<delta-seconds>``), or ``None`` when it states none.
-
-    Preference names are case-insensitive and the first ``wait`` counts; a ``wait``
-    whose value is no whole number of seconds is a preference not understood, which
-    RFC 7240 has a server ignore (the request is then answered as if without it).
-    """
-    for preference in (header or "").split(","):
-        main, _params = parse_header_parameters(preference)
-        name, _eq, value = main.partition("=")
-        if name.strip().lower() != "wait":
-            continue
-        value = value.strip().strip('"')
-        if value.isascii() and value.isdigit() and len(value) <= MAX_WAIT_DIGITS:
-            return int(value)
-        return None
-    return None
-
-
-def _shown(text: str, limit: int = 80) -> str:
-    """Return ``text`` quoted for a message, cut to ``limit`` characters."""
-    return repr(text) if len(text) <= limit else f"{text[:limit]!r}…"
-
-
-def tag_version(tag: str) -> int | None:
-    """Return the version an entity tag names (weak or strong), or ``None`` for a tag
-    that is not one of occupy's (it then matches nothing).
-
-    Entity tags compare by their characters (RFC 9110, 8.8.3.2): ``"013"`` is not the
-    tag ``"13"`` of version 13, so it names no version."""
-    opaque = tag.removeprefix("W/").strip('"')
-    if (
-        opaque.isascii()
-        and opaque.isdigit()
-        and len(opaque) <= MAX_VERSION_DIGITS
-        and opaque == str(int(opaque))
-    ):
-        return int(opaque)
-    return None
 
 
 def retry_after(holder: Holder | None, seconds: float | None = None) -> int:

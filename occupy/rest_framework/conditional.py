@@ -14,7 +14,7 @@ from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from occupy import http, telemetry
+from occupy import http, preconditions, telemetry
 from occupy.conf import occupy_settings
 from occupy.exceptions import ConflictError, VersionConflict
 from occupy.http import Problem
@@ -105,7 +105,7 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
 
     def get_etag(self, instance: Any) -> str | None:
         """Return the ETag of ``instance``: its version, strong and quoted."""
-        return http.etag_for(get_version(instance))
+        return preconditions.etag_for(get_version(instance))
 
     def get_body_version_field(self) -> str:
         """Return the body member that may carry the client's version:
@@ -140,11 +140,11 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
         body = self.get_body_version(request)
         version: int | None = None
         if header is not None:
-            tags = http.parse_if_match(header)
-            if tags == [http.ANY]:
+            tags = preconditions.parse_if_match(header)
+            if tags == [preconditions.ANY]:
                 self.occupy_any_version = body is None
             else:
-                versions = {http.tag_version(tag) for tag in tags}
+                versions = {preconditions.tag_version(tag) for tag in tags}
                 if body is not None and body not in versions:
                     raise _malformed(
                         _(
@@ -186,9 +186,9 @@ class ConditionalMixin(OccupyErrorsMixin, _ModelViewSet):
         header = request.headers.get("If-None-Match")
         if header is None:
             return
-        tags = http.parse_if_match(header, name="If-None-Match")
+        tags = preconditions.parse_if_match(header, name="If-None-Match")
         etag = self.get_etag(instance)
-        if tags == [http.ANY] or (etag is not None and _none_match(header, etag)):
+        if tags == [preconditions.ANY] or (etag is not None and _none_match(header, etag)):
             self.occupy_if_match = True
             raise ConflictError(
                 "If-None-Match matches the object", model=type(instance), pk=instance.pk

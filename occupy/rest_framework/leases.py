@@ -23,7 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 import occupy
-from occupy import http
+from occupy import http, preconditions
 from occupy.checks import Rule
 from occupy.conf import occupy_settings
 from occupy.exceptions import LeaseLost, Occupied, TakeoverRefused
@@ -128,7 +128,7 @@ class EditLeaseMixin(OccupiedWritesMixin):
         """Return how long a lease request may wait for the key, in whole seconds: its
         ``Prefer: wait`` (RFC 7240) capped by :attr:`lease_wait_max` (default the
         ``LEASE_WAIT_MAX`` setting); ``None`` when it states no such preference."""
-        asked = http.preferred_wait(request.headers.get("Prefer"))
+        asked = preconditions.preferred_wait(request.headers.get("Prefer"))
         if asked is None:
             return None
         cap = self.lease_wait_max

@@ -264,7 +264,7 @@ def test_a_412_carries_the_current_object_and_its_etag(users, client_for, settin
     ],
 )
 def test_prefer_wait_is_read_as_rfc_7240_says(header, wait):
-    from occupy.http import preferred_wait
+    from occupy.preconditions import preferred_wait
 
     assert preferred_wait(header) == wait
 
