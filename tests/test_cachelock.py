@@ -22,6 +22,7 @@ from occupy.backends import get_backend
 from occupy.backends.cache import CacheBackend
 from occupy.cachelock import cache_backend
 from tests.support import multiproc
+from tests.support.waiting import watch_waiters
 
 _NO_REDIS = pytest.mark.skipif("redis" in settings.SKIPS, reason=settings.SKIPS.get("redis", ""))
 #: The caches of tests/settings.py it runs on: django-redis, Django's own Redis cache,
@@ -96,13 +97,26 @@ def test_as_a_decorator_the_key_is_formatted_from_the_call(cache: str, key: str)
         CacheLock("config:{config_id}")(lambda pk: pk)
 
 
-def test_it_waits_up_to_its_timeout(cache: str, key: str) -> None:
+def test_it_waits_up_to_its_timeout(cache: str, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
     held = cache_lock(key, cache, owner="alice")
     held.__enter__()
-    threading.Timer(0.3, held.__exit__, (None, None, None)).start()
+    waiting = watch_waiters(f"CacheLock:{cache}", monkeypatch)  # built by the enter
+
+    def let_go_once_bob_waits() -> None:
+        try:
+            waiting.wait_for(1)
+        finally:  # whatever happened, so that bob cannot hang
+            held.__exit__(None, None, None)
+
+    releaser = threading.Thread(target=let_go_once_bob_waits)
+    releaser.start()
     started = time.monotonic()
-    in_thread(enter, cache_lock(key, cache, owner="bob", timeout=10))
-    assert 0.2 < time.monotonic() - started < 5
+    try:
+        in_thread(enter, cache_lock(key, cache, owner="bob", timeout=10))
+    finally:
+        releaser.join()
+    assert waiting.count() == 1  # bob waited, and got the key once alice let go
+    assert time.monotonic() - started < 5
     with cache_lock(key, cache, owner="alice"), pytest.raises(LockTimeout, match="waiting"):
         in_thread(enter, cache_lock(key, cache, owner="bob", timeout=0.2))
 

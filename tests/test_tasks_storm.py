@@ -189,8 +189,8 @@ def test_storm_runs_each_call_once_per_key_through_killed_workers(runs: Any) -> 
                     workers.append(djtasks_workers.start_worker(f"storm-{len(workers)}"))
                     next_kill = time.monotonic() + 1.5
             time.sleep(0.02)
-        # Let the last runs end (the queue is empty; a body lasts djtasks.BODY).
-        time.sleep(djtasks.BODY + 1)
+        # Let the last runs end: their bodies started, and they end whatever the load.
+        _wait_for_the_queue_to_drain(pg, {pid for pid, *_ in kills}, within=60)
     finally:
         _stop(workers)
 
@@ -241,14 +241,21 @@ def test_storm_runs_each_call_once_per_key_through_killed_workers(runs: Any) -> 
     assert {str(r) for r in running} == {started[item][0][3] for item in unfinished}
 
 
-def _wait_for_the_queue_to_drain(pg: Any, within: float) -> None:
+def _wait_for_the_queue_to_drain(pg: Any, killed_pids: set[int], within: float) -> None:
     """Wait up to ``within`` seconds until no task is queued or running but those whose
-    worker was killed (the backend leaves their results RUNNING)."""
+    worker (one of ``killed_pids``) was killed mid-body: the backend leaves their
+    results RUNNING. A run that has not ended yet is waited for, not taken for one of
+    those."""
     from django_tasks_db.models import DBTaskResult
 
     deadline = time.monotonic() + within
-    killed_ids = {row[3] for row in _rows(pg, "once") if row[6] is None}
     while time.monotonic() < deadline:
+        with pg.cursor() as cursor:
+            cursor.execute(
+                f"SELECT result_id FROM {djtasks.RUNS} WHERE ended_at IS NULL AND pid = ANY(%s)",
+                [list(killed_pids)],
+            )
+            killed_ids = {row[0] for row in cursor.fetchall()}
         pending = (
             DBTaskResult.objects.using("postgresql")
             .filter(status__in=["READY", "RUNNING"])
@@ -283,7 +290,7 @@ def test_enqueue_once_never_queues_a_second_task_for_a_key(runs: Any) -> None:
             got.extend(out.get(timeout=120))
         for proc in enqueuers:
             proc.join(30)
-        _wait_for_the_queue_to_drain(pg, within=60)
+        _wait_for_the_queue_to_drain(pg, set() if kill is None else {kill[0]}, within=60)
     finally:
         _stop(workers)
         for proc in enqueuers:

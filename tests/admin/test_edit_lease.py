@@ -13,6 +13,7 @@ from occupy.history import get_change_message
 from occupy.models import object_key
 from tests.admin.conftest import LeasePages
 from tests.support.users import StaffUsers, login
+from tests.support.waiting import wait_until
 from tests.testapp.models import Document, Label, Shelf, UUIDBook
 
 
@@ -320,7 +321,6 @@ def test_a_takeover_asked_during_a_save_is_granted_after_its_commit(
     granted after the commit (before, the check was a read on occupy's connection, and
     the takeover went through before the save committed)."""
     import threading
-    import time
 
     from django.db import connections
 
@@ -338,11 +338,26 @@ def test_a_takeover_asked_during_a_save_is_granted_after_its_commit(
         seen["body"] = Document.objects.get(pk=doc.pk).body
         connections.close_all()
 
+    def takeover_waits() -> bool:
+        """Whether a session waits for an advisory lock on the test database (the key's,
+        held by this save's transaction); read on the save's own connection."""
+        with connections["default"].cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
+            return cursor.fetchone()[0] > 0
+
     def save_related(self, request, form, formsets, change):  # type: ignore[no-untyped-def]
         saved(self, request, form, formsets, change)
         threads.append(threading.Thread(target=take_over))
         threads[0].start()
-        time.sleep(0.4)
+        # Commit only once the takeover has been asked: it waits for this transaction (or,
+        # granted at once, has read the row already, which the assertions below catch).
+        wait_until(
+            lambda: "body" in seen or takeover_waits(),
+            what="the takeover to wait for the save's transaction",
+        )
 
     monkeypatch.setattr(EditLeaseAdminMixin, "save_related", save_related)
     editor = login(users.editor)

@@ -228,14 +228,20 @@ def test_plain_caches_compare_the_token_before_deleting(live_db: None) -> None:
     occupy.release(bob)
 
 
-def test_a_release_within_the_margin_lets_the_entry_expire(live_db: None) -> None:
+def test_a_release_within_the_margin_lets_the_entry_expire(
+    live_db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Too close to its expiry to delete safely: the entry is left to expire (the key
     stays taken for at most the margin), never deleted after it could be another's."""
-    lease = occupy.acquire("book:1", owner="alice", ttl=0.4, backend="cache-locmem")
-    time.sleep(0.4 - 0.06)  # inside the margin: min(0.1, ttl / 4) = 0.1 s
+    # A margin of 0.2 s (min(SAFETY_MARGIN, ttl / 4)): the release and the read after it
+    # have 0.18 s to land inside it, not the 0.06 s the default 0.1 s would leave.
+    monkeypatch.setattr(get_backend("cache-locmem").store, "margin", 0.2)
+    lease = occupy.acquire("book:1", owner="alice", ttl=0.8, backend="cache-locmem")
+    granted = time.monotonic()  # the entry expires 0.8 s after a moment before this
+    time.sleep(0.8 - 0.18)  # inside the margin
     occupy.release(lease)
     assert occupy.holder("book:1", backend="cache-locmem").owner == "alice"
-    time.sleep(0.1)
+    time.sleep(max(0.0, granted + 0.8 + 0.02 - time.monotonic()))  # past its expiry
     assert occupy.holder("book:1", backend="cache-locmem") is None
 
 

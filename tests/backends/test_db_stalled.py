@@ -25,6 +25,7 @@ import occupy
 from occupy.backends import get_backend
 from occupy.backends.base import STORE_GRACE
 from tests.support.aliases import DATABASE_BACKENDS, backend_params
+from tests.support.waiting import wait_until
 
 #: How long the store stalls at most; far longer than any bound below.
 STALL = 8.0
@@ -42,8 +43,9 @@ def alias(request: pytest.FixtureRequest, live_db: None) -> str:
 
 
 @contextmanager
-def _stopped(alias: str) -> Iterator[None]:
-    """Stop the PostgreSQL server process of the backend's session in this thread."""
+def _stopped(alias: str) -> Iterator[int]:
+    """Stop the PostgreSQL server process of the backend's session in this thread; give
+    its pid."""
     backend = get_backend(alias)
     pid = backend.store.execute("SELECT pg_backend_pid()", [])[1][0][0]
     try:
@@ -53,7 +55,7 @@ def _stopped(alias: str) -> Iterator[None]:
     timer = threading.Timer(STALL, os.kill, args=[pid, signal.SIGCONT])
     timer.start()
     try:
-        yield
+        yield pid
     finally:
         timer.cancel()
         os.kill(pid, signal.SIGCONT)
@@ -85,13 +87,22 @@ def _table_locked(alias: str) -> Iterator[None]:
 
 
 def _stall(alias: str):
+    """Stall the backend's session in this thread; give the pid of its PostgreSQL server
+    process (``None`` on MariaDB)."""
     if get_backend(alias).store.dialect.vendor == "postgresql":
         return _stopped(alias)
     return _table_locked(alias)
 
 
+def _server_process_alive(alias: str, pid: int) -> bool:
+    rows = get_backend(alias).store.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]
+    )[1]
+    return rows[0][0] > 0
+
+
 def test_a_stalled_database_does_not_outlast_the_timeout(alias: str) -> None:
-    with _stall(alias):
+    with _stall(alias) as stopped:
         started = time.monotonic()
         with pytest.raises((occupy.LockTimeout, occupy.StoreUnavailable)) as info:
             occupy.acquire("stall:1", owner="alice", ttl=30, timeout=TIMEOUT, backend=alias)
@@ -100,8 +111,14 @@ def test_a_stalled_database_does_not_outlast_the_timeout(alias: str) -> None:
     assert info.value.key == "stall:1"
     # The stall is over. The stopped session, which had the grant in its socket, was
     # ended from a new connection before the attempt was cancelled: resumed, it grants
-    # nothing (else alice's orphan would hold the key for its ttl).
-    time.sleep(0.5)
+    # nothing (else alice's orphan would hold the key for its ttl). Looked at once that
+    # session has ended, whatever the load, so a grant it made would be seen.
+    if stopped is not None:
+        wait_until(
+            lambda: not _server_process_alive(alias, stopped), what="the stopped session to end"
+        )
+    else:
+        time.sleep(0.5)
     assert occupy.holder("stall:1", backend=alias) is None
     lease = occupy.acquire("stall:1", owner="bob", ttl=30, timeout=5, backend=alias)
     occupy.release(lease)

@@ -22,6 +22,7 @@ from occupy.backends.db.dialects.postgresql import advisory_id
 from occupy.leases import TransactionHold
 from tests.support.pgbouncer import pgbouncer, pgbouncer_missing
 from tests.support.private_postgres import postgres_bin, private_postgres
+from tests.support.waiting import release_once_waiting
 
 pytestmark = pytest.mark.skipif(
     "postgresql" in settings.SKIPS, reason=f"needs {settings.SKIPS.get('postgresql')}"
@@ -165,16 +166,19 @@ class TestTransactionLock:
         finally:
             occupy.release(lease)
 
-    def test_it_waits_for_a_lease_to_end(self) -> None:
+    def test_it_waits_for_a_lease_to_end(self, monkeypatch: pytest.MonkeyPatch) -> None:
         lease = occupy.acquire("tx:5", owner="editor", backend=BACKEND)
-        threading.Timer(0.3, occupy.release, [lease]).start()
+        released = release_once_waiting(BACKEND, lease, monkeypatch)
         started = time.monotonic()
-        with (
-            transaction.atomic(using=DATABASE),
-            occupy.lock("tx:5", scope="transaction", timeout=5, backend=BACKEND),
-        ):
-            pass
-        assert 0.25 < time.monotonic() - started < 3
+        try:
+            with (
+                transaction.atomic(using=DATABASE),
+                occupy.lock("tx:5", scope="transaction", timeout=5, backend=BACKEND),
+            ):
+                held = time.monotonic()
+        finally:
+            release_began = released()  # fails unless the hold waited
+        assert release_began <= held < started + 3
 
 
 @pytest.mark.usefixtures("live_db")

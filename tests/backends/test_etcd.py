@@ -20,7 +20,7 @@ from tests.support import cleanup, multiproc
 from tests.support.etcd_cluster import EtcdCluster
 from tests.support.exclusion import assert_exclusive, count_under_lock, taken_over_after_kill
 from tests.support.tcp_proxy import TcpProxy
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_until, watch_waiters
 from tests.testapp.models import Counter
 
 pytestmark = pytest.mark.skipif("etcd" in settings.SKIPS, reason=settings.SKIPS.get("etcd", ""))
@@ -87,8 +87,11 @@ def test_waiters_are_served_in_the_order_they_came(etcd: Any) -> None:
     assert etcd.claims() == []
 
 
-def test_async_waiters_on_one_loop_are_served_in_turn(etcd: Any) -> None:
+def test_async_waiters_on_one_loop_are_served_in_turn(
+    etcd: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     order: list[int] = []
+    waiting = watch_waiters("etcd", monkeypatch)
 
     async def main() -> None:
         first = await occupy.aacquire("book:1", owner="first", ttl=30, backend="etcd")
@@ -98,7 +101,7 @@ def test_async_waiters_on_one_loop_are_served_in_turn(etcd: Any) -> None:
                 order.append(lease.fence)
 
         tasks = [asyncio.ensure_future(waiter(n)) for n in range(6)]
-        await asyncio.sleep(0.5)
+        await waiting.await_for(6)  # all queued behind the first
         await occupy.arelease(first)
         await asyncio.gather(*tasks)
 

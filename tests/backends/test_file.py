@@ -4,6 +4,7 @@ order, fences across restarts and clock steps, sweeping, listing, and its checks
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
 
@@ -293,19 +294,26 @@ def test_a_forked_child_does_not_share_the_parents_key_locks(live_db: None) -> N
     backend = get_backend(ALIAS)
     occupy.release(occupy.acquire("book:1", backend=ALIAS))  # the lock files are open
     d = backend.attempt("book:1", "x", 1).digest
+    looked, told = os.pipe()
     with backend.locks.hold(d):
         pid = os.fork()
         if pid == 0:  # the child
+            os.close(looked)
             done = threading.Event()
             threading.Thread(
                 target=lambda: (backend.holder("book:1"), done.set()), daemon=True
             ).start()
             if done.wait(0.5):
                 os._exit(1)  # got in while the parent held the key's lock
+            os.write(told, b"x")  # it waited 0.5 s: the parent may let go now
             os._exit(0 if done.wait(10) else 2)  # 2: never got in (a copied held lock)
-        time.sleep(1)
+        os.close(told)
+        # Held until the child has looked for 0.5 s, however late it was scheduled.
+        ready, _, _ = select.select([looked], [], [], 10)
+        os.close(looked)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+    assert ready, "the child never said it had waited"
 
 
 @pytest.mark.parametrize(

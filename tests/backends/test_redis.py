@@ -169,11 +169,12 @@ def test_a_newcomer_does_not_overtake_a_waiter_when_the_holder_expires(live_db: 
     """The key is free between the holder's expiry and the waiter's next look: a newcomer
     that tries then is refused, and the key goes to the waiter."""
     brisk = _brisk(POLL_INTERVAL=5, QUEUE_TTL=10)
-    alice = brisk.acquire("book:1", owner="alice", ttl=0.3, timeout=0)
+    alice = brisk.acquire("book:1", owner="alice", ttl=30, timeout=0)
     bob = brisk.attempt("book:1", "bob", 30)
     assert bob.try_acquire() is None
     bob.enqueue()  # queued, and not looking until the test says so
-    time.sleep(0.5)  # alice's lease has run out; the key is free but bob is in line
+    alice.extend(0.1)  # shortened only now that bob is queued, however long that took
+    time.sleep(0.3)  # alice's lease has run out; the key is free but bob is in line
     with pytest.raises(occupy.Occupied) as refused:
         brisk.acquire("book:1", owner="carol", ttl=30, timeout=0)
     assert refused.value.holder.owner == "bob"  # carol's try handed the key to bob

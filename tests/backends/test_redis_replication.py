@@ -22,6 +22,7 @@ import occupy
 from bench.failover.deployment import deployment_missing, start_redis, stop_process
 from tests.support.aliases import server_skip
 from tests.support.ports import spare_ports
+from tests.support.waiting import wait_for_waiters
 
 pytestmark = pytest.mark.skipif(bool(server_skip("redis")), reason=server_skip("redis") or "")
 needs_servers = pytest.mark.skipif(bool(deployment_missing()), reason=deployment_missing() or "")
@@ -155,7 +156,7 @@ def test_replicas_confirms_a_key_handed_over_by_a_release(tmp_path: Path) -> Non
             target=lambda: got.append(backend.acquire("book:1", owner="bob", ttl=30, timeout=10))
         )
         waiter.start()
-        time.sleep(0.5)  # bob queues behind alice
+        wait_for_waiters(backend, "book:1")  # bob queues behind alice
         occupy.release(first)
         waiter.join(timeout=15)
         assert got and got[0].owner == "bob" and got[0].fence > first.fence

@@ -23,9 +23,10 @@ def test_a_holder_paused_past_its_lease_is_fenced_out(server: str) -> None:
     writer's data stands. Page has no version: only the fence can stop the write."""
     backend = BACKEND_OF[server]
     page = Page.objects.using(server).create(body="original")
-    acquired = multiprocessing.get_context("spawn").Event()
+    spawn = multiprocessing.get_context("spawn")
+    acquired, resumed = spawn.Event(), spawn.Event()
     paused = multiproc.start(
-        model_workers.paused_writer, [(server, backend, page.pk, 1.0, acquired)]
+        model_workers.paused_writer, [(server, backend, page.pk, 1.0, acquired, resumed)]
     )
     assert acquired.wait(60)
     os.kill(paused.procs[0].pid, signal.SIGSTOP)
@@ -37,7 +38,9 @@ def test_a_holder_paused_past_its_lease_is_fenced_out(server: str) -> None:
             page.body = "written by the next holder"
             page.save(lease=lease)
     finally:
+        # Resumed first: setting the event waits for its waiters to wake.
         os.kill(paused.procs[0].pid, signal.SIGCONT)
+        resumed.set()
     ((outcome, paused_fence, message),) = multiproc.collect(paused, timeout=60)
     assert outcome == "fenced", outcome
     assert paused_fence < lease.fence and str(lease.fence) in message

@@ -12,6 +12,7 @@ import pytest
 from django.utils.dateparse import parse_datetime
 
 import occupy
+from tests.support.waiting import watch_waiters
 from tests.testapp.models import Book
 
 pytestmark = pytest.mark.usefixtures("users")
@@ -269,27 +270,33 @@ def test_prefer_wait_is_read_as_rfc_7240_says(header, wait):
     assert preferred_wait(header) == wait
 
 
-def test_prefer_wait_waits_for_the_lease_then_says_what_it_applied(users, client_for, settings):
+def test_prefer_wait_waits_for_the_lease_then_says_what_it_applied(
+    users, client_for, settings, monkeypatch
+):
     settings.OCCUPY = {**settings.OCCUPY, "REST_FRAMEWORK": {"LEASE_WAIT_MAX": 3}}
     book = Book.objects.create(name="Dune")
     theirs = client_for(users.other).post(_url(book, "lease/"), {"ttl": 60}, format="json").json()
-    timer = threading.Timer(
-        0.5,
-        lambda: client_for(users.other).delete(
-            _url(book, "lease/"), HTTP_OCCUPY_LEASE=theirs["token"]
-        ),
-    )
+    waiting = watch_waiters(Book.occupy_backend, monkeypatch)
+
+    def give_back_once_waited_for() -> None:
+        try:
+            waiting.wait_for(1)
+        finally:  # whatever happened, so a waiter that was never seen cannot hang
+            client_for(users.other).delete(_url(book, "lease/"), HTTP_OCCUPY_LEASE=theirs["token"])
+
+    giver = threading.Thread(target=give_back_once_waited_for)
     started = time.monotonic()
-    timer.start()
+    giver.start()
     try:
         granted = client_for(users.editor).post(
             _url(book, "lease/"), {}, format="json", HTTP_PREFER="wait=30"
         )
     finally:
-        timer.join()
+        giver.join()
+    assert waiting.count() == 1  # the lease was given back while the request waited
     assert granted.status_code == 201, granted.content
     assert granted["Preference-Applied"] == "wait=3"  # capped by LEASE_WAIT_MAX
-    assert 0.4 < time.monotonic() - started < 3
+    assert time.monotonic() - started < 3
     started = time.monotonic()
     refused = client_for(users.other).post(
         _url(book, "lease/"), {}, format="json", HTTP_PREFER="wait=1"

@@ -3,7 +3,6 @@ write locks that are waited for and never told as somebody editing."""
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import datetime, timezone
 
@@ -16,6 +15,7 @@ import occupy
 from occupy.exceptions import InvalidBackendError
 from occupy.history import get_change_message
 from occupy.owners import admin_owner, lease_owner, parse_owner, write_owner
+from tests.support.waiting import release_once_waiting
 from tests.testapp.models import Book, Document
 
 pytestmark = pytest.mark.usefixtures("users")
@@ -273,19 +273,18 @@ def test_a_patch_of_the_values_already_there_changes_nothing(users, client_for):
 
 
 # --- write locks are not edit leases --------------------------------------------------------
-def test_a_write_waits_for_another_write_in_flight(users, client_for):
+def test_a_write_waits_for_another_write_in_flight(users, client_for, monkeypatch):
     book = Book.objects.create(name="Dune")
     writing = occupy.acquire(
         book.occupy_key, owner=write_owner(users.other.pk), ttl=30, reentrant=False
     )
-    done = threading.Timer(0.3, occupy.release, [writing])
-    done.start()
+    released = release_once_waiting(writing.alias, writing, monkeypatch)
     try:
         response = client_for(users.editor).patch(
             _url(book), {"name": "x"}, format="json", HTTP_IF_MATCH='"1"'
         )
     finally:
-        done.join()
+        released()  # fails unless the write waited
     assert response.status_code == 200, response.content
     assert Book.objects.get().name == "x"
 

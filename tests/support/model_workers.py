@@ -153,12 +153,11 @@ def claim_as(
 
 
 def paused_writer(
-    alias: str, backend: str, pk: int, ttl: float, acquired: Any
+    alias: str, backend: str, pk: int, ttl: float, acquired: Any, resumed: Any
 ) -> tuple[str, int, str]:
-    """Take the page's lock, change the page, signal, and save with the lease after a
-    pause (during which the parent stops this process past the lease's ttl)."""
-    import time
-
+    """Take the page's lock, change the page, signal ``acquired``, and save with the
+    lease once the parent sets ``resumed`` (meanwhile it stops this process past the
+    lease's ttl, and another holder writes)."""
     import occupy
     from occupy.models import object_key
     from tests.testapp.models import Page
@@ -167,7 +166,10 @@ def paused_writer(
     lease = occupy.acquire(object_key(Page, pk), owner="paused", ttl=ttl, backend=backend)
     page.body = "written by the paused holder"
     acquired.set()
-    time.sleep(0.5)  # stopped here by SIGSTOP
+    # Stopped here by SIGSTOP; the save waits for the parent, not for a pause that a
+    # parent slow to send the signal would outlast (the lease still live: no fence).
+    if not resumed.wait(60):
+        return "never resumed", lease.fence, ""
     try:
         page.save(lease=lease)
     except occupy.FencedOut as e:

@@ -118,11 +118,31 @@ def watch_waiters(alias: str, monkeypatch: pytest.MonkeyPatch) -> WaitingAttempt
     Works on every backend, including those whose waiters only poll and leave nothing in
     the store to look at: it watches the attempts themselves. An attempt begins to wait
     when its ``enqueue()`` returns without the key (``BaseBackend.acquire`` calls it
-    once, after the first try failed).
+    once, after the first try failed). A hold for a transaction (``scope="transaction"``,
+    and the write lock of a guarded write on PostgreSQL) begins to wait when it first
+    calls the ``waiting`` hook it was handed; its owner is recorded as ``""``.
     """
     backend = get_backend(alias)
     make_attempt = backend.attempt
     watch = WaitingAttempts()
+    hold_for_transaction = getattr(backend, "hold_for_transaction", None)
+    if hold_for_transaction is not None:
+
+        def hold_and_record(key: str, **kwargs: Any) -> Any:
+            waiting = kwargs.get("waiting")
+            seen = False
+
+            def record_and_call() -> None:
+                nonlocal seen
+                if not seen:  # the hook may be called on every poll: one wait
+                    seen = True
+                    watch.add(key, "")
+                if waiting is not None:
+                    waiting()
+
+            return hold_for_transaction(key, **{**kwargs, "waiting": record_and_call})
+
+        monkeypatch.setattr(backend, "hold_for_transaction", hold_and_record)
 
     def attempt(key: str, owner: str, ttl: float) -> Attempt:
         made = make_attempt(key, owner, ttl)
@@ -142,10 +162,12 @@ def watch_waiters(alias: str, monkeypatch: pytest.MonkeyPatch) -> WaitingAttempt
 
 
 def release_once_waiting(
-    alias: str, lease: Lease, monkeypatch: pytest.MonkeyPatch
+    alias: str, lease: Lease, monkeypatch: pytest.MonkeyPatch, *, hold: float = 0.0
 ) -> Callable[[], float]:
     """Release ``lease`` from another thread as soon as an attempt on backend ``alias``
-    begins to wait (:func:`watch_waiters`), instead of after a fixed pause.
+    begins to wait (:func:`watch_waiters`), instead of after a fixed pause; with
+    ``hold``, that many seconds after it began to wait, so the wait lasts at least
+    ``hold`` seconds however fast or loaded the machine.
 
     Return a function that joins that thread, fails the test if no attempt began to
     wait, and returns when the release began (``time.monotonic()``). The lease is
@@ -158,6 +180,7 @@ def release_once_waiting(
     def release_once_one_waits() -> None:
         try:
             waiting.wait_for(1)
+            time.sleep(hold)  # the wait's length, not a guess at when it begins
         except BaseException as e:  # reported by the test's thread
             errors.append(e)
         finally:

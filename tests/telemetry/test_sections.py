@@ -16,6 +16,7 @@ from opentelemetry.trace import StatusCode
 
 import occupy
 from tests.support.telemetry import Recorded
+from tests.support.waiting import release_once_waiting
 
 SECTION = "occupy.lock"
 
@@ -70,17 +71,23 @@ def test_an_acquire_and_its_release_are_one_span_not_made_current(
 
 
 def test_a_section_that_waited_is_one_span_with_its_wait(
-    otel: Recorded, family: str, every_section: None, live_db: None
+    otel: Recorded,
+    family: str,
+    every_section: None,
+    live_db: None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     key = f"{family}:1"
     holder = occupy.acquire(key, owner="ann", reentrant=False, backend="memory")
-    timer = threading.Timer(0.3, occupy.release, [holder])
-    timer.start()
+    released = release_once_waiting("memory", holder, monkeypatch, hold=0.3)
     began = time.time_ns()
     started = time.monotonic()
-    with occupy.lock(key, owner="bob", timeout=10, backend="memory"):
-        waited = time.monotonic() - started
-    timer.join()
+    try:
+        with occupy.lock(key, owner="bob", timeout=10, backend="memory"):
+            waited = time.monotonic() - started
+    finally:
+        released()
+    assert waited >= 0.3
     found = otel.spans_of(family)
     assert [span.name for span in found] == [SECTION]  # no wait span besides
     assert found[0].attributes["occupy.wait.duration"] == pytest.approx(waited, rel=0.05)

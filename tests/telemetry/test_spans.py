@@ -5,7 +5,6 @@ recorded by type and key family only: no key, owner or token in a status or an e
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -16,6 +15,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 import occupy
 from tests.support.aliases import backend_params
 from tests.support.telemetry import Recorded
+from tests.support.waiting import release_once_waiting
 from tests.testapp.models import Document
 
 WAIT = "wait_for occupy.lock"
@@ -23,12 +23,6 @@ WAIT = "wait_for occupy.lock"
 
 def _telemetry(**values: object) -> override_settings:
     return override_settings(OCCUPY={**settings.OCCUPY, "TELEMETRY": values})
-
-
-def _release_later(lease: occupy.Lease, seconds: float) -> threading.Timer:
-    timer = threading.Timer(seconds, occupy.release, [lease])
-    timer.start()
-    return timer
 
 
 @pytest.mark.parametrize("alias", backend_params(["default", "redis", "memory"]))
@@ -48,18 +42,21 @@ def test_uncontended_acquires_releases_and_sections_make_no_span(
 
 @pytest.mark.parametrize("alias", backend_params(["redis", "memory"]))
 def test_a_wait_over_the_threshold_makes_one_back_dated_span(
-    otel: Recorded, family: str, alias: str, live_db: None
+    otel: Recorded, family: str, alias: str, live_db: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key = f"{family}:1"
-    timer = _release_later(occupy.acquire(key, owner="ann", reentrant=False, backend=alias), 0.4)
+    ann = occupy.acquire(key, owner="ann", reentrant=False, backend=alias)
+    released = release_once_waiting(alias, ann, monkeypatch, hold=0.3)
     began = time.time_ns()
     started = time.monotonic()
-    lease = occupy.acquire(key, owner="bob", timeout=10, backend=alias)
+    try:
+        lease = occupy.acquire(key, owner="bob", timeout=10, backend=alias)
+    finally:
+        released()
     waited = time.monotonic() - started
-    timer.join()
     occupy.release(lease)
 
-    assert waited > 0.3
+    assert waited >= 0.3
     found = otel.spans_of(family)
     assert [span.name for span in found] == [WAIT]
     span = found[0]
@@ -77,13 +74,16 @@ def test_a_wait_over_the_threshold_makes_one_back_dated_span(
 
 
 def test_a_wait_under_the_threshold_makes_no_span(
-    otel: Recorded, family: str, live_db: None
+    otel: Recorded, family: str, live_db: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key = f"{family}:1"
     with _telemetry(WAIT_SPAN_THRESHOLD=5):
-        timer = _release_later(occupy.acquire(key, reentrant=False, backend="memory"), 0.2)
-        occupy.release(occupy.acquire(key, timeout=10, backend="memory"))
-        timer.join()
+        holder = occupy.acquire(key, reentrant=False, backend="memory")
+        released = release_once_waiting("memory", holder, monkeypatch)
+        try:
+            occupy.release(occupy.acquire(key, timeout=10, backend="memory"))
+        finally:
+            released()
     assert otel.spans_of(family) == []
     assert otel.histogram("occupy.lock.wait.duration", **{"occupy.key.family": family})[0] == 1
 
@@ -183,12 +183,13 @@ def test_a_section_that_wrote_fenced_out_gets_one_span(otel: Recorded, live_db: 
 
 
 def test_an_async_acquire_that_waited_is_recorded_as_one_that_waited(
-    otel: Recorded, family: str, live_db: None
+    otel: Recorded, family: str, live_db: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import asyncio
 
     key = f"{family}:1"
-    timer = _release_later(occupy.acquire(key, owner="ann", reentrant=False, backend="memory"), 0.3)
+    ann = occupy.acquire(key, owner="ann", reentrant=False, backend="memory")
+    released = release_once_waiting("memory", ann, monkeypatch, hold=0.3)
 
     async def wait_for_it() -> float:
         started = time.monotonic()
@@ -197,8 +198,11 @@ def test_an_async_acquire_that_waited_is_recorded_as_one_that_waited(
         await occupy.arelease(lease)
         return waited
 
-    waited = asyncio.run(wait_for_it())
-    timer.join()
+    try:
+        waited = asyncio.run(wait_for_it())
+    finally:
+        released()
+    assert waited >= 0.3
     count, total = otel.histogram("occupy.lock.wait.duration", **{"occupy.key.family": family})
     assert count == 1 and total == pytest.approx(waited, rel=0.05)
     assert [span.name for span in otel.spans_of(family)] == [WAIT]
