@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import connections, transaction
 
 import occupy
+from occupy.backends import get_backend
 from occupy.backends.db.dialects.postgresql import advisory_id
 from occupy.leases import TransactionHold
 from tests.support.pgbouncer import pgbouncer, pgbouncer_missing
@@ -179,6 +180,34 @@ class TestTransactionLock:
         finally:
             release_began = released()  # fails unless the hold waited
         assert release_began <= held < started + 3
+
+    def test_the_waiting_hook_is_told_once_however_many_polls(self) -> None:
+        """The hook's contract (``BaseBackend.acquire``): called once, when the hold
+        first finds the key held, not at each of the polls a lease's wait makes."""
+        lease = occupy.acquire("tx:6", owner="editor", backend=BACKEND)
+        calls: list[float] = []
+
+        def release_later() -> None:
+            time.sleep(0.6)  # several polls: the first pauses are milliseconds
+            occupy.release(lease)
+
+        releaser = threading.Thread(target=release_later)
+
+        def waiting() -> None:
+            calls.append(time.monotonic())
+            if len(calls) == 1:
+                releaser.start()
+
+        try:
+            with transaction.atomic(using=DATABASE):
+                hold = get_backend(BACKEND).hold_for_transaction("tx:6", timeout=5, waiting=waiting)
+                assert isinstance(hold, TransactionHold)
+        finally:
+            if calls:
+                releaser.join(10)
+            else:  # it never waited: the assertion below says so
+                occupy.release(lease)
+        assert len(calls) == 1, calls
 
 
 @pytest.mark.usefixtures("live_db")

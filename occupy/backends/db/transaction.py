@@ -179,6 +179,7 @@ def hold_for_transaction(
             wait = True  # wait in PostgreSQL's queue
             if waiting is not None:
                 waiting()
+                waiting = None  # told once, as the hook's contract says
             continue
         if why == "timeout":
             raise occupied(key, None, None, waited=timeout or None)
@@ -190,6 +191,7 @@ def hold_for_transaction(
         left = None if deadline is None else deadline - time.monotonic()
         if waiting is not None:
             waiting()
+            waiting = None
         time.sleep(pause if left is None else max(0.0, min(pause, left)))
         pause = min(pause * 2, LONGEST_PAUSE)
         wait = False
