@@ -5,6 +5,7 @@ every due task that it could not take its lease) or failing at its first due tas
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,15 @@ from occupy.celery.beat import OccupyScheduler
 from occupy.exceptions import InvalidBackendError
 from occupy.taskcore.beat import beat_problems
 from occupy.taskcore.checks import check_tasks
+
+
+@pytest.fixture(autouse=True)
+def _current_app() -> Iterator[None]:
+    """Restore Celery's current app: a scheduler that raised at start leaves its own
+    app current, and ``check`` (E406, E407) reads the current app."""
+    previous = celery.current_app._get_current_object()
+    yield
+    previous.set_current()
 
 
 def _scheduler(tmp_path: Path, **conf: Any) -> OccupyScheduler:
