@@ -134,7 +134,7 @@ def watch_waiters(alias: str, monkeypatch: pytest.MonkeyPatch) -> WaitingAttempt
 
             def record_and_call() -> None:
                 nonlocal seen
-                if not seen:  # the hook may be called on every poll: one wait
+                if not seen:  # once per wait, even from a hook that repeats
                     seen = True
                     watch.add(key, "")
                 if waiting is not None:
