@@ -43,7 +43,15 @@ def _probe(hidden: str) -> list[list[str]]:
     return [line.split("\t") for line in result.stdout.splitlines()[:-1]]
 
 
-@pytest.mark.parametrize("extra", list(EXTRAS))
+#: The extras probed in ``make test``; the others, a subprocess each, in ``make
+#: test-slow`` (and every extra is installed alone by ``make clean-install`` in CI).
+QUICK = ("none", "celery", "drf")
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [pytest.param(e, marks=[] if e in QUICK else [pytest.mark.slow]) for e in EXTRAS],
+)
 def test_every_module_imports_or_names_the_extra_without(extra: str) -> None:
     failures = [f for f in _probe(EXTRAS[extra]) if f[0] not in NOT_IMPORTED_BY_PROJECTS]
     unclear = [f for f in failures if f"django-occupy[{extra}]" not in f[2]]

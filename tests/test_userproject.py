@@ -23,7 +23,16 @@ from tests.support.aliases import SERVERS, database_params
 PROJECT = Path(__file__).resolve().parent / "userproject"
 
 
-@pytest.mark.parametrize("database", database_params(["sqlite", *SERVERS]))
+#: SQLite in ``make test``; the servers, a subprocess suite each, in ``make test-slow``.
+DATABASES = [
+    param
+    if param.id == "sqlite"
+    else pytest.param(*param.values, id=param.id, marks=[*param.marks, pytest.mark.slow])
+    for param in database_params(["sqlite", *SERVERS])
+]
+
+
+@pytest.mark.parametrize("database", DATABASES)
 def test_the_user_project_passes_on(database: str) -> None:
     env = {
         name: value

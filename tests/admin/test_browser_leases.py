@@ -111,7 +111,7 @@ def test_a_misconfigured_admin_says_so_and_waits_for_nothing(
     )
     for page in (editor, other):
         page.driver.execute_script("window.occupyNotReloaded = true;")
-    time.sleep(4 * max(DocumentAdmin.edit_lease_poll, DocumentAdmin.edit_lease_check))
+    time.sleep(2 * max(DocumentAdmin.edit_lease_poll, DocumentAdmin.edit_lease_check))
     for page in (editor, other):
         assert page.driver.execute_script("return window.occupyNotReloaded === true;")
         assert page.text(".occupy-message") == str(MISCONFIGURED["now"])

@@ -34,7 +34,7 @@ def _acquires(otel: Recorded, family: str, outcome: str) -> float:
 def test_the_wait_histogram_counts_each_contended_acquire_and_its_wait(
     otel: Recorded, family: str, alias: str, live_db: None
 ) -> None:
-    rounds, key = 4, f"{family}:1"
+    rounds, key = 2, f"{family}:1"
     workers = multiproc.start(hold_in_turns, [(alias, key, rounds, 0.4)])
     waits = []
     for _ in range(rounds):
