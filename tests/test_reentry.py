@@ -140,6 +140,7 @@ def test_a_lost_lease_is_not_reentered(alias: str) -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow  # seconds of turns per backend: make test-slow, which CI runs
 @pytest.mark.parametrize("alias", backend_params(RACE_BACKENDS))
 def test_a_worker_whose_release_failed_does_not_starve_the_others(
     alias: str, live_db: None

@@ -23,6 +23,7 @@ def make_tasks(database: str, count: int) -> list[Task]:
 
 # --- several processes ------------------------------------------------------------------
 @pytest.mark.multiprocess
+@pytest.mark.slow  # seconds of claiming per database: make test-slow, which CI runs
 def test_claimers_never_share_a_task_and_hold_one_each(database: str) -> None:
     """Three editors keep claiming, working on and releasing tasks from a pool of three
     while a fourth claims one and vanishes: a task is never held by two owners, an

@@ -18,7 +18,8 @@ from tests.support import api_clients, multiproc
 from tests.support.aliases import backend_params
 from tests.testapp.models import Book, Document
 
-pytestmark = pytest.mark.multiprocess
+# Processes racing over real HTTP for seconds each: make test-slow, which CI runs.
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 WRITERS = 4
 ROUNDS = 6
