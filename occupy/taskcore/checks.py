@@ -81,21 +81,20 @@ def _celery_tasks() -> list[CheckMessage]:
     if celery is None:
         return []
     app = celery.current_app
-    if _starting_worker(app):
-        return beat_problems(app)
-    try:
-        app.finalize()
-    except Exception as e:
-        return [
-            Error(
-                f"Celery app {app.main!r} raised {type(e).__name__} when it made its tasks, "
-                f"so its workers cannot start: {e}",
-                hint="Fix what the error names (celery worker makes the same tasks when it "
-                "starts).",
-                obj=str(app.main),
-                id="occupy.E406",
-            )
-        ]
+    if not _starting_worker(app):
+        try:
+            app.finalize()
+        except Exception as e:
+            return [
+                Error(
+                    f"Celery app {app.main!r} raised {type(e).__name__} when it made its "
+                    f"tasks, so its workers cannot start: {e}",
+                    hint="Fix what the error names (celery worker makes the same tasks when "
+                    "it starts).",
+                    obj=str(app.main),
+                    id="occupy.E406",
+                )
+            ]
     return beat_problems(app)
 
 
